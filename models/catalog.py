@@ -1,0 +1,197 @@
+"""The model catalog: published architectures, and lookup by name or config.json path.
+
+Each entry copies the numbers of the model's Hugging Face ``config.json`` (repo id beside
+it); gpt3-175b has no published checkpoint and comes from its paper.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from models.errors import ModelError
+from models.hf_config import load_hf_config
+from models.spec import ModelSpec
+
+
+def _llama(
+    name: str,
+    *,
+    d: int,
+    layers: int,
+    heads: int,
+    kv_heads: int,
+    inner: int,
+    vocab: int,
+    max_pos: int,
+    dtype: str = "bf16",
+    qkv_bias: bool = False,
+) -> ModelSpec:
+    """A llama-family model: gated SiLU MLP, rmsnorm, rotary positions, untied head."""
+    return ModelSpec(
+        name=name,
+        hidden_size=d,
+        num_layers=layers,
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=d // heads,
+        intermediate_size=inner,
+        vocab_size=vocab,
+        dtype=dtype,
+        qkv_bias=qkv_bias,
+        max_position_embeddings=max_pos,
+    )
+
+
+_ENTRIES = [
+    # Brown et al. 2020, "Language Models are Few-Shot Learners", Table 2.1 (GPT-3 175B):
+    # no HF checkpoint; gpt2-style layout (tied, learned positions, layernorm, biases).
+    ModelSpec(
+        name="gpt3-175b",
+        hidden_size=12288,
+        num_layers=96,
+        num_heads=96,
+        num_kv_heads=96,
+        head_dim=128,
+        intermediate_size=4 * 12288,
+        vocab_size=50257,
+        gated_mlp=False,
+        tied_embeddings=True,
+        norm="layernorm",
+        qkv_bias=True,
+        mlp_bias=True,
+        max_position_embeddings=2048,
+        learned_position_embeddings=True,
+    ),
+    # meta-llama/Llama-2-7b-hf
+    _llama(
+        "llama-2-7b",
+        d=4096,
+        layers=32,
+        heads=32,
+        kv_heads=32,
+        inner=11008,
+        vocab=32000,
+        max_pos=4096,
+        dtype="fp16",
+    ),
+    # meta-llama/Llama-2-13b-hf
+    _llama(
+        "llama-2-13b",
+        d=5120,
+        layers=40,
+        heads=40,
+        kv_heads=40,
+        inner=13824,
+        vocab=32000,
+        max_pos=4096,
+        dtype="fp16",
+    ),
+    # meta-llama/Llama-2-70b-hf
+    _llama(
+        "llama-2-70b",
+        d=8192,
+        layers=80,
+        heads=64,
+        kv_heads=8,
+        inner=28672,
+        vocab=32000,
+        max_pos=4096,
+        dtype="fp16",
+    ),
+    # meta-llama/Llama-3.1-8B
+    _llama(
+        "llama-3.1-8b",
+        d=4096,
+        layers=32,
+        heads=32,
+        kv_heads=8,
+        inner=14336,
+        vocab=128256,
+        max_pos=131072,
+    ),
+    # meta-llama/Llama-3.1-70B
+    _llama(
+        "llama-3.1-70b",
+        d=8192,
+        layers=80,
+        heads=64,
+        kv_heads=8,
+        inner=28672,
+        vocab=128256,
+        max_pos=131072,
+    ),
+    # meta-llama/Llama-3.1-405B
+    _llama(
+        "llama-3.1-405b",
+        d=16384,
+        layers=126,
+        heads=128,
+        kv_heads=8,
+        inner=53248,
+        vocab=128256,
+        max_pos=131072,
+    ),
+    # mistralai/Mistral-7B-v0.1
+    _llama(
+        "mistral-7b",
+        d=4096,
+        layers=32,
+        heads=32,
+        kv_heads=8,
+        inner=14336,
+        vocab=32000,
+        max_pos=32768,
+    ),
+    # Qwen/Qwen2.5-72B (biases on q, k, v only)
+    _llama(
+        "qwen2.5-72b",
+        d=8192,
+        layers=80,
+        heads=64,
+        kv_heads=8,
+        inner=29568,
+        vocab=152064,
+        max_pos=131072,
+        qkv_bias=True,
+    ),
+    # codellama/CodeLlama-34b-hf
+    _llama(
+        "codellama-34b",
+        d=8192,
+        layers=48,
+        heads=64,
+        kv_heads=8,
+        inner=22016,
+        vocab=32000,
+        max_pos=16384,
+    ),
+]
+
+#: Catalog of known models by lower-case name.
+MODELS: dict[str, ModelSpec] = {spec.name: spec for spec in _ENTRIES}
+
+
+def get_model(name_or_path: str | Path) -> ModelSpec:
+    """A catalog model by name (case-insensitive), or the model of a local HF config.json.
+
+    A path may name the file itself or a directory that holds ``config.json``. Nothing is
+    ever fetched from a hub.
+    """
+    if isinstance(name_or_path, Path):
+        return load_hf_config(name_or_path)
+    if not isinstance(name_or_path, str) or not name_or_path.strip():
+        raise ModelError(f"model={name_or_path!r}: must be a catalog name or a path")
+    key = name_or_path.strip().lower()
+    if key in MODELS:
+        return MODELS[key]
+    if Path(name_or_path).exists():
+        return load_hf_config(name_or_path)
+    catalog = ", ".join(sorted(MODELS))
+    if "/" in name_or_path or "\\" in name_or_path or key.endswith(".json"):
+        raise ModelError(
+            f"model={name_or_path!r}: no such file or directory (hub ids are not fetched; "
+            f"give a local config.json, or a catalog name: {catalog})"
+        )
+    raise ModelError(
+        f"model={name_or_path!r}: unknown model; catalog: {catalog} or a path to a config.json"
+    )

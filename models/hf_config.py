@@ -1,0 +1,346 @@
+"""Load a ModelSpec from a local Hugging Face ``config.json``. Never touches the network.
+
+Supported ``model_type`` values and the layout each implies:
+
+========  ==============================  =====  =========  ===============  =========  ====
+type      size keys                       MLP    norm       biases           positions  tied
+========  ==============================  =====  =========  ===============  =========  ====
+llama     hidden_size, num_hidden_layers  gated  rmsnorm    attention_bias,  rotary     no
+          num_attention_heads, ...                          mlp_bias keys
+mistral   (as llama)                      gated  rmsnorm    none             rotary     no
+qwen2     (as llama)                      gated  rmsnorm    q, k, v          rotary     no
+gpt_neox  (as llama)                      plain  layernorm  all linears      rotary     no
+gpt2      n_embd, n_layer, n_head, ...    plain  layernorm  all linears      learned    yes
+opt       (as llama), ffn_dim             plain  layernorm  all linears      learned    yes
+========  ==============================  =====  =========  ===============  =========  ====
+
+"tied" is the default when ``tie_word_embeddings`` is absent. An absent
+``num_key_value_heads`` means multi-head attention; an explicit ``head_dim`` wins over
+hidden_size // heads. ``torch_dtype`` (or ``dtype``) maps bfloat16/float16/float32 to
+bf16/fp16/fp32; absent means bf16.
+
+Any other (or absent) model_type whose config has the llama keys loads as llama-like.
+Every malformed input raises ModelError with a one-line message naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from models.errors import ModelError
+from models.spec import ModelSpec
+
+#: HF ``torch_dtype`` strings and the ModelSpec dtype each maps to.
+HF_DTYPES: dict[str, str] = {
+    "bfloat16": "bf16",
+    "float16": "fp16",
+    "float32": "fp32",
+    "bf16": "bf16",
+    "fp16": "fp16",
+    "fp32": "fp32",
+    "fp8": "fp8",
+}
+
+_LLAMA_KEYS = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "vocab_size",
+)
+_LLAMA_LIKE = ("llama", "mistral", "qwen2")
+SUPPORTED_TYPES = ("gpt2", "gpt_neox", "llama", "mistral", "opt", "qwen2")
+
+_MISSING = object()
+
+
+def _show(value: object) -> str:
+    """repr of a value, cut short so a message stays readable and on one line."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _where(path: Path | str) -> str:
+    text = str(path)
+    return text if text.isprintable() else repr(text)
+
+
+class _Reader:
+    """Typed, validated access to the keys of one config dict; errors name the source."""
+
+    def __init__(self, cfg: dict[str, Any], source: str) -> None:
+        self.cfg = cfg
+        self.source = source
+
+    def fail(self, key: str, value: object, why: str) -> ModelError:
+        return ModelError(f"{key}={_show(value)} in {self.source}: {why}")
+
+    def has(self, key: str) -> bool:
+        return self.cfg.get(key) is not None
+
+    def integer(self, key: str, default: Any = _MISSING, *, minimum: int = 1) -> int:
+        value = self.cfg.get(key)
+        if value is None:
+            if default is _MISSING:
+                raise ModelError(f"{key} missing in {self.source}: required {self.kind_note}")
+            return int(default)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(key, value, "must be an integer")
+        if value < minimum:
+            kind = "a positive" if minimum == 1 else "a non-negative"
+            raise self.fail(key, value, f"must be {kind} integer")
+        return value
+
+    def boolean(self, key: str, default: bool) -> bool:
+        value = self.cfg.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self.fail(key, value, "must be true or false")
+        return value
+
+    def string(self, key: str) -> str | None:
+        value = self.cfg.get(key)
+        if value is not None and not isinstance(value, str):
+            raise self.fail(key, value, "must be a string")
+        return value
+
+    @property
+    def kind_note(self) -> str:
+        model_type = self.cfg.get("model_type")
+        return f"for model_type={model_type!r}" if isinstance(model_type, str) else "field"
+
+
+def _dtype(r: _Reader) -> str:
+    key = "torch_dtype" if r.has("torch_dtype") else "dtype"  # newer transformers: "dtype"
+    value = r.string(key)
+    if value is None:
+        return "bf16"
+    if value not in HF_DTYPES:
+        valid = ", ".join(k for k in HF_DTYPES if k.endswith("16") or k.endswith("32"))
+        raise r.fail(key, value, f"unsupported dtype; valid: {valid}")
+    return HF_DTYPES[value]
+
+
+def _heads(r: _Reader, d: int, heads_key: str, heads: int) -> tuple[int, int]:
+    """(num_kv_heads, head_dim), checked against the query head count."""
+    kv_heads = r.integer("num_key_value_heads", heads)  # absent: multi-head attention
+    if heads % kv_heads != 0:
+        raise r.fail(
+            "num_key_value_heads", kv_heads, f"must divide {heads_key}={heads} (grouped heads)"
+        )
+    if r.has("head_dim"):
+        return kv_heads, r.integer("head_dim")
+    if d % heads != 0:
+        raise r.fail(
+            "hidden_size", d, f"not divisible by {heads_key}={heads} (and no head_dim given)"
+        )
+    return kv_heads, d // heads
+
+
+def _llama_like(r: _Reader, name: str, model_type: str | None) -> ModelSpec:
+    d = r.integer("hidden_size")
+    heads = r.integer("num_attention_heads")
+    kv_heads, head_dim = _heads(r, d, "num_attention_heads", heads)
+    qkv_bias = r.boolean("attention_bias", model_type == "qwen2")
+    return ModelSpec(
+        name=name,
+        hidden_size=d,
+        num_layers=r.integer("num_hidden_layers"),
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        intermediate_size=r.integer("intermediate_size"),
+        vocab_size=r.integer("vocab_size"),
+        gated_mlp=True,
+        tied_embeddings=r.boolean("tie_word_embeddings", False),
+        dtype=_dtype(r),
+        norm="rmsnorm",
+        qkv_bias=qkv_bias,
+        mlp_bias=r.boolean("mlp_bias", False),
+        max_position_embeddings=r.integer("max_position_embeddings", 0, minimum=0),
+    )
+
+
+def _gpt_neox(r: _Reader, name: str) -> ModelSpec:
+    d = r.integer("hidden_size")
+    heads = r.integer("num_attention_heads")
+    kv_heads, head_dim = _heads(r, d, "num_attention_heads", heads)
+    return ModelSpec(
+        name=name,
+        hidden_size=d,
+        num_layers=r.integer("num_hidden_layers"),
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        intermediate_size=r.integer("intermediate_size"),
+        vocab_size=r.integer("vocab_size"),
+        gated_mlp=False,
+        tied_embeddings=r.boolean("tie_word_embeddings", False),
+        dtype=_dtype(r),
+        norm="layernorm",
+        qkv_bias=True,
+        mlp_bias=True,
+        max_position_embeddings=r.integer("max_position_embeddings", 0, minimum=0),
+    )
+
+
+def _gpt2(r: _Reader, name: str) -> ModelSpec:
+    d = r.integer("n_embd")
+    heads = r.integer("n_head")
+    if d % heads != 0:
+        raise r.fail("n_embd", d, f"not divisible by n_head={heads}")
+    return ModelSpec(
+        name=name,
+        hidden_size=d,
+        num_layers=r.integer("n_layer"),
+        num_heads=heads,
+        num_kv_heads=heads,
+        head_dim=d // heads,
+        intermediate_size=r.integer("n_inner", 4 * d),
+        vocab_size=r.integer("vocab_size"),
+        gated_mlp=False,
+        tied_embeddings=r.boolean("tie_word_embeddings", True),
+        dtype=_dtype(r),
+        norm="layernorm",
+        qkv_bias=True,
+        mlp_bias=True,
+        max_position_embeddings=r.integer("n_positions"),
+        learned_position_embeddings=True,
+    )
+
+
+def _opt(r: _Reader, name: str) -> ModelSpec:
+    # word_embed_proj_dim (opt-350m's small projection) is ignored: hidden_size is used.
+    # OPT's position table has 2 extra rows (an offset); not counted.
+    d = r.integer("hidden_size")
+    heads = r.integer("num_attention_heads")
+    if d % heads != 0:
+        raise r.fail("hidden_size", d, f"not divisible by num_attention_heads={heads}")
+    bias = r.boolean("enable_bias", True)
+    return ModelSpec(
+        name=name,
+        hidden_size=d,
+        num_layers=r.integer("num_hidden_layers"),
+        num_heads=heads,
+        num_kv_heads=heads,
+        head_dim=d // heads,
+        intermediate_size=r.integer("ffn_dim"),
+        vocab_size=r.integer("vocab_size"),
+        gated_mlp=False,
+        tied_embeddings=r.boolean("tie_word_embeddings", True),
+        dtype=_dtype(r),
+        norm="layernorm",
+        qkv_bias=bias,
+        mlp_bias=bias,
+        max_position_embeddings=r.integer("max_position_embeddings"),
+        learned_position_embeddings=True,
+    )
+
+
+def spec_from_hf_dict(cfg: dict[str, Any], name: str, *, source: str = "config.json") -> ModelSpec:
+    """The ModelSpec described by an already-parsed HF config dict.
+
+    ``source`` names the origin (a path) in error messages.
+    """
+    if not isinstance(cfg, dict):
+        raise ModelError(f"{source}: top level must be a JSON object, got {type(cfg).__name__}")
+    r = _Reader(cfg, source)
+    model_type = r.string("model_type")
+    if model_type == "gpt2":
+        return _gpt2(r, name)
+    if model_type == "opt":
+        return _opt(r, name)
+    if model_type == "gpt_neox":
+        return _gpt_neox(r, name)
+    if model_type in _LLAMA_LIKE or all(key in cfg for key in _LLAMA_KEYS):
+        return _llama_like(r, name, model_type)
+    if model_type is None:
+        raise ModelError(
+            f"model_type missing in {source}: required unless the llama keys "
+            f"({', '.join(_LLAMA_KEYS)}) are all present"
+        )
+    raise r.fail(
+        "model_type",
+        model_type,
+        f"unsupported; supported: {', '.join(SUPPORTED_TYPES)} or any config with llama keys",
+    )
+
+
+class _NonFinite:
+    """Stands in for NaN, Infinity or -Infinity, which Python's json accepts and JSON does not."""
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+
+
+def _key(name: str) -> str:
+    return name if name.isprintable() and len(name) <= 60 else _show(name)
+
+
+def _find_non_finite(cfg: Any) -> tuple[str, str] | None:
+    """(key path, token) of the first NaN/Infinity in a parsed document, else None."""
+    stack: list[tuple[str, Any]] = [("", cfg)]
+    while stack:
+        key, value = stack.pop()
+        if isinstance(value, _NonFinite):
+            return key or "value", value.token
+        if isinstance(value, dict):
+            items = [(f"{key}.{_key(k)}" if key else _key(k), v) for k, v in value.items()]
+        elif isinstance(value, list):
+            items = [(f"{key}[{i}]", v) for i, v in enumerate(value)]
+        else:
+            continue
+        stack.extend(reversed(items))
+    return None
+
+
+def _model_name(cfg: Any, path: Path) -> str:
+    """``_name_or_path``'s last component, else the folder of a config.json, else the stem."""
+    if isinstance(cfg, dict):
+        hinted = cfg.get("_name_or_path")
+        if isinstance(hinted, str):
+            last = hinted.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1].strip()
+            if last:
+                return last
+    if path.name == "config.json" and path.parent.name:
+        return path.parent.name
+    return path.stem or "model"
+
+
+def load_hf_config(path: str | Path) -> ModelSpec:
+    """Read a local HF ``config.json`` (a file, or a directory that holds one)."""
+    given = Path(path)
+    file = given / "config.json" if given.is_dir() else given
+    where = _where(file)
+    if given.is_dir() and not file.is_file():
+        raise ModelError(f"model={str(given)!r}: directory has no config.json")
+    try:
+        raw = file.read_bytes()
+    except FileNotFoundError:
+        raise ModelError(f"model={str(file)!r}: no such file") from None
+    except OSError as exc:
+        raise ModelError(f"model={str(file)!r}: cannot read ({exc.strerror})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ModelError(f"{where}: not UTF-8 text (bad byte at offset {exc.start})") from None
+    try:
+        cfg = json.loads(text, parse_constant=_NonFinite)
+    except json.JSONDecodeError as exc:
+        raise ModelError(
+            f"{where}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
+    except ValueError as exc:  # e.g. an integer with too many digits
+        raise ModelError(f"{where}: not valid JSON: {str(exc)[:80]}") from None
+    except RecursionError:
+        raise ModelError(f"{where}: not valid JSON: nested too deeply") from None
+    bad = _find_non_finite(cfg)
+    if bad is not None:
+        key, token = bad
+        raise ModelError(f"{key}={token} in {where}: not a finite number (JSON has no {token})")
+    if not isinstance(cfg, dict):
+        raise ModelError(f"{where}: top level must be a JSON object, got {type(cfg).__name__}")
+    return spec_from_hf_dict(cfg, _model_name(cfg, file), source=where)

@@ -1,0 +1,213 @@
+"""ModelSpec: the architecture of a decoder-only transformer, and what follows from it.
+
+Counts are exact integers (parameters, bytes); FLOPs are floats. SI units throughout:
+bytes, FLOP. Nothing here knows about tensor parallelism; the simulator splits these
+numbers per rank.
+
+Parameter layout of one layer (d = hidden_size, I = intermediate_size)::
+
+    attention: Wqkv [d, q_size + 2 kv_size] (+ bias if qkv_bias)
+               Wo [q_size, d] (+ bias if mlp_bias)
+    mlp:       gated: gate, up [d, I], down [I, d]   plain: up [d, I], down [I, d]
+               (+ biases on every MLP linear if mlp_bias)
+    norms:     two per layer; rmsnorm has a weight [d], layernorm a weight and a bias [d] each
+
+``mlp_bias`` means "every linear layer outside Wqkv has a bias" (gpt2, gpt3, opt, neox);
+``qkv_bias`` alone is qwen2's layout (biases on q, k, v only).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from models.errors import ModelError
+
+#: Bytes per element of each supported dtype.
+DTYPE_BYTES: dict[str, float] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+
+#: Norm layers and their parameter vectors of size d per norm.
+NORM_VECTORS: dict[str, int] = {"rmsnorm": 1, "layernorm": 2}
+
+_POSITIVE_INT_FIELDS = (
+    "hidden_size",
+    "num_layers",
+    "num_heads",
+    "num_kv_heads",
+    "head_dim",
+    "intermediate_size",
+    "vocab_size",
+)
+_BOOL_FIELDS = (
+    "gated_mlp",
+    "tied_embeddings",
+    "qkv_bias",
+    "mlp_bias",
+    "learned_position_embeddings",
+)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_dtype(dtype: object, field: str = "dtype") -> str:
+    """Return ``dtype`` if it is a key of DTYPE_BYTES, else raise ModelError naming ``field``."""
+    if not isinstance(dtype, str) or dtype not in DTYPE_BYTES:
+        valid = ", ".join(sorted(DTYPE_BYTES))
+        raise ModelError(f"{field}={dtype!r}: unknown dtype; valid: {valid}")
+    return dtype
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Architecture of a decoder-only transformer (validated on construction)."""
+
+    name: str
+    hidden_size: int  # d
+    num_layers: int
+    num_heads: int  # query heads
+    num_kv_heads: int  # == num_heads for MHA, < num_heads for GQA, 1 for MQA
+    head_dim: int  # usually hidden_size // num_heads; may differ when given explicitly
+    intermediate_size: int  # MLP inner width (per branch for gated MLPs)
+    vocab_size: int
+    gated_mlp: bool = True  # SwiGLU gate+up+down (llama); False = up+down (gpt2/gpt3/opt/neox)
+    tied_embeddings: bool = False  # lm_head shares the token embedding table
+    dtype: str = "bf16"  # the weights' native dtype
+    norm: str = "rmsnorm"  # "rmsnorm" | "layernorm" (layernorm has weight + bias)
+    qkv_bias: bool = False  # biases on q, k, v (qwen2; all gpt-style models)
+    mlp_bias: bool = False  # biases on o_proj and every MLP linear (gpt2/gpt3/opt/neox)
+    max_position_embeddings: int = 0  # 0 = unknown
+    learned_position_embeddings: bool = False  # gpt2/gpt3/opt: a [max_pos, d] table
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ModelError(f"name={self.name!r} in ModelSpec: must be a non-empty string")
+        where = f"in ModelSpec {self.name!r}"
+        for field in _POSITIVE_INT_FIELDS:
+            value = getattr(self, field)
+            if not _is_int(value) or value <= 0:
+                raise ModelError(f"{field}={value!r} {where}: must be a positive integer")
+        mpe = self.max_position_embeddings
+        if not _is_int(mpe) or mpe < 0:
+            raise ModelError(
+                f"max_position_embeddings={mpe!r} {where}: must be a non-negative integer"
+            )
+        for field in _BOOL_FIELDS:
+            value = getattr(self, field)
+            if not isinstance(value, bool):
+                raise ModelError(f"{field}={value!r} {where}: must be true or false")
+        if self.num_heads % self.num_kv_heads != 0:
+            raise ModelError(
+                f"num_kv_heads={self.num_kv_heads} {where}: must divide num_heads={self.num_heads}"
+            )
+        if not isinstance(self.dtype, str) or self.dtype not in DTYPE_BYTES:
+            valid = ", ".join(sorted(DTYPE_BYTES))
+            raise ModelError(f"dtype={self.dtype!r} {where}: unknown dtype; valid: {valid}")
+        if not isinstance(self.norm, str) or self.norm not in NORM_VECTORS:
+            valid = ", ".join(sorted(NORM_VECTORS))
+            raise ModelError(f"norm={self.norm!r} {where}: unknown norm; valid: {valid}")
+        if self.learned_position_embeddings and mpe == 0:
+            raise ModelError(
+                f"max_position_embeddings=0 {where}: must be positive when "
+                "learned_position_embeddings is true"
+            )
+
+    # -- shapes ---------------------------------------------------------------------------
+
+    @property
+    def q_size(self) -> int:
+        """Width of the query projection: num_heads * head_dim."""
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        """Width of the key (and of the value) projection: num_kv_heads * head_dim."""
+        return self.num_kv_heads * self.head_dim
+
+    # -- parameter counts ----------------------------------------------------------------
+
+    def attention_params_per_layer(self) -> int:
+        """Wqkv and Wo weights, plus their biases where the model has them."""
+        d, qkv = self.hidden_size, self.q_size + 2 * self.kv_size
+        wqkv = d * qkv + (qkv if self.qkv_bias else 0)
+        wo = self.q_size * d + (d if self.mlp_bias else 0)
+        return wqkv + wo
+
+    def mlp_params_per_layer(self) -> int:
+        """gate/up/down (gated) or up/down (plain) weights, plus biases if mlp_bias."""
+        d, inner = self.hidden_size, self.intermediate_size
+        if self.gated_mlp:
+            return 3 * d * inner + ((2 * inner + d) if self.mlp_bias else 0)
+        return 2 * d * inner + ((inner + d) if self.mlp_bias else 0)
+
+    def norm_params_per_layer(self) -> int:
+        """Two norms per layer (before attention, before the MLP)."""
+        return 2 * self.final_norm_params()
+
+    def params_per_layer(self) -> int:
+        """All parameters of one transformer layer."""
+        return (
+            self.attention_params_per_layer()
+            + self.mlp_params_per_layer()
+            + self.norm_params_per_layer()
+        )
+
+    def embedding_params(self) -> int:
+        """Token embedding table, plus the learned position table where there is one."""
+        positions = self.max_position_embeddings if self.learned_position_embeddings else 0
+        return (self.vocab_size + positions) * self.hidden_size
+
+    def lm_head_params(self) -> int:
+        """Output projection [d, vocab]; 0 when it is tied to the token embeddings."""
+        return 0 if self.tied_embeddings else self.vocab_size * self.hidden_size
+
+    def final_norm_params(self) -> int:
+        """The norm after the last layer: d (rmsnorm) or 2d (layernorm)."""
+        return NORM_VECTORS[self.norm] * self.hidden_size
+
+    def num_params(self) -> int:
+        """Total parameter count of the model."""
+        return (
+            self.num_layers * self.params_per_layer()
+            + self.embedding_params()
+            + self.lm_head_params()
+            + self.final_norm_params()
+        )
+
+    def matmul_params(self) -> int:
+        """Weights that take part in a matmul for each token: every linear weight of every
+        layer and the lm_head (even when tied, the [d, vocab] product is still computed).
+        Biases, norms and the embedding lookup are excluded."""
+        d = self.hidden_size
+        attention = d * (self.q_size + 2 * self.kv_size) + self.q_size * d
+        mlp = (3 if self.gated_mlp else 2) * d * self.intermediate_size
+        return self.num_layers * (attention + mlp) + self.vocab_size * d
+
+    # -- bytes and FLOPs -----------------------------------------------------------------
+
+    def weight_bytes(self, dtype: str | None = None) -> int:
+        """Bytes of all weights stored in ``dtype`` (default: the model's own dtype)."""
+        bytes_per = DTYPE_BYTES[check_dtype(self.dtype if dtype is None else dtype)]
+        return round(self.num_params() * bytes_per)
+
+    def kv_bytes_per_token(self, dtype: str | None = None) -> int:
+        """K and V cache bytes for one token over all layers (whole model, unsharded)."""
+        bytes_per = DTYPE_BYTES[check_dtype(self.dtype if dtype is None else dtype)]
+        return round(2 * self.num_layers * self.kv_size * bytes_per)
+
+    def flops_per_token(self, context_len: int) -> float:
+        """Forward FLOPs for one token attending over ``context_len`` keys.
+
+        2 FLOP per multiply-add for every matmul weight (see ``matmul_params``), plus
+        attention scores and the weighted sum of values: 2 * q_size * context_len each,
+        per layer.
+        """
+        if not _is_int(context_len) or context_len < 0:
+            raise ModelError(f"context_len={context_len!r}: must be a non-negative integer")
+        attention = 4 * self.num_layers * self.q_size * context_len
+        return float(2 * self.matmul_params() + attention)
+
+    def with_dtype(self, dtype: str) -> ModelSpec:
+        """The same model with weights in ``dtype``."""
+        return dataclasses.replace(self, dtype=check_dtype(dtype))
