@@ -1,0 +1,234 @@
+"""Plots computed from the record list: the per-GPU Gantt chart.
+
+Figures are drawn on a bare ``matplotlib.figure.Figure``: no pyplot, no global backend
+switch, no figure registry to leak into; ``savefig`` renders PNG with Agg and SVG with the
+SVG backend. Files are written atomically; the same records give the same PNG/SVG bytes.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from matplotlib import rc_context
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+from matplotlib.transforms import blended_transform_factory
+
+from simulator.export import atomic_output
+from simulator.records import Record
+
+#: Bar colour per record kind (Okabe–Ito palette, colour-blind friendly).
+KIND_COLORS: dict[str, str] = {
+    "launch": "#999999",  # grey
+    "gemm": "#0072B2",  # blue
+    "attention": "#CC79A7",  # reddish purple
+    "elementwise": "#009E73",  # bluish green
+    "collective": "#E69F00",  # orange
+}
+OTHER_COLOR = "#D55E00"  # vermillion, for a kind not listed above
+
+#: Rows of one rank, top to bottom, with their y-axis labels.
+ROWS: tuple[tuple[str, str], ...] = (("cpu", "CPU"), ("compute", "compute"), ("comm", "comm"))
+
+MAX_DEFAULT_RANKS = 8  # draw every rank up to this many, else ranks 0, 1 and the last
+MAX_LAYER_LINES = 40  # draw layer boundaries only when fewer layers are visible
+DENSE_BARS_PER_ROW = 300  # above this many bars per row (on average), drop the bar edges
+FORMATS = {".png": "png", ".svg": "svg"}
+
+
+@dataclass(frozen=True)
+class GanttView:
+    """What a Gantt chart shows: which ranks, which time window (seconds), a title note."""
+
+    ranks: tuple[int, ...]
+    t0_s: float
+    t1_s: float
+    note: str  # "" or e.g. "showing 3 of 64 GPUs"
+
+
+def gantt_view(
+    records: Sequence[Record],
+    *,
+    ranks: Sequence[int] | None = None,
+    layers: tuple[int, int] | None = None,
+) -> GanttView:
+    """Choose ranks and time window as :func:`gantt` does (pure; raises ValueError)."""
+    all_ranks = sorted({r.rank for r in records})
+    if not all_ranks:
+        raise ValueError("gantt: no records to plot")
+    if ranks is None:
+        shown = (
+            all_ranks if len(all_ranks) <= MAX_DEFAULT_RANKS else [*all_ranks[:2], all_ranks[-1]]
+        )
+    else:
+        missing = sorted(set(ranks) - set(all_ranks))
+        if missing:
+            raise ValueError(f"gantt: ranks={list(ranks)} includes {missing}, not in the records")
+        shown = sorted(set(ranks))
+    if not shown:
+        raise ValueError("gantt: ranks=[] selects nothing")
+    shown_set = set(shown)
+    window = [r for r in records if r.rank in shown_set]
+    if layers is not None:
+        lo, hi = layers
+        window = [r for r in window if lo <= r.layer <= hi]
+        if not window:
+            raise ValueError(f"gantt: layers={layers} selects no records on ranks {shown}")
+        # The CPU may launch far ahead of the GPU; frame the layers' kernels, not launches.
+        window = [r for r in window if r.stream != "cpu"] or window
+    t0 = min(r.start_s for r in window)
+    t1 = max(r.end_s for r in window)
+    note = f"showing {len(shown)} of {len(all_ranks)} GPUs" if len(shown) < len(all_ranks) else ""
+    return GanttView(ranks=tuple(shown), t0_s=t0, t1_s=t1, note=note)
+
+
+def _time_unit(span_s: float) -> tuple[float, str]:
+    return (1e6, "µs") if span_s < 2e-3 else (1e3, "ms")
+
+
+def _layer_starts(records: Sequence[Record], rank: int, t0: float, t1: float) -> dict[int, float]:
+    """Earliest start of each layer's compute records on ``rank`` inside [t0, t1]."""
+    starts: dict[int, float] = {}
+    for r in records:
+        if r.rank == rank and r.stream == "compute" and r.start_s < starts.get(r.layer, 1e300):
+            starts[r.layer] = r.start_s
+    return {layer: t for layer, t in sorted(starts.items()) if t0 <= t <= t1}
+
+
+def gantt(
+    records: Sequence[Record],
+    path: str | Path,
+    *,
+    title: str = "",
+    ranks: Sequence[int] | None = None,
+    layers: tuple[int, int] | None = None,
+    critical: Collection[int] = (),
+    rank_labels: Mapping[int, str] | None = None,
+) -> None:
+    """Draw a per-GPU Gantt chart (CPU launch, compute and comm rows per rank) to PNG or SVG.
+
+    ``layers=(a, b)`` zooms the time axis to the compute/comm records of layers a..b
+    inclusive (their launches only when the layers have no GPU records);
+    ``ranks`` picks the ranks drawn (default: all up to 8, else 0, 1 and the last);
+    records whose id is in ``critical`` are outlined in black (on charts too dense for
+    outlines, underlined by a black rail instead). The file is written
+    atomically; the same input gives the same bytes.
+    """
+    _format(path)  # refuse a bad suffix before drawing
+    view = gantt_view(records, ranks=ranks, layers=layers)
+    labels = rank_labels or {}
+    crit = frozenset(critical)
+    t0, t1 = view.t0_s, view.t1_s
+    span = max(t1 - t0, 1e-12)
+    scale, unit = _time_unit(span)
+
+    # y position of each (rank, stream) row; a blank row separates rank groups.
+    group = len(ROWS) + 1
+    row_y = {
+        (rank, stream): g * group + j
+        for g, rank in enumerate(view.ranks)
+        for j, (stream, _) in enumerate(ROWS)
+    }
+    bars: dict[tuple[int, str], list[tuple[float, float]]] = defaultdict(list)
+    outlines: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    kinds_seen: set[str] = set()
+    for r in records:
+        row = row_y.get((r.rank, r.stream))
+        if row is None or r.end_s < t0 or r.start_s > t1:
+            continue
+        xy = (r.start_s * scale, max(r.end_s - r.start_s, 0.0) * scale)
+        bars[(row, KIND_COLORS.get(r.kind, OTHER_COLOR))].append(xy)
+        kinds_seen.add(r.kind)
+        if r.id in crit:
+            outlines[row].append(xy)
+
+    n_rows = len(view.ranks) * group - 1
+    fig = Figure(figsize=(14, 1.6 + 0.28 * n_rows), dpi=150)
+    ax = fig.add_subplot()
+    height = 0.8
+    # Thin white edges keep back-to-back bars of one colour apart, unless bars are so
+    # dense that the edges would wash them out.
+    dense = sum(map(len, bars.values())) > DENSE_BARS_PER_ROW * len(row_y)
+    edge = {"linewidth": 0} if dense else {"edgecolors": "white", "linewidth": 0.5}
+    for (y, color), xs in sorted(bars.items()):
+        ax.broken_barh(xs, (y - height / 2, height), facecolors=color, **edge)
+    for y, xs in sorted(outlines.items()):
+        if dense:  # outlines would paint the whole row black: mark a rail along the bar foot
+            ax.broken_barh(xs, (y + height / 2 - 0.15, 0.15), facecolors="black", linewidth=0)
+        else:
+            ax.broken_barh(
+                xs, (y - height / 2, height), facecolors="none", edgecolors="black", linewidth=1.0
+            )
+
+    ticks = sorted(row_y.items(), key=lambda kv: kv[1])
+    ax.set_yticks([y for _, y in ticks])
+    ax.set_yticklabels(
+        [
+            f"GPU {rank}{f' ({labels[rank]})' if rank in labels else ''} · {dict(ROWS)[stream]}"
+            for (rank, stream), _ in ticks
+        ],
+        fontsize=8,
+    )
+    for g in range(1, len(view.ranks)):
+        ax.axhline(g * group - 1, color="#cccccc", linewidth=0.8)
+    ax.set_ylim(n_rows - 0.4, -0.6)  # GPU 0 on top
+    pad = 0.01 * span * scale
+    ax.set_xlim(t0 * scale - pad, t1 * scale + pad)
+    ax.set_xlabel(f"time ({unit})")
+    ax.grid(axis="x", color="#eeeeee", linewidth=0.6)
+    ax.set_axisbelow(True)
+
+    boundaries = _layer_starts(records, 0 if 0 in view.ranks else view.ranks[0], t0, t1)
+    if 0 < len(boundaries) < MAX_LAYER_LINES:
+        top = blended_transform_factory(ax.transData, ax.transAxes)
+        for layer, t in boundaries.items():
+            ax.axvline(t * scale, color="#888888", linewidth=0.6, linestyle=":", zorder=0)
+            ax.text(
+                t * scale,
+                1.005,
+                "emb" if layer < 0 else f"L{layer}",
+                transform=top,
+                fontsize=7,
+                color="#555555",
+                ha="left",
+                va="bottom",
+            )
+
+    handles = [
+        Patch(facecolor=color, label=kind)
+        for kind, color in KIND_COLORS.items()
+        if kind in kinds_seen
+    ]
+    if kinds_seen - KIND_COLORS.keys():
+        handles.append(Patch(facecolor=OTHER_COLOR, label="other"))
+    if outlines:
+        handles.append(
+            Patch(facecolor="black" if dense else "none", edgecolor="black", label="critical path")
+        )
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8)
+    full_title = "; ".join(s for s in (title, view.note) if s)
+    if full_title:
+        ax.set_title(full_title, fontsize=10, pad=12)
+    fig.tight_layout()
+
+    save_figure(fig, path)
+
+
+def _format(path: str | Path) -> str:
+    fmt = FORMATS.get(Path(path).suffix.lower())
+    if fmt is None:
+        raise ValueError(f"plot path {str(path)!r}: must end in .png or .svg")
+    return fmt
+
+
+def save_figure(fig: Figure, path: str | Path) -> None:
+    """Write ``fig`` to ``path`` (.png or .svg) atomically, without volatile metadata, so
+    the same figure gives the same bytes; then clear it."""
+    fmt = _format(path)
+    with rc_context({"svg.hashsalt": "tpsim"}), atomic_output(path) as tmp:
+        metadata = {"Software": None} if fmt == "png" else {"Date": None}
+        fig.savefig(tmp, format=fmt, metadata=metadata)
+    fig.clear()

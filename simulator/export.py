@@ -1,0 +1,238 @@
+"""Export a record list: Chrome/Perfetto trace JSON, CSV, and atomic file writes.
+
+Pure functions over ``list[Record]``; the only I/O is in the ``write_*`` helpers, which
+write a temporary file beside the target and ``os.replace`` it, so a crash never leaves a
+partial file behind. No matplotlib here (plots live in ``experiments/``).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import secrets
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from simulator.records import Record
+
+#: Thread id of each stream inside a rank's process in the trace.
+STREAM_TIDS: dict[str, int] = {"cpu": 1, "compute": 2, "comm": 3}
+
+#: Thread names shown by Perfetto / chrome://tracing.
+STREAM_LABELS: dict[str, str] = {
+    "cpu": "CPU launch",
+    "compute": "compute stream",
+    "comm": "comm stream",
+}
+
+#: Column order of :func:`records_csv` (the Record fields, in declaration order).
+CSV_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Record))
+
+
+def _ns(t_s: float) -> int:
+    """Seconds -> integer nanoseconds (the trace's resolution)."""
+    return round(t_s * 1e9)
+
+
+def _us(t_ns: int) -> float:
+    """Integer nanoseconds -> microseconds; the shortest repr has at most 3 decimals."""
+    return t_ns / 1000
+
+
+def _pid(rank: int) -> int:
+    return rank + 1
+
+
+def _tid(record: Record) -> int:
+    try:
+        return STREAM_TIDS[record.stream]
+    except KeyError:
+        raise ValueError(
+            f"record {record.id}: stream={record.stream!r} is not one of {sorted(STREAM_TIDS)}"
+        ) from None
+
+
+def _metadata(records: Sequence[Record], rank_labels: Mapping[int, str]) -> list[dict[str, Any]]:
+    """process_name/sort_index per rank, thread_name/sort_index per (rank, stream) used."""
+    used: dict[int, set[int]] = {}
+    for r in records:
+        used.setdefault(r.rank, set()).add(_tid(r))
+    tid_names = {tid: STREAM_LABELS[s] for s, tid in STREAM_TIDS.items()}
+    events: list[dict[str, Any]] = []
+    for rank in sorted(used):
+        pid = _pid(rank)
+        name = f"GPU {rank}"
+        if rank in rank_labels:
+            name += f" ({rank_labels[rank]})"
+        meta = [
+            (0, "process_name", {"name": name}),
+            (0, "process_sort_index", {"sort_index": rank}),
+        ]
+        for tid in sorted(used[rank]):
+            meta.append((tid, "thread_name", {"name": tid_names[tid]}))
+            meta.append((tid, "thread_sort_index", {"sort_index": tid}))
+        events += [
+            {"ph": "M", "name": key, "pid": pid, "tid": tid, "ts": 0, "args": args}
+            for tid, key, args in meta
+        ]
+    return events
+
+
+def _first_by_op(records: Sequence[Record]) -> dict[tuple[int, int], dict[str, Record]]:
+    """Earliest non-launch record of each (rank, op), per stream."""
+    first: dict[tuple[int, int], dict[str, Record]] = {}
+    for r in records:
+        if r.kind == "launch":
+            continue
+        per_stream = first.setdefault((r.rank, r.op), {})
+        best = per_stream.get(r.stream)
+        if best is None or (r.start_s, r.id) < (best.start_s, best.id):
+            per_stream[r.stream] = r
+    return first
+
+
+def _flows(records: Sequence[Record]) -> list[dict[str, Any]]:
+    """One s/f flow pair from each launch to the first record of its op on another stream.
+
+    The flow ends sit at the middle of their slices so Perfetto binds each end to the
+    intended slice even when slices on a thread touch end to start.
+    """
+    first = _first_by_op(records)
+    events: list[dict[str, Any]] = []
+    for launch in sorted((r for r in records if r.kind == "launch"), key=lambda r: r.id):
+        per_stream = first.get((launch.rank, launch.op), {})
+        targets = [k for stream, k in per_stream.items() if stream != launch.stream]
+        if not targets:
+            continue  # both ends or neither
+        kernel = min(targets, key=lambda k: (k.start_s, k.id))
+        for ph, r in (("s", launch), ("f", kernel)):
+            start, end = _ns(r.start_s), _ns(r.end_s)
+            event: dict[str, Any] = {
+                "ph": ph,
+                "name": "launch",
+                "cat": "launch",
+                "id": launch.id,
+                "pid": _pid(r.rank),
+                "tid": _tid(r),
+                "ts": _us(start + max(0, end - start) // 2),
+            }
+            if ph == "f":
+                event["bp"] = "e"
+            events.append(event)
+    return events
+
+
+def _slice(record: Record, critical: frozenset[int] | None) -> tuple[tuple[Any, ...], dict]:
+    start, end = _ns(record.start_s), _ns(record.end_s)
+    dur = max(0, end - start)  # both ends rounded first: neighbours on a thread never overlap
+    args: dict[str, Any] = {
+        "id": record.id,
+        "kind": record.kind,
+        "category": record.category,
+        "layer": record.layer,
+        "site": record.site,
+        "op": record.op,
+        "flops": record.flops,
+        "bytes": record.bytes,
+        "cause": record.cause,
+        "detail": record.detail,
+    }
+    if critical is not None:
+        args["on_critical_path"] = record.id in critical
+    pid, tid = _pid(record.rank), _tid(record)
+    event = {
+        "ph": "X",
+        "name": record.name,
+        "cat": record.kind,
+        "pid": pid,
+        "tid": tid,
+        "ts": _us(start),
+        "dur": _us(dur),
+        "args": args,
+    }
+    return (pid, tid, start, -dur, record.id), event
+
+
+def chrome_trace(
+    records: Sequence[Record],
+    *,
+    title: str,
+    rank_labels: Mapping[int, str] | None = None,
+    critical: Collection[int] = (),
+) -> dict[str, Any]:
+    """Chrome trace (JSON object format) of ``records``, as Perfetto and chrome://tracing read it.
+
+    One process per rank (pid = rank + 1, named "GPU r" plus the label if given), one thread
+    per stream (cpu = 1, compute = 2, comm = 3). Each record becomes a complete ("X") event
+    with ts and dur in microseconds at nanosecond resolution; every launch gets a flow arrow
+    to the first record of its op on another stream. ``args.on_critical_path`` is present
+    only when ``critical`` is non-empty. Event order is fixed, so equal inputs give equal JSON.
+    """
+    crit = frozenset(critical) if critical else None
+    slices = sorted((_slice(r, crit) for r in records), key=lambda kv: kv[0])
+    return {
+        "traceEvents": [
+            *_metadata(records, rank_labels or {}),
+            *(event for _, event in slices),
+            *_flows(records),
+        ],
+        "displayTimeUnit": "ns",
+        "otherData": {"title": title},
+    }
+
+
+def records_csv(records: Sequence[Record]) -> str:
+    """CSV text: a header of the Record field names, then one row per record.
+
+    Floats are written with ``repr`` so ``float(cell)`` gives back the exact value.
+    """
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(CSV_FIELDS)
+    for r in records:
+        writer.writerow(
+            [repr(v) if isinstance(v, float) else v for v in (getattr(r, f) for f in CSV_FIELDS)]
+        )
+    return buf.getvalue()
+
+
+@contextmanager
+def atomic_output(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary path beside ``path`` (same suffix); on success, move it onto ``path``.
+
+    On any exception the temporary file is removed and ``path`` is left untouched.
+    """
+    target = Path(path)
+    tmp = target.with_name(f".{target.stem}.{secrets.token_hex(6)}.tmp{target.suffix}")
+    try:
+        yield tmp
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically."""
+    with atomic_output(path) as tmp:
+        # O_EXCL: never follow or clobber something already at the temporary name;
+        # mode 0o666 is narrowed by the umask like any ordinary file.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        with open(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def write_json(path: str | Path, obj: object, *, indent: int | None = None) -> None:
+    """Write ``obj`` as JSON (compact unless ``indent``) plus a newline, atomically.
+
+    NaN and infinities are rejected (ValueError): they are not JSON.
+    """
+    separators = (",", ":") if indent is None else (",", ": ")
+    text = json.dumps(obj, indent=indent, separators=separators, allow_nan=False)
+    write_text(path, text + "\n")
