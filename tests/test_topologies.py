@@ -1,0 +1,465 @@
+"""Tests of topologies/: builders, files, routing, ring order. Numbers derivable by hand."""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+from pathlib import Path
+
+import networkx as nx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from topologies import (
+    DESCRIPTIONS,
+    GPUS,
+    TOPOLOGIES,
+    Routes,
+    TopologyError,
+    build,
+    get_gpu,
+    get_topology,
+    join_hosts,
+    load_topology,
+    ring_order,
+    save_topology,
+    validate,
+)
+from topologies.gpus import gpu_from_dict
+
+DATA = Path(__file__).parent / "data" / "topologies"
+
+
+def kinds_on_path(g: nx.DiGraph, routes: Routes, a: int, b: int) -> list[str]:
+    path = routes.path(a, b)
+    nodes = [path[0][0]] + [v for _, v in path]
+    return [g.nodes[n]["kind"] for n in nodes]
+
+
+# --- GPU catalog ---------------------------------------------------------------------------
+
+
+def test_gpu_catalog_figures():
+    assert set(GPUS) == {
+        "a100-sxm-80gb", "h100-sxm", "h100-pcie", "h200-sxm", "b200", "l40s", "rtx-4090", "mi300x"
+    }  # fmt: skip
+    a100 = get_gpu("A100-SXM-80GB")
+    assert a100.bf16_flops == 312e12 and a100.fp8_flops is None
+    assert a100.hbm_efficiency == pytest.approx(1.68 / 2.0)  # midpoint of 1.61-1.75
+    assert a100.matmul_efficiency == pytest.approx(271.2 / 312)
+    assert GPUS["h100-sxm"].hbm_efficiency == pytest.approx(3.04 / 3.35)
+    assert GPUS["h200-sxm"].hbm_efficiency == pytest.approx(4.24 / 4.8)
+    assert GPUS["h100-pcie"].bf16_flops == 756e12 and GPUS["h100-pcie"].sm_count == 114
+    assert GPUS["l40s"].matmul_efficiency == 0.75 and GPUS["l40s"].hbm_efficiency == 0.85
+    assert GPUS["mi300x"].matmul_efficiency == pytest.approx(668.4 / 1307)
+    assert all(s.kernel_overhead_s == 2e-6 for s in GPUS.values())
+    assert all(s.hbm_bytes == int(s.hbm_bytes) for s in GPUS.values())
+
+
+def test_unknown_gpu_lists_catalog():
+    with pytest.raises(TopologyError, match=r"h100-sxm.*mi300x") as e:
+        get_gpu("h100")
+    assert "\n" not in str(e.value)
+
+
+def test_gpu_from_dict_defaults_and_errors():
+    spec = gpu_from_dict({"bf16_tflops": 100, "hbm_TBps": 1.5, "hbm_GB": 16}, "gpus.x in f.yaml")
+    assert (spec.name, spec.bf16_flops, spec.hbm_Bps, spec.hbm_bytes) == ("x", 100e12, 1.5e12, 16e9)
+    assert (spec.fp8_flops, spec.scaleup_Bps, spec.scaleup_kind) == (None, 0.0, "none")
+    assert (spec.matmul_efficiency, spec.hbm_efficiency, spec.kernel_overhead_s) == (
+        0.75,
+        0.85,
+        2e-6,
+    )
+    with pytest.raises(TopologyError, match=r"^gpus\.x\.hbm_GB in f\.yaml: missing field$"):
+        gpu_from_dict({"bf16_tflops": 100, "hbm_TBps": 1.5}, "gpus.x in f.yaml")
+    with pytest.raises(TopologyError, match=r"gpus\.x\.sm_count=True in f\.yaml"):
+        gpu_from_dict(
+            {"bf16_tflops": 1, "hbm_TBps": 1, "hbm_GB": 1, "sm_count": True}, "gpus.x in f.yaml"
+        )
+
+
+# --- builders ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(TOPOLOGIES))
+def test_builders_validate_with_dense_ranks(name):
+    g = build(name)
+    validate(g, name)
+    assert name in DESCRIPTIONS and "\n" not in DESCRIPTIONS[name]
+    gpus = {n: d for n, d in g.nodes(data=True) if d["kind"] == "gpu"}
+    assert len(gpus) == 8 == g.graph["gpus_per_host"] and g.graph["hosts"] == 1
+    assert {n: d["rank"] for n, d in gpus.items()} == {f"gpu{i}": i for i in range(8)}
+    assert g.graph["nvls"] == (name in ("dgx-h100", "hgx-h200", "dgx-b200"))
+    for *_, d in g.edges(data=True):
+        assert d["bandwidth_Bps"] > 0 and 0 < d["latency_s"] < 5e-6
+
+
+@pytest.mark.parametrize(
+    ("name", "bw"),
+    [("dgx-a100", 300e9), ("dgx-h100", 450e9), ("hgx-h200", 450e9), ("dgx-b200", 900e9)],
+)
+def test_nvswitch_routes(name, bw):
+    routes = Routes(build(name))
+    assert routes.num_ranks == 8
+    assert routes.path(0, 5) == (("gpu0", "nvswitch"), ("nvswitch", "gpu5"))
+    assert routes.bandwidth_Bps(0, 5) == bw
+    assert routes.latency_s(0, 5) == pytest.approx(2 * 0.35e-6)  # two NVLink traversals
+    assert routes.link_kinds(0, 5) == ("nvlink", "nvlink")
+    assert routes.path(3, 3) == () and routes.bandwidth_Bps(3, 3) == float("inf")
+
+
+def test_rtx4090_every_copy_bounces_through_a_cpu():
+    g = build("pcie-rtx4090")
+    routes = Routes(g)
+    for a, b in itertools.permutations(range(8), 2):
+        kinds = kinds_on_path(g, routes, a, b)
+        assert "cpu" in kinds, (a, b)
+        assert routes.bandwidth_Bps(a, b) == 31.5e9
+    # same switch: up to the CPU and back down; PCIe 4 hops x 0.5 µs
+    assert routes.path(0, 1) == (
+        ("gpu0", "psw0.up"), ("psw0.up", "cpu0"), ("cpu0", "psw0.down"), ("psw0.down", "gpu1")
+    )  # fmt: skip
+    assert routes.latency_s(0, 1) == pytest.approx(2e-6)
+
+
+def test_l40s_p2p_through_the_switch_and_upi_across_sockets():
+    g = build("pcie-l40s")
+    routes = Routes(g)
+    for a in range(0, 8, 2):  # GPUs 2k and 2k+1 share PCIe switch k
+        assert routes.path(a, a + 1) == (
+            (f"gpu{a}", f"psw{a // 2}"),
+            (f"psw{a // 2}", f"gpu{a + 1}"),
+        )
+        assert routes.latency_s(a, a + 1) == pytest.approx(1e-6)
+    for a, b in itertools.product(range(4), range(4, 8)):  # sockets: GPUs 0-3 and 4-7
+        assert "upi" in routes.link_kinds(a, b) and "upi" in routes.link_kinds(b, a)
+    assert routes.link_kinds(0, 2) == ("pcie",) * 4  # same socket, other switch
+    assert routes.bandwidth_Bps(0, 7) == 31.5e9  # PCIe gen4 x16 below UPI's 67.2 GB/s
+
+
+def test_mi300x_full_mesh():
+    routes = Routes(build("mi300x"))
+    for a, b in itertools.permutations(range(8), 2):
+        assert routes.path(a, b) == ((f"gpu{a}", f"gpu{b}"),)
+        assert routes.bandwidth_Bps(a, b) == 64e9 and routes.link_kinds(a, b) == ("xgmi",)
+
+
+def test_two_hosts_dgx_h100():
+    g = build("dgx-h100", nodes=2)
+    validate(g, "dgx-h100x2")
+    routes = Routes(g)
+    assert routes.num_ranks == 16 and (g.graph["hosts"], g.graph["gpus_per_host"]) == (2, 8)
+    assert [routes.node(r) for r in (0, 7, 8, 15)] == ["n0.gpu0", "n0.gpu7", "n1.gpu0", "n1.gpu7"]
+    assert [routes.host(r) for r in (7, 8)] == [0, 1]
+    assert routes.bandwidth_Bps(0, 9) == 50e9  # NDR 400 Gb/s
+    assert any("ib_switch" in e for e in routes.path(0, 9))
+    assert set(routes.link_kinds(0, 9)) == {"pcie", "infiniband"}
+    assert routes.latency_s(0, 8) == pytest.approx((0.5 + 0.6 + 0.6 + 0.5) * 1e-6)
+    assert routes.bandwidth_Bps(1, 6) == 450e9  # in-host stays on NVLink
+
+
+def test_join_hosts_nic_speeds_and_limits():
+    assert Routes(build("dgx-a100", 2)).bandwidth_Bps(0, 8) == 25e9  # HDR
+    assert Routes(build("mi300x", 2)).bandwidth_Bps(0, 8) == 50e9  # NDR
+    g = build("dgx-h100")
+    assert join_hosts(g, 1) is g
+    for bad in (0, 1025, True, 2.0):
+        with pytest.raises(TopologyError, match="nodes="):
+            join_hosts(g, bad)
+    with pytest.raises(TopologyError, match="one-host"):
+        join_hosts(build("dgx-h100", 2), 2)
+
+
+def test_unknown_topology_name():
+    with pytest.raises(TopologyError, match=r"did you mean 'dgx-h100'.*known: dgx-a100") as e:
+        build("dgx-h10")
+    assert "\n" not in str(e.value)
+    with pytest.raises(TopologyError, match="neither a catalog name"):
+        get_topology("nonesuch")
+
+
+def test_1024_gpus_build_validate_ring():
+    g = build("dgx-h100", 128)
+    validate(g, "big")
+    routes = Routes(g)
+    order = ring_order(routes, range(1024))
+    assert order == list(range(1024))  # all in-host pairs equal: lexicographic order wins
+    assert routes.bandwidth_Bps(1023, 0) == 50e9
+
+
+def test_topologies_imports_no_simulator():
+    code = (
+        "import sys, topologies; "
+        "print([m for m in sys.modules if m.split('.')[0] in ('simpy', 'simulator', 'models')])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+# --- ring order ----------------------------------------------------------------------------
+
+
+def test_ring_order_prefers_fat_ring():
+    g = load_topology(DATA / "fat_ring.yaml")
+    routes = Routes(g)
+    assert routes.path(0, 1) == (("gpu0", "gpu2"), ("gpu2", "gpu1"))  # 400 via gpu2 beats 25
+    assert ring_order(routes, [3, 2, 1, 0]) == [0, 2, 1, 3]
+
+
+def test_ring_order_keeps_hosts_contiguous():
+    routes = Routes(build("pcie-l40s", 2))
+    order = ring_order(routes, [9, 0, 12, 3, 8, 5, 15])
+    assert order[0] == 0 and sorted(order) == [0, 3, 5, 8, 9, 12, 15]
+    assert [routes.host(r) for r in order] == [0, 0, 0, 1, 1, 1, 1]
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.sets(st.integers(0, 15), min_size=1))
+def test_ring_order_is_a_host_contiguous_permutation(ranks):
+    routes = ROUTES_2X_H100
+    order = ring_order(routes, sorted(ranks, reverse=True))
+    assert sorted(order) == sorted(ranks) and order[0] == min(ranks)
+    hosts = [routes.host(r) for r in order]
+    assert hosts == sorted(hosts)
+
+
+ROUTES_2X_H100 = Routes(build("dgx-h100", 2))
+
+
+def test_ring_order_bad_input():
+    routes = Routes(build("dgx-h100"))
+    for bad in ([], [0, 0], [8]):
+        with pytest.raises(TopologyError):
+            ring_order(routes, bad)
+
+
+# --- topology files ------------------------------------------------------------------------
+
+
+def test_load_yaml_pair():
+    g = load_topology(DATA / "pair.yaml")
+    assert (g.graph["name"], g.graph["nvls"], g.graph["hosts"], g.graph["gpus_per_host"]) == (
+        "two-gpus", False, 1, 2
+    )  # fmt: skip
+    assert g.nodes["gpu1"]["gpu"] is GPUS["h100-sxm"] and g.nodes["gpu1"]["rank"] == 1
+    assert g.edges["gpu1", "gpu0"] == {
+        "bandwidth_Bps": 300e9,
+        "latency_s": 0.5e-6,
+        "link": "nvlink",
+    }
+
+
+def test_load_json_ring():
+    g = load_topology(str(DATA / "ring4.json"))
+    routes = Routes(g)
+    assert g.number_of_edges() == 8
+    assert routes.bandwidth_Bps(0, 2) == 100e9
+    assert routes.latency_s(0, 2) == pytest.approx(4e-6)  # two hops of 2 µs
+    assert routes.path(0, 2) == (("gpu0", "gpu1"), ("gpu1", "gpu2"))  # tie: lexicographic
+    assert ring_order(routes, range(4)) == [0, 1, 2, 3]
+
+
+def test_custom_gpu_in_file():
+    spec = load_topology(DATA / "fat_ring.yaml").nodes["gpu0"]["gpu"]
+    assert (spec.name, spec.bf16_flops, spec.hbm_bytes, spec.matmul_efficiency) == (
+        "x",
+        100e12,
+        16e9,
+        0.75,
+    )
+
+
+def _same(a: nx.DiGraph, b: nx.DiGraph) -> None:
+    assert a.graph == b.graph
+    assert list(a.nodes(data=True)) == list(b.nodes(data=True))
+    assert sorted(a.edges(data=True)) == sorted(b.edges(data=True))
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".json"])
+@pytest.mark.parametrize(
+    "source", ["dgx-h100", "pcie-rtx4090", "mi300x", "dgx-a100x2", "fat_ring.yaml", "pair.yaml"]
+)
+def test_save_load_round_trip(tmp_path, source, suffix):
+    if source.endswith(".yaml"):
+        g = load_topology(DATA / source)
+    elif source == "dgx-a100x2":
+        g = build("dgx-a100", 2)
+    else:
+        g = build(source)
+    path = tmp_path / f"saved{suffix}"
+    save_topology(g, path)
+    _same(g, load_topology(path))
+
+
+def test_get_topology_names_and_files(tmp_path):
+    assert get_topology("DGX-H100").graph["name"] == "dgx-h100"
+    assert Routes(get_topology("dgx-h100", nodes=2)).num_ranks == 16
+    g = get_topology(str(DATA / "pair.yaml"), nodes=3)
+    routes = Routes(g)
+    assert routes.num_ranks == 6 and routes.bandwidth_Bps(1, 2) == 50e9  # H100 hosts get NDR NICs
+
+
+HEAD = "name: t\ngpus: {g: h100-sxm}\n"
+TWO = "nodes:\n  - {id: gpu0, kind: gpu, type: g}\n  - {id: gpu1, kind: gpu, type: g}\n"
+
+
+def _link(**kw: object) -> str:
+    fields = {"src": "gpu0", "dst": "gpu1", "bandwidth_GBps": 100, "latency_us": 1, "duplex": True}
+    fields.update(kw)
+    body = ", ".join(f"{k}: {v}" for k, v in fields.items() if v is not None)
+    return "links:\n  - {" + body + "}\n"
+
+
+GOOD = HEAD + TWO + _link()
+
+
+def _sub(old: str, new: str) -> str:
+    assert old in GOOD
+    return GOOD.replace(old, new, 1)
+
+
+def _spec(body: str) -> str:
+    return "name: t\ngpus: {g: {" + body + "}}\n" + TWO + _link()
+
+
+G0, G1 = "gpu0, kind: gpu, type: g", "gpu1, kind: gpu, type: g"
+JSON_TWO = (
+    '{"name": "t", "gpus": {"g": "h100-sxm"}, "nodes": [{"id": "g0", "kind": "gpu", "type": "g"}, '
+    '{"id": "g1", "kind": "gpu", "type": "g"}], "links": ['
+)
+# (case id, file name, text, substring the one-line message must contain)
+BAD = [
+    ("yaml-syntax", "t.yaml", HEAD + "nodes: [\n  {id: gpu0\n", "YAML syntax error in"),
+    ("json-syntax", "t.json", '{"name": "t",\n "nodes": [}', "line 2"),
+    (
+        "top-level-list",
+        "t.yaml",
+        "- a\n- b\n",
+        "top level in t.yaml: must be a mapping with name, nodes, links; got a list",
+    ),
+    ("empty-file", "t.yaml", "", "got an empty document"),
+    ("unknown-top", "t.yaml", GOOD + "nodez: []\n", "nodez in t.yaml: unknown field (did you mean"),
+    ("missing-links", "t.yaml", HEAD + TWO, "links in t.yaml: missing field"),
+    ("node-field-typo", "t.yaml", _sub("{id: gpu1, kind", "{id: gpu1, kindd"), "nodes[1].kindd"),
+    ("link-field-typo", "t.yaml", HEAD + TWO + _link(latency_us=None, latency_s=1), "latency_us"),
+    ("bw-string", "t.yaml", HEAD + TWO + _link(bandwidth_GBps="fast"), "bandwidth_GBps='fast'"),
+    ("bw-bool", "t.yaml", HEAD + TWO + _link(bandwidth_GBps="true"), "bandwidth_GBps=True"),
+    ("bw-negative", "t.yaml", HEAD + TWO + _link(bandwidth_GBps=-5), "bandwidth_GBps=-5 in t.yaml"),
+    ("bw-zero", "t.yaml", HEAD + TWO + _link(bandwidth_GBps=0), "links[0].bandwidth_GBps=0"),
+    ("bw-nan", "t.yaml", HEAD + TWO + _link(bandwidth_GBps=".nan"), "links[0].bandwidth_GBps=nan"),
+    ("bw-inf", "t.yaml", HEAD + TWO + _link(bandwidth_GBps=".inf"), "links[0].bandwidth_GBps=inf"),
+    ("bw-huge", "t.yaml", HEAD + TWO + _link(bandwidth_GBps="2.0e+6"), "implausibly large"),
+    ("lat-negative", "t.yaml", HEAD + TWO + _link(latency_us=-1), "links[0].latency_us=-1"),
+    ("lat-huge", "t.yaml", HEAD + TWO + _link(latency_us=10**7), "links[0].latency_us=10000000"),
+    ("duplex-int", "t.yaml", HEAD + TWO + _link(duplex=1), "links[0].duplex=1"),
+    ("link-kind", "t.yaml", HEAD + TWO + _link(link="nvlinkk"), "links[0].link='nvlinkk'"),
+    ("self-loop", "t.yaml", HEAD + TWO + _link(dst="gpu0"), "links[0].dst='gpu0'"),
+    ("unknown-node", "t.yaml", HEAD + TWO + _link(dst="gpu9"), "links[0].dst='gpu9'"),
+    (
+        "dup-link",
+        "t.yaml",
+        GOOD + "  - {src: gpu1, dst: gpu0, bandwidth_GBps: 1, latency_us: 1}\n",
+        "links[1]",
+    ),
+    ("dup-id", "t.yaml", _sub("id: gpu1", "id: gpu0"), "nodes[1].id='gpu0'"),
+    ("unknown-kind", "t.yaml", _sub("kind: gpu", "kind: gpuu"), "nodes[0].kind='gpuu'"),
+    ("gpu-no-type", "t.yaml", _sub(G0, "gpu0, kind: gpu"), "nodes[0].type"),
+    ("unknown-type", "t.yaml", _sub(G0, "gpu0, kind: gpu, type: h100"), "nodes[0].type='h100'"),
+    ("no-gpus", "t.yaml", HEAD + "nodes: [{id: sw, kind: switch}]\nlinks: []\n", "no GPU nodes"),
+    ("unreachable", "t.yaml", HEAD + TWO + _link(duplex=None), "gpu1 cannot reach gpu0 in t.yaml"),
+    ("mixed-ranks", "t.yaml", _sub(G0, G0 + ", rank: 0"), "nodes[1].rank"),
+    ("dup-ranks", "t.yaml", GOOD.replace("type: g}", "type: g, rank: 1}"), "nodes[1].rank=1"),
+    ("uneven-hosts", "t.yaml", _sub(G1, G1 + ", host: 2"), "nodes[1].host=2"),
+    ("spec-typo", "t.yaml", _spec("bf16_tflop: 1, hbm_TBps: 1, hbm_GB: 1"), "gpus.g.bf16_tflop in"),
+    ("spec-negative", "t.yaml", _spec("bf16_tflops: 1, hbm_TBps: -1, hbm_GB: 1"), "hbm_TBps=-1"),
+    (
+        "spec-kind",
+        "t.yaml",
+        _spec("bf16_tflops: 1, hbm_TBps: 1, hbm_GB: 1, scaleup_kind: x"),
+        "kind='x'",
+    ),
+    ("unknown-gpu-name", "t.yaml", _sub("{g: h100-sxm}", "{g: h100-sxn}"), "gpus.g='h100-sxn'"),
+    ("nvls-string", "t.yaml", GOOD + "nvls: 'yes'\n", "nvls='yes'"),
+    ("name-number", "t.yaml", _sub("name: t", "name: 5"), "name=5"),
+    ("dup-key", "t.yaml", GOOD + "name: u\n", "duplicate key at line"),
+    ("json-dup-key", "t.json", '{"name": "a", "name": "b"}', "key 'name'"),
+    (
+        "json-nan",
+        "t.json",
+        JSON_TWO + '{"src": "g0", "dst": "g1", "bandwidth_GBps": NaN, "latency_us": 1}]}',
+        "links[0].bandwidth_GBps=nan in t.json",
+    ),
+    ("json-links-dict", "t.json", JSON_TWO[:-1] + "{}}", "links={} in t.json: must be a list"),
+    ("deep-yaml", "t.yaml", "name: " + "[" * 60 + "]" * 60 + "\n", "nested deeper than 50"),
+    ("deep-json", "t.json", "[" * 60 + "]" * 60, "nested deeper than 50"),
+]
+
+
+@pytest.mark.parametrize(("fname", "text", "needle"), [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+def test_bad_files(tmp_path, monkeypatch, fname, text, needle):
+    monkeypatch.chdir(tmp_path)  # messages name the file as given: "t.yaml"
+    Path(fname).write_text(text, encoding="utf-8")
+    with pytest.raises(TopologyError) as e:
+        load_topology(fname)
+    message = str(e.value)
+    assert "\n" not in message and needle in message, message
+    assert fname in message
+
+
+def test_good_corpus_template_loads(tmp_path):
+    path = tmp_path / "t.yaml"
+    path.write_text(GOOD, encoding="utf-8")
+    assert Routes(load_topology(path)).bandwidth_Bps(0, 1) == 100e9
+
+
+def test_unreadable_files(tmp_path):
+    with pytest.raises(TopologyError, match=r"^file in .*missing\.yaml: cannot read"):
+        load_topology(tmp_path / "missing.yaml")
+    (tmp_path / "latin1.yaml").write_bytes(b"name: caf\xe9\n")
+    with pytest.raises(TopologyError, match="not UTF-8"):
+        load_topology(tmp_path / "latin1.yaml")
+    big = tmp_path / "big.yaml"
+    big.write_bytes(b"#" * (10 * 10**6 + 1))
+    with pytest.raises(TopologyError, match="larger than 10000000 bytes"):
+        load_topology(big)
+    with pytest.raises(TopologyError, match="cannot read"):
+        load_topology(tmp_path)  # a directory
+
+
+def _star(n: int) -> nx.DiGraph:
+    """n H100s on one switch node, built by hand (as a user of the conventions would)."""
+    g = nx.DiGraph(name=f"star{n}", nvls=False, hosts=1, gpus_per_host=n)
+    g.add_node("sw", kind="nvswitch", host=0)
+    for i in range(n):
+        g.add_node(f"gpu{i}", kind="gpu", gpu=GPUS["h100-sxm"], rank=i, host=0)
+        for a, b in ((f"gpu{i}", "sw"), ("sw", f"gpu{i}")):
+            g.add_edge(a, b, bandwidth_Bps=100e9, latency_s=1e-6, link="nvlink")
+    return g
+
+
+def test_ring_order_greedy_beyond_eight_per_host():
+    g = _star(12)
+    validate(g, "star12")
+    assert ring_order(Routes(g), range(11, -1, -1)) == list(range(12))
+
+
+@pytest.mark.parametrize(
+    ("breakage", "needle"),
+    [
+        (lambda g: g.nodes["gpu1"].pop("rank"), "nodes['gpu1'].rank"),
+        (lambda g: g.nodes["gpu1"].update(gpu="h100-sxm"), "nodes['gpu1'].gpu='h100-sxm'"),
+        (lambda g: g.edges["sw", "gpu0"].update(bandwidth_Bps=0.0), "edges['sw' -> 'gpu0']"),
+        (lambda g: g.edges["sw", "gpu0"].update(link="ethernet"), "link='ethernet'"),
+        (lambda g: g.graph.update(gpus_per_host=3), "graph.gpus_per_host=3"),
+        (lambda g: g.remove_edge("sw", "gpu2"), "gpu0 cannot reach gpu2 in star"),
+    ],
+)
+def test_validate_rejects_broken_graphs(breakage, needle):
+    g = _star(4)
+    breakage(g)
+    with pytest.raises(TopologyError) as e:
+        validate(g, "star")
+    assert needle in str(e.value) and "\n" not in str(e.value), str(e.value)

@@ -1,0 +1,27 @@
+"""Hardware topologies for tpsim: GPU catalog, graph builders, topology files, routing.
+
+Pure data and pure functions; never imports simpy, simulator or models.
+"""
+
+from topologies.builders import DESCRIPTIONS, TOPOLOGIES, build, join_hosts
+from topologies.errors import TopologyError
+from topologies.gpus import GPUS, GPUSpec, get_gpu
+from topologies.io import get_topology, load_topology, save_topology, validate
+from topologies.routing import Routes, ring_order
+
+__all__ = [
+    "DESCRIPTIONS",
+    "GPUS",
+    "TOPOLOGIES",
+    "GPUSpec",
+    "Routes",
+    "TopologyError",
+    "build",
+    "get_gpu",
+    "get_topology",
+    "join_hosts",
+    "load_topology",
+    "ring_order",
+    "save_topology",
+    "validate",
+]

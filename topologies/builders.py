@@ -1,0 +1,321 @@
+"""Catalog topologies: one-host builders and the multi-host join.
+
+Graph conventions (every builder and the file loader produce exactly this), nx.DiGraph:
+  graph attrs: name, nvls (in-switch reduction), hosts, gpus_per_host
+  node attrs:  kind in NODE_KINDS, host; gpu nodes also gpu (GPUSpec) and rank (host-major)
+  edge attrs:  bandwidth_Bps (per direction), latency_s, link in LINK_KINDS
+Edges carry raw hardware figures; the simulator applies achievable-fraction efficiencies.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import networkx as nx
+
+from topologies.errors import TopologyError, did_you_mean, show
+from topologies.gpus import GPUSpec, get_gpu
+
+__all__ = [
+    "DESCRIPTIONS",
+    "LINK_KINDS",
+    "NODE_KINDS",
+    "TOPOLOGIES",
+    "build",
+    "join_hosts",
+    "nic_bandwidth_Bps",
+    "pcie_bandwidth_Bps",
+    "validate",
+]
+
+NODE_KINDS = ("gpu", "nvswitch", "switch", "pcie_switch", "cpu", "nic")
+LINK_KINDS = ("nvlink", "xgmi", "pcie", "upi", "infiniband")
+MAX_NODES = 1024
+
+# --- bandwidths, bytes/s per direction (raw, before protocol efficiency) -------------
+# PCIe x16 per direction after 128b/130b encoding: gen3 15.75, gen4 31.5, gen5 63 GB/s.
+_PCIE_X16_BPS = {3: 15.75e9, 4: 31.5e9, 5: 63e9, 6: 126e9}
+# Inter-socket link: 3 UPI links at 11.2 GT/s (Xeon Ice Lake-SP, the PCIe gen4 generation
+# the L40S / RTX 4090 boxes use), 22.4 GB/s per direction each -> 67.2 GB/s.
+UPI_BPS = 3 * 22.4e9
+# MI300X: one xGMI (Infinity Fabric) link per peer, 64 GB/s per direction (gpus.csv).
+XGMI_PEER_BPS = 64e9
+# InfiniBand per NIC: HDR 200 Gb/s = 25 GB/s, NDR 400 Gb/s = 50 GB/s.
+IB_HDR_BPS = 25e9
+IB_NDR_BPS = 50e9
+
+# --- one-way latencies, seconds (plausible published magnitudes, not fitted) ----------
+# GPU <-> NVSwitch, one traversal of an NVLink port (SerDes + switch pipeline): ~0.35 µs,
+# so GPU -> NVSwitch -> GPU is ~0.7 µs, the order of a measured NVLink P2P write.
+NVLINK_HOP_S = 0.35e-6
+# Direct xGMI peer link (no switch): ~0.5 µs estimate, between one and two NVLink hops.
+XGMI_HOP_S = 0.5e-6
+# One PCIe hop (endpoint/switch/root-port traversal incl. TLP handling): ~0.5 µs.
+PCIE_HOP_S = 0.5e-6
+# Crossing the socket interconnect (UPI) for a forwarded P2P write: ~0.3 µs estimate.
+UPI_HOP_S = 0.3e-6
+# NIC <-> IB switch, one side: NIC processing + cable (~0.5 µs) + half of the ~0.13 µs
+# switch port-to-port latency; host-to-host through one switch is then ~1.2 µs plus PCIe.
+IB_HOP_S = 0.6e-6
+
+
+def pcie_bandwidth_Bps(gen: int) -> float:
+    """Raw x16 PCIe bandwidth per direction of a PCIe generation."""
+    if gen not in _PCIE_X16_BPS:
+        raise TopologyError(f"pcie_gen={show(gen)}: must be one of {sorted(_PCIE_X16_BPS)}")
+    return _PCIE_X16_BPS[gen]
+
+
+def nic_bandwidth_Bps(spec: GPUSpec) -> float:
+    """NIC paired with a GPU: NDR for Hopper/Blackwell/MI300X class, HDR otherwise."""
+    return IB_NDR_BPS if spec.scaleup_kind in ("nvlink4", "nvlink5", "xgmi") else IB_HDR_BPS
+
+
+def _graph(name: str, nvls: bool, gpus: int) -> nx.DiGraph:
+    return nx.DiGraph(name=name, nvls=nvls, hosts=1, gpus_per_host=gpus)
+
+
+def _link(g: nx.DiGraph, a: str, b: str, bw: float, lat: float, link: str) -> None:
+    """Both directions of a full-duplex link."""
+    g.add_edge(a, b, bandwidth_Bps=bw, latency_s=lat, link=link)
+    g.add_edge(b, a, bandwidth_Bps=bw, latency_s=lat, link=link)
+
+
+def _add_gpus(g: nx.DiGraph, spec: GPUSpec, n: int) -> list[str]:
+    ids = [f"gpu{i}" for i in range(n)]
+    for i, node in enumerate(ids):
+        g.add_node(node, kind="gpu", gpu=spec, rank=i, host=0)
+    return ids
+
+
+def _nvswitch_box(name: str, gpu: str, bw: float, nvls: bool) -> nx.DiGraph:
+    """8 GPUs on one logical NVSwitch node (the real fabric is 4-6 switch chips that
+    together give every GPU its full NVLink bandwidth to every other)."""
+    g = _graph(name, nvls, 8)
+    g.add_node("nvswitch", kind="nvswitch", host=0)
+    for node in _add_gpus(g, get_gpu(gpu), 8):
+        _link(g, node, "nvswitch", bw, NVLINK_HOP_S, "nvlink")
+    return g
+
+
+def dgx_a100() -> nx.DiGraph:
+    return _nvswitch_box("dgx-a100", "a100-sxm-80gb", 300e9, nvls=False)
+
+
+def dgx_h100() -> nx.DiGraph:
+    return _nvswitch_box("dgx-h100", "h100-sxm", 450e9, nvls=True)
+
+
+def hgx_h200() -> nx.DiGraph:
+    return _nvswitch_box("hgx-h200", "h200-sxm", 450e9, nvls=True)
+
+
+def dgx_b200() -> nx.DiGraph:
+    return _nvswitch_box("dgx-b200", "b200", 900e9, nvls=True)
+
+
+def _pcie_box(name: str, gpu: str, p2p: bool) -> nx.DiGraph:
+    """2 sockets joined by UPI; each socket has 2 PCIe switches with 2 GPUs each.
+
+    Without P2P every GPU-to-GPU transfer bounces through the CPU, so each switch is two
+    one-way nodes, psw{i}.up (gpu -> cpu) and psw{i}.down (cpu -> gpu), and no route can
+    turn around inside a switch.
+    """
+    spec = get_gpu(gpu)
+    bw = pcie_bandwidth_Bps(spec.pcie_gen)
+    g = _graph(name, False, 8)
+    gpus = _add_gpus(g, spec, 8)
+    for cpu in ("cpu0", "cpu1"):
+        g.add_node(cpu, kind="cpu", host=0)
+    _link(g, "cpu0", "cpu1", UPI_BPS, UPI_HOP_S, "upi")
+    for i in range(4):
+        cpu = f"cpu{i // 2}"
+        members = gpus[2 * i : 2 * i + 2]
+        if p2p:
+            sw = f"psw{i}"
+            g.add_node(sw, kind="pcie_switch", host=0)
+            _link(g, sw, cpu, bw, PCIE_HOP_S, "pcie")
+            for node in members:
+                _link(g, node, sw, bw, PCIE_HOP_S, "pcie")
+            continue
+        up, down = f"psw{i}.up", f"psw{i}.down"
+        g.add_node(up, kind="pcie_switch", host=0)
+        g.add_node(down, kind="pcie_switch", host=0)
+        g.add_edge(up, cpu, bandwidth_Bps=bw, latency_s=PCIE_HOP_S, link="pcie")
+        g.add_edge(cpu, down, bandwidth_Bps=bw, latency_s=PCIE_HOP_S, link="pcie")
+        for node in members:
+            g.add_edge(node, up, bandwidth_Bps=bw, latency_s=PCIE_HOP_S, link="pcie")
+            g.add_edge(down, node, bandwidth_Bps=bw, latency_s=PCIE_HOP_S, link="pcie")
+    return g
+
+
+def pcie_l40s() -> nx.DiGraph:
+    return _pcie_box("pcie-l40s", "l40s", p2p=True)
+
+
+def pcie_rtx4090() -> nx.DiGraph:
+    return _pcie_box("pcie-rtx4090", "rtx-4090", p2p=False)
+
+
+def mi300x() -> nx.DiGraph:
+    g = _graph("mi300x", False, 8)
+    gpus = _add_gpus(g, get_gpu("mi300x"), 8)
+    for i, a in enumerate(gpus):
+        for b in gpus[i + 1 :]:
+            _link(g, a, b, XGMI_PEER_BPS, XGMI_HOP_S, "xgmi")
+    return g
+
+
+TOPOLOGIES: dict[str, Callable[[], nx.DiGraph]] = {
+    "dgx-a100": dgx_a100,
+    "dgx-h100": dgx_h100,
+    "hgx-h200": hgx_h200,
+    "dgx-b200": dgx_b200,
+    "pcie-l40s": pcie_l40s,
+    "pcie-rtx4090": pcie_rtx4090,
+    "mi300x": mi300x,
+}
+
+DESCRIPTIONS: dict[str, str] = {
+    "dgx-a100": "8x A100 SXM 80GB on NVSwitch, 300 GB/s per direction per GPU",
+    "dgx-h100": "8x H100 SXM on NVSwitch (NVLS), 450 GB/s per direction per GPU",
+    "hgx-h200": "8x H200 SXM on NVSwitch (NVLS), 450 GB/s per direction per GPU",
+    "dgx-b200": "8x B200 on NVSwitch (NVLS), 900 GB/s per direction per GPU",
+    "pcie-l40s": "8x L40S, PCIe gen4 switches on 2 sockets joined by UPI, P2P allowed",
+    "pcie-rtx4090": "8x RTX 4090, PCIe gen4 on 2 sockets, no P2P (every copy via the CPU)",
+    "mi300x": "8x MI300X, xGMI full mesh, 64 GB/s per direction per peer link",
+}
+
+
+def build(name: str, nodes: int = 1) -> nx.DiGraph:
+    """A catalog topology (name case-insensitive), joined over `nodes` hosts."""
+    key = name.lower() if isinstance(name, str) else name
+    if key not in TOPOLOGIES:
+        hint = did_you_mean(key, list(TOPOLOGIES))
+        raise TopologyError(
+            f"topology={show(name)}: unknown topology{hint}; known: {', '.join(TOPOLOGIES)}"
+        )
+    return join_hosts(TOPOLOGIES[key](), nodes)
+
+
+def join_hosts(host: nx.DiGraph, nodes: int) -> nx.DiGraph:
+    """`nodes` copies of a one-host graph, one NIC per GPU, all NICs on one "ib_switch".
+
+    Node ids get the prefix "n{h}."; ranks are host-major. nodes=1 returns `host` itself.
+    """
+    if not isinstance(nodes, int) or isinstance(nodes, bool) or not 1 <= nodes <= MAX_NODES:
+        raise TopologyError(f"nodes={show(nodes)}: must be an integer in 1..{MAX_NODES}")
+    if nodes == 1:
+        return host
+    if host.graph.get("hosts", 1) != 1:
+        raise TopologyError(
+            f"hosts={show(host.graph.get('hosts'))} in {host.graph.get('name')!r}: "
+            "only a one-host topology can be replicated over nodes"
+        )
+    per_host = sum(1 for _, d in host.nodes(data=True) if d["kind"] == "gpu")
+    g = nx.DiGraph(
+        name=f"{host.graph['name']}x{nodes}",
+        nvls=host.graph.get("nvls", False),
+        hosts=nodes,
+        gpus_per_host=per_host,
+    )
+    g.add_node("ib_switch", kind="switch", host=0)
+    for h in range(nodes):
+        prefix = f"n{h}."
+        for node, data in host.nodes(data=True):
+            attrs = {**data, "host": h}
+            if data["kind"] == "gpu":
+                attrs["rank"] = h * per_host + data["rank"]
+            g.add_node(prefix + node, **attrs)
+        for a, b, data in host.edges(data=True):
+            g.add_edge(prefix + a, prefix + b, **data)
+        for node, data in host.nodes(data=True):
+            if data["kind"] != "gpu":
+                continue
+            spec: GPUSpec = data["gpu"]
+            nic = f"{prefix}nic{data['rank']}"
+            g.add_node(nic, kind="nic", host=h)
+            _link(g, prefix + node, nic, pcie_bandwidth_Bps(spec.pcie_gen), PCIE_HOP_S, "pcie")
+            _link(g, nic, "ib_switch", nic_bandwidth_Bps(spec), IB_HOP_S, "infiniband")
+    return g
+
+
+# --- graph conventions (used by the file loader and the tests) ------------------------
+
+
+def validate(g: nx.DiGraph, where: str) -> None:
+    """Check a graph against the conventions of builders.py; TopologyError if broken."""
+    if not isinstance(g, nx.DiGraph):
+        raise _verr("graph", where, "must be a networkx.DiGraph", type(g).__name__)
+    attrs = g.graph
+    for key, typ in (("name", str), ("nvls", bool)):
+        if not isinstance(attrs.get(key), typ):
+            raise _verr(f"graph.{key}", where, f"must be a {typ.__name__}", attrs.get(key))
+    for key in ("hosts", "gpus_per_host"):
+        value = attrs.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise _verr(f"graph.{key}", where, "must be a positive integer", value)
+    ranks: list[int] = []
+    for node, d in g.nodes(data=True):
+        f = f"nodes[{node!r}]"
+        if not isinstance(node, str):
+            raise _verr("node id", where, "must be a string", node)
+        if d.get("kind") not in NODE_KINDS:
+            raise _verr(
+                f"{f}.kind", where, f"must be one of {', '.join(NODE_KINDS)}", d.get("kind")
+            )
+        if d["kind"] != "gpu":
+            continue
+        if not isinstance(d.get("gpu"), GPUSpec):
+            raise _verr(f"{f}.gpu", where, "must be a GPUSpec", d.get("gpu"))
+        for key in ("rank", "host"):
+            if not isinstance(d.get(key), int) or isinstance(d.get(key), bool) or d[key] < 0:
+                raise _verr(f"{f}.{key}", where, "must be a non-negative integer", d.get(key))
+        if d["host"] >= attrs["hosts"]:
+            raise _verr(
+                f"{f}.host", where, f"must be below graph.hosts={attrs['hosts']}", d["host"]
+            )
+        ranks.append(d["rank"])
+    if not ranks:
+        raise _verr("nodes", where, "no GPU nodes (kind: gpu)")
+    if sorted(ranks) != list(range(len(ranks))):
+        raise _verr("ranks", where, f"must be a permutation of 0..{len(ranks) - 1}")
+    if len(ranks) != attrs["hosts"] * attrs["gpus_per_host"]:
+        msg = f"hosts * gpus_per_host != {len(ranks)} GPUs"
+        raise _verr("graph.gpus_per_host", where, msg, attrs["gpus_per_host"])
+    for a, b, d in g.edges(data=True):
+        f = f"edges[{a!r} -> {b!r}]"
+        if a == b:
+            raise _verr(f, where, "self-loop")
+        bw, lat = d.get("bandwidth_Bps"), d.get("latency_s")
+        if not isinstance(bw, float | int) or isinstance(bw, bool) or not 0 < bw < math.inf:
+            raise _verr(f"{f}.bandwidth_Bps", where, "must be a positive finite number", bw)
+        if not isinstance(lat, float | int) or isinstance(lat, bool) or not 0 <= lat < math.inf:
+            raise _verr(f"{f}.latency_s", where, "must be a non-negative finite number", lat)
+        if d.get("link") not in LINK_KINDS:
+            raise _verr(
+                f"{f}.link", where, f"must be one of {', '.join(LINK_KINDS)}", d.get("link")
+            )
+    _check_reachable(g, where)
+
+
+def _check_reachable(g: nx.DiGraph, where: str) -> None:
+    """All GPUs mutually reachable <=> all GPUs in one strongly connected component."""
+    by_rank = sorted((d["rank"], n) for n, d in g.nodes(data=True) if d["kind"] == "gpu")
+    gpus = [n for _, n in by_rank]
+    comp = next(c for c in nx.strongly_connected_components(g) if gpus[0] in c)
+    stray = next((n for n in gpus if n not in comp), None)
+    if stray is None:
+        return
+    if stray in nx.descendants(g, gpus[0]):
+        raise TopologyError(f"{stray} cannot reach {gpus[0]} in {where}: check links")
+    raise TopologyError(f"{gpus[0]} cannot reach {stray} in {where}: check links")
+
+
+_NO_VALUE = object()
+
+
+def _verr(field: str, where: str, msg: str, value: object = _NO_VALUE) -> TopologyError:
+    shown = "" if value is _NO_VALUE else f"={show(value)}"
+    return TopologyError(f"{field}{shown} in {where}: {msg}")

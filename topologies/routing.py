@@ -1,0 +1,209 @@
+"""Routes between GPU ranks and ring orders over them.
+
+Route choice between two ranks, in order: the largest bottleneck bandwidth, then the
+smallest summed latency (compared in whole picoseconds so that equal sums taken in a
+different order tie exactly), then the fewest hops, then the lexicographically smallest
+sequence of node ids. It is found in two searches per pair, both stopping at the target:
+a widest-path search gives the best bottleneck B*, then a Dijkstra over the edges with
+bandwidth >= B* orders paths by (latency, hops, node ids). Results are cached per pair.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Sequence
+
+import networkx as nx
+
+from topologies.errors import TopologyError, show
+
+__all__ = ["Routes", "ring_order"]
+
+_EXHAUSTIVE_MAX = 8  # ranks per host searched exhaustively by ring_order
+
+
+def _ps(latency_s: float) -> int:
+    return round(latency_s * 1e12)
+
+
+class Routes:
+    """Routes between GPU ranks computed once per graph. Route choice: maximise the bottleneck
+    bandwidth, then minimise summed latency, then fewest hops, then lexicographic node ids
+    (deterministic)."""
+
+    def __init__(self, g: nx.DiGraph) -> None:
+        self.graph = g
+        ranked = sorted((d["rank"], n) for n, d in g.nodes(data=True) if d.get("kind") == "gpu")
+        self._nodes = [n for _, n in ranked]
+        self._hosts = [g.nodes[n].get("host", 0) for n in self._nodes]
+        self.num_ranks = len(self._nodes)
+        # adjacency: node -> [(neighbour, bandwidth_Bps, latency_ps, latency_s)], sorted
+        self._adj: dict[str, list[tuple[str, float, int, float]]] = {
+            n: sorted(
+                (v, d["bandwidth_Bps"], _ps(d["latency_s"]), d["latency_s"])
+                for v, d in g.adj[n].items()
+            )
+            for n in g.nodes
+        }
+        self._cache: dict[tuple[int, int], tuple[tuple[str, str], ...]] = {}
+
+    def _check(self, rank: int) -> int:
+        if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < self.num_ranks:
+            raise TopologyError(f"rank={show(rank)}: must be an integer in 0..{self.num_ranks - 1}")
+        return rank
+
+    def node(self, rank: int) -> str:
+        """Node id of a rank."""
+        return self._nodes[self._check(rank)]
+
+    def host(self, rank: int) -> int:
+        """Host (server) index of a rank."""
+        return self._hosts[self._check(rank)]
+
+    def path(self, src: int, dst: int) -> tuple[tuple[str, str], ...]:
+        """Directed edges from src to dst (empty when src == dst)."""
+        key = (self._check(src), self._check(dst))
+        if key not in self._cache:
+            self._cache[key] = self._route(self._nodes[src], self._nodes[dst])
+        return self._cache[key]
+
+    def bandwidth_Bps(self, src: int, dst: int) -> float:
+        """Bottleneck bandwidth of the path (inf when src == dst)."""
+        edges = self.graph.edges
+        return min((edges[e]["bandwidth_Bps"] for e in self.path(src, dst)), default=float("inf"))
+
+    def latency_s(self, src: int, dst: int) -> float:
+        """Summed one-way latency of the path (0 when src == dst)."""
+        edges = self.graph.edges
+        return sum((edges[e]["latency_s"] for e in self.path(src, dst)), 0.0)
+
+    def link_kinds(self, src: int, dst: int) -> tuple[str, ...]:
+        """Link kind of every edge of the path, in order."""
+        edges = self.graph.edges
+        return tuple(edges[e]["link"] for e in self.path(src, dst))
+
+    def _widest(self, s: str, t: str) -> float:
+        best = {s: float("inf")}
+        heap = [(-best[s], s)]
+        done: set[str] = set()
+        while heap:
+            neg, u = heapq.heappop(heap)
+            if u == t:
+                return -neg
+            if u in done:
+                continue
+            done.add(u)
+            for v, bw, _, _ in self._adj[u]:
+                b = min(-neg, bw)
+                if b > best.get(v, 0.0):
+                    best[v] = b
+                    heapq.heappush(heap, (-b, v))
+        raise TopologyError(f"{t} cannot be reached from {s} in {self.graph.graph.get('name')!r}")
+
+    def _route(self, s: str, t: str) -> tuple[tuple[str, str], ...]:
+        if s == t:
+            return ()
+        floor = self._widest(s, t)
+        heap: list[tuple[int, int, tuple[str, ...]]] = [(0, 0, (s,))]
+        done: set[str] = set()
+        while heap:
+            lat, hops, nodes = heapq.heappop(heap)
+            u = nodes[-1]
+            if u == t:
+                return tuple(itertools.pairwise(nodes))
+            if u in done:
+                continue
+            done.add(u)
+            for v, bw, ps, _ in self._adj[u]:
+                if bw >= floor and v not in done:
+                    heapq.heappush(heap, (lat + ps, hops + 1, (*nodes, v)))
+        raise AssertionError("unreachable: widest path exists")  # pragma: no cover
+
+
+def _link_cost(routes: Routes, a: int, b: int) -> tuple[float, int]:
+    return routes.bandwidth_Bps(a, b), _ps(routes.latency_s(a, b))
+
+
+def _better(bw: float, ps: int, best: tuple[float, int] | None) -> bool:
+    return best is None or bw > best[0] or (bw == best[0] and ps < best[1])
+
+
+def _best_order(routes: Routes, members: list[int], cycle: bool, fixed_start: bool) -> list[int]:
+    """Exhaustive branch-and-bound over orders of `members` (sorted), visited in
+    lexicographic order so the first optimum found is the lexicographically smallest."""
+    cost = {(a, b): _link_cost(routes, a, b) for a in members for b in members if a != b}
+    min_ps = min(ps for _, ps in cost.values())
+    n = len(members)
+    edges_total = n if cycle else n - 1
+    best: tuple[float, int] | None = None
+    best_order: list[int] = []
+
+    def extend(order: list[int], bw: float, ps: int) -> None:
+        nonlocal best, best_order
+        if best is not None:
+            if bw < best[0]:
+                return
+            if bw == best[0] and ps + (edges_total - (len(order) - 1)) * min_ps >= best[1]:
+                return
+        if len(order) == n:
+            if cycle:
+                wbw, wps = cost[(order[-1], order[0])]
+                bw, ps = min(bw, wbw), ps + wps
+            if _better(bw, ps, best):
+                best, best_order = (bw, ps), list(order)
+            return
+        for m in members:
+            if m not in order:
+                lbw, lps = cost[(order[-1], m)]
+                order.append(m)
+                extend(order, min(bw, lbw), ps + lps)
+                order.pop()
+
+    for start in members[:1] if fixed_start else members:
+        extend([start], float("inf"), 0)
+    return best_order
+
+
+def _greedy_order(routes: Routes, members: list[int], start: int) -> list[int]:
+    """Nearest neighbour: next is the widest, then lowest-latency, then smallest rank."""
+    order, left = [start], set(members) - {start}
+    while left:
+        here = order[-1]
+        nxt = min(
+            left, key=lambda m: (-routes.bandwidth_Bps(here, m), _ps(routes.latency_s(here, m)), m)
+        )
+        order.append(nxt)
+        left.remove(nxt)
+    return order
+
+
+def ring_order(routes: Routes, ranks: Sequence[int]) -> list[int]:
+    """An order of `ranks` for a ring, starting with the smallest rank.
+
+    Each host's GPUs stay contiguous; hosts follow in the order of their smallest rank.
+    With one host the whole ring is optimised as a cycle; with several each host block is
+    optimised as a path (entry and exit free, except the first block, which starts with
+    the smallest rank). Objective: the largest minimum bottleneck bandwidth between
+    consecutive members, then the smallest total latency, then the lexicographically
+    smallest order. Blocks of <= 8 ranks are searched exhaustively, larger ones greedily.
+    """
+    members = [routes._check(r) for r in ranks]
+    if not members:
+        raise TopologyError("ranks=[]: need at least one rank for a ring")
+    if len(set(members)) != len(members):
+        raise TopologyError(f"ranks={show(list(ranks))}: ranks must be distinct")
+    by_host: dict[int, list[int]] = {}
+    for r in sorted(members):
+        by_host.setdefault(routes.host(r), []).append(r)
+    blocks = sorted(by_host.values())  # by smallest rank
+    cycle = len(blocks) == 1
+    order: list[int] = []
+    for i, block in enumerate(blocks):
+        if len(block) == 1:
+            order.extend(block)
+        elif len(block) <= _EXHAUSTIVE_MAX:
+            order.extend(_best_order(routes, block, cycle, fixed_start=i == 0))
+        else:
+            order.extend(_greedy_order(routes, block, block[0]))
+    return order
