@@ -1,0 +1,229 @@
+"""The Python API: ``simulate(model, topology, layout, workload, options) -> Result``.
+
+A pure function of its inputs: no global state, no files. The CLI is a thin layer on top.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import networkx as nx
+
+from models.catalog import get_model
+from models.spec import ModelSpec
+from simulator import engine, metrics
+from simulator.collectives import make_planner
+from simulator.config import Layout, Options, Workload, kv_split, tp_problem, valid_tp_degrees
+from simulator.costs import hardware_for
+from simulator.errors import ConfigError
+from simulator.lower import lower
+from simulator.memory import MemoryUse, memory_per_gpu
+from simulator.program import CollectiveCall, Op, Program
+from simulator.records import Record
+from topologies.gpus import GPUSpec
+from topologies.io import get_topology
+from topologies.routing import Routes, ring_order
+
+
+@dataclass(frozen=True)
+class Group:
+    """The GPUs of one TP group: GPU ranks by TP rank, their ring order, and the routes."""
+
+    topology: nx.DiGraph
+    routes: Routes
+    gpu_ranks: tuple[int, ...]  # gpu_ranks[t] = GPU rank of TP rank t
+    ring: tuple[int, ...]  # TP ranks in ring order
+    gpu: GPUSpec
+
+    def labels(self) -> dict[int, str]:
+        return {t: self.routes.node(g) for t, g in enumerate(self.gpu_ranks)}
+
+
+def tp_group(topology: nx.DiGraph, size: int) -> Group:
+    """The first ``size`` GPUs of ``topology`` (by rank) as a group, ring-ordered."""
+    routes = Routes(topology)
+    if size > routes.num_ranks:
+        name = topology.graph.get("name", "topology")
+        raise ConfigError(
+            f"tp={size}: larger than the {routes.num_ranks} GPUs of {name} (add hosts with --nodes)"
+        )
+    gpu_ranks = tuple(range(size))
+    gpus = {topology.nodes[routes.node(g)]["gpu"] for g in gpu_ranks}
+    if len(gpus) > 1:
+        names = ", ".join(sorted(g.name for g in gpus))
+        raise ConfigError(f"tp={size}: the group mixes GPU types ({names}); use one type")
+    tp_of = {g: t for t, g in enumerate(gpu_ranks)}
+    ring = tuple(tp_of[g] for g in ring_order(routes, gpu_ranks))
+    return Group(topology, routes, gpu_ranks, ring, gpus.pop())
+
+
+@dataclass(frozen=True)
+class Result:
+    """What one simulation produced: the records, the summary (the JSON contract) and the
+    critical path (record ids)."""
+
+    records: tuple[Record, ...]
+    summary: dict[str, Any]
+    critical_path: tuple[int, ...]
+    rank_labels: dict[int, str]
+
+    @property
+    def latency_s(self) -> float:
+        return float(self.summary["latency_s"])
+
+
+def _check_layout(model: ModelSpec, tp: int, gpus: int) -> None:
+    problem = tp_problem(tp, model.num_heads, model.num_kv_heads)
+    if problem:
+        valid = ", ".join(
+            map(str, valid_tp_degrees(model.num_heads, model.num_kv_heads, max(gpus, tp)))
+        )
+        raise ConfigError(f"tp={tp} {problem} of {model.name}; valid: {valid}")
+
+
+def simulate(
+    model: ModelSpec | str,
+    topology: nx.DiGraph | str,
+    layout: Layout | int,
+    workload: Workload | None = None,
+    options: Options | None = None,
+    *,
+    nodes: int = 1,
+) -> Result:
+    """Simulate one forward pass of ``model`` split ``layout.tp`` ways on ``topology``."""
+    spec = get_model(model) if isinstance(model, str) else model
+    graph = get_topology(topology, nodes) if isinstance(topology, str) else topology
+    layout = Layout(layout) if isinstance(layout, int) else layout
+    workload = workload or Workload()
+    options = options or Options()
+    gpu_count = sum(1 for _, k in graph.nodes(data="kind") if k == "gpu")
+    _check_layout(spec, layout.tp, gpu_count)
+    group = tp_group(graph, layout.tp)
+
+    mem = memory_per_gpu(spec, layout.tp, workload, options, group.gpu)
+    if not mem.fits and not options.allow_oom:
+        raise ConfigError(_oom_message(spec, layout.tp, group.gpu, mem))
+
+    dtype = options.dtype or spec.dtype
+    hw = hardware_for(group.gpu, dtype, ideal=options.ideal)
+    program = lower(spec, layout.tp, workload, options, hw)
+    planner = make_planner(
+        group.routes, group.gpu_ranks, group.ring, algo=options.allreduce_algo, ideal=options.ideal
+    )
+    wall = time.perf_counter()
+    records, events = engine.run(program, layout.tp, planner)
+    wall = time.perf_counter() - wall
+
+    path = metrics.critical_path(records)
+    parts = metrics.breakdown(records, path)
+    latency = metrics.makespan(records)
+    tokens = workload.batch * (workload.prompt_len if workload.phase == "prefill" else 1)
+    heads_per_gpu = spec.num_heads // layout.tp
+    kv_per_gpu, kv_rep = kv_split(layout.tp, spec.num_kv_heads)
+    summary: dict[str, Any] = {
+        "config": {
+            "model": asdict(spec),
+            "topology": graph.graph.get("name", ""),
+            "nodes": int(graph.graph.get("hosts", nodes)),
+            "gpu": group.gpu.name,
+            "tp": layout.tp,
+            "gpus": [group.routes.node(g) for g in group.gpu_ranks],
+            "ring_order": list(group.ring),
+            "workload": asdict(workload),
+            "options": asdict(options) | {"dtype": dtype, "kv_dtype": options.kv_dtype or dtype},
+        },
+        "latency_s": latency,
+        "tokens_per_s": tokens / latency if latency > 0 else float("inf"),
+        "tokens_per_s_per_gpu": tokens / latency / layout.tp if latency > 0 else float("inf"),
+        "regime": metrics.regime(parts),
+        "breakdown_s": parts,
+        "memory": mem.to_dict(),
+        "communication": metrics.communication(records),
+        "model_split": {
+            "heads_per_gpu": heads_per_gpu,
+            "kv_heads_per_gpu": kv_per_gpu,
+            "kv_replication": kv_rep,
+        },
+        "engine": {"events": events, "wall_s": wall},
+    }
+    return Result(tuple(records), summary, tuple(r.id for r in path), group.labels())
+
+
+def _oom_message(spec: ModelSpec, tp: int, gpu: GPUSpec, mem: MemoryUse) -> str:
+    def gb(n: int) -> str:
+        return f"{n / 1e9:.1f}"
+
+    return (
+        f"tp={tp}: {spec.name} does not fit on {gpu.name}: needs "
+        f"{gb(mem.total_bytes_per_gpu)} GB per GPU (weights {gb(mem.weights_bytes_per_gpu)}, "
+        f"KV cache {gb(mem.kv_cache_bytes_per_gpu)}, activations "
+        f"{gb(mem.activation_bytes_per_gpu)}), {gb(mem.capacity_bytes_per_gpu)} GB "
+        "available; raise --tp or pass --allow-oom"
+    )
+
+
+# ---------------------------------------------------------------------- collectives alone
+BUS_FACTOR = {"all_reduce": lambda p: 2 * (p - 1) / p, "all_gather": lambda p: (p - 1) / p}
+
+
+def collective_sweep(
+    topology: nx.DiGraph | str,
+    ranks: int,
+    sizes: Sequence[int],
+    *,
+    op: str = "all_reduce",
+    algo: str = "auto",
+    ideal: bool = False,
+    nodes: int = 1,
+) -> list[dict[str, Any]]:
+    """nccl-tests for the simulator: one row per size with time, algbw, busbw, algorithm
+    and protocol (busbw as nccl-tests defines it)."""
+    if op not in BUS_FACTOR:
+        raise ConfigError(f"op={op!r}: must be one of {', '.join(BUS_FACTOR)}")
+    if isinstance(ranks, bool) or ranks < 2:
+        raise ConfigError(f"ranks={ranks!r}: a collective needs at least 2 ranks")
+    graph = get_topology(topology, nodes) if isinstance(topology, str) else topology
+    group = tp_group(graph, ranks)
+    planner = make_planner(group.routes, group.gpu_ranks, group.ring, algo=algo, ideal=ideal)
+    rows = []
+    for n in sizes:
+        if isinstance(n, bool) or n < 1:
+            raise ConfigError(f"size={n!r}: must be a positive number of bytes")
+        call = CollectiveCall(op, int(n))
+        program = Program(
+            ops=(
+                Op(
+                    op,
+                    "collective",
+                    0,
+                    op,
+                    "comm",
+                    0.0,
+                    0.0,
+                    0.0,
+                    int(n),
+                    "communication",
+                    "",
+                    (),
+                    call,
+                ),
+            )
+        )
+        records, _ = engine.run(program, ranks, planner)
+        t = metrics.makespan(records)
+        sched = planner(call)
+        algbw = n / t / 1e9
+        rows.append(
+            {
+                "bytes": int(n),
+                "time_s": t,
+                "algbw_GBps": algbw,
+                "busbw_GBps": algbw * BUS_FACTOR[op](ranks),
+                "algorithm": sched.algorithm,
+                "protocol": sched.protocol,
+            }
+        )
+    return rows

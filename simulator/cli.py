@@ -1,0 +1,204 @@
+"""The ``tpsim`` command line: a thin layer over :mod:`simulator.api`.
+
+Exit codes: 0 success, 2 bad input (one line on stderr naming the value), 1 a bug.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from simulator import report
+from simulator.config import ALLREDUCE_ALGOS, LAUNCH_MODES, OVERLAP_MODES, PHASES, Options, Workload
+from simulator.errors import INPUT_ERRORS, ConfigError
+
+_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
+
+
+def parse_size(text: str) -> int:
+    """Bytes from ``8``, ``8K``, ``1M``, ``16G`` (binary multiples, as nccl-tests reads them)."""
+    t = text.strip().upper().removesuffix("B")
+    unit = t[-1:] if t[-1:] in _UNITS and t[-1:] else ""
+    number = t[: len(t) - len(unit)]
+    try:
+        value = float(number) * _UNITS[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid size {text!r} (e.g. 8, 64K, 1M, 16G)") from None
+    if not value >= 1 or value != int(value) or value > 1 << 50:
+        raise argparse.ArgumentTypeError(f"invalid size {text!r}: a whole number of bytes >= 1")
+    return int(value)
+
+
+def parse_sizes(text: str) -> list[int]:
+    return [parse_size(s) for s in text.split(",") if s.strip()]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(f"{self.prog}: {message}")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="tpsim", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    run = sub.add_parser("run", help="simulate one forward pass")
+    run.add_argument("--model", required=True, help="catalog name or path to a config.json")
+    run.add_argument("--topology", required=True, help="catalog name or topology file")
+    run.add_argument("--nodes", type=int, default=1, help="hosts joined over the network")
+    run.add_argument("--tp", type=int, required=True, help="tensor-parallel degree")
+    run.add_argument("--batch", type=int, default=1)
+    run.add_argument("--phase", choices=PHASES, default="decode")
+    run.add_argument("--prompt-len", type=int, default=512, help="prefill tokens per sequence")
+    run.add_argument("--context-len", type=int, default=1024, help="decode: keys attended")
+    run.add_argument("--dtype", choices=("bf16", "fp16", "fp8"))
+    run.add_argument("--kv-dtype", choices=("bf16", "fp16", "fp8"))
+    run.add_argument("--launch", choices=LAUNCH_MODES, default="graph")
+    run.add_argument("--overlap", choices=OVERLAP_MODES, default="none")
+    run.add_argument("--allreduce-algo", choices=ALLREDUCE_ALGOS, default="auto")
+    run.add_argument("--allow-oom", action="store_true", help="simulate a layout that does not fit")
+    run.add_argument("--ideal", action="store_true", help="efficiencies 1, fixed overheads 0")
+    run.add_argument("--gantt", type=Path, help="write a Gantt chart (.png or .svg)")
+    run.add_argument("--trace", type=Path, help="write a Chrome/Perfetto trace (.json)")
+    run.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+    coll = sub.add_parser("collective", help="nccl-tests-like table of one collective")
+    coll.add_argument("--topology", required=True)
+    coll.add_argument("--nodes", type=int, default=1)
+    coll.add_argument("--ranks", type=int, required=True)
+    coll.add_argument("--op", choices=("all_reduce", "all_gather"), default="all_reduce")
+    coll.add_argument("--algo", choices=ALLREDUCE_ALGOS, default="auto")
+    coll.add_argument("--sizes", type=parse_sizes, help="comma list: 8K,1M,1G")
+    coll.add_argument("--min-bytes", type=parse_size, default=8)
+    coll.add_argument("--max-bytes", type=parse_size, default=128 * 1024**2)
+    coll.add_argument("--ideal", action="store_true")
+    coll.add_argument("--json", action="store_true")
+
+    ls = sub.add_parser("list", help="list catalog entries")
+    ls.add_argument("what", choices=("models", "topologies", "gpus"))
+
+    demo = sub.add_parser("demo", help="run the headline study and write its plots")
+    demo.add_argument("--out", type=Path, default=Path("tpsim-demo"))
+    return p
+
+
+def _check_output(path: Path | None, flag: str, suffixes: tuple[str, ...]) -> None:
+    if path is None:
+        return
+    if path.suffix.lower() not in suffixes:
+        raise ConfigError(f"{flag}={path}: must end in {' or '.join(suffixes)}")
+    if not path.parent.is_dir():
+        raise ConfigError(f"{flag}={path}: folder {path.parent} does not exist")
+
+
+def _run(a: argparse.Namespace) -> int:
+    from simulator.api import simulate
+
+    _check_output(a.gantt, "--gantt", (".png", ".svg"))
+    _check_output(a.trace, "--trace", (".json",))
+    workload = Workload(a.batch, a.phase, a.prompt_len, a.context_len)
+    options = Options(
+        launch=a.launch,
+        overlap=a.overlap,
+        allreduce_algo=a.allreduce_algo,
+        dtype=a.dtype,
+        kv_dtype=a.kv_dtype,
+        ideal=a.ideal,
+        allow_oom=a.allow_oom,
+    )
+    _check_nodes(a.nodes)
+    result = simulate(a.model, a.topology, a.tp, workload, options, nodes=a.nodes)
+    title = report.title(result.summary)
+    if a.trace:
+        from simulator.export import chrome_trace, write_json
+
+        write_json(
+            a.trace,
+            chrome_trace(
+                result.records,
+                title=title,
+                rank_labels=result.rank_labels,
+                critical=result.critical_path,
+            ),
+        )
+    if a.gantt:
+        from experiments.plots import gantt
+
+        gantt(
+            result.records,
+            a.gantt,
+            title=title,
+            critical=result.critical_path,
+            rank_labels=result.rank_labels,
+        )
+    if a.json:
+        print(json.dumps(result.summary, indent=2))
+    else:
+        print(report.summary_text(result.summary))
+        for flag, path in (("gantt", a.gantt), ("trace", a.trace)):
+            if path:
+                print(f"  wrote {flag:<12}{path}")
+    return 0
+
+
+def _check_nodes(nodes: int) -> None:
+    if nodes < 1 or nodes > 1024:
+        raise ConfigError(f"nodes={nodes}: must be between 1 and 1024")
+
+
+def _collective(a: argparse.Namespace) -> int:
+    from simulator.api import collective_sweep
+
+    _check_nodes(a.nodes)
+    if a.sizes:
+        sizes = a.sizes
+    else:
+        if a.min_bytes > a.max_bytes:
+            raise ConfigError(f"--min-bytes={a.min_bytes}: larger than --max-bytes={a.max_bytes}")
+        sizes, n = [], a.min_bytes
+        while n <= a.max_bytes:
+            sizes.append(n)
+            n *= 2
+    rows = collective_sweep(
+        a.topology, a.ranks, sizes, op=a.op, algo=a.algo, ideal=a.ideal, nodes=a.nodes
+    )
+    if a.json:
+        print(json.dumps({"results": rows}, indent=2))
+    else:
+        print(report.collective_table(rows, a.op, a.ranks))
+    return 0
+
+
+def _list(a: argparse.Namespace) -> int:
+    print(report.catalog_text(a.what))
+    return 0
+
+
+def _demo(a: argparse.Namespace) -> int:
+    from experiments.demo import run_demo
+
+    for line in run_demo(a.out):
+        print(line)
+    return 0
+
+
+COMMANDS = {"run": _run, "collective": _collective, "list": _list, "demo": _demo}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args: Any = _parser().parse_args(argv)
+        return COMMANDS[args.command](args)
+    except INPUT_ERRORS as exc:
+        print(f"tpsim: error: {exc}".splitlines()[0], file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,14 @@
+"""Errors that mean "bad input" (exit code 2), as opposed to bugs (exit code 1)."""
+
+from __future__ import annotations
+
+from models.errors import ModelError
+from topologies.errors import TopologyError
+
+
+class ConfigError(ValueError):
+    """A layout, workload or option the simulator cannot accept; one line naming the value."""
+
+
+#: Every exception type the CLI reports as bad input: one line on stderr, exit code 2.
+INPUT_ERRORS: tuple[type[Exception], ...] = (ConfigError, ModelError, TopologyError)

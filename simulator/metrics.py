@@ -1,0 +1,86 @@
+"""Statistics computed from the record list alone: critical path, breakdown, regime,
+communication per site."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from simulator.records import CATEGORIES, Record
+
+REGIMES: dict[str, str] = {
+    "compute": "compute-bound",
+    "memory": "memory-bound",
+    "communication": "communication-bound",
+    "launch_overhead": "overhead-bound",
+}
+
+
+def makespan(records: Sequence[Record]) -> float:
+    return max((r.end_s for r in records), default=0.0)
+
+
+def critical_path(records: Sequence[Record]) -> list[Record]:
+    """The chain of records that set the makespan, from t = 0 to the end.
+
+    Starts at the record that ends last (ties: the lowest rank, then the lowest id) and
+    follows ``cause`` back. Every record's cause ends no later than it starts, so the path
+    and the gaps between its records partition ``[0, makespan]``.
+    """
+    if not records:
+        return []
+    last = min(records, key=lambda r: (-r.end_s, r.rank, r.id))
+    path = [last]
+    while path[-1].cause >= 0:
+        path.append(records[path[-1].cause])
+    path.reverse()
+    return path
+
+
+def breakdown(records: Sequence[Record], path: Sequence[Record] | None = None) -> dict[str, float]:
+    """Seconds of the makespan spent in each category along the critical path, plus
+    ``idle`` (gaps on the path). The values sum to the makespan (to rounding)."""
+    if path is None:
+        path = critical_path(records)
+    parts: dict[str, list[float]] = {c: [] for c in CATEGORIES}
+    for rec in path:
+        parts[rec.category].append(rec.end_s - rec.start_s)
+    out = {c: math.fsum(v) for c, v in parts.items()}
+    total = makespan(records)
+    out["idle"] = max(0.0, total - math.fsum(out.values()))
+    return out
+
+
+def regime(parts: dict[str, float]) -> str:
+    """What bounds the pass: the category with the largest share of the critical path."""
+    if not any(parts[c] > 0 for c in CATEGORIES):
+        return "idle"
+    top = max(CATEGORIES, key=lambda c: (parts[c], -CATEGORIES.index(c)))
+    return REGIMES[top]
+
+
+def communication(records: Sequence[Record], rank: int = 0) -> dict[str, Any]:
+    """Collectives seen by one GPU: count, bytes it sent and time, in total and per site."""
+    sites: dict[str, dict[str, Any]] = {}
+    spans: dict[int, tuple[str, float, float]] = {}  # op -> (site, first start, last end)
+    for rec in records:
+        if rec.rank != rank or rec.kind != "collective":
+            continue
+        site = sites.setdefault(rec.site, {"count": 0, "bytes_sent_per_gpu": 0, "time_s": 0.0})
+        if rec.op not in spans:
+            site["count"] += 1
+            spans[rec.op] = (rec.site, rec.start_s, rec.end_s)
+        else:
+            name, start, end = spans[rec.op]
+            spans[rec.op] = (name, start, max(end, rec.end_s))
+        site["bytes_sent_per_gpu"] += rec.bytes
+    for name, start, end in spans.values():
+        sites[name]["time_s"] += end - start
+    ordered = {k: sites[k] for k in sorted(sites)}
+    return {
+        "collectives": sum(s["count"] for s in ordered.values()),
+        "bytes_sent_per_gpu": sum(s["bytes_sent_per_gpu"] for s in ordered.values()),
+        "time_s": math.fsum(s["time_s"] for s in ordered.values()),
+        "by_site": ordered,
+    }

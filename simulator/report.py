@@ -1,0 +1,111 @@
+"""Human-readable text for the CLI: run summaries, collective tables, catalog listings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from models.catalog import MODELS
+from topologies.builders import DESCRIPTIONS
+from topologies.gpus import GPUS
+
+KiB, MiB, GiB = 1024, 1024**2, 1024**3
+
+
+def seconds(t: float) -> str:
+    """A duration with a unit a person reads at a glance."""
+    if t >= 1:
+        return f"{t:.3f} s"
+    if t >= 1e-3:
+        return f"{t * 1e3:.3f} ms"
+    return f"{t * 1e6:.2f} us"
+
+
+def size(n: float) -> str:
+    for unit, scale in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if n >= scale:
+            return f"{n / scale:.4g} {unit}"
+    return f"{n:.0f} B"
+
+
+def title(s: dict[str, Any]) -> str:
+    c = s["config"]
+    w = c["workload"]
+    lengths = (
+        f"prompt {w['prompt_len']}" if w["phase"] == "prefill" else f"context {w['context_len']}"
+    )
+    where = c["topology"] + (f" x{c['nodes']} nodes" if c["nodes"] > 1 else "")
+    return (
+        f"{c['model']['name']} on {where}, TP {c['tp']}, {w['phase']} batch {w['batch']}, "
+        f"{lengths}, {c['options']['dtype']}, launch {c['options']['launch']}"
+    )
+
+
+def summary_text(s: dict[str, Any]) -> str:
+    c, mem, comm, split = s["config"], s["memory"], s["communication"], s["model_split"]
+    per = "step" if c["workload"]["phase"] == "decode" else "prefill"
+    b = s["breakdown_s"]
+    total = s["latency_s"] or 1.0
+    parts = " | ".join(f"{k} {seconds(v)} ({v / total:.0%})" for k, v in b.items() if v > 0)
+    gb = 1e9
+    lines = [
+        title(s),
+        f"  latency       {seconds(s['latency_s'])} per {per}",
+        f"  throughput    {s['tokens_per_s']:,.0f} tokens/s "
+        f"({s['tokens_per_s_per_gpu']:,.0f} per GPU)",
+        f"  regime        {s['regime']}",
+        f"  critical path {parts}",
+        f"  memory/GPU    weights {mem['weights_bytes_per_gpu'] / gb:.2f} GB + KV cache "
+        f"{mem['kv_cache_bytes_per_gpu'] / gb:.2f} GB + activations "
+        f"{mem['activation_bytes_per_gpu'] / gb:.2f} GB = {mem['total_bytes_per_gpu'] / gb:.2f}"
+        f" of {mem['capacity_bytes_per_gpu'] / gb:.1f} GB "
+        f"({'fits' if mem['fits'] else 'DOES NOT FIT'})",
+        f"  split         {split['heads_per_gpu']} heads, {split['kv_heads_per_gpu']} KV heads "
+        f"per GPU (KV replicated x{split['kv_replication']})",
+        f"  collectives   {comm['collectives']} per GPU, {size(comm['bytes_sent_per_gpu'])} sent "
+        f"per GPU, {seconds(comm['time_s'])}",
+    ]
+    for site, v in comm["by_site"].items():
+        lines.append(
+            f"    {site:<11} {v['count']:>5} x  {size(v['bytes_sent_per_gpu']):>10}  "
+            f"{seconds(v['time_s']):>10}"
+        )
+    return "\n".join(lines)
+
+
+def collective_table(rows: list[dict[str, Any]], op: str, ranks: int) -> str:
+    head = (
+        f"# {op}, {ranks} ranks; busbw = algbw x "
+        f"{'2(p-1)/p' if op == 'all_reduce' else '(p-1)/p'} (as nccl-tests)\n"
+        f"{'size (B)':>14} {'time (us)':>12} {'algbw (GB/s)':>13} {'busbw (GB/s)':>13}"
+        f"  {'algorithm':<10} protocol"
+    )
+    body = [
+        f"{r['bytes']:>14} {r['time_s'] * 1e6:>12.2f} {r['algbw_GBps']:>13.2f} "
+        f"{r['busbw_GBps']:>13.2f}  {r['algorithm']:<10} {r['protocol']}"
+        for r in rows
+    ]
+    return "\n".join([head, *body])
+
+
+def catalog_text(what: str) -> str:
+    if what == "models":
+        rows = [f"{'name':<16} {'params':>8} {'layers':>6} {'hidden':>6} {'heads':>5} {'kv':>3}"]
+        for name, m in sorted(MODELS.items()):
+            rows.append(
+                f"{name:<16} {m.num_params() / 1e9:>7.1f}B {m.num_layers:>6} "
+                f"{m.hidden_size:>6} {m.num_heads:>5} {m.num_kv_heads:>3}"
+            )
+        return "\n".join(rows)
+    if what == "gpus":
+        rows = [
+            f"{'name':<14} {'bf16 TFLOP/s':>12} {'fp8':>6} {'HBM TB/s':>8} {'HBM GB':>6} "
+            f"{'SMs':>4} {'scale-up GB/s':>13}"
+        ]
+        for name, g in sorted(GPUS.items()):
+            fp8 = f"{g.fp8_flops / 1e12:.0f}" if g.fp8_flops else "-"
+            rows.append(
+                f"{name:<14} {g.bf16_flops / 1e12:>12.0f} {fp8:>6} {g.hbm_Bps / 1e12:>8.2f}"
+                f" {g.hbm_bytes / 1e9:>6.0f} {g.sm_count:>4} {g.scaleup_Bps / 1e9:>13.0f}"
+            )
+        return "\n".join(rows)
+    return "\n".join(f"{name:<14} {desc}" for name, desc in sorted(DESCRIPTIONS.items()))
