@@ -68,7 +68,7 @@ def breakdown_bars(rows: Sequence[dict[str, Any]], path: str | Path, *, title: s
         ax.bar(labels, values, bottom=bottoms, color=colour, label=cat.replace("_", " "))
         bottoms = [b + v for b, v in zip(bottoms, values, strict=True)]
     ax.set_ylabel("time on the critical path (ms)")
-    ax.set_title(title)
+    ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8)
     ax.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()
