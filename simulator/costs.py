@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from simulator.gemm import TileShape, compute_seconds, tile_for
 from topologies.gpus import GPUSpec
 
 #: FlashAttention forward reaches about 73% of the dense peak on A100 (FlashAttention-2,
@@ -16,19 +17,34 @@ from topologies.gpus import GPUSpec
 #: H100 (FlashAttention-3, Shah et al. 2024: 740 of 989 TFLOP/s bf16). Attention kernels
 #: never beat the GPU's own best matmul fraction, so the smaller of the two is used.
 ATTENTION_EFFICIENCY = 0.73
+#: FlashAttention-3 in fp8 (Hopper): "close to 1.2 PFLOPs/s" of 1979 (Shah et al. 2024,
+#: abstract). vLLM runs attention in fp8 when the KV cache is fp8 on the FA3 backend (vLLM docs,
+#: "Quantized KV Cache"); elsewhere fp8 K/V are dequantised and the math is 16-bit.
+ATTENTION_FP8_EFFICIENCY = 1.2 / 1.979
+#: Query rows per FlashAttention CTA: FA2 and FA3 forward kernels use kBlockM = 128 for
+#: head_dim 128; one CTA per (sequence, head, block of 128 queries).
+ATTENTION_BLOCK_M = 128
 
 
 @dataclass(frozen=True, slots=True)
 class Hardware:
-    """The figures one GPU's kernels are priced with (efficiencies already chosen)."""
+    """The figures one GPU's kernels are priced with (efficiencies already chosen).
+
+    ``tile is None`` means no tile/wave quantisation (ideal mode).
+    """
 
     name: str
-    peak_flops: float  # dense peak of the compute dtype, FLOP/s
-    matmul_efficiency: float
+    peak_flops: float  # dense peak of the linear layers' math dtype, FLOP/s
+    matmul_efficiency: float  # achievable fraction of peak in a full wave of GEMM tiles
     attention_efficiency: float
     hbm_Bps: float
     hbm_efficiency: float
     kernel_overhead_s: float
+    sm_count: int = 1
+    tile: TileShape | None = None
+    attention_peak_flops: float = 0.0  # 0: same as peak_flops
+    peak16_flops: float = 0.0  # 16-bit peak for GEMMs kept in 16-bit (lm_head); 0: peak_flops
+    fp8_tensor_cores: bool = False
 
     @property
     def matmul_flops(self) -> float:
@@ -39,19 +55,52 @@ class Hardware:
         return self.hbm_Bps * self.hbm_efficiency
 
 
-def hardware_for(gpu: GPUSpec, dtype: str, *, ideal: bool = False) -> Hardware:
-    """The cost-model view of ``gpu`` running ``dtype`` math (fp8 uses the fp8 peak if any)."""
+def hardware_for(
+    gpu: GPUSpec, dtype: str, *, ideal: bool = False, kv_dtype: str | None = None
+) -> Hardware:
+    """The cost-model view of ``gpu`` running ``dtype`` math.
+
+    fp8 uses the fp8 peak where the GPU has fp8 tensor cores. An A100 has none: an fp8 model
+    there computes at the bf16 peak (weight-only fp8, see ``config.Precision``) and only its
+    weight bytes shrink. Attention runs at the fp8 peak only for an fp8 KV cache on a GPU with
+    fp8 tensor cores (FlashAttention-3), else at the 16-bit peak.
+    """
+    fp8 = gpu.fp8_flops is not None
     peak = gpu.fp8_flops if dtype == "fp8" and gpu.fp8_flops else gpu.bf16_flops
+    fp8_attention = kv_dtype == "fp8" and fp8
+    attn_peak = gpu.fp8_flops if fp8_attention and gpu.fp8_flops else gpu.bf16_flops
     if ideal:
-        return Hardware(gpu.name, peak, 1.0, 1.0, gpu.hbm_Bps, 1.0, 0.0)
+        return Hardware(
+            gpu.name,
+            peak,
+            1.0,
+            1.0,
+            gpu.hbm_Bps,
+            1.0,
+            0.0,
+            gpu.sm_count,
+            None,
+            attn_peak,
+            gpu.bf16_flops,
+            fp8,
+        )
+    attn_eff = ATTENTION_FP8_EFFICIENCY if fp8_attention else ATTENTION_EFFICIENCY
     return Hardware(
         name=gpu.name,
         peak_flops=peak,
+        # best achievable matmul / peak (gpus.csv, MAMF: the maximum over many shapes, so a
+        # shape whose last wave is full) is the efficiency of a full wave of tiles. fp8 GEMMs
+        # get the same fraction of the fp8 peak (estimate: gpus.csv has no fp8 figure).
         matmul_efficiency=gpu.matmul_efficiency,
-        attention_efficiency=min(gpu.matmul_efficiency, ATTENTION_EFFICIENCY),
+        attention_efficiency=min(gpu.matmul_efficiency, attn_eff),
         hbm_Bps=gpu.hbm_Bps,
         hbm_efficiency=gpu.hbm_efficiency,
         kernel_overhead_s=gpu.kernel_overhead_s,
+        sm_count=gpu.sm_count,
+        tile=tile_for(gpu.name),
+        attention_peak_flops=attn_peak,
+        peak16_flops=gpu.bf16_flops,
+        fp8_tensor_cores=fp8,
     )
 
 
@@ -63,19 +112,34 @@ class KernelCost:
     category: str  # "compute" if the FLOP term binds, else "memory"
 
 
-def roofline(flops: float, nbytes: int, hw: Hardware, *, efficiency: float) -> KernelCost:
-    """``max(flops / (peak * efficiency), bytes / (hbm * hbm_efficiency)) + fixed cost``."""
-    t_compute = flops / (hw.peak_flops * efficiency)
+def _priced(t_compute: float, nbytes: int, flops: float, hw: Hardware) -> KernelCost:
     t_memory = nbytes / hw.hbm_achievable_Bps
     category = "compute" if t_compute > t_memory else "memory"
     return KernelCost(max(t_compute, t_memory) + hw.kernel_overhead_s, flops, nbytes, category)
 
 
-def gemm(m: int, n: int, k: int, hw: Hardware, *, act_bytes: float, w_bytes: float) -> KernelCost:
-    """``[m, k] @ [k, n]``: activations in and out at ``act_bytes``, weights at ``w_bytes``."""
+def roofline(flops: float, nbytes: int, hw: Hardware, *, efficiency: float) -> KernelCost:
+    """``max(flops / (peak * efficiency), bytes / (hbm * hbm_efficiency)) + fixed cost``."""
+    return _priced(flops / (hw.peak_flops * efficiency), nbytes, flops, hw)
+
+
+def gemm(
+    m: int,
+    n: int,
+    k: int,
+    hw: Hardware,
+    *,
+    act_bytes: float,
+    w_bytes: float,
+    out_bytes: float | None = None,
+) -> KernelCost:
+    """``[m, k] @ [k, n]``: input at ``act_bytes``, weights at ``w_bytes``, output at
+    ``out_bytes`` (default ``act_bytes``); tiled and wave-quantised (simulator.gemm)."""
+    out_b = act_bytes if out_bytes is None else out_bytes
     flops = 2.0 * m * n * k
-    nbytes = round(m * k * act_bytes + k * n * w_bytes + m * n * act_bytes)
-    return roofline(flops, nbytes, hw, efficiency=hw.matmul_efficiency)
+    nbytes = round(m * k * act_bytes + k * n * w_bytes + m * n * out_b)
+    t = compute_seconds(m, n, k, peak_flops=hw.matmul_flops, tile=hw.tile, sm_count=hw.sm_count)
+    return _priced(t, nbytes, flops, hw)
 
 
 def attention_prefill(
@@ -92,13 +156,19 @@ def attention_prefill(
     """Causal FlashAttention over a prompt: QK^T and PV over the lower triangle.
 
     FLOPs: ``4 * batch * heads * head_dim * seq * (seq + 1) / 2``. Bytes: read Q, K, V and
-    write O once (tiles stay on chip), plus writing K and V into the cache.
+    write O once (tiles stay on chip), plus writing K and V into the cache. One CTA per
+    (sequence, head, 128 queries): with few heads per rank and short prompts there are fewer
+    CTAs than SMs, and the compute term is scaled by the waves' fill (not in ideal mode).
     """
     flops = 4.0 * batch * heads * head_dim * seq * (seq + 1) / 2
     tokens = batch * seq
     qkvo = tokens * (2 * heads + 2 * kv_heads) * head_dim * act_bytes
     cache_write = tokens * 2 * kv_heads * head_dim * kv_bytes
-    return roofline(flops, round(qkvo + cache_write), hw, efficiency=hw.attention_efficiency)
+    t = flops / (_attention_peak(hw) * hw.attention_efficiency)
+    if hw.tile is not None:
+        ctas = batch * heads * -(-seq // ATTENTION_BLOCK_M)
+        t *= -(-ctas // hw.sm_count) * hw.sm_count / ctas
+    return _priced(t, round(qkvo + cache_write), flops, hw)
 
 
 def attention_decode(
@@ -120,9 +190,18 @@ def attention_decode(
     flops = 4.0 * batch * heads * head_dim * context
     cache_read = batch * context * 2 * kv_heads * head_dim * kv_bytes
     q_o = batch * 2 * heads * head_dim * act_bytes
-    return roofline(flops, round(cache_read + q_o), hw, efficiency=hw.attention_efficiency)
+    t = flops / (_attention_peak(hw) * hw.attention_efficiency)
+    return _priced(t, round(cache_read + q_o), flops, hw)
+
+
+def _attention_peak(hw: Hardware) -> float:
+    return hw.attention_peak_flops or hw.peak_flops
 
 
 def elementwise(nbytes: float, flops: float, hw: Hardware) -> KernelCost:
-    """A bandwidth-bound kernel (norm, residual add, activation, rotary, embedding gather)."""
+    """A bandwidth-bound kernel (norm, residual add, activation, rotary, embedding gather).
+
+    Its FLOPs are priced at the tensor-core peak (the napkin formula); they never bind
+    outside ideal mode, where the bytes term is 10-100x larger.
+    """
     return roofline(flops, round(nbytes), hw, efficiency=hw.matmul_efficiency)

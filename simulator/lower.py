@@ -9,10 +9,13 @@ head (all-gather of the logits).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from models.spec import ModelSpec
 from simulator import costs
-from simulator.config import Options, Workload, ceil_div, dtype_bytes, kv_split
+from simulator.config import Options, Workload, ceil_div, dtype_bytes, kv_split, precision
 from simulator.costs import Hardware, KernelCost
+from simulator.kernel_table import KernelTable
 from simulator.program import LAUNCH_COSTS, NO_LAUNCH_COST, CollectiveCall, LaunchCost, Op, Program
 
 
@@ -68,12 +71,30 @@ class _Builder:
         return (len(self.ops) - 1,) if self.ops else ()
 
 
-def lower(model: ModelSpec, tp: int, workload: Workload, options: Options, hw: Hardware) -> Program:
-    """The op list of one rank of a ``tp``-way group (every rank runs the same list)."""
-    dtype = options.dtype or model.dtype
-    act_b = w_b = dtype_bytes(dtype)
-    kv_b = dtype_bytes(options.kv_dtype or dtype)
+def lower(
+    model: ModelSpec,
+    tp: int,
+    workload: Workload,
+    options: Options,
+    hw: Hardware,
+    table: KernelTable | None = None,
+) -> Program:
+    """The op list of one rank of a ``tp``-way group (every rank runs the same list).
+
+    ``options.fused`` (default) lowers the norms as vLLM runs them for RMSNorm models: the
+    residual add that precedes a norm is fused into it (``fused_add_rms_norm``: read x and
+    the residual, write the new residual and the normed x, 4 tensors instead of 3 + 2, one
+    kernel instead of two). SwiGLU is one kernel in both modes (``silu_and_mul``: read
+    gate|up, write the product) and rotary stays its own kernel, as in vLLM. LayerNorm models
+    keep separate adds (vLLM's LayerNorm models call the norm and the add apart).
+    ``table`` (measured GEMM times) overrides the roofline of the GEMMs it matches.
+    """
+    prec = precision(options, model.dtype, hw.fp8_tensor_cores)
+    act_b, w_b, in_b = dtype_bytes(prec.act), dtype_bytes(prec.weights), dtype_bytes(prec.gemm_in)
+    kv_b = dtype_bytes(prec.kv)
+    hw16 = replace(hw, peak_flops=hw.peak16_flops or hw.peak_flops)  # 16-bit GEMMs (lm_head)
     launch = NO_LAUNCH_COST if options.ideal else LAUNCH_COSTS[options.launch]
+    fuse = options.fused and model.norm == "rmsnorm"
     b = _Builder(launch)
 
     d, hd = model.hidden_size, model.head_dim
@@ -89,20 +110,39 @@ def lower(model: ModelSpec, tp: int, workload: Workload, options: Options, hw: H
     def ew(name: str, layer: int, nbytes: float, flops: float, shape: str) -> None:
         b.kernel(name, "elementwise", layer, costs.elementwise(nbytes, flops, hw), shape)
 
-    def norm(name: str, layer: int, rows: int) -> None:
-        # read x [rows, d], write y [rows, d], read the weight [d]
-        ew(name, layer, 2 * rows * d * act_b + d * w_b, 4.0 * rows * d, f"[{rows}, {d}]")
+    def norm(name: str, layer: int, rows: int, *, add: bool = False) -> None:
+        if add:  # fused residual add + norm: read x and residual, write both [rows, d]
+            shape = f"[{rows}, {d}] + residual"
+            ew(name, layer, 4 * rows * d * act_b + d * act_b, 5.0 * rows * d, shape)
+        else:  # read x [rows, d], write y [rows, d], read the weight [d]
+            ew(name, layer, 2 * rows * d * act_b + d * act_b, 4.0 * rows * d, f"[{rows}, {d}]")
+
+    def residual(layer: int) -> None:  # a + b -> c, [T, d]
+        ew("residual", layer, 3 * hidden_bytes, tokens * d, f"[{tokens}, {d}]")
 
     def gemm(name: str, layer: int, m: int, n: int, k: int, site: str = "") -> None:
-        cost = costs.gemm(m, n, k, hw, act_bytes=act_b, w_bytes=w_b)
-        b.kernel(name, "gemm", layer, cost, f"[{m}, {k}] x [{k}, {n}]", site)
+        linear = name != "lm_head"  # the LM head stays 16-bit in fp8 checkpoints
+        g = hw if linear else hw16
+        a_in, w, wdtype = (in_b, w_b, prec.weights) if linear else (act_b, act_b, prec.act)
+
+        def price(rows: int) -> KernelCost:
+            return costs.gemm(rows, n, k, g, act_bytes=a_in, w_bytes=w, out_bytes=act_b)
+
+        cost = price(m)
+        detail = f"[{m}, {k}] x [{k}, {n}]"
+        if table is not None:
+            t = table.gemm_seconds(name, hw.name, wdtype, m, n, k, lambda r: price(r).seconds)
+            if t is not None:
+                cost = replace(cost, seconds=t)
+                detail += " (kernel table)"
+        b.kernel(name, "gemm", layer, cost, detail, site)
 
     # Embedding: each rank gathers the rows of its vocab shard, zeros elsewhere, then sums.
     ew("embedding", -1, 2 * hidden_bytes, 0.0, f"[{tokens}, {d}] from [{vocab}, {d}]")
     b.collective("all_reduce", "embedding", -1, hidden_bytes, tp)
 
     for layer in range(L):
-        norm("input_norm", layer, tokens)  # x: [T, d]
+        norm("input_norm", layer, tokens, add=fuse and layer > 0)  # x: [T, d]
         gemm("qkv_proj", layer, tokens, (h + 2 * kv) * hd, d)  # qkv: [T, (h + 2kv) * hd]
         if not model.learned_position_embeddings:
             # rotary on q and k: read and write [T, (h + kv) * hd]
@@ -121,8 +161,9 @@ def lower(model: ModelSpec, tp: int, workload: Workload, options: Options, hw: H
         b.kernel("attn", "attention", layer, cost, shape)  # o: [T, h * hd]
         gemm("o_proj", layer, tokens, d, h * hd, site="attn_out")  # partial sums [T, d]
         b.collective("all_reduce", "attn_out", layer, hidden_bytes, tp)
-        ew("residual", layer, 3 * hidden_bytes, tokens * d, f"[{tokens}, {d}]")
-        norm("post_attn_norm", layer, tokens)
+        if not fuse:
+            residual(layer)
+        norm("post_attn_norm", layer, tokens, add=fuse)
         if model.gated_mlp:
             gemm("mlp_up", layer, tokens, 2 * inner, d)  # gate|up: [T, 2I]
             act = tokens * inner  # silu(gate) * up -> [T, I]
@@ -133,10 +174,11 @@ def lower(model: ModelSpec, tp: int, workload: Workload, options: Options, hw: H
             ew("act", layer, 2 * act * act_b, 8.0 * act, f"[{tokens}, {inner}]")
         gemm("mlp_down", layer, tokens, d, inner, site="mlp_out")  # partial sums [T, d]
         b.collective("all_reduce", "mlp_out", layer, hidden_bytes, tp)
-        ew("residual", layer, 3 * hidden_bytes, tokens * d, f"[{tokens}, {d}]")
+        if not fuse:
+            residual(layer)  # fused: added by the next norm
 
     # Head: logits only for the last token of each sequence.
-    norm("final_norm", L, tokens)
+    norm("final_norm", L, tokens, add=fuse)
     gemm("lm_head", L, batch, vocab, d, site="lm_head")  # logits shard [batch, V/tp]
     b.collective("all_gather", "lm_head", L, round(batch * vocab * act_b) * tp, tp)
 

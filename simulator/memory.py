@@ -5,13 +5,18 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from models.spec import ModelSpec
-from simulator.config import Options, Workload, ceil_div, dtype_bytes, kv_split
+from simulator.config import Options, Workload, ceil_div, dtype_bytes, kv_split, precision
 from topologies.gpus import GPUSpec
 
 #: Share of HBM a serving engine lets the model use: vLLM's default
-#: ``gpu_memory_utilization=0.9``; the rest holds the CUDA context, NCCL buffers and
-#: allocator slack.
+#: ``gpu_memory_utilization=0.9``. vLLM counts everything the process allocates against it,
+#: the CUDA context and NCCL buffers included, so those come out of the 90% (RUNTIME_BYTES).
 USABLE_FRACTION = 0.90
+#: Memory a serving process holds besides tensors: CUDA context and loaded kernel images
+#: (about 0.8 GB in nvidia-smi right after torch starts, pytorch/pytorch#34323), NCCL channel
+#: buffers (NCCL_BUFFSIZE 4 MiB per channel and peer), the cuBLAS workspace and CUDA graph
+#: pools. Estimate: 1 GiB per GPU.
+RUNTIME_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -20,11 +25,23 @@ class MemoryUse:
     kv_cache_bytes_per_gpu: int
     activation_bytes_per_gpu: int
     total_bytes_per_gpu: int
-    capacity_bytes_per_gpu: int
+    capacity_bytes_per_gpu: int  # USABLE_FRACTION of HBM less RUNTIME_BYTES
     fits: bool
 
     def to_dict(self) -> dict[str, int | bool]:
         return asdict(self)
+
+
+def linear_params_per_gpu(model: ModelSpec, tp: int) -> int:
+    """Weights of one rank's linear layers (QKV, O, MLP): column/row shards, KV heads
+    replicated when tp exceeds them. Biases are not included."""
+    d, hd = model.hidden_size, model.head_dim
+    h = model.num_heads // tp
+    kv, _ = kv_split(tp, model.num_kv_heads)
+    inner = ceil_div(model.intermediate_size, tp)
+    attn = d * (h + 2 * kv) * hd + h * hd * d
+    mlp = (3 if model.gated_mlp else 2) * d * inner
+    return model.num_layers * (attn + mlp)
 
 
 def weight_params_per_gpu(model: ModelSpec, tp: int) -> int:
@@ -35,46 +52,61 @@ def weight_params_per_gpu(model: ModelSpec, tp: int) -> int:
     inner = ceil_div(model.intermediate_size, tp)
     vocab = ceil_div(model.vocab_size, tp)
     qkv_out = (h + 2 * kv) * hd
-    attn = d * qkv_out + h * hd * d
+    bias = 0
     if model.qkv_bias or model.mlp_bias:
-        attn += qkv_out  # column-parallel biases are sharded with their columns
+        bias += qkv_out  # column-parallel biases are sharded with their columns
     if model.mlp_bias:
-        attn += d  # the row-parallel output bias is replicated
+        bias += d  # the row-parallel output bias is replicated
     branches = 3 if model.gated_mlp else 2
-    mlp = branches * d * inner
     if model.mlp_bias:
-        mlp += (branches - 1) * inner + d
+        bias += (branches - 1) * inner + d
     norms = 2 * (2 * d if model.norm == "layernorm" else d)
-    per_layer = attn + mlp + norms
     embed = vocab * d + (
         model.max_position_embeddings * d if model.learned_position_embeddings else 0
     )
     head = 0 if model.tied_embeddings else vocab * d
     final_norm = 2 * d if model.norm == "layernorm" else d
-    return model.num_layers * per_layer + embed + head + final_norm
+    rest = model.num_layers * (bias + norms) + embed + head + final_norm
+    return linear_params_per_gpu(model, tp) + rest
 
 
 def memory_per_gpu(
     model: ModelSpec, tp: int, workload: Workload, options: Options, gpu: GPUSpec
 ) -> MemoryUse:
-    dtype = options.dtype or model.dtype
-    act_b = dtype_bytes(dtype)
-    kv_b = dtype_bytes(options.kv_dtype or dtype)
-    weights = round(weight_params_per_gpu(model, tp) * act_b)
+    """Weights, KV cache and peak activations of one rank against its usable HBM."""
+    prec = precision(options, model.dtype, gpu.fp8_flops is not None)
+    act_b, kv_b = dtype_bytes(prec.act), dtype_bytes(prec.kv)
+    # Linear weights in their dtype (fp8 under --dtype fp8); embedding, LM head, norms and
+    # biases in the 16-bit activation dtype.
+    linear = linear_params_per_gpu(model, tp)
+    other = weight_params_per_gpu(model, tp) - linear
+    weights = round(linear * dtype_bytes(prec.weights) + other * act_b)
     kv, _ = kv_split(tp, model.num_kv_heads)
     # batch x context x KV heads per GPU x head_dim x (K and V) x layers x bytes
     kv_cache = round(
         workload.batch * workload.kv_len * kv * model.head_dim * 2 * model.num_layers * kv_b
     )
-    # Live activations at the widest point of a layer: the residual stream and its normed
-    # copy [T, d], the QKV output [T, (h + 2kv) hd] and gate/up plus product [T, 3I], plus
-    # the gathered fp32 logits [batch, vocab].
+    activations = round(activation_elements(model, tp, workload) * act_b)
+    activations += workload.batch * model.vocab_size * 4  # gathered logits, upcast to fp32
+    total = weights + kv_cache + activations
+    capacity = int(gpu.hbm_bytes * USABLE_FRACTION) - RUNTIME_BYTES
+    return MemoryUse(weights, kv_cache, activations, total, capacity, total <= capacity)
+
+
+def activation_elements(model: ModelSpec, tp: int, workload: Workload) -> int:
+    """Elements live at the widest point of one layer's forward (inference frees each
+    tensor after its last use; layers run one at a time, so the peak is one layer's).
+
+    Attention: residual and normed x [T, d], QKV [T, (h + 2kv) hd], output [T, h hd], and the
+    o_proj output [T, d]. MLP: residual and normed x, gate|up [T, 2I] (or up [T, I]) and
+    the activation [T, I]. The peak is the larger, not the sum: QKV is freed before the MLP.
+    FlashAttention keeps no [S, S] score matrix, so long prompts cost T-linear memory; a
+    prefill of ``batch x prompt_len`` tokens in one pass holds all T rows at once.
+    """
     d, hd = model.hidden_size, model.head_dim
     h = model.num_heads // tp
+    kv, _ = kv_split(tp, model.num_kv_heads)
     inner = ceil_div(model.intermediate_size, tp)
-    tokens = workload.tokens
-    width = 2 * d + (h + 2 * kv) * hd + 3 * inner
-    activations = round(tokens * width * act_b + workload.batch * model.vocab_size * 4)
-    total = weights + kv_cache + activations
-    capacity = int(gpu.hbm_bytes * USABLE_FRACTION)
-    return MemoryUse(weights, kv_cache, activations, total, capacity, total <= capacity)
+    attention = 3 * d + (h + 2 * kv) * hd + h * hd
+    mlp = 2 * d + (3 if model.gated_mlp else 2) * inner
+    return workload.tokens * max(attention, mlp)

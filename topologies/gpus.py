@@ -44,6 +44,12 @@ class GPUSpec:
     kernel_overhead_s: float  # fixed GPU-side cost per kernel
 
 
+#: Memory capacities: the vendors' "80 GB" of HBM is binary, an 80 GB A100 or H100 shows
+#: 81920 / 81559 MiB in nvidia-smi, a 141 GB H200 143771 MiB; so catalog capacities are
+#: taken in GiB. (Topology files give hbm_GB in decimal GB, as every other file unit.)
+GiB = 2**30
+
+
 def _mid(lo: float, hi: float) -> float:
     return (lo + hi) / 2
 
@@ -56,7 +62,7 @@ GPUS: dict[str, GPUSpec] = {
         bf16_flops=312e12,
         fp8_flops=None,
         hbm_Bps=2.0e12,
-        hbm_bytes=80 * 10**9,
+        hbm_bytes=80 * GiB,
         sm_count=108,
         scaleup_Bps=300e9,
         scaleup_kind="nvlink3",
@@ -72,7 +78,7 @@ GPUS: dict[str, GPUSpec] = {
         bf16_flops=989e12,
         fp8_flops=1979e12,
         hbm_Bps=3.35e12,
-        hbm_bytes=80 * 10**9,
+        hbm_bytes=80 * GiB,
         sm_count=132,
         scaleup_Bps=450e9,
         scaleup_kind="nvlink4",
@@ -89,7 +95,7 @@ GPUS: dict[str, GPUSpec] = {
         bf16_flops=756e12,
         fp8_flops=1513e12,
         hbm_Bps=2.0e12,
-        hbm_bytes=80 * 10**9,
+        hbm_bytes=80 * GiB,
         sm_count=114,
         scaleup_Bps=0.0,
         scaleup_kind="none",
@@ -99,18 +105,19 @@ GPUS: dict[str, GPUSpec] = {
         kernel_overhead_s=DEFAULT_KERNEL_OVERHEAD_S,
     ),
     # gpus.csv: 989/1979 TFLOP/s, 4.8 TB/s, 141 GB, 132 SMs, NVLink4 450, gen5;
-    # STREAM 4.00-4.48 TB/s; no matmul measurement: default 0.75.
+    # STREAM 4.00-4.48 TB/s; no matmul measurement of its own: the same GH100 compute die as
+    # the H100 SXM (989 TFLOP/s, 132 SMs), so the H100's 794.5/989.
     "h200-sxm": GPUSpec(
         name="h200-sxm",
         bf16_flops=989e12,
         fp8_flops=1979e12,
         hbm_Bps=4.8e12,
-        hbm_bytes=141 * 10**9,
+        hbm_bytes=141 * GiB,
         sm_count=132,
         scaleup_Bps=450e9,
         scaleup_kind="nvlink4",
         pcie_gen=5,
-        matmul_efficiency=DEFAULT_MATMUL_EFFICIENCY,
+        matmul_efficiency=794.5 / 989,
         hbm_efficiency=_mid(4.00, 4.48) / 4.8,
         kernel_overhead_s=DEFAULT_KERNEL_OVERHEAD_S,
     ),
@@ -121,7 +128,7 @@ GPUS: dict[str, GPUSpec] = {
         bf16_flops=2250e12,
         fp8_flops=4500e12,
         hbm_Bps=8.0e12,
-        hbm_bytes=180 * 10**9,
+        hbm_bytes=180 * GiB,
         sm_count=148,
         scaleup_Bps=900e9,
         scaleup_kind="nvlink5",
@@ -137,7 +144,7 @@ GPUS: dict[str, GPUSpec] = {
         bf16_flops=362e12,
         fp8_flops=733e12,
         hbm_Bps=0.864e12,
-        hbm_bytes=48 * 10**9,
+        hbm_bytes=48 * GiB,
         sm_count=142,
         scaleup_Bps=0.0,
         scaleup_kind="none",
@@ -153,7 +160,7 @@ GPUS: dict[str, GPUSpec] = {
         bf16_flops=165e12,
         fp8_flops=330e12,
         hbm_Bps=1.008e12,
-        hbm_bytes=24 * 10**9,
+        hbm_bytes=24 * GiB,
         sm_count=128,
         scaleup_Bps=0.0,
         scaleup_kind="none",
@@ -171,7 +178,7 @@ GPUS: dict[str, GPUSpec] = {
         bf16_flops=1307e12,
         fp8_flops=2615e12,
         hbm_Bps=5.3e12,
-        hbm_bytes=192 * 10**9,
+        hbm_bytes=192 * GiB,
         sm_count=304,
         scaleup_Bps=7 * 64e9,
         scaleup_kind="xgmi",
