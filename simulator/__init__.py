@@ -6,7 +6,8 @@
 16
 """
 
-from simulator.api import Result, collective_sweep, simulate
+from simulator.api import Result, simulate
+from simulator.collective_sweep import collective_sweep
 from simulator.config import Layout, Options, Workload
 from simulator.errors import ConfigError
 from simulator.records import Record

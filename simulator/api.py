@@ -6,7 +6,6 @@ A pure function of its inputs: no global state, no files. The CLI is a thin laye
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -14,14 +13,22 @@ import networkx as nx
 
 from models.catalog import get_model
 from models.spec import ModelSpec
-from simulator import engine, metrics
+from simulator import engine, kernel_table, metrics
 from simulator.collectives import make_planner
-from simulator.config import Layout, Options, Workload, kv_split, tp_problem, valid_tp_degrees
+from simulator.config import (
+    Layout,
+    Options,
+    Workload,
+    kv_split,
+    precision,
+    tp_problem,
+    valid_tp_degrees,
+)
 from simulator.costs import hardware_for
 from simulator.errors import ConfigError
+from simulator.fabric import Fabric, build_fabric
 from simulator.lower import lower
 from simulator.memory import MemoryUse, memory_per_gpu
-from simulator.program import CollectiveCall, Op, Program
 from simulator.records import Record
 from topologies.gpus import GPUSpec
 from topologies.io import get_topology
@@ -37,6 +44,10 @@ class Group:
     gpu_ranks: tuple[int, ...]  # gpu_ranks[t] = GPU rank of TP rank t
     ring: tuple[int, ...]  # TP ranks in ring order
     gpu: GPUSpec
+
+    def fabric(self, *, ideal: bool) -> Fabric:
+        """The group's links as its collectives see them."""
+        return build_fabric(self.routes, self.gpu_ranks, self.gpu, ideal=ideal)
 
     def labels(self) -> dict[int, str]:
         return {t: self.routes.node(g) for t, g in enumerate(self.gpu_ranks)}
@@ -103,18 +114,19 @@ def simulate(
     _check_layout(spec, layout.tp, gpu_count)
     group = tp_group(graph, layout.tp)
 
+    table = kernel_table.load(options.kernel_table) if options.kernel_table else None
     mem = memory_per_gpu(spec, layout.tp, workload, options, group.gpu)
     if not mem.fits and not options.allow_oom:
         raise ConfigError(_oom_message(spec, layout.tp, group.gpu, mem))
 
-    dtype = options.dtype or spec.dtype
-    hw = hardware_for(group.gpu, dtype, ideal=options.ideal)
-    program = lower(spec, layout.tp, workload, options, hw)
-    planner = make_planner(
-        group.routes, group.gpu_ranks, group.ring, algo=options.allreduce_algo, ideal=options.ideal
-    )
+    prec = precision(options, spec.dtype, group.gpu.fp8_flops is not None)
+    dtype = prec.weights  # the resolved --dtype (fp32 checkpoints run in fp16, as vLLM's auto)
+    hw = hardware_for(group.gpu, prec.math, ideal=options.ideal, kv_dtype=prec.kv)
+    program = lower(spec, layout.tp, workload, options, hw, table)
+    fab = group.fabric(ideal=options.ideal)
+    planner = make_planner(fab, group.ring, algo=options.allreduce_algo)
     wall = time.perf_counter()
-    records, events = engine.run(program, layout.tp, planner)
+    records, events = engine.run(program, layout.tp, planner, fab.capacities)
     wall = time.perf_counter() - wall
 
     path = metrics.critical_path(records)
@@ -163,67 +175,3 @@ def _oom_message(spec: ModelSpec, tp: int, gpu: GPUSpec, mem: MemoryUse) -> str:
         f"{gb(mem.activation_bytes_per_gpu)}), {gb(mem.capacity_bytes_per_gpu)} GB "
         "available; raise --tp or pass --allow-oom"
     )
-
-
-# ---------------------------------------------------------------------- collectives alone
-BUS_FACTOR = {"all_reduce": lambda p: 2 * (p - 1) / p, "all_gather": lambda p: (p - 1) / p}
-
-
-def collective_sweep(
-    topology: nx.DiGraph | str,
-    ranks: int,
-    sizes: Sequence[int],
-    *,
-    op: str = "all_reduce",
-    algo: str = "auto",
-    ideal: bool = False,
-    nodes: int = 1,
-) -> list[dict[str, Any]]:
-    """nccl-tests for the simulator: one row per size with time, algbw, busbw, algorithm
-    and protocol (busbw as nccl-tests defines it)."""
-    if op not in BUS_FACTOR:
-        raise ConfigError(f"op={op!r}: must be one of {', '.join(BUS_FACTOR)}")
-    if isinstance(ranks, bool) or ranks < 2:
-        raise ConfigError(f"ranks={ranks!r}: a collective needs at least 2 ranks")
-    graph = get_topology(topology, nodes) if isinstance(topology, str) else topology
-    group = tp_group(graph, ranks)
-    planner = make_planner(group.routes, group.gpu_ranks, group.ring, algo=algo, ideal=ideal)
-    rows = []
-    for n in sizes:
-        if isinstance(n, bool) or n < 1:
-            raise ConfigError(f"size={n!r}: must be a positive number of bytes")
-        call = CollectiveCall(op, int(n))
-        program = Program(
-            ops=(
-                Op(
-                    op,
-                    "collective",
-                    0,
-                    op,
-                    "comm",
-                    0.0,
-                    0.0,
-                    0.0,
-                    int(n),
-                    "communication",
-                    "",
-                    (),
-                    call,
-                ),
-            )
-        )
-        records, _ = engine.run(program, ranks, planner)
-        t = metrics.makespan(records)
-        sched = planner(call)
-        algbw = n / t / 1e9
-        rows.append(
-            {
-                "bytes": int(n),
-                "time_s": t,
-                "algbw_GBps": algbw,
-                "busbw_GBps": algbw * BUS_FACTOR[op](ranks),
-                "algorithm": sched.algorithm,
-                "protocol": sched.protocol,
-            }
-        )
-    return rows

@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from simulator import report
+from simulator.collectives import ALGORITHMS, OPS
 from simulator.config import ALLREDUCE_ALGOS, LAUNCH_MODES, OVERLAP_MODES, PHASES, Options, Workload
 from simulator.errors import INPUT_ERRORS, ConfigError
+from simulator.protocols import LAUNCHERS
 
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 
@@ -61,6 +63,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--overlap", choices=OVERLAP_MODES, default="none")
     run.add_argument("--allreduce-algo", choices=ALLREDUCE_ALGOS, default="auto")
     run.add_argument("--allow-oom", action="store_true", help="simulate a layout that does not fit")
+    run.add_argument(
+        "--fused",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="fuse residual add + RMSNorm as vLLM does (default; --no-fused: separate kernels)",
+    )
+    run.add_argument("--kernel-table", help="CSV of measured GEMM times overriding the roofline")
     run.add_argument("--ideal", action="store_true", help="efficiencies 1, fixed overheads 0")
     run.add_argument("--gantt", type=Path, help="write a Gantt chart (.png or .svg)")
     run.add_argument("--trace", type=Path, help="write a Chrome/Perfetto trace (.json)")
@@ -70,8 +79,20 @@ def _parser() -> argparse.ArgumentParser:
     coll.add_argument("--topology", required=True)
     coll.add_argument("--nodes", type=int, default=1)
     coll.add_argument("--ranks", type=int, required=True)
-    coll.add_argument("--op", choices=("all_reduce", "all_gather"), default="all_reduce")
-    coll.add_argument("--algo", choices=ALLREDUCE_ALGOS, default="auto")
+    coll.add_argument("--op", choices=OPS, default="all_reduce")
+    coll.add_argument(
+        "--algo",
+        choices=ALGORITHMS,
+        default="auto",
+        help="auto: fastest of all; nccl: fastest of NCCL's own",
+    )
+    coll.add_argument(
+        "--launcher",
+        choices=tuple(LAUNCHERS),
+        default="mpi",
+        help="how ranks are started: mpi (one process per GPU), threads "
+        "(nccl-tests -g P), torch (torch.distributed)",
+    )
     coll.add_argument("--sizes", type=parse_sizes, help="comma list: 8K,1M,1G")
     coll.add_argument("--min-bytes", type=parse_size, default=8)
     coll.add_argument("--max-bytes", type=parse_size, default=128 * 1024**2)
@@ -109,6 +130,8 @@ def _run(a: argparse.Namespace) -> int:
         kv_dtype=a.kv_dtype,
         ideal=a.ideal,
         allow_oom=a.allow_oom,
+        fused=a.fused,
+        kernel_table=a.kernel_table,
     )
     _check_nodes(a.nodes)
     result = simulate(a.model, a.topology, a.tp, workload, options, nodes=a.nodes)
@@ -151,7 +174,7 @@ def _check_nodes(nodes: int) -> None:
 
 
 def _collective(a: argparse.Namespace) -> int:
-    from simulator.api import collective_sweep
+    from simulator.collective_sweep import collective_sweep
 
     _check_nodes(a.nodes)
     if a.sizes:
@@ -164,7 +187,14 @@ def _collective(a: argparse.Namespace) -> int:
             sizes.append(n)
             n *= 2
     rows = collective_sweep(
-        a.topology, a.ranks, sizes, op=a.op, algo=a.algo, ideal=a.ideal, nodes=a.nodes
+        a.topology,
+        a.ranks,
+        sizes,
+        op=a.op,
+        algo=a.algo,
+        ideal=a.ideal,
+        nodes=a.nodes,
+        launcher=a.launcher,
     )
     if a.json:
         print(json.dumps({"results": rows}, indent=2))

@@ -1,72 +1,37 @@
-"""Collective algorithms over routed links, as step schedules the engine runs.
+"""Choosing and planning collectives: which algorithms fit a group, and the fastest one.
 
-A ring all-reduce is ``2(p-1)`` steps (reduce-scatter, then all-gather), each rank sending
-one ``n/p`` chunk to its ring successor per step; an all-gather is ``p-1`` such steps. Each
-step costs the hop's latency plus the chunk over the hop's achievable bandwidth. The
-closed forms below are the test oracle and the protocol chooser's prediction.
+``auto`` predicts every feasible (algorithm, protocol) pair with its closed form and runs
+the fastest, as NCCL does; ``nccl`` restricts the choice to NCCL's own algorithms (ring,
+multi-ring channels, tree, NVLS), leaving out the peer-memory all-reduces that serving
+engines add for small messages.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import math
+from collections.abc import Callable, Sequence
 
-from simulator.engine import Planner, StepSchedule
+from simulator import schedules
+from simulator.config import ALLREDUCE_ALGOS
+from simulator.engine import Planner, Schedule
 from simulator.errors import ConfigError
+from simulator.fabric import Fabric
 from simulator.program import CollectiveCall
-from topologies.gpus import GPUSpec
-from topologies.routing import Routes
+from simulator.protocols import CUSTOM_MAX_BYTES, IDEAL, PROTOCOLS, Protocol
+from simulator.schedules import predict
 
+OPS: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter")
+ALGORITHMS: tuple[str, ...] = ALLREDUCE_ALGOS
+NCCL_ALGORITHMS = ("ring", "multiring", "tree", "nvls")
 
-@dataclass(frozen=True)
-class Protocol:
-    """NCCL's cost model for one protocol of the ring algorithm (src/graph/tuning.cc):
-    a base latency per collective, a latency per hop by link class, and the fraction of
-    the link's bandwidth the protocol achieves."""
-
-    name: str
-    base_s: float
-    hop_s: dict[str, float]  # by link class: "nvlink", "pci", "net"
-    bw_fraction: float
-
-
-#: ../shared/calibration/README.md, "NCCL's own cost model": ring base latency LL 6.6 us,
-#: LL128 14.0 us, Simple 8.4 us; NVLink hop LL 0.6, LL128 1.9, Simple 3.4 us; bandwidth
-#: LL ~50%, LL128 ~92%, Simple ~100%. PCI and network hop latencies are NCCL's hwLat
-#: table for the ring (tuning.cc: PCI 1.0 / 2.5 / 5.7 us, NET 2.7 / 4.0 / 14.0 us).
-PROTOCOLS: dict[str, Protocol] = {
-    "LL": Protocol("LL", 6.6e-6, {"nvlink": 0.6e-6, "pci": 1.0e-6, "net": 2.7e-6}, 0.50),
-    "LL128": Protocol("LL128", 14.0e-6, {"nvlink": 1.9e-6, "pci": 2.5e-6, "net": 4.0e-6}, 0.92),
-    "Simple": Protocol("Simple", 8.4e-6, {"nvlink": 3.4e-6, "pci": 5.7e-6, "net": 14.0e-6}, 1.0),
+#: Bytes a rank sends in each algorithm, as closed forms (n: the nccl-tests size).
+BYTES_SENT: dict[str, Callable[[int, int], float]] = {
+    "ring": lambda n, p: 2 * (p - 1) / p * n,
+    "tree": lambda n, p: 2 * n,  # upper bound: an interior node of both trees
+    "oneshot": lambda n, p: (p - 1) * n,
+    "twoshot": lambda n, p: 2 * (p - 1) / p * n,
+    "nvls": lambda n, p: n,
 }
-IDEAL = Protocol("ideal", 0.0, {"nvlink": 0.0, "pci": 0.0, "net": 0.0}, 1.0)
-
-#: Class of each link kind in NCCL's latency table.
-LINK_CLASS = {
-    "nvlink": "nvlink",
-    "xgmi": "nvlink",
-    "pcie": "pci",
-    "upi": "pci",
-    "infiniband": "net",
-}
-
-#: Fraction of a link's raw bandwidth a collective achieves with the Simple protocol.
-#: NVLink: ring all-reduce busbw over the per-GPU NVLink bandwidth, 235/300 on 8x A100 and
-#: 370/450 on 8x H100 (../shared/calibration/collective_peaks.csv); NVLink5 assumed as
-#: NVLink4. InfiniBand: practical per-NIC bandwidth, 24/25 GB/s HDR and 47/50 GB/s NDR
-#: (same file). PCIe, UPI and xGMI: 0.80, an estimate (protocol and DMA overheads), not
-#: a measurement.
-NVLINK_EFFICIENCY = {"nvlink3": 235 / 300, "nvlink4": 370 / 450, "nvlink5": 370 / 450}
-LINK_EFFICIENCY = {"pcie": 0.80, "upi": 0.80, "xgmi": 0.80, "infiniband": 0.95}
-
-
-@dataclass(frozen=True)
-class Hop:
-    """One ring neighbour link as the collective sees it."""
-
-    latency_s: float  # wire and switch latency along the route
-    bandwidth_Bps: float  # achievable (raw bottleneck times link efficiency)
-    link_class: str  # the slowest class on the route: "nvlink" < "pci" < "net"
 
 
 def ring_all_reduce_time(nbytes: float, ranks: int, alpha_s: float, bandwidth_Bps: float) -> float:
@@ -74,109 +39,142 @@ def ring_all_reduce_time(nbytes: float, ranks: int, alpha_s: float, bandwidth_Bp
     return 2 * (ranks - 1) * (alpha_s + nbytes / (ranks * bandwidth_Bps))
 
 
-def ring_all_gather_time(nbytes: float, ranks: int, alpha_s: float, bandwidth_Bps: float) -> float:
-    """Closed form of the ring all-gather of an ``n``-byte output: ``(p-1)(alpha + n/(pB))``."""
-    return (ranks - 1) * (alpha_s + nbytes / (ranks * bandwidth_Bps))
+def why_not(fab: Fabric, algo: str, op: str) -> str | None:
+    """Why ``algo`` cannot run ``op`` on this group, or None if it can."""
+    p = fab.ranks
+    if op != "all_reduce" and algo not in ("ring", "multiring"):
+        return f"{algo} runs only all_reduce; {op} uses ring"
+    if algo == "multiring":
+        if p < 3 or (not fab.multi_host and p > 16):
+            return "needs 3 to 16 GPUs in one host, or several hosts"
+        counts = [fab.hosts.count(h) for h in set(fab.hosts)]
+        if len(set(counts)) > 1:
+            return "needs the same number of GPUs on every host"
+    if algo == "tree" and p < 3:
+        return "needs at least 3 ranks"
+    if algo in ("oneshot", "twoshot"):
+        if fab.multi_host:
+            return "works through peer memory inside one host only"
+        if p > 8:
+            return "supports at most 8 GPUs (as vLLM's custom all-reduce)"
+        if any(fab.path(a, b).link_class != "nvlink" for a in range(p) for b in range(p) if a != b):
+            return "needs NVLink or xGMI between every pair of GPUs"
+    if algo == "nvls" and fab.nvswitch is None:
+        return "needs GPUs on one NVSwitch that reduces in the switch (H100/H200/B200 systems)"
+    if algo == "hierarchical":
+        if not fab.multi_host:
+            return "needs GPUs on more than one host"
+        counts = [fab.hosts.count(h) for h in set(fab.hosts)]
+        if len(set(counts)) > 1 or counts[0] < 2:
+            return "needs the same number (at least 2) of GPUs on every host"
+    return None
 
 
-def chunk_sizes(nbytes: int, ranks: int) -> list[int]:
-    """``nbytes`` split into ``ranks`` chunks that differ by at most one byte."""
-    q, r = divmod(nbytes, ranks)
-    return [q + (1 if j < r else 0) for j in range(ranks)]
+def ring_set(fab: Fabric, order: Sequence[int]) -> list[list[int]]:
+    """Channels as NCCL builds them: extra rings, over other links, that add bandwidth.
+
+    In one host the candidates are the orders ``order[i*s mod p]`` for ``s`` coprime with
+    ``p`` (other links of a mesh); across hosts, the same ring with every host's block
+    rotated by ``j``, so each ring leaves and enters a host through different GPUs and NICs
+    (NCCL's rails). A candidate is kept if a large all-reduce over the rings so far gets at
+    least 1% faster with it."""
+    p = fab.ranks
+    rings = [list(order)]
+    if why_not(fab, "multiring", "all_reduce"):
+        return rings
+    if fab.multi_host:
+        blocks: dict[int, list[int]] = {}
+        for t in order:
+            blocks.setdefault(fab.hosts[t], []).append(t)
+        g = len(next(iter(blocks.values())))
+        cands = [[t for b in blocks.values() for t in b[j:] + b[:j]] for j in range(1, g)]
+    else:
+        cands = [[order[(i * s) % p] for i in range(p)] for s in range(2, p) if math.gcd(s, p) == 1]
+    proto = IDEAL if fab.ideal else PROTOCOLS["Simple"]
+    big = 1 << 28
+    best = predict(fab, schedules.ring(fab, "all_reduce", big, proto, rings))
+    for cand in cands:
+        time_s = predict(fab, schedules.ring(fab, "all_reduce", big, proto, [*rings, cand]))
+        if time_s < 0.99 * best:
+            rings.append(cand)
+            best = time_s
+    return rings
 
 
-def hops(routes: Routes, group: Sequence[int], order: Sequence[int], *, ideal: bool) -> list[Hop]:
-    """The hop from each ring position to the next; ``order`` lists TP ranks in ring order
-    and ``group[t]`` is the GPU rank of TP rank ``t``."""
-    out: list[Hop] = []
-    if len(order) < 2:
-        return out  # one rank: no links to cross
-    classes = ("nvlink", "pci", "net")
-    for pos, t in enumerate(order):
-        src, dst = group[t], group[order[(pos + 1) % len(order)]]
-        bw = min(_achievable(routes, src, e, ideal) for e in _edges(routes, src, dst))
-        kinds = routes.link_kinds(src, dst)
-        cls = max((LINK_CLASS.get(k, "pci") for k in kinds), key=classes.index)
-        out.append(Hop(routes.latency_s(src, dst), bw, cls))
-    return out
+def make_planner(fab: Fabric, order: Sequence[int], *, algo: str = "auto") -> Planner:
+    """A planner for collectives over the fabric's group along ring ``order`` (TP ranks).
 
-
-def _edges(routes: Routes, src: int, dst: int) -> list[tuple[float, str]]:
-    g = routes.graph
-    return [
-        (g.edges[u, v]["bandwidth_Bps"], g.edges[u, v]["link"]) for u, v in routes.path(src, dst)
-    ]
-
-
-def _achievable(routes: Routes, src: int, edge: tuple[float, str], ideal: bool) -> float:
-    bandwidth, link = edge
-    if ideal:
-        return bandwidth
-    if link == "nvlink":
-        gpu: GPUSpec = routes.graph.nodes[routes.node(src)]["gpu"]
-        return bandwidth * NVLINK_EFFICIENCY.get(gpu.scaleup_kind, NVLINK_EFFICIENCY["nvlink4"])
-    return bandwidth * LINK_EFFICIENCY.get(link, 0.80)
-
-
-def _ring_steps(call: CollectiveCall, ranks: int) -> list[list[int]]:
-    """Bytes each ring position sends in each step."""
-    chunks = chunk_sizes(call.nbytes, ranks)
-    if call.op == "all_reduce":
-        rs = [[chunks[(q - s) % ranks] for s in range(ranks - 1)] for q in range(ranks)]
-        ag = [[chunks[(q + 1 - s) % ranks] for s in range(ranks - 1)] for q in range(ranks)]
-        return [a + b for a, b in zip(rs, ag, strict=True)]
-    if call.op == "all_gather":
-        return [[chunks[(q - s) % ranks] for s in range(ranks - 1)] for q in range(ranks)]
-    raise ConfigError(f"collective op={call.op!r}: must be all_reduce or all_gather")
-
-
-def ring_schedule(
-    call: CollectiveCall, order: Sequence[int], ring: Sequence[Hop], protocol: Protocol
-) -> StepSchedule:
-    """The ring schedule of ``call`` over ``order`` (TP ranks) with the given protocol."""
-    p = len(order)
-    pos = {t: q for q, t in enumerate(order)}
-    per_pos = _ring_steps(call, p)
-    send_bytes, send_s = [], []
-    for t in range(p):
-        q = pos[t]
-        hop = ring[q]
-        lat = max(hop.latency_s, protocol.hop_s[hop.link_class])
-        bw = hop.bandwidth_Bps * protocol.bw_fraction
-        send_bytes.append(tuple(per_pos[q]))
-        send_s.append(tuple(lat + b / bw for b in per_pos[q]))
-    return StepSchedule(
-        algorithm="ring",
-        protocol=protocol.name,
-        base_s=protocol.base_s,
-        send_to=tuple(order[(pos[t] + 1) % p] for t in range(p)),
-        recv_from=tuple(order[(pos[t] - 1) % p] for t in range(p)),
-        send_bytes=tuple(send_bytes),
-        send_s=tuple(send_s),
-    )
-
-
-def predicted_time(sched: StepSchedule) -> float:
-    """Closed-form time of a schedule when every rank starts together: the base latency
-    plus, per step, the slowest rank's send."""
-    return sched.base_s + sum(max(col) for col in zip(*sched.send_s, strict=True))
-
-
-def make_planner(
-    routes: Routes, group: Sequence[int], order: Sequence[int], *, algo: str, ideal: bool
-) -> Planner:
-    """A planner for collectives over ``group`` (GPU ranks by TP rank) along ``order``.
-
-    ``algo`` is "ring" or "auto" (the fastest predicted (algorithm, protocol) pair, as NCCL
-    picks); in ideal mode the protocol is ideal: no base or protocol latency, full bandwidth.
+    ``algo``: one of :data:`ALGORITHMS`. In ideal mode the protocol is ideal (no base or
+    hop latency, no overhead bytes, full link bandwidth).
     """
-    if algo not in ("auto", "ring"):
-        raise ConfigError(f"allreduce_algo={algo!r}: must be one of auto, ring")
-    ring = hops(routes, group, order, ideal=ideal)
-    protocols = [IDEAL] if ideal else list(PROTOCOLS.values())
+    if algo not in ALGORITHMS:
+        raise ConfigError(f"algo={algo!r}: must be one of {', '.join(ALGORITHMS)}")
+    if fab.ranks > 1 and algo not in ("auto", "nccl"):
+        problem = why_not(fab, algo, "all_reduce")
+        if problem:
+            raise ConfigError(f"algo={algo}: {problem}")
+    rings = ring_set(fab, order) if algo in ("auto", "nccl", "multiring") else [list(order)]
+    protocols: list[Protocol] = (
+        [IDEAL]
+        if fab.ideal
+        else [
+            pr
+            for name, pr in PROTOCOLS.items()
+            if name != "LL128" or fab.gpu.scaleup_kind.startswith("nvlink")
+        ]
+    )
+    cache: dict[CollectiveCall, Schedule] = {}
 
-    def plan(call: CollectiveCall) -> StepSchedule:
-        candidates = [ring_schedule(call, order, ring, proto) for proto in protocols]
-        return min(candidates, key=predicted_time)
+    def candidates(call: CollectiveCall) -> list[Schedule]:
+        if algo in ("auto", "nccl"):
+            names = [a for a in ALGORITHMS[2:] if algo == "auto" or a in NCCL_ALGORITHMS]
+        else:
+            names = [algo if call.op == "all_reduce" or algo == "multiring" else "ring"]
+        out = []
+        for name in names:
+            if why_not(fab, name, call.op) or (name == "multiring" and len(rings) < 2):
+                continue
+            if algo == "auto" and name in ("oneshot", "twoshot") and call.nbytes > CUSTOM_MAX_BYTES:
+                continue  # a serving engine hands large messages to NCCL
+            out.extend(_build(fab, name, call, protocols, order, rings))
+        return out
+
+    def plan(call: CollectiveCall) -> Schedule:
+        sched = cache.get(call)
+        if sched is None:
+            options = candidates(call)
+            if not options:
+                raise ConfigError(f"algo={algo}: cannot run {call.op} on this group")
+            sched = cache[call] = min(options, key=lambda s: predict(fab, s))
+        return sched
 
     return plan
+
+
+def _build(
+    fab: Fabric,
+    name: str,
+    call: CollectiveCall,
+    protocols: list[Protocol],
+    order: Sequence[int],
+    rings: list[list[int]],
+) -> list[Schedule]:
+    n = call.nbytes
+    if name == "ring":
+        return [schedules.ring(fab, call.op, n, pr, [list(order)]) for pr in protocols]
+    if name == "multiring":
+        out = [schedules.ring(fab, call.op, n, pr, rings) for pr in protocols]
+        return [_rename(s, f"ring x{len(rings)}") for s in out]
+    if name == "tree":
+        return [schedules.tree(fab, n, pr, order) for pr in protocols]
+    if name == "hierarchical":
+        return [schedules.hierarchical(fab, n, pr, order) for pr in protocols]
+    if name == "oneshot":
+        return [schedules.oneshot(fab, n, fab.ideal)]
+    if name == "twoshot":
+        return [schedules.twoshot(fab, n, fab.ideal)]
+    return [schedules.nvls(fab, n, fab.ideal)]
+
+
+def _rename(s: Schedule, algorithm: str) -> Schedule:
+    return Schedule(algorithm, s.protocol, s.base_s, s.steps)

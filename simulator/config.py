@@ -14,7 +14,19 @@ from simulator.errors import ConfigError
 PHASES: tuple[str, ...] = ("prefill", "decode")
 LAUNCH_MODES: tuple[str, ...] = ("eager", "graph")
 OVERLAP_MODES: tuple[str, ...] = ("none",)
-ALLREDUCE_ALGOS: tuple[str, ...] = ("auto", "ring")
+#: Collective algorithms (simulator/collectives.py): auto picks the fastest of all, nccl the
+#: fastest of NCCL's own.
+ALLREDUCE_ALGOS: tuple[str, ...] = (
+    "auto",
+    "nccl",
+    "ring",
+    "multiring",
+    "tree",
+    "oneshot",
+    "twoshot",
+    "nvls",
+    "hierarchical",
+)
 COMPUTE_DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8")
 
 #: Upper bounds that keep a request within what one process can simulate.
@@ -89,15 +101,67 @@ class Options:
     kv_dtype: str | None = None  # KV cache; None = same as dtype
     ideal: bool = False
     allow_oom: bool = False
+    fused: bool = True  # fused residual-add + RMSNorm kernels, as vLLM runs them
+    kernel_table: str | None = None  # CSV of measured GEMM times (simulator.kernel_table)
 
     def __post_init__(self) -> None:
         _choice("launch", self.launch, LAUNCH_MODES)
+        for flag in ("ideal", "allow_oom", "fused"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ConfigError(f"{flag}={getattr(self, flag)!r}: must be true or false")
+        if self.kernel_table is not None:
+            # Existence is checked where the file is read (simulator.kernel_table.load):
+            # no I/O here.
+            if not isinstance(self.kernel_table, str) or not self.kernel_table.strip():
+                raise ConfigError(f"kernel_table={self.kernel_table!r}: must be a path to a CSV")
+            if self.ideal:
+                raise ConfigError(
+                    f"kernel_table={self.kernel_table!r}: cannot be combined with ideal=True "
+                    "(ideal mode prices every kernel by its roofline)"
+                )
         _choice("overlap", self.overlap, OVERLAP_MODES)
         _choice("allreduce_algo", self.allreduce_algo, ALLREDUCE_ALGOS)
         if self.dtype is not None:
             _choice("dtype", self.dtype, COMPUTE_DTYPES)
         if self.kv_dtype is not None:
             _choice("kv_dtype", self.kv_dtype, COMPUTE_DTYPES)
+
+
+@dataclass(frozen=True, slots=True)
+class Precision:
+    """The dtype of each kind of tensor in the pass (what ``--dtype``/``--kv-dtype`` mean).
+
+    ``--dtype fp8`` quantises the linear layers (QKV, O, gate/up, down), as fp8 checkpoints
+    for vLLM do (llm-compressor's FP8 schemes leave ``lm_head`` out): weights in fp8 and, on a
+    GPU with fp8 tensor cores, the GEMM inputs too (W8A8, fp8 peak). A GPU without fp8 tensor
+    cores (A100) runs them weight-only (W8A16, vLLM's fp8 Marlin kernels): fp8 weight bytes,
+    16-bit inputs, the 16-bit peak. The residual stream, norms, GEMM outputs, attention Q/O,
+    collectives, embedding and LM head stay 16-bit in either case.
+    """
+
+    weights: str  # linear-layer weights (QKV, O, MLP)
+    gemm_in: str  # activations entering those GEMMs
+    act: str  # everything else: residual stream, outputs, embedding/LM head weights, norms
+    kv: str  # KV cache
+    math: str  # the tensor-core peak the linear GEMMs run at
+
+
+def precision(options: Options, model_dtype: str, fp8_tensor_cores: bool) -> Precision:
+    """Resolve ``options.dtype``/``kv_dtype`` against the model and the GPU.
+
+    No ``--dtype``: the model's own dtype, except fp32 checkpoints, which run in fp16 (vLLM's
+    ``dtype="auto"``: "FP16 precision for FP32 and FP16 models, BF16 for BF16 models").
+    """
+    base = options.dtype or model_dtype
+    if base == "fp32":
+        base = "fp16"
+    kv = options.kv_dtype or base
+    if base != "fp8":
+        return Precision(base, base, base, kv, base)
+    act = model_dtype if model_dtype in ("bf16", "fp16") else "bf16"
+    if fp8_tensor_cores:
+        return Precision("fp8", "fp8", act, kv, "fp8")
+    return Precision("fp8", act, act, kv, act)  # W8A16: no fp8 tensor cores (A100)
 
 
 def valid_tp_degrees(num_heads: int, num_kv_heads: int, limit: int) -> list[int]:
@@ -136,10 +200,12 @@ __all__ = [
     "PHASES",
     "Layout",
     "Options",
+    "Precision",
     "Workload",
     "ceil_div",
     "dtype_bytes",
     "kv_split",
+    "precision",
     "tp_problem",
     "valid_tp_degrees",
 ]

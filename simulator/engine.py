@@ -2,9 +2,10 @@
 
 Per rank there is a CPU launch thread, a compute stream and a communication stream. An op
 starts when it has been launched, its dependencies have finished and its stream is free;
-overlap and launch starvation follow from that. Collectives run as point-to-point steps
-whose timing the caller supplies (:class:`StepSchedule`); the engine knows nothing of
-transformers, topologies or algorithms.
+overlap and launch starvation follow from that. A collective runs as a sequence of steps
+(:class:`Schedule`); in each step a rank starts its sends, which cross the shared links of
+a :class:`~simulator.network.Network`, and waits for the arrivals it expects. The engine
+knows nothing of transformers, topologies or collective algorithms.
 
 Every record names its ``cause``: the record whose end released its start. Walking the
 causes back from the last record gives the critical path (:mod:`simulator.metrics`).
@@ -12,46 +13,70 @@ causes back from the last record gives the critical path (:mod:`simulator.metric
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import simpy
 
+from simulator.network import Network
 from simulator.program import CollectiveCall, Op, Program
 from simulator.records import Record
 
 
+@dataclass(frozen=True, slots=True)
+class Send:
+    """One transfer of a collective step."""
+
+    links: tuple[int, ...]  # indices of the directed links it crosses
+    payload: int  # bytes of data it carries
+    wire: float  # bytes on the wire (payload times the protocol's overhead)
+    latency_s: float  # before its first byte arrives
+    cap_Bps: float  # its own rate limit in wire bytes/s (math.inf: links alone limit it)
+    notify: tuple[int, ...]  # ranks whose step waits for its arrival
+    peer: int = -1  # destination rank, for the trace (-1: a switch)
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    sends: tuple[Send, ...]
+    expect: int  # arrivals this rank waits for before the step is over
+
+
 @dataclass(frozen=True)
-class StepSchedule:
-    """A collective as a sequence of steps; in step ``s`` rank ``r`` sends
-    ``send_bytes[r][s]`` to ``send_to[r]`` (taking ``send_s[r][s]`` from the start of the
-    step until it has fully arrived) and receives from ``recv_from[r]``."""
+class Schedule:
+    """A collective as steps per rank (``steps[rank]``), after a fixed ``base_s``."""
 
     algorithm: str
     protocol: str
-    base_s: float  # fixed cost before the first step (collective launch and sync)
-    send_to: tuple[int, ...]
-    recv_from: tuple[int, ...]
-    send_bytes: tuple[tuple[int, ...], ...]
-    send_s: tuple[tuple[float, ...], ...]
-
-    @property
-    def steps(self) -> int:
-        return len(self.send_bytes[0])
+    base_s: float
+    steps: tuple[tuple[Step, ...], ...]
 
 
 #: Called once per distinct collective call; returns its schedule over the group.
-Planner = Callable[[CollectiveCall], StepSchedule]
+Planner = Callable[[CollectiveCall], Schedule]
 
 _NO_CAUSE = (-1, 0.0)
 
 
+class _Box:
+    """Arrivals for one (collective, rank, step): (sender's step start, its cause)."""
+
+    __slots__ = ("event", "msgs", "need")
+
+    def __init__(self) -> None:
+        self.msgs: list[tuple[float, tuple[int, float], float]] = []
+        self.need = 0
+        self.event: simpy.Event | None = None
+
+
 class _Run:
-    def __init__(self, program: Program, ranks: int, planner: Planner) -> None:
+    def __init__(
+        self, program: Program, ranks: int, planner: Planner, capacities: Sequence[float]
+    ) -> None:
         self.env = simpy.Environment()
+        self.net = Network(self.env, capacities)
         self.program = program
-        self.ranks = ranks
         self.records: list[Record] = []
         n = len(program.ops)
         self.launched = [[self.env.event() for _ in range(n)] for _ in range(ranks)]
@@ -59,8 +84,8 @@ class _Run:
         # (record id, end time) of the record that finished op i on rank r / launched it
         self.finished: list[list[tuple[int, float]]] = [[_NO_CAUSE] * n for _ in range(ranks)]
         self.launch_rec: list[list[tuple[int, float]]] = [[_NO_CAUSE] * n for _ in range(ranks)]
-        self.inbox: dict[tuple[int, int, int], simpy.Event] = {}
-        self.schedules: dict[CollectiveCall, StepSchedule] = {}
+        self.boxes: dict[tuple[int, int, int], _Box] = {}
+        self.schedules: dict[CollectiveCall, Schedule] = {}
         self.planner = planner
 
     # ------------------------------------------------------------------ records
@@ -82,52 +107,71 @@ class _Run:
         self.records.append(Record(id=rid, rank=rank, stream=stream, op=op_index, **kw))
         return rid
 
+    def _launch_record(
+        self,
+        rank: int,
+        i: int,
+        name: str,
+        layer: int,
+        site: str,
+        start: float,
+        cause: int,
+        detail: str,
+    ) -> tuple[int, float]:
+        rid = self.record(
+            rank,
+            "cpu",
+            i,
+            None,
+            name=name,
+            kind="launch",
+            category="launch_overhead",
+            layer=layer,
+            site=site,
+            flops=0.0,
+            bytes=0,
+            start_s=start,
+            end_s=self.env.now,
+            cause=cause,
+            detail=detail,
+        )
+        return rid, self.env.now
+
     # ------------------------------------------------------------------ processes
-    def cpu(self, rank: int) -> Generator[simpy.Event, Any, None]:
+    def cpu(self, rank: int, delay_s: float) -> Generator[simpy.Event, Any, None]:
         env, prev = self.env, _NO_CAUSE
+        if delay_s > 0:
+            yield env.timeout(delay_s)
+            prev = self._launch_record(
+                rank,
+                -1,
+                "launch skew",
+                -1,
+                "",
+                0.0,
+                -1,
+                "waits for the host thread to reach this GPU",
+            )
         if self.program.replay_s > 0:
             start = env.now
             yield env.timeout(self.program.replay_s)
-            rid = self.record(
-                rank,
-                "cpu",
-                -1,
-                None,
-                name="graph_replay",
-                kind="launch",
-                category="launch_overhead",
-                layer=-1,
-                site="",
-                flops=0.0,
-                bytes=0,
-                start_s=start,
-                end_s=env.now,
-                cause=-1,
-                detail="CUDA graph launch",
+            prev = self._launch_record(
+                rank, -1, "graph_replay", -1, "", start, prev[0], "CUDA graph launch"
             )
-            prev = (rid, env.now)
         for i, op in enumerate(self.program.ops):
             if op.launch_s > 0:
                 start = env.now
                 yield env.timeout(op.launch_s)
-                rid = self.record(
+                prev = self._launch_record(
                     rank,
-                    "cpu",
                     i,
-                    None,
-                    name=f"launch {op.name}",
-                    kind="launch",
-                    category="launch_overhead",
-                    layer=op.layer,
-                    site=op.site,
-                    flops=0.0,
-                    bytes=0,
-                    start_s=start,
-                    end_s=env.now,
-                    cause=prev[0],
-                    detail=f"host launch of {op.name}",
+                    f"launch {op.name}",
+                    op.layer,
+                    op.site,
+                    start,
+                    prev[0],
+                    f"host launch of {op.name}",
                 )
-                prev = (rid, env.now)
             self.launch_rec[rank][i] = prev
             self.launched[rank][i].succeed()
 
@@ -180,45 +224,83 @@ class _Run:
                 detail=f"{op.detail}; {label} fixed latency",
             )
             cause = (rid, env.now)
-        dst, src = sched.send_to[rank], sched.recv_from[rank]
-        for s in range(sched.steps):
+        for s, step in enumerate(sched.steps[rank]):
             ready = env.now
-            sent = env.timeout(sched.send_s[rank][s])
-            box = self._box(i, dst, s)
-            sent.callbacks.append(lambda _e, box=box, msg=(ready, cause): box.succeed(msg))
-            yield sent
-            peer_start, peer_cause = yield self._box(i, rank, s)
-            start = max(ready, peer_start)
-            by = cause if ready >= peer_start else peer_cause
+            sent = [self._send(i, s, snd, (ready, cause)) for snd in step.sends]
+            yield from sent
+            own_done = env.now
+            box = self._box(i, rank, s)
+            if len(box.msgs) < step.expect:
+                box.need, box.event = step.expect, env.event()
+                yield box.event
+            start, by = ready, cause
+            if box.msgs and box.msgs[-1][2] > own_done:  # a peer's send ended the step
+                peer_start, peer_cause, _ = box.msgs[-1]
+                if peer_start > ready:
+                    start, by = peer_start, peer_cause
+            peers = ",".join(str(x.peer) for x in step.sends)
             rid = self.record(
                 rank,
                 "comm",
                 i,
                 op,
                 name=f"{op.name}[{s}]",
-                bytes=sched.send_bytes[rank][s],
+                bytes=sum(x.payload for x in step.sends),
                 start_s=start,
                 end_s=env.now,
                 cause=by[0],
-                detail=f"{op.detail}; {label} step {s} to {dst}, from {src}",
+                detail=f"{op.detail}; {label} step {s} to {peers}",
             )
             cause = (rid, env.now)
         return cause
 
-    def _box(self, op_index: int, rank: int, step: int) -> simpy.Event:
+    def _send(self, i: int, s: int, snd: Send, msg: tuple[float, tuple[int, float]]) -> simpy.Event:
+        env = self.env
+        arrived = env.event()
+
+        def finish(_e: object) -> None:
+            for r in snd.notify:
+                self._deliver(i, r, s, msg)
+            arrived.succeed()
+
+        def start(_e: object) -> None:
+            self.net.send(snd.links, snd.wire, snd.cap_Bps).callbacks.append(finish)
+
+        if snd.latency_s > 0:
+            env.timeout(snd.latency_s).callbacks.append(start)
+        else:
+            start(None)
+        return arrived
+
+    def _deliver(self, i: int, rank: int, s: int, msg: tuple[float, tuple[int, float]]) -> None:
+        box = self._box(i, rank, s)
+        box.msgs.append((msg[0], msg[1], self.env.now))
+        if box.event is not None and not box.event.triggered and len(box.msgs) >= box.need:
+            box.event.succeed()
+
+    def _box(self, op_index: int, rank: int, step: int) -> _Box:
         key = (op_index, rank, step)
-        ev = self.inbox.get(key)
-        if ev is None:
-            ev = self.inbox[key] = self.env.event()
-        return ev
+        box = self.boxes.get(key)
+        if box is None:
+            box = self.boxes[key] = _Box()
+        return box
 
 
-def run(program: Program, ranks: int, planner: Planner) -> tuple[list[Record], int]:
-    """Simulate ``program`` on ``ranks`` ranks; returns the records (in completion order)
-    and the number of SimPy events processed."""
-    r = _Run(program, ranks, planner)
+def run(
+    program: Program,
+    ranks: int,
+    planner: Planner,
+    capacities: Sequence[float] = (),
+    *,
+    rank_delay_s: Sequence[float] | None = None,
+) -> tuple[list[Record], int]:
+    """Simulate ``program`` on ``ranks`` ranks over links of the given capacities (B/s);
+    ``rank_delay_s[r]`` holds rank r's host thread back before its first launch. Returns the
+    records (in completion order) and the number of SimPy events processed."""
+    r = _Run(program, ranks, planner, capacities)
+    delays = rank_delay_s or [0.0] * ranks
     for rank in range(ranks):
-        r.env.process(r.cpu(rank))
+        r.env.process(r.cpu(rank, delays[rank]))
         r.env.process(r.stream(rank, "compute"))
         r.env.process(r.stream(rank, "comm"))
     events = 0
@@ -229,15 +311,11 @@ def run(program: Program, ranks: int, planner: Planner) -> tuple[list[Record], i
         except simpy.core.EmptySchedule:
             break
         events += 1
-    unfinished = [
-        (k, i) for k in range(ranks) for i, ev in enumerate(r.done[k]) if not ev.triggered
-    ]
-    if unfinished:
-        raise RuntimeError(
-            f"deadlock: ops never finished, e.g. rank {unfinished[0][0]} op "
-            f"{unfinished[0][1]} ({program.ops[unfinished[0][1]].name})"
-        )
+    stuck = [(k, i) for k in range(ranks) for i, ev in enumerate(r.done[k]) if not ev.triggered]
+    if stuck:
+        k, i = stuck[0]
+        raise RuntimeError(f"deadlock: rank {k} op {i} ({program.ops[i].name}) never finished")
     return r.records, events
 
 
-__all__ = ["Planner", "StepSchedule", "run"]
+__all__ = ["Planner", "Schedule", "Send", "Step", "run"]

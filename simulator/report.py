@@ -33,7 +33,9 @@ def title(s: dict[str, Any]) -> str:
     lengths = (
         f"prompt {w['prompt_len']}" if w["phase"] == "prefill" else f"context {w['context_len']}"
     )
-    where = c["topology"] + (f" x{c['nodes']} nodes" if c["nodes"] > 1 else "")
+    where = c["topology"]
+    if c["nodes"] > 1 and not where.endswith(f"x{c['nodes']}"):
+        where += f" x{c['nodes']} nodes"
     return (
         f"{c['model']['name']} on {where}, TP {c['tp']}, {w['phase']} batch {w['batch']}, "
         f"{lengths}, {c['options']['dtype']}, launch {c['options']['launch']}"

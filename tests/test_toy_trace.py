@@ -74,7 +74,8 @@ def toy_result(tmp_path: Path):  # type: ignore[no-untyped-def]
     path = tmp_path / "toy.yaml"
     path.write_text(TOPOLOGY)
     topo = load_topology(path)
-    return simulate(TOY, topo, 2, Workload(1, "decode", context_len=4), Options(ideal=True))
+    options = Options(ideal=True, allreduce_algo="ring", fused=False)  # unfused op list below
+    return simulate(TOY, topo, 2, Workload(1, "decode", context_len=4), options)
 
 
 def test_whole_record_list(toy_result) -> None:  # type: ignore[no-untyped-def]

@@ -127,7 +127,8 @@ def test_communication_bound_layer_from_the_design(tmp_path: Path) -> None:
     from simulator.program import CollectiveCall
 
     group = tp_group(load_topology(ring_file(tmp_path, 2, 300, 0)), 2)
-    planner = make_planner(group.routes, group.gpu_ranks, group.ring, algo="ring", ideal=True)
+    fab = group.fabric(ideal=True)
+    planner = make_planner(fab, group.ring, algo="ring")
     compute = Op("mlp", "gemm", 0, "", "compute", 0.0, 20e-6, 0.0, 0, "compute", "", ())
     call = CollectiveCall("all_reduce", 8_000_000)
     reduce = Op(
@@ -145,7 +146,7 @@ def test_communication_bound_layer_from_the_design(tmp_path: Path) -> None:
         (0,),
         call,
     )
-    records, _ = run(Program((compute, reduce)), 2, planner)
+    records, _ = run(Program((compute, reduce)), 2, planner, fab.capacities)
     parts = metrics.breakdown(records)
     assert parts["compute"] == pytest.approx(20e-6)
     assert parts["communication"] == pytest.approx(8e6 / 300e9)
@@ -159,8 +160,8 @@ def test_tp_group_ring_on_two_hosts_keeps_hosts_contiguous() -> None:
     group = tp_group(get_topology("dgx-h100", 2), 16)
     hosts = [group.gpu_ranks[t] // 8 for t in group.ring]
     assert sum(a != b for a, b in zip(hosts, hosts[1:] + hosts[:1], strict=True)) == 2
-    planner = make_planner(group.routes, group.gpu_ranks, group.ring, algo="ring", ideal=True)
-    assert planner is not None
+    fab = group.fabric(ideal=True)
+    assert fab.multi_host and fab.path(group.ring[7], group.ring[8]).link_class == "net"
 
 
 def test_illustrative_model_loads() -> None:

@@ -1,0 +1,93 @@
+"""``tpsim collective``: nccl-tests for the simulator.
+
+Each size is one engine run of a lone collective over the group's links, started the way
+the chosen launcher starts it (:data:`~simulator.protocols.LAUNCHERS`); time is from the
+first launch to the last rank's finish, as nccl-tests times an iteration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import networkx as nx
+
+from simulator import engine, metrics
+from simulator.api import tp_group
+from simulator.collectives import OPS, make_planner
+from simulator.errors import ConfigError
+from simulator.program import CollectiveCall, Op, Program
+from simulator.protocols import LAUNCHERS
+
+#: busbw = algbw x this factor (nccl-tests' definition).
+BUS_FACTOR = {
+    "all_reduce": lambda p: 2 * (p - 1) / p,
+    "all_gather": lambda p: (p - 1) / p,
+    "reduce_scatter": lambda p: (p - 1) / p,
+}
+
+
+def collective_sweep(
+    topology: nx.DiGraph | str,
+    ranks: int,
+    sizes: Sequence[int],
+    *,
+    op: str = "all_reduce",
+    algo: str = "auto",
+    ideal: bool = False,
+    nodes: int = 1,
+    launcher: str = "mpi",
+) -> list[dict[str, Any]]:
+    """One row per size: bytes, time_s, algbw_GBps, busbw_GBps, algorithm, protocol."""
+    from topologies.io import get_topology
+
+    if op not in OPS:
+        raise ConfigError(f"op={op!r}: must be one of {', '.join(OPS)}")
+    if launcher not in LAUNCHERS:
+        raise ConfigError(f"launcher={launcher!r}: must be one of {', '.join(LAUNCHERS)}")
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 2:
+        raise ConfigError(f"ranks={ranks!r}: a collective needs at least 2 ranks")
+    graph = get_topology(topology, nodes) if isinstance(topology, str) else topology
+    group = tp_group(graph, ranks)
+    fab = group.fabric(ideal=ideal)
+    planner = make_planner(fab, group.ring, algo=algo)
+    how = LAUNCHERS[launcher]
+    delays = [0.0 if ideal else r * how.stagger_s for r in range(ranks)]
+    call_s = 0.0 if ideal else how.call_s
+    rows = []
+    for n in sizes:
+        if isinstance(n, bool) or n < 1:
+            raise ConfigError(f"size={n!r}: must be a positive number of bytes")
+        call = CollectiveCall(op, int(n))
+        op_ = Op(
+            name=op,
+            kind="collective",
+            layer=0,
+            site=op,
+            stream="comm",
+            launch_s=call_s,
+            seconds=0.0,
+            flops=0.0,
+            bytes=int(n),
+            category="communication",
+            detail="",
+            deps=(),
+            collective=call,
+        )
+        records, _ = engine.run(
+            Program((op_,)), ranks, planner, fab.capacities, rank_delay_s=delays
+        )
+        t = metrics.makespan(records)
+        sched = planner(call)
+        algbw = n / t / 1e9
+        rows.append(
+            {
+                "bytes": int(n),
+                "time_s": t,
+                "algbw_GBps": algbw,
+                "busbw_GBps": algbw * BUS_FACTOR[op](ranks),
+                "algorithm": sched.algorithm,
+                "protocol": sched.protocol,
+            }
+        )
+    return rows

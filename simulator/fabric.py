@@ -1,0 +1,107 @@
+"""The links a TP group's collectives run over: indexed, with achievable capacities.
+
+Built once per (topology, group). Paths between TP ranks come from the topology's routes;
+each directed link gets one index and a capacity in B/s (raw bandwidth times the link's
+achievable fraction, or raw in ideal mode).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from simulator.protocols import CLASS_ORDER, LINK_CLASS, link_efficiency
+from topologies.gpus import GPUSpec
+from topologies.routing import Routes
+
+
+@dataclass(frozen=True)
+class Path:
+    links: tuple[int, ...]
+    latency_s: float
+    link_class: str  # the slowest class on the path: "nvlink" < "pci" < "net"
+    bandwidth_Bps: float  # the path's bottleneck capacity
+
+
+@dataclass
+class Fabric:
+    ranks: int
+    gpu: GPUSpec
+    ideal: bool
+    capacities: list[float]
+    latencies: list[float]  # one-way latency of each link
+    hosts: tuple[int, ...]  # host of each TP rank
+    nvswitch: tuple[tuple[int, int], ...] | None  # per rank (up link, down link) if NVLS works
+    routes: Routes
+    gpu_ranks: tuple[int, ...]
+    _index: dict[tuple[str, str], int]
+    _paths: dict[tuple[int, int], Path] = field(default_factory=dict)
+
+    def path(self, src: int, dst: int) -> Path:
+        """The route from TP rank ``src`` to TP rank ``dst``."""
+        key = (src, dst)
+        p = self._paths.get(key)
+        if p is None:
+            edges = self.routes.path(self.gpu_ranks[src], self.gpu_ranks[dst])
+            g = self.routes.graph
+            links = tuple(self._index[e] for e in edges)
+            classes = [LINK_CLASS.get(g.edges[e]["link"], "pci") for e in edges] or ["nvlink"]
+            p = Path(
+                links,
+                sum(g.edges[e]["latency_s"] for e in edges),
+                max(classes, key=CLASS_ORDER.index),
+                min((self.capacities[i] for i in links), default=float("inf")),
+            )
+            self._paths[key] = p
+        return p
+
+    @property
+    def multi_host(self) -> bool:
+        return len(set(self.hosts)) > 1
+
+
+def build_fabric(routes: Routes, gpu_ranks: Sequence[int], gpu: GPUSpec, *, ideal: bool) -> Fabric:
+    g: nx.DiGraph = routes.graph
+    edges = sorted(g.edges)
+    index = {e: i for i, e in enumerate(edges)}
+    caps = []
+    lats = [g.edges[e]["latency_s"] for e in edges]
+    for e in edges:
+        raw = g.edges[e]["bandwidth_Bps"]
+        caps.append(raw if ideal else raw * link_efficiency(g.edges[e]["link"], gpu.scaleup_kind))
+    hosts = tuple(routes.host(r) for r in gpu_ranks)
+    return Fabric(
+        ranks=len(gpu_ranks),
+        gpu=gpu,
+        ideal=ideal,
+        capacities=caps,
+        latencies=lats,
+        hosts=hosts,
+        nvswitch=_nvswitch_links(g, routes, gpu_ranks, index, hosts),
+        routes=routes,
+        gpu_ranks=tuple(gpu_ranks),
+        _index=index,
+    )
+
+
+def _nvswitch_links(
+    g: nx.DiGraph,
+    routes: Routes,
+    gpu_ranks: Sequence[int],
+    index: dict[tuple[str, str], int],
+    hosts: tuple[int, ...],
+) -> tuple[tuple[int, int], ...] | None:
+    """Each rank's links to one shared NVSwitch, if the system can reduce in the switch."""
+    if not g.graph.get("nvls") or len(set(hosts)) > 1:
+        return None
+    out, switches = [], set()
+    for r in gpu_ranks:
+        node = routes.node(r)
+        sw = [n for n in g.successors(node) if g.nodes[n].get("kind") == "nvswitch"]
+        if len(sw) != 1 or (sw[0], node) not in index:
+            return None
+        switches.add(sw[0])
+        out.append((index[(node, sw[0])], index[(sw[0], node)]))
+    return tuple(out) if len(switches) == 1 else None
