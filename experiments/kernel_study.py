@@ -23,11 +23,17 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from matplotlib.figure import Figure
+
+from experiments.plots import save_figure
+from models.catalog import MODELS as CATALOG
 from simulator import ConfigError, Result, Workload, simulate
+from simulator.export import write_text
 from topologies.gpus import get_gpu
 
 MODELS = ("llama-3.1-8b", "llama-2-70b")
@@ -63,7 +69,7 @@ def measure(r: Result) -> dict[str, Any]:
     }
 
 
-def run_study(out: Path) -> Iterator[str]:
+def run_study(out: Path, models: Sequence[str] = MODELS) -> Iterator[str]:
     """Run the grid, write the CSV and plots under ``out``, yield report lines."""
     out.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
@@ -71,7 +77,7 @@ def run_study(out: Path) -> Iterator[str]:
         f"{'model':<13} {'topology':<9} {'phase':<7} {'TP':>2} {'batch':>5} {'step ms':>9} "
         f"{'HBM TB/s':>8} {'GEMM TB/s':>9} {'MFU':>6}  regime"
     )
-    for model in MODELS:
+    for model in models:
         for topo in TOPOLOGIES:
             for phase in ("decode", "prefill"):
                 for tp in TPS:
@@ -98,14 +104,15 @@ def run_study(out: Path) -> Iterator[str]:
                             f"{head} {m['latency_ms']:>9.3f} {m['hbm_TBps']:>8.2f} "
                             f"{m['gemm_TBps']:>9.2f} {m['mfu']:>6.1%}  {m['regime']}"
                         )
-    with (out / "kernel_study.csv").open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    write_text(out / "kernel_study.csv", buf.getvalue())
     yield from sanity(rows)
     for phase in ("decode", "prefill"):
         path = out / f"kernel_study_{phase}.png"
-        plot(rows, phase, path)
+        plot(rows, phase, path, models[:2])
         yield f"wrote {path}"
     yield f"wrote {out / 'kernel_study.csv'}"
 
@@ -141,24 +148,21 @@ def sanity(rows: Sequence[dict[str, Any]]) -> Iterator[str]:
         )
 
 
-def plot(rows: Sequence[dict[str, Any]], phase: str, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def plot(rows: Sequence[dict[str, Any]], phase: str, path: Path, models: Sequence[str]) -> None:
+    """Step time, achieved HBM bandwidth and MFU against batch for up to two models."""
     metrics = (
         ("latency_ms", "step time (ms)", True),
         ("hbm_TBps", "achieved HBM (TB/s, all kernels / step)", False),
         ("mfu", "MFU (step FLOPs / step x peak)", False),
     )
-    fig, axes = plt.subplots(len(TOPOLOGIES), 3, figsize=(16, 9), squeeze=False)
+    fig = Figure(figsize=(16, 9), dpi=110)
+    axes = fig.subplots(len(TOPOLOGIES), 3, squeeze=False)
     colors = {1: "tab:blue", 2: "tab:orange", 4: "tab:green", 8: "tab:red"}
-    styles = {MODELS[0]: "-", MODELS[1]: "--"}
+    styles = dict(zip(models, ("-", "--"), strict=False))
     for i, topo in enumerate(TOPOLOGIES):
         for j, (key, label, log) in enumerate(metrics):
             ax = axes[i][j]
-            for model in MODELS:
+            for model in models:
                 for tp in TPS:
                     pts = sorted(
                         (r["batch"], r[key])
@@ -186,19 +190,24 @@ def plot(rows: Sequence[dict[str, Any]], phase: str, path: Path) -> None:
             ax.set_title(f"{topo}, {phase}")
             ax.grid(alpha=0.3)
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=len(MODELS) * len(TPS), fontsize=8)
+    fig.legend(handles, labels, loc="lower center", ncol=len(models) * len(TPS), fontsize=8)
     what = f"context {CONTEXT}" if phase == "decode" else f"prompts of {PROMPT}"
     fig.suptitle(f"Kernel study: {phase} ({what}), default options (graph launch, fused)")
     fig.tight_layout(rect=(0, 0.04, 1, 1))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=Path("kernel-study"))
+    p.add_argument(
+        "--models",
+        default=",".join(MODELS),
+        help="comma list of catalog models, or 'all' (the plots show the first two)",
+    )
     a = p.parse_args(argv)
-    for line in run_study(a.out):
+    models = sorted(CATALOG) if a.models == "all" else a.models.split(",")
+    for line in run_study(a.out, models):
         print(line, flush=True)
     return 0
 
