@@ -7,6 +7,7 @@ SVG backend. Files are written atomically; the same records give the same PNG/SV
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -59,7 +60,10 @@ def gantt_view(
     all_ranks = sorted({r.rank for r in records})
     if not all_ranks:
         raise ValueError("gantt: no records to plot")
-    if ranks is None:
+    identical = ranks is None and len(all_ranks) > 1 and _identical_ranks(records)
+    if identical:
+        shown = [all_ranks[0]]  # every rank runs the same timeline: one row group says it all
+    elif ranks is None:
         shown = (
             all_ranks if len(all_ranks) <= MAX_DEFAULT_RANKS else [*all_ranks[:2], all_ranks[-1]]
         )
@@ -82,7 +86,27 @@ def gantt_view(
     t0 = min(r.start_s for r in window)
     t1 = max(r.end_s for r in window)
     note = f"showing {len(shown)} of {len(all_ranks)} GPUs" if len(shown) < len(all_ranks) else ""
+    if identical:
+        note = f"all {len(all_ranks)} GPUs run this same timeline"
     return GanttView(ranks=tuple(shown), t0_s=t0, t1_s=t1, note=note)
+
+
+def _identical_ranks(records: Sequence[Record]) -> bool:
+    """Whether every rank has the same records at the same times (a symmetric run)."""
+    by_rank: dict[int, list[tuple[str, str, float, float]]] = defaultdict(list)
+    for r in records:
+        by_rank[r.rank].append((r.stream, r.name, r.start_s, r.end_s))
+    first, *rest = (sorted(v) for v in by_rank.values())
+    return all(
+        len(v) == len(first)
+        and all(
+            a[:2] == b[:2]
+            and math.isclose(a[2], b[2], rel_tol=1e-9, abs_tol=1e-12)
+            and math.isclose(a[3], b[3], rel_tol=1e-9, abs_tol=1e-12)
+            for a, b in zip(first, v, strict=True)
+        )
+        for v in rest
+    )
 
 
 def _time_unit(span_s: float) -> tuple[float, str]:

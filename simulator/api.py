@@ -29,6 +29,7 @@ from simulator.errors import ConfigError
 from simulator.fabric import Fabric, build_fabric
 from simulator.lower import lower
 from simulator.memory import MemoryUse, memory_per_gpu
+from simulator.protocols import COMM_SMS
 from simulator.records import Record
 from topologies.gpus import GPUSpec
 from topologies.io import get_topology
@@ -80,6 +81,8 @@ class Result:
     summary: dict[str, Any]
     critical_path: tuple[int, ...]
     rank_labels: dict[int, str]
+    #: (time, "src->dst", bytes/s) each time a link's load changed; only with link_usage=True
+    link_usage: tuple[tuple[float, str, float], ...] = ()
 
     @property
     def latency_s(self) -> float:
@@ -103,6 +106,7 @@ def simulate(
     options: Options | None = None,
     *,
     nodes: int = 1,
+    link_usage: bool = False,
 ) -> Result:
     """Simulate one forward pass of ``model`` split ``layout.tp`` ways on ``topology``."""
     spec = get_model(model) if isinstance(model, str) else model
@@ -126,7 +130,18 @@ def simulate(
     fab = group.fabric(ideal=options.ideal)
     planner = make_planner(fab, group.ring, algo=options.allreduce_algo)
     wall = time.perf_counter()
-    records, events = engine.run(program, layout.tp, planner, fab.capacities)
+    log: list[tuple[float, int, float]] | None = [] if link_usage else None
+    skew = 0.0 if options.ideal or layout.tp < 2 else options.launch_skew_s / (layout.tp - 1)
+    records, events = engine.run(
+        program,
+        layout.tp,
+        planner,
+        fab.capacities,
+        rank_delay_s=[r * skew for r in range(layout.tp)],
+        comm_sms=0 if options.ideal else COMM_SMS,
+        sm_count=group.gpu.sm_count,
+        link_log=log,
+    )
     wall = time.perf_counter() - wall
 
     path = metrics.critical_path(records)
@@ -159,9 +174,11 @@ def simulate(
             "kv_heads_per_gpu": kv_per_gpu,
             "kv_replication": kv_rep,
         },
+        "layers": metrics.breakdown_by_layer(path),
         "engine": {"events": events, "wall_s": wall},
     }
-    return Result(tuple(records), summary, tuple(r.id for r in path), group.labels())
+    usage = tuple((t, "->".join(fab.edges[link]), bps) for t, link, bps in log or ())
+    return Result(tuple(records), summary, tuple(r.id for r in path), group.labels(), usage)
 
 
 def _oom_message(spec: ModelSpec, tp: int, gpu: GPUSpec, mem: MemoryUse) -> str:

@@ -39,6 +39,28 @@ def parse_sizes(text: str) -> list[int]:
     return [parse_size(s) for s in text.split(",") if s.strip()]
 
 
+def parse_ranks(text: str) -> list[int]:
+    try:
+        ranks = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid ranks {text!r} (e.g. 0,1,7)") from None
+    if not ranks or min(ranks) < 0:
+        raise argparse.ArgumentTypeError(f"invalid ranks {text!r}: non-negative integers")
+    return ranks
+
+
+def parse_layers(text: str) -> tuple[int, int]:
+    a, sep, b = text.strip().partition("-") if not text.startswith("-") else (text, "", "")
+    try:
+        lo = int(a)
+        hi = int(b) if sep else lo
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid layers {text!r} (e.g. 0-1 or 3)") from None
+    if hi < lo:
+        raise argparse.ArgumentTypeError(f"invalid layers {text!r}: empty range")
+    return lo, hi
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise ConfigError(f"{self.prog}: {message}")
@@ -60,7 +82,30 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--dtype", choices=("bf16", "fp16", "fp8"))
     run.add_argument("--kv-dtype", choices=("bf16", "fp16", "fp8"))
     run.add_argument("--launch", choices=LAUNCH_MODES, default="graph")
-    run.add_argument("--overlap", choices=OVERLAP_MODES, default="none")
+    run.add_argument(
+        "--overlap",
+        choices=OVERLAP_MODES,
+        default="none",
+        help="chunked: GEMM pieces overlap their collective; microbatch: two "
+        "halves of the batch interleaved",
+    )
+    run.add_argument(
+        "--overlap-chunks",
+        type=int,
+        default=0,
+        help="pieces per GEMM with --overlap chunked (default: the TP degree)",
+    )
+    run.add_argument(
+        "--sequence-parallel",
+        action="store_true",
+        help="reduce-scatter + all-gather instead of each all-reduce",
+    )
+    run.add_argument(
+        "--launch-skew-us",
+        type=float,
+        default=0.0,
+        help="the last rank's host thread starts this much later (us)",
+    )
     run.add_argument("--allreduce-algo", choices=ALLREDUCE_ALGOS, default="auto")
     run.add_argument("--allow-oom", action="store_true", help="simulate a layout that does not fit")
     run.add_argument(
@@ -72,6 +117,14 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--kernel-table", help="CSV of measured GEMM times overriding the roofline")
     run.add_argument("--ideal", action="store_true", help="efficiencies 1, fixed overheads 0")
     run.add_argument("--gantt", type=Path, help="write a Gantt chart (.png or .svg)")
+    run.add_argument(
+        "--gantt-ranks",
+        type=parse_ranks,
+        help="GPUs to draw, e.g. 0,1,7 (default: all up to 8, else 0, 1, last)",
+    )
+    run.add_argument(
+        "--gantt-layers", type=parse_layers, help="layers to zoom on, e.g. 0-1 or 3 (-1: embedding)"
+    )
     run.add_argument("--trace", type=Path, help="write a Chrome/Perfetto trace (.json)")
     run.add_argument("--json", action="store_true", help="print the summary as JSON")
 
@@ -132,10 +185,22 @@ def _run(a: argparse.Namespace) -> int:
         allow_oom=a.allow_oom,
         fused=a.fused,
         kernel_table=a.kernel_table,
+        sequence_parallel=a.sequence_parallel,
+        overlap_chunks=a.overlap_chunks,
+        launch_skew_s=a.launch_skew_us * 1e-6,
     )
     _check_nodes(a.nodes)
-    result = simulate(a.model, a.topology, a.tp, workload, options, nodes=a.nodes)
+    if a.gantt_ranks and max(a.gantt_ranks) >= a.tp:
+        raise ConfigError(f"--gantt-ranks={max(a.gantt_ranks)}: the group has ranks 0-{a.tp - 1}")
+    result = simulate(
+        a.model, a.topology, a.tp, workload, options, nodes=a.nodes, link_usage=a.trace is not None
+    )
     title = report.title(result.summary)
+    if a.gantt and a.gantt_layers:
+        lo, hi = a.gantt_layers
+        last = result.summary["config"]["model"]["num_layers"]
+        if lo > last or hi < -1:
+            raise ConfigError(f"--gantt-layers={lo}-{hi}: the model has layers -1 to {last}")
     if a.trace:
         from simulator.export import chrome_trace, write_json
 
@@ -146,6 +211,7 @@ def _run(a: argparse.Namespace) -> int:
                 title=title,
                 rank_labels=result.rank_labels,
                 critical=result.critical_path,
+                link_usage=result.link_usage,
             ),
         )
     if a.gantt:
@@ -154,6 +220,8 @@ def _run(a: argparse.Namespace) -> int:
         gantt(
             result.records,
             a.gantt,
+            ranks=a.gantt_ranks,
+            layers=a.gantt_layers,
             title=title,
             critical=result.critical_path,
             rank_labels=result.rank_labels,

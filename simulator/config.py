@@ -12,8 +12,8 @@ from models.spec import DTYPE_BYTES
 from simulator.errors import ConfigError
 
 PHASES: tuple[str, ...] = ("prefill", "decode")
-LAUNCH_MODES: tuple[str, ...] = ("eager", "graph")
-OVERLAP_MODES: tuple[str, ...] = ("none",)
+LAUNCH_MODES: tuple[str, ...] = ("eager", "graph", "compiled")
+OVERLAP_MODES: tuple[str, ...] = ("none", "chunked", "microbatch")
 #: Collective algorithms (simulator/collectives.py): auto picks the fastest of all, nccl the
 #: fastest of NCCL's own.
 ALLREDUCE_ALGOS: tuple[str, ...] = (
@@ -103,10 +103,22 @@ class Options:
     allow_oom: bool = False
     fused: bool = True  # fused residual-add + RMSNorm kernels, as vLLM runs them
     kernel_table: str | None = None  # CSV of measured GEMM times (simulator.kernel_table)
+    sequence_parallel: bool = False  # reduce-scatter + all-gather replace each all-reduce
+    overlap_chunks: int = 0  # chunks of a row-parallel GEMM with --overlap chunked; 0: tp
+    launch_skew_s: float = 0.0  # the last rank's host thread starts this much later
 
     def __post_init__(self) -> None:
         _choice("launch", self.launch, LAUNCH_MODES)
-        for flag in ("ideal", "allow_oom", "fused"):
+        if (
+            isinstance(self.overlap_chunks, bool)
+            or not isinstance(self.overlap_chunks, int)
+            or (not 0 <= self.overlap_chunks <= 64)
+        ):
+            raise ConfigError(f"overlap_chunks={self.overlap_chunks!r}: must be 0 (auto) to 64")
+        skew = self.launch_skew_s
+        if isinstance(skew, bool) or not isinstance(skew, int | float) or not 0 <= skew <= 1:
+            raise ConfigError(f"launch_skew_s={skew!r}: must be between 0 and 1 second")
+        for flag in ("ideal", "allow_oom", "fused", "sequence_parallel"):
             if not isinstance(getattr(self, flag), bool):
                 raise ConfigError(f"{flag}={getattr(self, flag)!r}: must be true or false")
         if self.kernel_table is not None:

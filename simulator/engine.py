@@ -70,12 +70,34 @@ class _Box:
         self.event: simpy.Event | None = None
 
 
+class _Kernel:
+    """A compute kernel in flight, whose progress rate changes while a collective runs."""
+
+    __slots__ = ("done", "generation", "rate", "remaining", "since")
+
+    def __init__(self, seconds: float, rate: float, now: float, done: simpy.Event) -> None:
+        self.remaining = seconds  # seconds of work left at full speed
+        self.rate = rate
+        self.since = now
+        self.done = done
+        self.generation = 0
+
+
 class _Run:
     def __init__(
-        self, program: Program, ranks: int, planner: Planner, capacities: Sequence[float]
+        self,
+        program: Program,
+        ranks: int,
+        planner: Planner,
+        capacities: Sequence[float],
+        slowdown: float,
+        link_log: list[tuple[float, int, float]] | None = None,
     ) -> None:
         self.env = simpy.Environment()
-        self.net = Network(self.env, capacities)
+        self.slowdown = slowdown  # compute progress divisor while a collective runs
+        self.comm_busy = [0] * ranks
+        self.running: list[_Kernel | None] = [None] * ranks
+        self.net = Network(self.env, capacities, link_log)
         self.program = program
         self.records: list[Record] = []
         n = len(program.ops)
@@ -190,7 +212,7 @@ class _Run:
             )
             if op.collective is None:
                 start = env.now
-                yield env.timeout(op.seconds)
+                yield self._kernel(rank, op.seconds)
                 rid = self.record(rank, name, i, op, start_s=start, end_s=env.now, cause=cause[0])
                 prev = (rid, env.now)
             else:
@@ -208,6 +230,7 @@ class _Run:
         if sched is None:
             sched = self.schedules[call] = self.planner(call)
         label = f"{sched.algorithm}/{sched.protocol}"
+        self._comm(rank, +1)
         if sched.base_s > 0:
             start = env.now
             yield env.timeout(sched.base_s)
@@ -252,7 +275,41 @@ class _Run:
                 detail=f"{op.detail}; {label} step {s} to {peers}",
             )
             cause = (rid, env.now)
+        self._comm(rank, -1)
         return cause
+
+    # ------------------------------------------------------------------ SM sharing
+    def _kernel(self, rank: int, seconds: float) -> simpy.Event:
+        """A compute kernel's completion; it runs ``slowdown`` times slower while this rank
+        has a collective in flight (the collective holds some of the SMs)."""
+        if self.slowdown == 1.0:
+            return self.env.timeout(seconds)
+        rate = 1.0 / self.slowdown if self.comm_busy[rank] else 1.0
+        k = self.running[rank] = _Kernel(seconds, rate, self.env.now, self.env.event())
+        self._arm(rank, k)
+        return k.done
+
+    def _arm(self, rank: int, k: _Kernel) -> None:
+        k.generation += 1
+        generation = k.generation
+
+        def fire(_e: object) -> None:
+            if self.running[rank] is k and k.generation == generation:
+                self.running[rank] = None
+                k.done.succeed()
+
+        self.env.timeout(k.remaining / k.rate).callbacks.append(fire)
+
+    def _comm(self, rank: int, delta: int) -> None:
+        self.comm_busy[rank] += delta
+        k = self.running[rank]
+        if k is None or self.slowdown == 1.0:
+            return
+        now = self.env.now
+        k.remaining = max(0.0, k.remaining - (now - k.since) * k.rate)
+        k.since = now
+        k.rate = 1.0 / self.slowdown if self.comm_busy[rank] else 1.0
+        self._arm(rank, k)
 
     def _send(self, i: int, s: int, snd: Send, msg: tuple[float, tuple[int, float]]) -> simpy.Event:
         env = self.env
@@ -293,11 +350,18 @@ def run(
     capacities: Sequence[float] = (),
     *,
     rank_delay_s: Sequence[float] | None = None,
+    comm_sms: int = 0,
+    sm_count: int = 1,
+    link_log: list[tuple[float, int, float]] | None = None,
 ) -> tuple[list[Record], int]:
     """Simulate ``program`` on ``ranks`` ranks over links of the given capacities (B/s);
-    ``rank_delay_s[r]`` holds rank r's host thread back before its first launch. Returns the
-    records (in completion order) and the number of SimPy events processed."""
-    r = _Run(program, ranks, planner, capacities)
+    ``rank_delay_s[r]`` holds rank r's host thread back before its first launch; while a
+    collective runs it holds ``comm_sms`` of the ``sm_count`` SMs, and compute kernels that
+    overlap it progress ``sm_count / (sm_count - comm_sms)`` times slower. Returns the
+    records (in completion order) and the number of SimPy events processed; ``link_log``, if
+    given, receives (time, link index, B/s) each time a link's load changes."""
+    slowdown = sm_count / (sm_count - comm_sms) if 0 < comm_sms < sm_count else 1.0
+    r = _Run(program, ranks, planner, capacities, slowdown, link_log)
     delays = rank_delay_s or [0.0] * ranks
     for rank in range(ranks):
         r.env.process(r.cpu(rank, delays[rank]))

@@ -164,6 +164,7 @@ def chrome_trace(
     title: str,
     rank_labels: Mapping[int, str] | None = None,
     critical: Collection[int] = (),
+    link_usage: Sequence[tuple[float, str, float]] = (),
 ) -> dict[str, Any]:
     """Chrome trace (JSON object format) of ``records``, as Perfetto and chrome://tracing read it.
 
@@ -171,7 +172,9 @@ def chrome_trace(
     per stream (cpu = 1, compute = 2, comm = 3). Each record becomes a complete ("X") event
     with ts and dur in microseconds at nanosecond resolution; every launch gets a flow arrow
     to the first record of its op on another stream. ``args.on_critical_path`` is present
-    only when ``critical`` is non-empty. Event order is fixed, so equal inputs give equal JSON.
+    only when ``critical`` is non-empty. ``link_usage`` ((time, link, B/s) samples) becomes
+    one counter track per link ("C" events, GB/s) in a process named "Links". Event order is
+    fixed, so equal inputs give equal JSON.
     """
     crit = frozenset(critical) if critical else None
     slices = sorted((_slice(r, crit) for r in records), key=lambda kv: kv[0])
@@ -180,10 +183,49 @@ def chrome_trace(
             *_metadata(records, rank_labels or {}),
             *(event for _, event in slices),
             *_flows(records),
+            *_counters(link_usage),
         ],
         "displayTimeUnit": "ns",
         "otherData": {"title": title},
     }
+
+
+LINKS_PID = 0  # the process that holds one counter track per link
+
+
+def _counters(samples: Sequence[tuple[float, str, float]]) -> list[dict[str, Any]]:
+    if not samples:
+        return []
+    out: list[dict[str, Any]] = [
+        {
+            "ph": "M",
+            "name": "process_name",
+            "pid": LINKS_PID,
+            "tid": 0,
+            "ts": 0,
+            "args": {"name": "Links (GB/s in use)"},
+        },
+        {
+            "ph": "M",
+            "name": "process_sort_index",
+            "pid": LINKS_PID,
+            "tid": 0,
+            "ts": 0,
+            "args": {"sort_index": 1 << 20},
+        },
+    ]
+    for t, link, bps in samples:
+        out.append(
+            {
+                "ph": "C",
+                "name": link,
+                "pid": LINKS_PID,
+                "tid": 0,
+                "ts": _us(_ns(t)),
+                "args": {"GB/s": round(bps / 1e9, 6)},
+            }
+        )
+    return out
 
 
 def records_csv(records: Sequence[Record]) -> str:

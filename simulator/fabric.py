@@ -37,6 +37,7 @@ class Fabric:
     routes: Routes
     gpu_ranks: tuple[int, ...]
     _index: dict[tuple[str, str], int]
+    edges: list[tuple[str, str]] = field(default_factory=list)  # link index -> (src, dst)
     _paths: dict[tuple[int, int], Path] = field(default_factory=dict)
 
     def path(self, src: int, dst: int) -> Path:
@@ -83,6 +84,7 @@ def build_fabric(routes: Routes, gpu_ranks: Sequence[int], gpu: GPUSpec, *, idea
         routes=routes,
         gpu_ranks=tuple(gpu_ranks),
         _index=index,
+        edges=edges,
     )
 
 

@@ -52,6 +52,23 @@ def breakdown(records: Sequence[Record], path: Sequence[Record] | None = None) -
     return out
 
 
+def breakdown_by_layer(path: Sequence[Record]) -> list[dict[str, Any]]:
+    """The critical path cut by layer: per layer (-1 the embedding, ``num_layers`` the
+    head) the seconds in each category, the gaps before its records as ``idle``, and the
+    regime. The layers' parts add up to :func:`breakdown`'s."""
+    layers: dict[int, dict[str, float]] = {}
+    prev_end = 0.0
+    for rec in path:
+        parts = layers.setdefault(rec.layer, {c: 0.0 for c in (*CATEGORIES, "idle")})
+        parts["idle"] += max(0.0, rec.start_s - prev_end)
+        parts[rec.category] += rec.end_s - rec.start_s
+        prev_end = rec.end_s
+    return [
+        {"layer": layer, "breakdown_s": parts, "regime": regime(parts)}
+        for layer, parts in sorted(layers.items())
+    ]
+
+
 def regime(parts: dict[str, float]) -> str:
     """What bounds the pass: the category with the largest share of the critical path."""
     if not any(parts[c] > 0 for c in CATEGORIES):

@@ -31,8 +31,15 @@ class Flow:
 class Network:
     """Active flows over links with capacities in B/s (indexed 0 .. n-1)."""
 
-    def __init__(self, env: simpy.Environment, capacities: Sequence[float]) -> None:
+    def __init__(
+        self,
+        env: simpy.Environment,
+        capacities: Sequence[float],
+        log: list[tuple[float, int, float]] | None = None,
+    ) -> None:
+        """``log``, if given, receives (time, link, total B/s) whenever a link's load changes."""
         self.env = env
+        self.log = log
         self.capacity = list(capacities)
         self.active: list[Flow] = []
         self.users: dict[int, list[Flow]] = {}
@@ -56,9 +63,12 @@ class Network:
             shared = shared or bool(users)
             users.append(flow)
         if shared:
-            self._assign_rates(self._component([flow]))
+            component = self._component([flow])
+            self._assign_rates(component)
+            self._log(component)
         else:
             flow.rate = min(cap, min(self.capacity[link] for link in links))
+            self._log([flow])
         self._schedule()
         return done
 
@@ -95,8 +105,22 @@ class Network:
                 touched.extend(users)
             f.done.succeed()
         if touched:
-            self._assign_rates(self._component(touched))
+            component = self._component(touched)
+            self._assign_rates(component)
+            self._log(component)
+        if self.log is not None:  # links left idle
+            for f in finished:
+                for link in f.links:
+                    if not self.users[link]:
+                        self.log.append((self.env.now, link, 0.0))
         self._schedule()
+
+    def _log(self, flows: list[Flow]) -> None:
+        if self.log is None:
+            return
+        links = sorted({link for f in flows for link in f.links})
+        for link in links:
+            self.log.append((self.env.now, link, sum(f.rate for f in self.users[link])))
 
     def _component(self, seeds: list[Flow]) -> list[Flow]:
         """The active flows connected to ``seeds`` through shared links (in a stable order)."""

@@ -131,3 +131,11 @@ def link_efficiency(link: str, scaleup_kind: str) -> float:
     if link == "nvlink":
         return NVLINK_EFFICIENCY.get(scaleup_kind, NVLINK_EFFICIENCY["nvlink4"])
     return LINK_EFFICIENCY.get(link, 0.80)
+
+
+#: SMs a collective kernel occupies while it runs: NCCL runs one thread block per channel
+#: on an SM of its own, and uses 16 channels for NVLS and up to 32 for rings on Hopper
+#: (tuning.cc / NCCL_MAX_NCHANNELS); 16 is taken as typical. Compute kernels that run
+#: alongside a collective get the other SMs: a kernel's progress slows by
+#: ``sm_count / (sm_count - COMM_SMS)`` (x1.14 on H100, x1.17 on A100) while it overlaps.
+COMM_SMS = 16

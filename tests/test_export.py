@@ -20,8 +20,20 @@ from simulator.records import Record
 US = 1e-6
 
 
-def rec(i: int, rank: int, stream: str, name: str, kind: str, start_us: float, end_us: float,
-        *, layer: int = 0, op: int = 0, cause: int = -1, site: str = "") -> Record:  # fmt: skip
+def rec(
+    i: int,
+    rank: int,
+    stream: str,
+    name: str,
+    kind: str,
+    start_us: float,
+    end_us: float,
+    *,
+    layer: int = 0,
+    op: int = 0,
+    cause: int = -1,
+    site: str = "",
+) -> Record:
     category = {
         "launch": "launch_overhead",
         "collective": "communication",
@@ -29,10 +41,22 @@ def rec(i: int, rank: int, stream: str, name: str, kind: str, start_us: float, e
         "attention": "memory",
     }.get(kind, "compute")
     return Record(
-        id=i, rank=rank, stream=stream, name=name, kind=kind, category=category, layer=layer,
-        site=site, op=op, start_s=start_us * US, end_s=end_us * US, flops=2.0e9 * (kind == "gemm"),
-        bytes=4096, cause=cause, detail="",
-    )  # fmt: skip
+        id=i,
+        rank=rank,
+        stream=stream,
+        name=name,
+        kind=kind,
+        category=category,
+        layer=layer,
+        site=site,
+        op=op,
+        start_s=start_us * US,
+        end_s=end_us * US,
+        flops=2.0e9 * (kind == "gemm"),
+        bytes=4096,
+        cause=cause,
+        detail="",
+    )
 
 
 def tiny() -> list[Record]:
@@ -44,11 +68,31 @@ def tiny() -> list[Record]:
             rec(b + 0, rank, "cpu", "qkv_proj", "launch", 0.0, 4.0, op=0),
             rec(b + 1, rank, "cpu", "attn_out.allreduce", "launch", 4.0, 8.0, op=1),
             rec(b + 2, rank, "compute", "qkv_proj", "gemm", 4.0, 20.0, op=0, cause=b + 0),
-            rec(b + 3, rank, "comm", "attn_out.allreduce[0]", "collective", 20.0, 26.5, op=1,
-                cause=b + 2, site="attn_out"),
-            rec(b + 4, rank, "comm", "attn_out.allreduce[1]", "collective", 26.5, 33.0, op=1,
-                cause=b + 3, site="attn_out"),
-        ]  # fmt: skip
+            rec(
+                b + 3,
+                rank,
+                "comm",
+                "attn_out.allreduce[0]",
+                "collective",
+                20.0,
+                26.5,
+                op=1,
+                cause=b + 2,
+                site="attn_out",
+            ),
+            rec(
+                b + 4,
+                rank,
+                "comm",
+                "attn_out.allreduce[1]",
+                "collective",
+                26.5,
+                33.0,
+                op=1,
+                cause=b + 3,
+                site="attn_out",
+            ),
+        ]
     return out
 
 
@@ -66,24 +110,57 @@ def layered(ranks: int = 2, layers: int = 2) -> list[Record]:
                 ("attn", "attention", 12.0),
                 ("o_proj", "gemm", 8.0),
             ):
-                launch = rec(len(out), rank, "cpu", name, "launch", cpu_t, cpu_t + 5.0,
-                             layer=layer, op=op)  # fmt: skip
+                launch = rec(
+                    len(out), rank, "cpu", name, "launch", cpu_t, cpu_t + 5.0, layer=layer, op=op
+                )
                 out.append(launch)
                 cpu_t += 5.0
                 start = max(launch.end_s / US, compute_t, comm_t)
-                out.append(rec(len(out), rank, "compute", name, kind, start,
-                               start + dur, layer=layer, op=op, cause=launch.id))  # fmt: skip
+                out.append(
+                    rec(
+                        len(out),
+                        rank,
+                        "compute",
+                        name,
+                        kind,
+                        start,
+                        start + dur,
+                        layer=layer,
+                        op=op,
+                        cause=launch.id,
+                    )
+                )
                 compute_t = start + dur
                 op += 1
-            launch = rec(len(out), rank, "cpu", "attn_out.allreduce", "launch", cpu_t,
-                         cpu_t + 5.0, layer=layer, op=op)  # fmt: skip
+            launch = rec(
+                len(out),
+                rank,
+                "cpu",
+                "attn_out.allreduce",
+                "launch",
+                cpu_t,
+                cpu_t + 5.0,
+                layer=layer,
+                op=op,
+            )
             out.append(launch)
             cpu_t += 5.0
             comm_t = max(compute_t, launch.end_s / US)
             for step in range(2 * (ranks - 1)):
-                out.append(rec(len(out), rank, "comm", f"attn_out.allreduce[{step}]",
-                               "collective", comm_t, comm_t + 6.5, layer=layer, op=op,
-                               site="attn_out"))  # fmt: skip
+                out.append(
+                    rec(
+                        len(out),
+                        rank,
+                        "comm",
+                        f"attn_out.allreduce[{step}]",
+                        "collective",
+                        comm_t,
+                        comm_t + 6.5,
+                        layer=layer,
+                        op=op,
+                        site="attn_out",
+                    )
+                )
                 comm_t += 6.5
             op += 1
     return out
@@ -162,8 +239,19 @@ def test_flow_needs_both_ends() -> None:
 def test_checker_catches_bad_traces() -> None:
     good = chrome_trace(tiny(), title="t")
     events = good["traceEvents"]
-    overlap = [*events, {**events[-1], "ph": "X", "name": "bad", "ts": 10.0, "dur": 15.0,
-                         "pid": 1, "tid": 2, "args": {}}]  # fmt: skip
+    overlap = [
+        *events,
+        {
+            **events[-1],
+            "ph": "X",
+            "name": "bad",
+            "ts": 10.0,
+            "dur": 15.0,
+            "pid": 1,
+            "tid": 2,
+            "args": {},
+        },
+    ]
     assert any("overlaps" in p for p in check_trace_structure({"traceEvents": overlap}))
     no_meta = [e for e in events if e.get("name") != "thread_name"]
     assert any("thread_name" in p for p in check_trace_structure({"traceEvents": no_meta}))
@@ -246,7 +334,13 @@ def test_gantt_rejects_bad_suffix(tmp_path: Path) -> None:
 
 
 def test_gantt_selection_on_16_ranks(tmp_path: Path) -> None:
-    records = layered(16, 4)
+    same = layered(16, 4)
+    collapsed = gantt_view(same)  # every rank runs the same timeline: one is enough
+    assert collapsed.ranks == (0,) and collapsed.note == "all 16 GPUs run this same timeline"
+    # rank r starts r us late (launch skew): ranks differ, so 0, 1 and the last are shown
+    records = [
+        replace(r, start_s=r.start_s + r.rank * US, end_s=r.end_s + r.rank * US) for r in same
+    ]
     default = gantt_view(records)
     assert default.ranks == (0, 1, 15) and default.note == "showing 3 of 16 GPUs"
     picked = gantt_view(records, ranks=[5, 3])

@@ -280,8 +280,11 @@ BAD_CONFIGS = [
     ("not-utf8", b'{"hidden_size": "\xff"}', "not UTF-8"),
     ("not-json", '{"hidden_size": 4096,,}', "line 1 column"),
     ("empty", "", "not valid JSON"),
-    ("nested-nan", _with(rope_scaling={"factor": 0}).replace(": 0}", ": Infinity}"),
-     "rope_scaling.factor=Infinity"),
+    (
+        "nested-nan",
+        _with(rope_scaling={"factor": 0}).replace(": 0}", ": Infinity}"),
+        "rope_scaling.factor=Infinity",
+    ),
     ("top-level-list", "[1, 2]", "top level must be a JSON object, got list"),
     ("nan", _with(intermediate_size=0).replace(": 0,", ": NaN,"), "intermediate_size=NaN"),
     ("infinity", _with(vocab_size=0).replace(": 0,", ": -Infinity,"), "vocab_size=-Infinity"),
@@ -301,12 +304,35 @@ BAD_CONFIGS = [
     ("model-type-not-str", _with(model_type=7), "model_type=7"),
     ("no-model-type", json.dumps({"hidden_size": 8}), "model_type missing"),
     ("gpt2-missing", json.dumps({"model_type": "gpt2", "n_head": 2}), "n_embd missing"),
-    ("gpt2-n-inner", json.dumps({"model_type": "gpt2", "n_embd": 8, "n_head": 2, "n_layer": 1,
-                                 "vocab_size": 10, "n_positions": 8, "n_inner": -1}),
-     "n_inner=-1"),
-    ("opt-missing", json.dumps({"model_type": "opt", "hidden_size": 8, "num_attention_heads": 2,
-                                "num_hidden_layers": 1, "vocab_size": 10}), "ffn_dim missing"),
-]  # fmt: skip
+    (
+        "gpt2-n-inner",
+        json.dumps(
+            {
+                "model_type": "gpt2",
+                "n_embd": 8,
+                "n_head": 2,
+                "n_layer": 1,
+                "vocab_size": 10,
+                "n_positions": 8,
+                "n_inner": -1,
+            }
+        ),
+        "n_inner=-1",
+    ),
+    (
+        "opt-missing",
+        json.dumps(
+            {
+                "model_type": "opt",
+                "hidden_size": 8,
+                "num_attention_heads": 2,
+                "num_hidden_layers": 1,
+                "vocab_size": 10,
+            }
+        ),
+        "ffn_dim missing",
+    ),
+]
 
 
 @pytest.mark.parametrize(

@@ -43,8 +43,15 @@ def kinds_on_path(g: nx.DiGraph, routes: Routes, a: int, b: int) -> list[str]:
 
 def test_gpu_catalog_figures():
     assert set(GPUS) == {
-        "a100-sxm-80gb", "h100-sxm", "h100-pcie", "h200-sxm", "b200", "l40s", "rtx-4090", "mi300x"
-    }  # fmt: skip
+        "a100-sxm-80gb",
+        "h100-sxm",
+        "h100-pcie",
+        "h200-sxm",
+        "b200",
+        "l40s",
+        "rtx-4090",
+        "mi300x",
+    }
     a100 = get_gpu("A100-SXM-80GB")
     assert a100.bf16_flops == 312e12 and a100.fp8_flops is None
     assert a100.hbm_efficiency == pytest.approx(1.68 / 2.0)  # midpoint of 1.61-1.75
@@ -120,8 +127,11 @@ def test_rtx4090_every_copy_bounces_through_a_cpu():
         assert routes.bandwidth_Bps(a, b) == 31.5e9
     # same switch: up to the CPU and back down; PCIe 4 hops x 0.5 µs
     assert routes.path(0, 1) == (
-        ("gpu0", "psw0.up"), ("psw0.up", "cpu0"), ("cpu0", "psw0.down"), ("psw0.down", "gpu1")
-    )  # fmt: skip
+        ("gpu0", "psw0.up"),
+        ("psw0.up", "cpu0"),
+        ("cpu0", "psw0.down"),
+        ("psw0.down", "gpu1"),
+    )
     assert routes.latency_s(0, 1) == pytest.approx(2e-6)
 
 
@@ -242,8 +252,11 @@ def test_ring_order_bad_input():
 def test_load_yaml_pair():
     g = load_topology(DATA / "pair.yaml")
     assert (g.graph["name"], g.graph["nvls"], g.graph["hosts"], g.graph["gpus_per_host"]) == (
-        "two-gpus", False, 1, 2
-    )  # fmt: skip
+        "two-gpus",
+        False,
+        1,
+        2,
+    )
     assert g.nodes["gpu1"]["gpu"] is GPUS["h100-sxm"] and g.nodes["gpu1"]["rank"] == 1
     assert g.edges["gpu1", "gpu0"] == {
         "bandwidth_Bps": 300e9,
