@@ -54,15 +54,32 @@ class Group:
         return {t: self.routes.node(g) for t, g in enumerate(self.gpu_ranks)}
 
 
-def tp_group(topology: nx.DiGraph, size: int) -> Group:
-    """The first ``size`` GPUs of ``topology`` (by rank) as a group, ring-ordered."""
+def tp_group(topology: nx.DiGraph, size: int, per_host: int = 0) -> Group:
+    """The first ``size`` GPUs of ``topology`` (by rank) as a group, ring-ordered; with
+    ``per_host``, the first ``per_host`` GPUs of each host in turn."""
     routes = Routes(topology)
+    name = topology.graph.get("name", "topology")
     if size > routes.num_ranks:
-        name = topology.graph.get("name", "topology")
         raise ConfigError(
             f"tp={size}: larger than the {routes.num_ranks} GPUs of {name} (add hosts with --nodes)"
         )
-    gpu_ranks = tuple(range(size))
+    if per_host:
+        hosts: dict[int, list[int]] = {}
+        for r in range(routes.num_ranks):
+            hosts.setdefault(routes.host(r), []).append(r)
+        if per_host > min(len(v) for v in hosts.values()):
+            raise ConfigError(
+                f"gpus_per_node={per_host}: {name} has {min(len(v) for v in hosts.values())} "
+                "GPUs per host"
+            )
+        if size // per_host > len(hosts):
+            raise ConfigError(
+                f"tp={size} with gpus_per_node={per_host} needs {size // per_host} hosts; "
+                f"{name} has {len(hosts)} (add hosts with --nodes)"
+            )
+        gpu_ranks = tuple(r for h in sorted(hosts)[: size // per_host] for r in hosts[h][:per_host])
+    else:
+        gpu_ranks = tuple(range(size))
     gpus = {topology.nodes[routes.node(g)]["gpu"] for g in gpu_ranks}
     if len(gpus) > 1:
         names = ", ".join(sorted(g.name for g in gpus))
@@ -116,7 +133,7 @@ def simulate(
     options = options or Options()
     gpu_count = sum(1 for _, k in graph.nodes(data="kind") if k == "gpu")
     _check_layout(spec, layout.tp, gpu_count)
-    group = tp_group(graph, layout.tp)
+    group = tp_group(graph, layout.tp, layout.gpus_per_node)
 
     table = kernel_table.load(options.kernel_table) if options.kernel_table else None
     mem = memory_per_gpu(spec, layout.tp, workload, options, group.gpu)
@@ -157,6 +174,7 @@ def simulate(
             "nodes": int(graph.graph.get("hosts", nodes)),
             "gpu": group.gpu.name,
             "tp": layout.tp,
+            "gpus_per_node": layout.gpus_per_node,
             "gpus": [group.routes.node(g) for g in group.gpu_ranks],
             "ring_order": list(group.ring),
             "workload": asdict(workload),

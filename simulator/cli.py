@@ -14,7 +14,15 @@ from typing import Any, NoReturn
 
 from simulator import report
 from simulator.collectives import ALGORITHMS, OPS
-from simulator.config import ALLREDUCE_ALGOS, LAUNCH_MODES, OVERLAP_MODES, PHASES, Options, Workload
+from simulator.config import (
+    ALLREDUCE_ALGOS,
+    LAUNCH_MODES,
+    OVERLAP_MODES,
+    PHASES,
+    Layout,
+    Options,
+    Workload,
+)
 from simulator.errors import INPUT_ERRORS, ConfigError
 from simulator.protocols import LAUNCHERS
 
@@ -75,6 +83,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--topology", required=True, help="catalog name or topology file")
     run.add_argument("--nodes", type=int, default=1, help="hosts joined over the network")
     run.add_argument("--tp", type=int, required=True, help="tensor-parallel degree")
+    run.add_argument(
+        "--gpus-per-node",
+        type=int,
+        default=0,
+        help="GPUs of the group on each host (default: fill each host first)",
+    )
     run.add_argument("--batch", type=int, default=1)
     run.add_argument("--phase", choices=PHASES, default="decode")
     run.add_argument("--prompt-len", type=int, default=512, help="prefill tokens per sequence")
@@ -192,8 +206,15 @@ def _run(a: argparse.Namespace) -> int:
     _check_nodes(a.nodes)
     if a.gantt_ranks and max(a.gantt_ranks) >= a.tp:
         raise ConfigError(f"--gantt-ranks={max(a.gantt_ranks)}: the group has ranks 0-{a.tp - 1}")
+    layout = Layout(a.tp, a.gpus_per_node)
     result = simulate(
-        a.model, a.topology, a.tp, workload, options, nodes=a.nodes, link_usage=a.trace is not None
+        a.model,
+        a.topology,
+        layout,
+        workload,
+        options,
+        nodes=a.nodes,
+        link_usage=a.trace is not None,
     )
     title = report.title(result.summary)
     if a.gantt and a.gantt_layers:

@@ -48,12 +48,22 @@ def _choice(field: str, value: object, allowed: tuple[str, ...]) -> None:
 
 @dataclass(frozen=True)
 class Layout:
-    """How the model is split: ``tp`` GPUs in one tensor-parallel group."""
+    """How the model is split: ``tp`` GPUs in one tensor-parallel group.
+
+    ``gpus_per_node``: take this many GPUs from each host, host after host (0: fill each
+    host before the next), so TP 8 over two hosts with 4 GPUs each is ``Layout(8, 4)``.
+    """
 
     tp: int = 1
+    gpus_per_node: int = 0
 
     def __post_init__(self) -> None:
         _positive_int("tp", self.tp, 4096)
+        g = self.gpus_per_node
+        if isinstance(g, bool) or not isinstance(g, int) or g < 0:
+            raise ConfigError(f"gpus_per_node={g!r}: must be a non-negative integer")
+        if g and self.tp % g:
+            raise ConfigError(f"gpus_per_node={g}: must divide tp={self.tp}")
 
 
 @dataclass(frozen=True)
