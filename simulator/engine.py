@@ -35,6 +35,7 @@ class Send:
     cap_Bps: float  # its own rate limit in wire bytes/s (math.inf: links alone limit it)
     notify: tuple[int, ...]  # ranks whose step waits for its arrival
     peer: int = -1  # destination rank, for the trace (-1: a switch)
+    shift: int = 0  # hosts between sender and receiver, when one host stands for all
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +66,7 @@ class _Box:
     __slots__ = ("event", "msgs", "need")
 
     def __init__(self) -> None:
-        self.msgs: list[tuple[float, tuple[int, float], float]] = []
+        self.msgs: list[tuple[float, tuple[int, float], float, int]] = []
         self.need = 0
         self.event: simpy.Event | None = None
 
@@ -97,6 +98,8 @@ class _Run:
         self.slowdown = slowdown  # compute progress divisor while a collective runs
         self.comm_busy = [0] * ranks
         self.running: list[_Kernel | None] = [None] * ranks
+        self.cause_shift: dict[int, int] = {}  # record id -> hosts away its cause lies
+        self.labels: dict[tuple[str, str, str, int], tuple[list[str], list[str]]] = {}
         self.net = Network(self.env, capacities, link_log)
         self.program = program
         self.records: list[Record] = []
@@ -127,6 +130,15 @@ class _Run:
             base.update(kw)
             kw = base
         self.records.append(Record(id=rid, rank=rank, stream=stream, op=op_index, **kw))
+        return rid
+
+    def op_record(self, rank: int, stream: str, i: int, op: Op, name: str, nbytes: int,
+                  start: float, cause: int, detail: str) -> int:  # fmt: skip
+        """A record of op ``i`` ending now (positional: the engine's hot path)."""
+        rid = len(self.records)
+        self.records.append(Record(rid, rank, stream, name, op.kind, op.category, op.layer,
+                                   op.site, i, start, self.env.now, op.flops, nbytes, cause,
+                                   detail))  # fmt: skip
         return rid
 
     def _launch_record(
@@ -213,7 +225,8 @@ class _Run:
             if op.collective is None:
                 start = env.now
                 yield self._kernel(rank, op.seconds)
-                rid = self.record(rank, name, i, op, start_s=start, end_s=env.now, cause=cause[0])
+                rid = self.op_record(rank, name, i, op, op.name, op.bytes, start, cause[0],
+                                     op.detail)  # fmt: skip
                 prev = (rid, env.now)
             else:
                 prev = yield from self.collective(rank, i, op, cause)
@@ -247,7 +260,9 @@ class _Run:
                 detail=f"{op.detail}; {label} fixed latency",
             )
             cause = (rid, env.now)
-        for s, step in enumerate(sched.steps[rank]):
+        steps = sched.steps[rank]
+        names, details = self._step_labels(op, label, len(steps))
+        for s, step in enumerate(steps):
             ready = env.now
             sent = [self._send(i, s, snd, (ready, cause)) for snd in step.sends]
             yield from sent
@@ -256,27 +271,29 @@ class _Run:
             if len(box.msgs) < step.expect:
                 box.need, box.event = step.expect, env.event()
                 yield box.event
-            start, by = ready, cause
+            start, by, shift = ready, cause, 0
             if box.msgs and box.msgs[-1][2] > own_done:  # a peer's send ended the step
-                peer_start, peer_cause, _ = box.msgs[-1]
+                peer_start, peer_cause, _, peer_shift = box.msgs[-1]
                 if peer_start > ready:
-                    start, by = peer_start, peer_cause
-            peers = ",".join(str(x.peer) for x in step.sends)
-            rid = self.record(
-                rank,
-                "comm",
-                i,
-                op,
-                name=f"{op.name}[{s}]",
-                bytes=sum(x.payload for x in step.sends),
-                start_s=start,
-                end_s=env.now,
-                cause=by[0],
-                detail=f"{op.detail}; {label} step {s} to {peers}",
-            )
+                    start, by, shift = peer_start, peer_cause, peer_shift
+            nbytes = sum(x.payload for x in step.sends)
+            rid = self.op_record(rank, "comm", i, op, names[s], nbytes, start, by[0], details[s])
+            if shift:
+                self.cause_shift[rid] = shift
             cause = (rid, env.now)
         self._comm(rank, -1)
         return cause
+
+    def _step_labels(self, op: Op, label: str, n: int) -> tuple[list[str], list[str]]:
+        """Names and details of a collective's step records (made once per op and shape)."""
+        key = (op.name, op.detail, label, n)
+        got = self.labels.get(key)
+        if got is None:
+            got = self.labels[key] = (
+                [f"{op.name}[{s}]" for s in range(n)],
+                [f"{op.detail}; {label} step {s + 1} of {n}" for s in range(n)],
+            )
+        return got
 
     # ------------------------------------------------------------------ SM sharing
     def _kernel(self, rank: int, seconds: float) -> simpy.Event:
@@ -313,15 +330,17 @@ class _Run:
 
     def _send(self, i: int, s: int, snd: Send, msg: tuple[float, tuple[int, float]]) -> simpy.Event:
         env = self.env
-        arrived = env.event()
+        arrived = env.event()  # the network fires it; delivery runs before anyone resumes
+        if snd.notify:
 
-        def finish(_e: object) -> None:
-            for r in snd.notify:
-                self._deliver(i, r, s, msg)
-            arrived.succeed()
+            def deliver(_e: object) -> None:
+                for r in snd.notify:
+                    self._deliver(i, r, s, msg, snd.shift)
+
+            arrived.callbacks.append(deliver)
 
         def start(_e: object) -> None:
-            self.net.send(snd.links, snd.wire, snd.cap_Bps).callbacks.append(finish)
+            self.net.send(snd.links, snd.wire, snd.cap_Bps, arrived)
 
         if snd.latency_s > 0:
             env.timeout(snd.latency_s).callbacks.append(start)
@@ -329,9 +348,11 @@ class _Run:
             start(None)
         return arrived
 
-    def _deliver(self, i: int, rank: int, s: int, msg: tuple[float, tuple[int, float]]) -> None:
+    def _deliver(
+        self, i: int, rank: int, s: int, msg: tuple[float, tuple[int, float]], shift: int
+    ) -> None:
         box = self._box(i, rank, s)
-        box.msgs.append((msg[0], msg[1], self.env.now))
+        box.msgs.append((msg[0], msg[1], self.env.now, shift))
         if box.event is not None and not box.event.triggered and len(box.msgs) >= box.need:
             box.event.succeed()
 
@@ -353,13 +374,16 @@ def run(
     comm_sms: int = 0,
     sm_count: int = 1,
     link_log: list[tuple[float, int, float]] | None = None,
+    cause_shift: dict[int, int] | None = None,
 ) -> tuple[list[Record], int]:
     """Simulate ``program`` on ``ranks`` ranks over links of the given capacities (B/s);
     ``rank_delay_s[r]`` holds rank r's host thread back before its first launch; while a
     collective runs it holds ``comm_sms`` of the ``sm_count`` SMs, and compute kernels that
     overlap it progress ``sm_count / (sm_count - comm_sms)`` times slower. Returns the
     records (in completion order) and the number of SimPy events processed; ``link_log``, if
-    given, receives (time, link index, B/s) each time a link's load changes."""
+    given, receives (time, link index, B/s) each time a link's load changes; ``cause_shift``,
+    if given, receives for each record whose cause is a record of another host (when one
+    host stands for several, :mod:`simulator.symmetry`) how many hosts away it is."""
     slowdown = sm_count / (sm_count - comm_sms) if 0 < comm_sms < sm_count else 1.0
     r = _Run(program, ranks, planner, capacities, slowdown, link_log)
     delays = rank_delay_s or [0.0] * ranks
@@ -379,6 +403,8 @@ def run(
     if stuck:
         k, i = stuck[0]
         raise RuntimeError(f"deadlock: rank {k} op {i} ({program.ops[i].name}) never finished")
+    if cause_shift is not None:
+        cause_shift.update(r.cause_shift)
     return r.records, events
 
 

@@ -2,30 +2,39 @@
 
 A flow crosses a fixed path of directed links. At every moment each active flow gets its
 max-min fair rate (progressive filling): a link's capacity is split evenly among the
-flows that are not held back elsewhere, and a flow never exceeds its own rate cap. Rates
-are recomputed whenever a flow starts or ends, for the flows that share links with it
-(directly or through others), so two flows over one link take twice as long as one, and
-a PCIe uplink, a socket interconnect or a NIC port shared by several transfers becomes
-the bottleneck it is.
+flows that are not held back elsewhere, and a flow never exceeds its own rate cap. When a
+flow starts or ends, the rates of the flows that share links with it (directly or through
+others) are recomputed and their completions re-timed; a flow alone on its links costs one
+timer and nothing else. So two flows over one link take twice as long as one, and a PCIe
+uplink, a socket interconnect or a NIC port shared by several transfers becomes the
+bottleneck it is.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import simpy
 
 
-@dataclass(eq=False, slots=True)
+def _succeed(event: simpy.Event) -> None:
+    event.succeed()
+
+
 class Flow:
-    links: tuple[int, ...]
-    remaining: float  # bytes still to move
-    cap: float  # the flow's own rate limit, B/s (math.inf if none)
-    done: simpy.Event
-    size: float
-    rate: float = 0.0
+    __slots__ = ("cap", "done", "generation", "links", "rate", "remaining", "since", "size")
+
+    def __init__(self, links: tuple[int, ...], nbytes: float, cap: float, done: simpy.Event,
+                 now: float) -> None:  # fmt: skip
+        self.links = links
+        self.remaining = nbytes  # bytes still to move as of ``since``
+        self.size = nbytes
+        self.cap = cap  # the flow's own rate limit, B/s (math.inf if none)
+        self.done = done
+        self.rate = 0.0
+        self.since = now
+        self.generation = 0
 
 
 class Network:
@@ -39,97 +48,128 @@ class Network:
     ) -> None:
         """``log``, if given, receives (time, link, total B/s) whenever a link's load changes."""
         self.env = env
-        self.log = log
         self.capacity = list(capacities)
-        self.active: list[Flow] = []
-        self.users: dict[int, list[Flow]] = {}
-        self._last = 0.0
-        self._generation = 0
+        self.users: list[list[Flow]] = [[] for _ in self.capacity]
+        self.log = log
+        self._pending: list[Flow] = []  # shared flows started at this instant, not yet rated
 
-    def send(self, links: tuple[int, ...], nbytes: float, cap: float = math.inf) -> simpy.Event:
-        """Start a flow of ``nbytes`` over ``links`` now; the event fires when it has arrived."""
-        done = self.env.event()
+    def send(self, links: tuple[int, ...], nbytes: float, cap: float = math.inf,
+             done: simpy.Event | None = None) -> simpy.Event:  # fmt: skip
+        """Start a flow of ``nbytes`` over ``links`` now; ``done`` (or a new event) fires when
+        it has arrived."""
+        env = self.env
+        if done is None:
+            done = env.event()
         if nbytes <= 0 or (not links and math.isinf(cap)):
             done.succeed()
             return done
         if not links:
-            return self.env.timeout(nbytes / cap)
-        self._advance()
-        flow = Flow(links, float(nbytes), cap, done, float(nbytes))
-        self.active.append(flow)
+            env.timeout(nbytes / cap).callbacks.append(lambda _e: _succeed(done))
+            return done
+        flow = Flow(links, float(nbytes), cap, done, env.now)
+        users = self.users
         shared = False
         for link in links:
-            users = self.users.setdefault(link, [])
-            shared = shared or bool(users)
-            users.append(flow)
-        if shared:
-            component = self._component([flow])
-            self._assign_rates(component)
-            self._log(component)
+            if users[link]:
+                shared = True
+            users[link].append(flow)
+        if shared:  # rate all flows that join at this instant together, once
+            if not self._pending:
+                env.timeout(0).callbacks.append(self._flush)
+            self._pending.append(flow)
         else:
-            flow.rate = min(cap, min(self.capacity[link] for link in links))
-            self._log([flow])
-        self._schedule()
+            rate = cap
+            for link in links:
+                c = self.capacity[link]
+                if c < rate:
+                    rate = c
+            flow.rate = rate
+            self._arm(flow)
+            if self.log is not None:
+                self._log([flow])
         return done
 
     # ---------------------------------------------------------------- internals
-    def _advance(self) -> None:
-        """Move every active flow forward to the current time at its current rate."""
-        dt = self.env.now - self._last
-        if dt > 0:
-            for f in self.active:
-                f.remaining -= f.rate * dt
-        self._last = self.env.now
+    def _arm(self, f: Flow) -> None:
+        f.generation += 1
+        generation = f.generation
+        self.env.timeout(max(0.0, f.remaining / f.rate)).callbacks.append(
+            lambda _e: self._finish(f, generation)
+        )
 
-    def _schedule(self) -> None:
-        self._generation += 1
-        if not self.active:
-            return
-        dt = min(f.remaining / f.rate for f in self.active)
-        generation = self._generation
-        self.env.timeout(max(dt, 0.0)).callbacks.append(lambda _e: self._on_timer(generation))
+    def _flush(self, _e: object) -> None:
+        seeds, self._pending = self._pending, []
+        self._rebalance(seeds)
 
-    def _on_timer(self, generation: int) -> None:
-        if generation != self._generation:
-            return  # the rates changed since this timer was set
-        self._advance()
-        finished = [f for f in self.active if f.remaining <= f.size * 1e-12]
-        if not finished:  # rounding left a sliver: finish the flow closest to done
-            finished = [min(self.active, key=lambda f: f.remaining / f.rate)]
-        touched: list[Flow] = []
-        for f in finished:
-            self.active.remove(f)
+    def _finish(self, f: Flow, generation: int) -> None:
+        if f.generation != generation:
+            return  # re-timed since this timer was set
+        users = self.users
+        if all(len(users[link]) == 1 for link in f.links):  # alone on its links
             for link in f.links:
-                users = self.users[link]
-                users.remove(f)
-                touched.extend(users)
+                users[link].clear()
             f.done.succeed()
-        if touched:
-            component = self._component(touched)
-            self._assign_rates(component)
-            self._log(component)
-        if self.log is not None:  # links left idle
-            for f in finished:
+            if self.log is not None:
                 for link in f.links:
-                    if not self.users[link]:
-                        self.log.append((self.env.now, link, 0.0))
-        self._schedule()
+                    self.log.append((self.env.now, link, 0.0))
+            return
+        flows = self._component([f])
+        self._settle(flows)
+        # every flow of the component that is done by now ends together with f
+        ending = [g for g in flows if g is f or (g.rate > 0 and g.remaining <= g.size * 1e-9)]
+        touched: list[Flow] = []
+        for g in ending:
+            g.generation += 1
+            for link in g.links:
+                sharing = self.users[link]
+                sharing.remove(g)
+                touched.extend(sharing)
+        for g in ending:
+            g.done.succeed()
+        ended = set(map(id, ending))
+        touched = [g for g in touched if id(g) not in ended]
+        if touched:
+            self._rebalance(touched)
+        if self.log is not None:
+            now = self.env.now
+            for link in sorted({link for g in ending for link in g.links}):
+                if not self.users[link]:
+                    self.log.append((now, link, 0.0))
+
+    def _settle(self, flows: list[Flow]) -> None:
+        """Bring ``flows``' remaining bytes up to now at their current rates."""
+        now = self.env.now
+        for f in flows:
+            if f.rate > 0:
+                f.remaining -= f.rate * (now - f.since)
+            f.since = now
+
+    def _rebalance(self, seeds: list[Flow]) -> None:
+        """Re-rate the flows connected to ``seeds`` and re-time their completions."""
+        flows = self._component(seeds)
+        self._settle(flows)
+        old = [f.rate for f in flows]
+        self._assign_rates(flows)
+        for f, before in zip(flows, old, strict=True):
+            if f.rate != before or before == 0:
+                self._arm(f)
+        if self.log is not None:
+            self._log(flows)
 
     def _log(self, flows: list[Flow]) -> None:
-        if self.log is None:
-            return
-        links = sorted({link for f in flows for link in f.links})
-        for link in links:
+        assert self.log is not None
+        for link in sorted({link for f in flows for link in f.links}):
             self.log.append((self.env.now, link, sum(f.rate for f in self.users[link])))
 
     def _component(self, seeds: list[Flow]) -> list[Flow]:
         """The active flows connected to ``seeds`` through shared links (in a stable order)."""
-        seen = {id(f) for f in seeds}
-        out = list(seeds)
+        seen = set(map(id, seeds))
+        out = list(dict.fromkeys(seeds))
         i = 0
+        users = self.users
         while i < len(out):
             for link in out[i].links:
-                for g in self.users[link]:
+                for g in users[link]:
                     if id(g) not in seen:
                         seen.add(id(g))
                         out.append(g)

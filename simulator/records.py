@@ -5,8 +5,7 @@ Field meanings are documented once, in the README ("Records").
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 #: Streams of one rank. A record's ``stream`` is one of these.
 STREAMS: tuple[str, ...] = ("cpu", "compute", "comm")
@@ -18,9 +17,11 @@ KINDS: tuple[str, ...] = ("launch", "gemm", "attention", "elementwise", "collect
 CATEGORIES: tuple[str, ...] = ("compute", "memory", "communication", "launch_overhead")
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
-    """One interval of work on one stream of one rank (times in seconds from t = 0)."""
+class Record(NamedTuple):
+    """One interval of work on one stream of one rank (times in seconds from t = 0).
+
+    An immutable named tuple: millions are made in a large run, and a tuple is the cheapest
+    immutable record Python has (``r._replace(...)`` makes a changed copy)."""
 
     id: int  # position in the engine's record list
     rank: int  # TP rank (0 .. tp-1)
@@ -43,4 +44,4 @@ class Record:
         return self.end_s - self.start_s
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return self._asdict()

@@ -1,0 +1,172 @@
+"""Host symmetry: simulate one host of a group of identical hosts and copy the rest.
+
+A TP group over H identical hosts (``topologies.builders.join_hosts``), g GPUs each, runs
+the same program on every rank. If every collective schedule maps onto itself when every
+rank moves one host over (rank r -> r + g, link ``n{h}.x -> n{h}.y`` -> ``n{h+1}.x ->
+n{h+1}.y``), then host h's timeline is host 0's: ranks in the same position on each host
+are in lockstep. The quotient runs host 0's g ranks alone: a send to rank u lands on rank
+``u mod g`` of host 0, over host 0's image of its links (the flow that really shares those
+links is the image of this one, on every host at once), and remembers how many hosts over
+its true receiver was, so that the copies' causes point at the right host's records.
+"""
+
+from __future__ import annotations
+
+import gc
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from simulator.engine import Planner, Schedule, Send, Step
+from simulator.fabric import Fabric
+from simulator.program import CollectiveCall, Program
+from simulator.records import STREAMS, Record
+
+_HOST = re.compile(r"^n(\d+)\.(.+)$")
+
+
+@dataclass(frozen=True)
+class HostSymmetry:
+    hosts: int  # H
+    per_host: int  # g: ranks simulated
+    shift: dict[int, int]  # link index -> the same link one host over
+    home: dict[int, int]  # link index -> its image on host 0
+
+
+def find(fab: Fabric) -> HostSymmetry | None:
+    """The host rotation of ``fab``'s group, if it has one (identical, host-major hosts)."""
+    if not fab.multi_host:
+        return None
+    hosts = sorted(set(fab.hosts))
+    g = fab.hosts.count(hosts[0])
+    n_hosts = len(hosts)
+    if any(fab.hosts[t] != hosts[t // g] for t in range(fab.ranks)) or fab.ranks != g * n_hosts:
+        return None
+    node_host = {}
+    for t, r in enumerate(fab.gpu_ranks):
+        m = _HOST.match(fab.routes.node(r))
+        if m is None:
+            return None
+        node_host[t] = int(m.group(1))
+    host_ids = [node_host[t * g] for t in range(n_hosts)]
+    if host_ids != list(range(host_ids[0], host_ids[0] + n_hosts)):
+        return None
+    base = host_ids[0]
+    index = {e: i for i, e in enumerate(fab.edges)}
+
+    def move(name: str, by: int) -> str:
+        m = _HOST.match(name)
+        if m is None:
+            return name
+        h = int(m.group(1))
+        if not base <= h < base + n_hosts:
+            return name
+        return f"n{base + (h - base + by) % n_hosts}.{m.group(2)}"
+
+    shift, home = {}, {}
+    for i, (u, v) in enumerate(fab.edges):
+        a, b = index.get((move(u, 1), move(v, 1))), None
+        m = _HOST.match(u) or _HOST.match(v)
+        by = -(int(m.group(1)) - base) if m else 0
+        b = index.get((move(u, by), move(v, by)))
+        if a is None or b is None:
+            return None
+        shift[i], home[i] = a, b
+    return HostSymmetry(n_hosts, g, shift, home)
+
+
+def invariant(sym: HostSymmetry, sched: Schedule) -> bool:
+    """Whether ``sched`` maps onto itself when every rank moves one host over."""
+    p = sym.hosts * sym.per_host
+
+    def moved(s: Send) -> tuple:  # type: ignore[type-arg]
+        return (tuple(sym.shift[x] for x in s.links), s.payload, s.wire, s.latency_s,
+                s.cap_Bps, tuple((r + sym.per_host) % p for r in s.notify))  # fmt: skip
+
+    def key(s: Send) -> tuple:  # type: ignore[type-arg]
+        return (s.links, s.payload, s.wire, s.latency_s, s.cap_Bps, s.notify)
+
+    for t in range(p):
+        u = (t + sym.per_host) % p
+        mine, theirs = sched.steps[t], sched.steps[u]
+        if len(mine) != len(theirs):
+            return False
+        for a, b in zip(mine, theirs, strict=True):
+            if a.expect != b.expect or sorted(map(moved, a.sends)) != sorted(map(key, b.sends)):
+                return False
+    return True
+
+
+def quotient(sym: HostSymmetry, sched: Schedule) -> Schedule:
+    """Host 0's ranks of ``sched``, with sends folded onto host 0 (see the module doc)."""
+    g = sym.per_host
+
+    def fold(s: Send) -> Send:
+        (target,) = s.notify if len(s.notify) == 1 else (s.peer,)
+        return Send(tuple(sym.home[x] for x in s.links), s.payload, s.wire, s.latency_s,
+                    s.cap_Bps, tuple(r % g for r in s.notify), s.peer, target // g)  # fmt: skip
+
+    steps = tuple(
+        tuple(Step(tuple(fold(s) for s in step.sends), step.expect) for step in sched.steps[t])
+        for t in range(g)
+    )
+    return Schedule(sched.algorithm, sched.protocol, sched.base_s, steps)
+
+
+def plan_quotient(sym: HostSymmetry, program: Program, planner: Planner) -> Planner | None:
+    """A planner for host 0 alone, or None if some collective of ``program`` is not
+    host-symmetric."""
+    folded: dict[CollectiveCall, Schedule] = {}
+    for op in program.ops:
+        call = op.collective
+        if call is None or call in folded:
+            continue
+        sched = planner(call)
+        if any(len(s.notify) > 1 for r in sched.steps for st in r for s in st.sends):
+            return None  # a send seen by several ranks (NVLS): one host only anyway
+        if not invariant(sym, sched):
+            return None
+        folded[call] = quotient(sym, sched)
+    return folded.__getitem__
+
+
+_STREAM = {s: i for i, s in enumerate(STREAMS)}
+
+
+def canonical(records: Sequence[Record], cause_shift: Mapping[int, int] | None = None,
+              copies: int = 1, per_host: int = 0) -> list[Record]:  # fmt: skip
+    """Records renumbered in a fixed order: by rank, stream, start, end, op, name; ids are
+    positions and causes follow. With ``copies`` > 1, ``records`` are one host's and each
+    further host gets a copy with ranks moved ``per_host`` over; a record whose cause lay
+    ``cause_shift[id]`` hosts away points at that host's copy."""
+    order = sorted(records, key=lambda r: (r.rank, _STREAM[r.stream], r.start_s, r.end_s,
+                                           r.op, r.name))  # fmt: skip
+    pos = {r.id: k for k, r in enumerate(order)}
+    n = len(order)
+    shifts = cause_shift or {}
+    # per record: (position of its cause or -1, hosts away its cause lies)
+    links = [(pos[r.cause] if r.cause >= 0 else -1, shifts.get(r.id, 0)) for r in order]
+    columns: list[Sequence[Any]] = (
+        list(zip(*order, strict=True)) if order else [()] * len(Record._fields)
+    )
+    ranks, causes = columns[1], [c for c, _ in links]
+    make = Record._make
+    out: list[Record] = []
+    collecting = gc.isenabled()
+    gc.disable()  # millions of new tuples, no cycles: don't let the collector rescan them
+    try:
+        for h in range(copies):
+            moved = h * per_host
+            columns[0] = range(h * n, (h + 1) * n)
+            columns[1] = [r + moved for r in ranks] if moved else ranks
+            columns[13] = (
+                [((h - shift) % copies) * n + c if c >= 0 else -1 for c, shift in links]
+                if copies > 1
+                else causes
+            )
+            out.extend(map(make, zip(*columns, strict=True)))
+    finally:
+        if collecting:
+            gc.enable()
+    return out
