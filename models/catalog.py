@@ -184,14 +184,17 @@ def get_model(name_or_path: str | Path) -> ModelSpec:
     key = name_or_path.strip().lower()
     if key in MODELS:
         return MODELS[key]
-    if Path(name_or_path).exists():
+    try:
+        exists = Path(name_or_path).exists()
+    except OSError:  # e.g. a name longer than the file system allows
+        exists = False
+    if exists:
         return load_hf_config(name_or_path)
     catalog = ", ".join(sorted(MODELS))
+    shown = repr(name_or_path) if len(name_or_path) <= 60 else repr(name_or_path[:57]) + "..."
     if "/" in name_or_path or "\\" in name_or_path or key.endswith(".json"):
         raise ModelError(
-            f"model={name_or_path!r}: no such file or directory (hub ids are not fetched; "
+            f"model={shown}: no such file or directory (hub ids are not fetched; "
             f"give a local config.json, or a catalog name: {catalog})"
         )
-    raise ModelError(
-        f"model={name_or_path!r}: unknown model; catalog: {catalog} or a path to a config.json"
-    )
+    raise ModelError(f"model={shown}: unknown model; catalog: {catalog} or a path to a config.json")

@@ -30,7 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from models.errors import ModelError
-from models.spec import ModelSpec
+from models.spec import MAX_MODEL_DIM, MAX_POSITIONS, ModelSpec
+
+#: A config.json is a few KB; anything above this is not one (and is not read into memory).
+MAX_CONFIG_BYTES = 10 * 10**6
 
 #: HF ``torch_dtype`` strings and the ModelSpec dtype each maps to.
 HF_DTYPES: dict[str, str] = {
@@ -91,6 +94,9 @@ class _Reader:
         if value < minimum:
             kind = "a positive" if minimum == 1 else "a non-negative"
             raise self.fail(key, value, f"must be {kind} integer")
+        limit = MAX_POSITIONS if "position" in key else MAX_MODEL_DIM
+        if value > limit:
+            raise self.fail(key, value, f"must be at most {limit}")
         return value
 
     def boolean(self, key: str, default: bool) -> bool:
@@ -313,16 +319,23 @@ def _model_name(cfg: Any, path: Path) -> str:
 def load_hf_config(path: str | Path) -> ModelSpec:
     """Read a local HF ``config.json`` (a file, or a directory that holds one)."""
     given = Path(path)
-    file = given / "config.json" if given.is_dir() else given
-    where = _where(file)
-    if given.is_dir() and not file.is_file():
-        raise ModelError(f"model={str(given)!r}: directory has no config.json")
     try:
-        raw = file.read_bytes()
+        is_dir = given.is_dir()
+    except OSError as exc:  # e.g. a name longer than the file system allows
+        raise ModelError(f"model={_show(str(given))}: cannot read ({exc.strerror})") from None
+    file = given / "config.json" if is_dir else given
+    where = _where(file)
+    if is_dir and not file.is_file():
+        raise ModelError(f"model={_show(str(given))}: directory has no config.json")
+    try:
+        with file.open("rb") as fh:
+            raw = fh.read(MAX_CONFIG_BYTES + 1)
     except FileNotFoundError:
-        raise ModelError(f"model={str(file)!r}: no such file") from None
+        raise ModelError(f"model={_show(str(file))}: no such file") from None
     except OSError as exc:
-        raise ModelError(f"model={str(file)!r}: cannot read ({exc.strerror})") from None
+        raise ModelError(f"model={_show(str(file))}: cannot read ({exc.strerror})") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ModelError(f"{where}: larger than {MAX_CONFIG_BYTES} bytes; not a config.json")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

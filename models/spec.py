@@ -38,6 +38,12 @@ _POSITIVE_INT_FIELDS = (
     "intermediate_size",
     "vocab_size",
 )
+#: Upper bound of every size field: far above any published model (d = 18432, vocab = 256000,
+#: 126 layers), low enough that parameter, byte and FLOP counts stay exact and finite.
+MAX_MODEL_DIM = 1 << 24
+#: Upper bound of max_position_embeddings (a learned table of that many rows is counted).
+MAX_POSITIONS = 1 << 31
+
 _BOOL_FIELDS = (
     "gated_mlp",
     "tied_embeddings",
@@ -88,10 +94,16 @@ class ModelSpec:
             value = getattr(self, field)
             if not _is_int(value) or value <= 0:
                 raise ModelError(f"{field}={value!r} {where}: must be a positive integer")
+            if value > MAX_MODEL_DIM:
+                raise ModelError(f"{field}={value!r} {where}: must be at most {MAX_MODEL_DIM}")
         mpe = self.max_position_embeddings
         if not _is_int(mpe) or mpe < 0:
             raise ModelError(
                 f"max_position_embeddings={mpe!r} {where}: must be a non-negative integer"
+            )
+        if mpe > MAX_POSITIONS:
+            raise ModelError(
+                f"max_position_embeddings={mpe!r} {where}: must be at most {MAX_POSITIONS}"
             )
         for field in _BOOL_FIELDS:
             value = getattr(self, field)

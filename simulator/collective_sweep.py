@@ -48,6 +48,10 @@ def collective_sweep(
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 2:
         raise ConfigError(f"ranks={ranks!r}: a collective needs at least 2 ranks")
     graph = get_topology(topology, nodes) if isinstance(topology, str) else topology
+    gpus = sum(1 for _, kind in graph.nodes(data="kind") if kind == "gpu")
+    if ranks > gpus:
+        name = graph.graph.get("name", "topology")
+        raise ConfigError(f"ranks={ranks}: larger than the {gpus} GPUs of {name} (add --nodes)")
     group = tp_group(graph, ranks)
     fab = group.fabric(ideal=ideal)
     planner = make_planner(fab, group.ring, algo=algo)

@@ -116,6 +116,7 @@ class Options:
     sequence_parallel: bool = False  # reduce-scatter + all-gather replace each all-reduce
     overlap_chunks: int = 0  # chunks of a row-parallel GEMM with --overlap chunked; 0: tp
     launch_skew_s: float = 0.0  # the last rank's host thread starts this much later
+    max_records: int = 20_000_000  # refuse a run estimated to make more records (api.py)
 
     def __post_init__(self) -> None:
         _choice("launch", self.launch, LAUNCH_MODES)
@@ -128,6 +129,7 @@ class Options:
         skew = self.launch_skew_s
         if isinstance(skew, bool) or not isinstance(skew, int | float) or not 0 <= skew <= 1:
             raise ConfigError(f"launch_skew_s={skew!r}: must be between 0 and 1 second")
+        _positive_int("max_records", self.max_records)
         for flag in ("ideal", "allow_oom", "fused", "sequence_parallel"):
             if not isinstance(getattr(self, flag), bool):
                 raise ConfigError(f"{flag}={getattr(self, flag)!r}: must be true or false")

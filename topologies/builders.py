@@ -32,6 +32,8 @@ __all__ = [
 NODE_KINDS = ("gpu", "nvswitch", "switch", "pcie_switch", "cpu", "nic")
 LINK_KINDS = ("nvlink", "xgmi", "pcie", "upi", "infiniband")
 MAX_NODES = 1024
+#: Nodes plus links of a multi-host join (1024 DGX H100 hosts make about 67,000).
+MAX_JOINED_ITEMS = 1_000_000
 
 # --- bandwidths, bytes/s per direction (raw, before protocol efficiency) -------------
 # PCIe x16 per direction after 128b/130b encoding: gen3 15.75, gen4 31.5, gen5 63 GB/s.
@@ -214,6 +216,12 @@ def join_hosts(host: nx.DiGraph, nodes: int) -> nx.DiGraph:
             "only a one-host topology can be replicated over nodes"
         )
     per_host = sum(1 for _, d in host.nodes(data=True) if d["kind"] == "gpu")
+    size = nodes * (host.number_of_nodes() + host.number_of_edges() + 5 * per_host)
+    if size > MAX_JOINED_ITEMS:
+        raise TopologyError(
+            f"nodes={nodes}: {nodes} copies of {host.graph.get('name')!r} make {size} nodes and "
+            f"links, more than {MAX_JOINED_ITEMS}; use fewer nodes or a smaller host"
+        )
     g = nx.DiGraph(
         name=f"{host.graph['name']}x{nodes}",
         nvls=host.graph.get("nvls", False),

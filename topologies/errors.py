@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import reprlib
 
 __all__ = ["TopologyError", "did_you_mean", "show"]
 
@@ -12,9 +13,21 @@ class TopologyError(ValueError):
     "links[2].bandwidth_GBps=-5 in ring.yaml: must be a positive finite number"."""
 
 
+# Containers are rendered with bounded depth and width: a YAML alias bomb (billion laughs)
+# is a small tree of shared lists whose plain str() would take exponential time and memory.
+_BOUNDED = reprlib.Repr()
+_BOUNDED.maxlevel, _BOUNDED.maxlist, _BOUNDED.maxtuple = 3, 8, 8
+_BOUNDED.maxdict, _BOUNDED.maxset, _BOUNDED.maxstring = 8, 8, 60
+
+
 def show(value: object, limit: int = 60) -> str:
     """A short one-line rendering of a bad value for an error message."""
-    text = repr(value) if isinstance(value, str) else str(value)
+    if isinstance(value, str):
+        text = repr(value[: limit + 1])
+    elif isinstance(value, list | tuple | dict | set | frozenset):
+        text = _BOUNDED.repr(value)
+    else:
+        text = str(value)
     text = " ".join(text.split())  # never more than one line
     return text if len(text) <= limit else text[: limit - 3] + "..."
 

@@ -296,7 +296,8 @@ def gpu_from_dict(d: dict, where: str) -> GPUSpec:
         name=name,
         sm_count=_integer(f["sm_count"], f"{prefix}.sm_count", suffix, 1, 100_000),
         scaleup_kind=kind,
-        pcie_gen=_integer(f["pcie_gen"], f"{prefix}.pcie_gen", suffix, 1, 7),
+        # the generations whose x16 bandwidth topologies.builders knows (NIC links use it)
+        pcie_gen=_integer(f["pcie_gen"], f"{prefix}.pcie_gen", suffix, 3, 6),
         **si,
     )
 

@@ -35,6 +35,7 @@ MAX_FILE_BYTES = 10 * 10**6
 MAX_DEPTH = 50
 MAX_BANDWIDTH_GBPS = 1e6
 MAX_LATENCY_US = 1e6
+MAX_FILE_ITEMS = 100_000  # nodes, and links, in one file (a host of a multi-host join)
 TOP_FIELDS = ("name", "gpus", "nodes", "links", "nvls")
 NODE_FIELDS = ("id", "kind", "type", "rank", "host")
 LINK_FIELDS = ("src", "dst", "bandwidth_GBps", "latency_us", "duplex", "link")
@@ -90,6 +91,10 @@ def _parse_json(text: str, file: str) -> Any:
         raise TopologyError(
             f"JSON syntax error in {file} at line {e.lineno}, column {e.colno}: {e.msg}"
         ) from None
+    except TopologyError:
+        raise
+    except ValueError as e:  # an integer literal past Python's 4300-digit limit
+        raise _err("file", file, f"unreadable number ({show(str(e))})") from None
 
 
 def _yaml_error(e: yaml.YAMLError, file: str) -> TopologyError:
@@ -131,9 +136,13 @@ def _parse(text: str, path: Path, file: str) -> Any:
         return _parse_json(text, file)
     try:
         _scan_yaml(text, file)  # before building any tree
-        return yaml.safe_load(text)
+        return yaml.safe_load(text)  # the safe loader: no tag is ever evaluated
     except yaml.YAMLError as e:
         raise _yaml_error(e, file) from None
+    except TopologyError:
+        raise
+    except ValueError as e:  # an integer literal past Python's 4300-digit limit
+        raise _err("file", file, f"unreadable number ({show(str(e))})") from None
 
 
 # --- schema ------------------------------------------------------------------------------
@@ -159,6 +168,8 @@ def _fields(d: object, allowed: tuple, required: tuple, prefix: str, file: str) 
 def _str(value: object, field: str, file: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise _err(field, file, "must be a non-empty string", value)
+    if not value.isprintable():  # ids and names end up in reports, traces and terminals
+        raise _err(field, file, "must not contain control characters or line breaks", value)
     return value
 
 
@@ -205,6 +216,8 @@ def _gpus(d: object, file: str) -> dict[str, GPUSpec]:
 def _nodes(items: object, gpus: dict[str, GPUSpec], file: str) -> list[tuple[str, dict]]:
     if not isinstance(items, list) or not items:
         raise _err("nodes", file, "must be a non-empty list", items)
+    if len(items) > MAX_FILE_ITEMS:
+        raise _err("nodes", file, f"{len(items)} entries: at most {MAX_FILE_ITEMS}")
     out: list[tuple[str, dict]] = []
     first: dict[str, int] = {}
     for i, item in enumerate(items):
@@ -267,6 +280,8 @@ def _ranks_and_hosts(nodes: list[tuple[str, dict]], file: str) -> None:
 def _links(items: object, nodes: dict[str, dict], file: str) -> list[tuple[str, str, dict]]:
     if not isinstance(items, list):
         raise _err("links", file, "must be a list", items)
+    if len(items) > MAX_FILE_ITEMS:
+        raise _err("links", file, f"{len(items)} entries: at most {MAX_FILE_ITEMS}")
     out: list[tuple[str, str, dict]] = []
     first: dict[tuple[str, str], int] = {}
     for i, item in enumerate(items):
@@ -391,7 +406,11 @@ def get_topology(name_or_path: str, nodes: int = 1) -> nx.DiGraph:
     if isinstance(name_or_path, str) and name_or_path.lower() in TOPOLOGIES:
         return build(name_or_path, nodes)
     p = Path(name_or_path)
-    if p.exists() or p.suffix.lower() in (".yaml", ".yml", ".json") or len(p.parts) > 1:
+    try:
+        exists = p.exists()
+    except OSError:  # e.g. a name longer than the file system allows
+        exists = False
+    if exists or p.suffix.lower() in (".yaml", ".yml", ".json") or len(p.parts) > 1:
         return join_hosts(load_topology(p), nodes)
     raise TopologyError(
         f"topology={show(name_or_path)}: neither a catalog name"
