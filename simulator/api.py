@@ -13,7 +13,7 @@ import networkx as nx
 
 from models.catalog import get_model
 from models.spec import ModelSpec
-from simulator import engine, kernel_table, metrics
+from simulator import engine, kernel_table, metrics, symmetry
 from simulator.collectives import make_planner
 from simulator.config import (
     Layout,
@@ -29,6 +29,7 @@ from simulator.errors import ConfigError
 from simulator.fabric import Fabric, build_fabric
 from simulator.lower import lower
 from simulator.memory import MemoryUse, memory_per_gpu
+from simulator.program import Program
 from simulator.protocols import COMM_SMS
 from simulator.records import Record
 from topologies.gpus import GPUSpec
@@ -124,6 +125,7 @@ def simulate(
     *,
     nodes: int = 1,
     link_usage: bool = False,
+    use_symmetry: bool = True,
 ) -> Result:
     """Simulate one forward pass of ``model`` split ``layout.tp`` ways on ``topology``."""
     spec = get_model(model) if isinstance(model, str) else model
@@ -140,25 +142,37 @@ def simulate(
     if not mem.fits and not options.allow_oom:
         raise ConfigError(_oom_message(spec, layout.tp, group.gpu, mem))
 
+    check_records(records_lower_bound(spec, layout.tp, workload, options), options, "at least")
     prec = precision(options, spec.dtype, group.gpu.fp8_flops is not None)
     dtype = prec.weights  # the resolved --dtype (fp32 checkpoints run in fp16, as vLLM's auto)
     hw = hardware_for(group.gpu, prec.math, ideal=options.ideal, kv_dtype=prec.kv)
     program = lower(spec, layout.tp, workload, options, hw, table)
+    check_records(estimate_records(program, layout.tp), options, "up to")
     fab = group.fabric(ideal=options.ideal)
     planner = make_planner(fab, group.ring, algo=options.allreduce_algo)
     wall = time.perf_counter()
     log: list[tuple[float, int, float]] | None = [] if link_usage else None
     skew = 0.0 if options.ideal or layout.tp < 2 else options.launch_skew_s / (layout.tp - 1)
+    # One host can stand for all when the hosts are identical and nothing tells them apart.
+    sym = None if (skew or link_usage or not use_symmetry) else symmetry.find(fab)
+    quotient = symmetry.plan_quotient(sym, program, planner) if sym else None
+    shifts: dict[int, int] = {}
+    ranks = sym.per_host if (sym and quotient) else layout.tp
     records, events = engine.run(
         program,
-        layout.tp,
-        planner,
+        ranks,
+        quotient or planner,
         fab.capacities,
-        rank_delay_s=[r * skew for r in range(layout.tp)],
+        rank_delay_s=[r * skew for r in range(ranks)],
         comm_sms=0 if options.ideal else COMM_SMS,
         sm_count=group.gpu.sm_count,
         link_log=log,
+        cause_shift=shifts,
     )
+    if sym and quotient:
+        records = symmetry.canonical(records, shifts, sym.hosts, sym.per_host)
+    else:
+        records = symmetry.canonical(records)
     wall = time.perf_counter() - wall
 
     path = metrics.critical_path(records)
@@ -193,10 +207,57 @@ def simulate(
             "kv_replication": kv_rep,
         },
         "layers": metrics.breakdown_by_layer(path),
-        "engine": {"events": events, "wall_s": wall},
+        "engine": {"events": events, "wall_s": wall, "ranks_simulated": ranks},
     }
     usage = tuple((t, "->".join(fab.edges[link]), bps) for t, link, bps in log or ())
     return Result(tuple(records), summary, tuple(r.id for r in path), group.labels(), usage)
+
+
+#: Bytes one record holds in memory, about (see check_records; tests/test_limits.py measures).
+RECORD_BYTES = 450
+#: Pieces a pipelined tree all-reduce may be cut into (simulator.schedules.tree_chunks).
+_TREE_PIECES_MAX = 64
+
+
+def estimate_records(program: Program, tp: int) -> int:
+    """An upper bound on the records ``program`` makes on ``tp`` ranks, known before the run.
+
+    Per rank: the graph replay and the launch-skew record, one record per kernel, one per host
+    launch, and per collective its fixed-latency record plus its steps. A step bound safe for
+    every algorithm: a ring all-reduce takes 2(p-1) steps, a pipelined tree 2(depth + pieces
+    - 1) with depth < p and at most 64 pieces, the others fewer.
+    """
+    steps = 2 * (tp - 1) + 2 * _TREE_PIECES_MAX if tp > 1 else 0
+    per_rank = 2
+    for op in program.ops:
+        per_rank += (op.launch_s > 0) + (1 + steps if op.collective is not None else 1)
+    return tp * per_rank
+
+
+def records_lower_bound(spec: ModelSpec, tp: int, workload: Workload, options: Options) -> int:
+    """Records the run makes at least, known before lowering (so that an absurd request is
+    refused before its program is built): per rank and layer the QKV, attention and
+    activation kernels and the two row-parallel GEMMs, each followed by a collective when
+    tp > 1, in ``parts`` pieces with ``overlap="chunked"``."""
+    parts = 1
+    if tp > 1 and options.overlap == "chunked":
+        parts = max(1, min(options.overlap_chunks or tp, workload.tokens))
+    return tp * spec.num_layers * (3 + 2 * parts * (2 if tp > 1 else 1))
+
+
+def check_records(records: int, options: Options, bound: str = "up to") -> None:
+    """ConfigError when a run would make more than ``options.max_records`` records.
+
+    A record in the result holds about 450 bytes (measured: a 15-field tuple of 160 bytes and
+    its list slot, plus its own floats, ints, step name and detail text), so the default of 20
+    million is about 9 GB: the run is refused up front rather than left to exhaust memory.
+    """
+    if records > options.max_records:
+        raise ConfigError(
+            f"max_records={options.max_records}: this run would make {bound} {records:,} "
+            f"records (about {records * RECORD_BYTES / 1e9:,.0f} GB); lower --tp, the layers "
+            "or --overlap-chunks, or raise --max-records"
+        )
 
 
 def _oom_message(spec: ModelSpec, tp: int, gpu: GPUSpec, mem: MemoryUse) -> str:

@@ -57,8 +57,8 @@ def why_not(fab: Fabric, algo: str, op: str) -> str | None:
             return "works through peer memory inside one host only"
         if p > 8:
             return "supports at most 8 GPUs (as vLLM's custom all-reduce)"
-        if any(fab.path(a, b).link_class != "nvlink" for a in range(p) for b in range(p) if a != b):
-            return "needs NVLink or xGMI between every pair of GPUs"
+        if not all(_peer_access(fab, a, b) for a in range(p) for b in range(p) if a != b):
+            return "needs a direct NVLink/xGMI link or one NVSwitch between every pair of GPUs"
     if algo == "nvls" and fab.nvswitch is None:
         return "needs GPUs on one NVSwitch that reduces in the switch (H100/H200/B200 systems)"
     if algo == "hierarchical":
@@ -68,6 +68,16 @@ def why_not(fab: Fabric, algo: str, op: str) -> str | None:
         if len(set(counts)) > 1 or counts[0] < 2:
             return "needs the same number (at least 2) of GPUs on every host"
     return None
+
+
+def _peer_access(fab: Fabric, a: int, b: int) -> bool:
+    """Whether GPU a can read GPU b's memory over NVLink/xGMI: a direct link, or one hop
+    through an NVSwitch (GPUs do not forward NVLink traffic for each other)."""
+    g = fab.routes.graph
+    edges = fab.routes.path(fab.gpu_ranks[a], fab.gpu_ranks[b])
+    if fab.path(a, b).link_class != "nvlink" or len(edges) > 2:
+        return False
+    return len(edges) == 1 or g.nodes[edges[0][1]].get("kind") == "nvswitch"
 
 
 def ring_set(fab: Fabric, order: Sequence[int]) -> list[list[int]]:

@@ -71,7 +71,7 @@ def test_run_json_has_the_contract_keys(capsys: pytest.CaptureFixture[str]) -> N
     for site in j["communication"]["by_site"].values():
         assert set(site) == {"count", "bytes_sent_per_gpu", "time_s"}
     assert set(j["model_split"]) == {"heads_per_gpu", "kv_heads_per_gpu", "kv_replication"}
-    assert set(j["engine"]) == {"events", "wall_s"}
+    assert {"events", "wall_s"} <= set(j["engine"])
     assert j["tokens_per_s"] == pytest.approx(8 / j["latency_s"])
     assert sum(j["breakdown_s"].values()) == pytest.approx(j["latency_s"], rel=1e-12)
     assert j["regime"] in ("compute-bound", "memory-bound", "communication-bound", "overhead-bound")

@@ -6,8 +6,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from experiments.demo import run_demo
-
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
@@ -32,10 +30,12 @@ def test_python_example_runs() -> None:
     assert result.summary["config"]["tp"] == 8  # type: ignore[attr-defined]
 
 
-def test_demo_writes_three_plots(tmp_path: Path) -> None:
-    lines = list(run_demo(tmp_path))
+def test_demo_writes_its_plots(demo_run: tuple[Path, list[str]]) -> None:
+    tmp_path, lines = demo_run
     pngs = sorted(p.name for p in tmp_path.glob("*.png"))
-    assert pngs == ["breakdown.png", "gantt_tp8.png", "throughput_vs_tp.png"]
+    assert pngs == ["breakdown.png", "gantt_tp8.png", "regime_map.png", "throughput_vs_tp.png"]
+    assert (tmp_path / "tp_batch_sweep.csv").is_file()
+    assert sum(f"wrote {tmp_path / p}" in lines for p in pngs) == 4
     for p in tmp_path.glob("*.png"):
         assert p.read_bytes()[:4] == b"\x89PNG" and p.stat().st_size > 10_000
     assert any("memory-bound" in line or "communication-bound" in line for line in lines)

@@ -1,0 +1,148 @@
+"""Which figures a table of sweep rows gets, and where they go: ``tpsim plot RESULTS``.
+
+Rows are grouped into series: everything but ``tp``, ``batch`` and the placement (``nodes``,
+``gpus_per_node``) equal. Each series gets throughput against TP, a breakdown, a regime map,
+and, when its groups span different numbers of hosts, in-node against cross-node curves.
+Gantt charts are drawn for chosen points (by ``point_id``; default: the fastest fitting
+point of each series), re-simulated from their rows.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from experiments import sweep_plots
+from experiments.grid import point_from_row
+from experiments.plots import gantt
+from simulator.api import simulate
+from simulator.errors import ConfigError
+from simulator.report import title as run_title
+from topologies.io import get_topology
+
+Row = dict[str, Any]
+SERIES = (
+    "model",
+    "topology",
+    "phase",
+    "prompt_len",
+    "context_len",
+    "dtype",
+    "kv_dtype",
+    "launch",
+    "overlap",
+    "allreduce_algo",
+    "sequence_parallel",
+    "ideal",
+)
+GANTT_LAYERS = (0, 1)
+
+
+def _key(row: Row) -> tuple[Any, ...]:
+    return tuple(row.get(k) for k in SERIES)
+
+
+def _order(row: Row) -> tuple[Any, ...]:
+    """Prefer the simplest placement of a (tp, batch): fewest hosts, then nodes."""
+    return (row.get("hosts") or 0, row["nodes"], row["gpus_per_node"], row["point_id"])
+
+
+def _one_per(rows: Iterable[Row], fields: Sequence[str]) -> list[Row]:
+    best: dict[tuple[Any, ...], Row] = {}
+    for r in sorted(rows, key=_order):
+        best.setdefault(tuple(r.get(f) for f in fields), r)
+    return sorted(best.values(), key=lambda r: (r["batch"], r["tp"], _order(r)))
+
+
+def series_title(row: Row) -> str:
+    lengths = (
+        f"prompt {row['prompt_len']}"
+        if row["phase"] == "prefill"
+        else f"context {row['context_len']}"
+    )
+    extras = [f"launch {row['launch']}"]
+    extras += [f"{k} {row[k]}" for k in ("dtype", "kv_dtype") if row.get(k)]
+    extras += [f"overlap {row['overlap']}"] if row["overlap"] != "none" else []
+    extras += ["sequence parallel"] if row.get("sequence_parallel") else []
+    extras += ["ideal"] if row.get("ideal") else []
+    return f"{row['model']} {row['phase']} on {row['topology']} ({lengths}, {', '.join(extras)})"
+
+
+def _slug(row: Row, varying: Sequence[str]) -> str:
+    short = {"prompt_len": "prompt", "context_len": "ctx", "kv_dtype": "kv"}
+    parts = []
+    for k in varying:
+        v = row.get(k)
+        if isinstance(v, bool):
+            parts += [k] if v else []
+        elif v is not None:
+            parts.append(f"{short.get(k, '')}{v}")
+    text = "_".join(parts)
+    return re.sub(r"[^A-Za-z0-9.+-]+", "-", text).strip("-") + "_"
+
+
+def plot_results(
+    rows: Sequence[Row], out: str | Path, *, gantt_ids: Sequence[str] | None = None
+) -> list[Path]:
+    """Write the figures of ``rows`` under ``out`` and return their paths."""
+    out = Path(out)
+    if not rows:
+        raise ConfigError("plot: the results file has no rows")
+    out.mkdir(parents=True, exist_ok=True)
+    groups: dict[tuple[Any, ...], list[Row]] = {}
+    for r in sorted(rows, key=lambda r: (tuple(map(str, _key(r))), _order(r))):
+        groups.setdefault(_key(r), []).append(r)
+    varying = [k for i, k in enumerate(SERIES) if len({g[i] for g in groups}) > 1]
+    written: list[Path] = []
+    for group in groups.values():
+        head = series_title(group[0])
+        prefix = _slug(group[0], varying) if len(groups) > 1 else ""
+        simple = _one_per(group, ("tp", "batch"))
+        plots = [
+            ("throughput_vs_tp", sweep_plots.throughput_vs_tp, simple, head),
+            ("breakdown", sweep_plots.breakdown_bars, _few_batches(simple), head),
+            ("regime_map", sweep_plots.regime_map, simple, f"{head}: regime and tokens/s"),
+        ]
+        placed = _one_per(group, ("tp", "batch", "hosts"))
+        if len({r["hosts"] for r in placed if sweep_plots.ok(r)}) > 1:
+            plots.append(("in_node_vs_cross_node", sweep_plots.in_node_vs_cross_node, placed, head))
+        for name, draw, data, title in plots:
+            path = out / f"{prefix}{name}.png"
+            draw(data, path, title=title)
+            written.append(path)
+        if gantt_ids is None:
+            fitting = [r for r in group if sweep_plots.ok(r)]
+            if fitting:
+                best = max(fitting, key=lambda r: (r["tokens_per_s"], r["point_id"]))
+                written.append(draw_gantt(best, out / f"{prefix}gantt_best.png"))
+    by_id = {r["point_id"]: r for r in rows}
+    for pid in gantt_ids or ():
+        if pid not in by_id:
+            raise ConfigError(f"--gantt={pid}: no row with that point_id in the results")
+        written.append(draw_gantt(by_id[pid], out / f"gantt_{pid}.png"))
+    return written
+
+
+def _few_batches(rows: Sequence[Row]) -> list[Row]:
+    """Rows of at most three batches (the smallest, the middle and the largest that fit)."""
+    batches = sorted({r["batch"] for r in rows if sweep_plots.ok(r)})
+    keep = {batches[0], batches[len(batches) // 2], batches[-1]} if batches else set()
+    return [r for r in rows if r["batch"] in keep]
+
+
+def draw_gantt(row: Row, path: Path) -> Path:
+    """Re-simulate a row's point and draw layers 0-1 of its timeline."""
+    p = point_from_row(row)
+    graph = get_topology(p.topology, p.nodes)
+    r = simulate(p.model, graph, p.layout(), p.workload(), p.options(), nodes=p.nodes)
+    gantt(
+        r.records,
+        path,
+        title=f"{run_title(r.summary)} (layers {GANTT_LAYERS[0]}-{GANTT_LAYERS[1]})",
+        layers=GANTT_LAYERS,
+        critical=r.critical_path,
+        rank_labels=r.rank_labels,
+    )
+    return path

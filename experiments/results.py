@@ -1,0 +1,246 @@
+"""The sweep results file: one row per point, CSV or JSON Lines, appended as points finish.
+
+A row is the point's parameters (with its ``point_id``), then what the simulation gave
+(:data:`RESULT_COLUMNS`) or an ``error``. Rows hold no wall-clock figures, so the same point
+gives the same row text in every run. Each row is one line, written and flushed at once: a
+killed sweep leaves whole rows and at most one partial last line, which :func:`open_results`
+cuts off when resuming.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import math
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+from experiments.grid import POINT_FIELDS
+from simulator.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+BREAKDOWN = ("compute", "memory", "communication", "launch_overhead", "idle")
+MEMORY = (
+    "weights_bytes_per_gpu",
+    "kv_cache_bytes_per_gpu",
+    "activation_bytes_per_gpu",
+    "total_bytes_per_gpu",
+    "capacity_bytes_per_gpu",
+)
+#: What a simulated point adds to its parameters (all empty, and ``error`` set, on failure).
+RESULT_COLUMNS: tuple[str, ...] = (
+    "gpu",
+    "hosts",
+    "latency_s",
+    "tokens_per_s",
+    "tokens_per_s_per_gpu",
+    "regime",
+    *(f"{c}_s" for c in BREAKDOWN),
+    "fits",
+    *MEMORY,
+    "collectives",
+    "comm_bytes_per_gpu",
+    "error",
+)
+COLUMNS: tuple[str, ...] = ("point_id", *POINT_FIELDS, *RESULT_COLUMNS)
+
+INT_COLUMNS = frozenset(
+    {"nodes", "gpus_per_node", "tp", "batch", "prompt_len", "context_len", "hosts"}
+    | set(MEMORY)
+    | {"collectives", "comm_bytes_per_gpu"}
+)
+FLOAT_COLUMNS = frozenset(
+    {"latency_s", "tokens_per_s", "tokens_per_s_per_gpu", *(f"{c}_s" for c in BREAKDOWN)}
+)
+BOOL_COLUMNS = frozenset({"sequence_parallel", "ideal", "fits"})
+FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
+
+
+def result_format(path: str | Path) -> str:
+    fmt = FORMATS.get(Path(path).suffix.lower())
+    if fmt is None:
+        raise ConfigError(f"results file {str(path)!r}: must end in .csv or .jsonl")
+    return fmt
+
+
+def full_row(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Every column in order (missing ones None); non-finite floats become None."""
+    row = {c: values.get(c) for c in COLUMNS}
+    for c in FLOAT_COLUMNS:
+        v = row[c]
+        if isinstance(v, float) and not math.isfinite(v):
+            row[c] = None
+    if isinstance(row["error"], str):
+        row["error"] = " ".join(row["error"].split())  # one line, whatever the message was
+    return row
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return repr(v)
+    return str(v)
+
+
+def format_row(row: Mapping[str, Any], fmt: str) -> str:
+    """One row as one line of text (no newline), the same bytes for the same row."""
+    row = full_row(row)
+    if fmt == "jsonl":
+        return json.dumps(row, separators=(",", ":"), allow_nan=False)
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="").writerow([_cell(row[c]) for c in COLUMNS])
+    return buf.getvalue()
+
+
+def csv_header() -> str:
+    return ",".join(COLUMNS)
+
+
+def _typed(raw: Mapping[str, str]) -> dict[str, Any]:
+    row: dict[str, Any] = {}
+    for c in COLUMNS:
+        v = raw.get(c, "")
+        if v == "" and c != "error":
+            row[c] = None
+        elif c in INT_COLUMNS:
+            row[c] = int(v)
+        elif c in FLOAT_COLUMNS:
+            row[c] = float(v)
+        elif c in BOOL_COLUMNS:
+            row[c] = v == "true"
+        else:
+            row[c] = v or None
+    return row
+
+
+def parse_line(line: str, fmt: str) -> dict[str, Any]:
+    """A row back from its line (ValueError if the line is not a row)."""
+    if fmt == "jsonl":
+        obj = json.loads(line)
+        if not isinstance(obj, dict):
+            raise ValueError("not a JSON object")
+        return full_row(obj)
+    (cells,) = list(csv.reader([line]))
+    if len(cells) != len(COLUMNS):
+        raise ValueError(f"{len(cells)} fields, expected {len(COLUMNS)}")
+    return _typed(dict(zip(COLUMNS, cells, strict=True)))
+
+
+def _lines(path: Path, fmt: str) -> Iterator[tuple[int, str]]:
+    """(line number, text) of every complete line, header excluded, blank lines skipped."""
+    with path.open(encoding="utf-8", newline="") as f:
+        for number, line in enumerate(f, 1):
+            if not line.endswith("\n"):
+                return  # a partial last line: not a row
+            line = line.rstrip("\r\n")
+            if number == 1 and fmt == "csv":
+                if line != csv_header():
+                    raise ConfigError(
+                        f"results file {path}: its header is not this version's columns "
+                        "(start a new file)"
+                    )
+                continue
+            if line.strip():
+                yield number, line
+
+
+def read_rows(path: str | Path) -> list[dict[str, Any]]:
+    """Every whole row of a results file, in file order (a partial last line is ignored)."""
+    p = Path(path)
+    fmt = result_format(p)
+    if not p.is_file():
+        raise ConfigError(f"results file {path}: no such file")
+    rows = []
+    for number, line in _lines(p, fmt):
+        try:
+            rows.append(parse_line(line, fmt))
+        except (ValueError, KeyError) as exc:
+            raise ConfigError(f"results file {path}: line {number} is not a row ({exc})") from None
+    return rows
+
+
+class ResultsWriter:
+    """Appends rows to a results file, one flushed line each."""
+
+    def __init__(self, path: Path, fmt: str, f: IO[str]) -> None:
+        self.path, self.fmt, self._f = path, fmt, f
+        self.written = 0
+
+    def write(self, row: Mapping[str, Any]) -> None:
+        self._f.write(format_row(row, self.fmt) + "\n")
+        self._f.flush()
+        self.written += 1
+
+    def close(self) -> None:
+        self._f.close()
+
+    def __enter__(self) -> ResultsWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def check_output(path: str | Path, *, resume: bool, overwrite: bool) -> None:
+    """Refuse an output path before the sweep runs (no file is created here)."""
+    p = Path(path)
+    result_format(p)
+    if not p.parent.is_dir():
+        raise ConfigError(f"--out={path}: folder {p.parent} does not exist")
+    if p.exists() and not p.is_file():
+        raise ConfigError(f"--out={path}: not a regular file")
+    if p.exists() and not (resume or overwrite):
+        raise ConfigError(
+            f"--out={path}: already exists; pass --resume to continue it or --overwrite"
+        )
+
+
+def open_results(
+    path: str | Path, *, resume: bool, overwrite: bool = False
+) -> tuple[ResultsWriter, set[str]]:
+    """Open ``path`` for appending and return the writer and the point ids already in it.
+
+    Resuming cuts a partial last line (left by a killed sweep) off the file first.
+    """
+    p = Path(path)
+    fmt = result_format(p)
+    check_output(p, resume=resume, overwrite=overwrite)
+    done: set[str] = set()
+    fresh = not (resume and p.exists())
+    if not fresh:
+        _truncate_partial_line(p)
+        if p.stat().st_size == 0:
+            fresh = True
+        else:
+            done = {r["point_id"] for r in read_rows(p)}
+    f = p.open("w" if fresh else "a", encoding="utf-8", newline="")
+    if fresh and fmt == "csv":
+        f.write(csv_header() + "\n")
+        f.flush()
+    return ResultsWriter(p, fmt, f), done
+
+
+def _truncate_partial_line(path: Path) -> None:
+    data = path.read_bytes()
+    keep = data.rfind(b"\n") + 1
+    if keep < len(data):
+        log.warning("%s: dropping a partial last line (%d bytes)", path, len(data) - keep)
+        with path.open("r+b") as f:
+            f.truncate(keep)
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def results_text(rows: Iterable[Mapping[str, Any]], fmt: str) -> str:
+    """A whole results file as text (a header for CSV, then one line per row)."""
+    lines = [csv_header()] if fmt == "csv" else []
+    lines += [format_row(r, fmt) for r in rows]
+    return "\n".join(lines) + "\n"
