@@ -188,6 +188,12 @@ def precision(options: Options, model_dtype: str, fp8_tensor_cores: bool) -> Pre
     return Precision("fp8", act, act, kv, act)  # W8A16: no fp8 tensor cores (A100)
 
 
+def check_nodes(nodes: int) -> None:
+    """``--nodes``: how many hosts to join (1 to 1024)."""
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or not 1 <= nodes <= 1024:
+        raise ConfigError(f"nodes={nodes}: must be between 1 and 1024")
+
+
 def valid_tp_degrees(num_heads: int, num_kv_heads: int, limit: int) -> list[int]:
     """TP degrees up to ``limit`` that split the heads evenly (KV heads split or replicate)."""
     return [p for p in range(1, limit + 1) if tp_problem(p, num_heads, num_kv_heads) is None]

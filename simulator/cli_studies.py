@@ -1,0 +1,202 @@
+"""The study sub-commands of ``tpsim``: demo, sweep, plot, check-claim, study, bench.
+
+Thin: each parses its flags and calls experiments/, which imports matplotlib only there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from simulator.config import PHASES, Layout, Workload, check_nodes
+from simulator.errors import ConfigError
+
+#: Named studies of experiments/studies.py (kept here so that --help imports nothing heavy).
+STUDY_NAMES = ("worked_examples", "tp_batch_sweep", "in_node_vs_cross_node", "launch_overhead")
+
+
+def add_study_parsers(sub: Any) -> None:
+    """Sub-commands of experiments/: demo, sweep, plot, check-claim, study, bench."""
+    demo = sub.add_parser("demo", help="run the headline study and write its plots")
+    demo.add_argument("--out", type=Path, default=Path("tpsim-demo"))
+
+    sw = sub.add_parser("sweep", help="simulate a grid of points, one row each, to CSV/JSONL")
+    sw.add_argument("--grid", type=Path, help="YAML grid file (instead of the grid flags)")
+    lists = "comma-separated list"
+    for flag in ("--model", "--topology", "--nodes", "--gpus-per-node", "--tp", "--batch"):
+        sw.add_argument(flag, help=lists)
+    for flag in ("--phase", "--prompt-len", "--context-len", "--dtype", "--kv-dtype"):
+        sw.add_argument(flag, help=lists)
+    for flag in ("--launch", "--overlap", "--allreduce-algo"):
+        sw.add_argument(flag, help=lists)
+    for flag in ("--sequence-parallel", "--ideal"):
+        sw.add_argument(flag, nargs="?", const="true", help="alone: true; or a list: false,true")
+    sw.add_argument("--out", type=Path, required=True, help="results file (.csv or .jsonl)")
+    sw.add_argument("--resume", action="store_true", help="skip the points already in --out")
+    sw.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    sw.add_argument("--jobs", type=int, help="worker processes (default: CPUs, at most 8)")
+    sw.add_argument("--scheduler", help="run on a Dask cluster: tcp://HOST:PORT")
+    sw.add_argument("--plots", type=Path, help="also write the plots to this folder")
+    sw.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    pl = sub.add_parser("plot", help="plots of a sweep results file")
+    pl.add_argument("results", type=Path, help="results file of tpsim sweep (.csv or .jsonl)")
+    pl.add_argument("--out", type=Path, default=Path("tpsim-plots"), help="folder for the PNGs")
+    pl.add_argument("--gantt", help="point_ids to draw Gantt charts of (default: the fastest)")
+
+    cc = sub.add_parser("check-claim", help="is a claimed tokens/s possible? (a lower bound)")
+    cc.add_argument("--model", required=True)
+    cc.add_argument("--topology", required=True)
+    cc.add_argument("--nodes", type=int, default=1)
+    cc.add_argument("--tp", type=int, required=True)
+    cc.add_argument("--gpus-per-node", type=int, default=0)
+    cc.add_argument("--batch", type=int, default=1)
+    cc.add_argument("--phase", choices=PHASES, default="decode")
+    cc.add_argument("--prompt-len", type=int, default=512)
+    cc.add_argument("--context-len", type=int, default=1024)
+    cc.add_argument("--dtype", choices=("bf16", "fp16", "fp8"))
+    cc.add_argument("--kv-dtype", choices=("bf16", "fp16", "fp8"))
+    cc.add_argument("--tokens-per-s", type=float, required=True, help="the claimed throughput")
+    cc.add_argument("--json", action="store_true")
+
+    st = sub.add_parser("study", help="run a named study of experiments/")
+    st.add_argument("name", choices=STUDY_NAMES)
+    st.add_argument("--out", type=Path, help="folder for its rows (CSV) and plots")
+    st.add_argument("--jobs", type=int, help="worker processes (default: CPUs, at most 8)")
+    st.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+    be = sub.add_parser("bench", help="how fast tpsim simulates, against bare SimPy")
+    be.add_argument("--out", type=Path, default=Path("tpsim-bench"))
+    be.add_argument("--quick", action="store_true", help="skip the scaling runs")
+
+
+def _demo(a: argparse.Namespace) -> int:
+    from experiments.demo import run_demo
+
+    for line in run_demo(a.out):
+        print(line)
+    return 0
+
+
+def _sweep(a: argparse.Namespace) -> int:
+    from experiments.grid import AXES, describe, grid_from_flags, grid_from_yaml
+    from experiments.results import check_output
+    from experiments.sweep import run_sweep
+
+    flags = {key: getattr(a, key) for key in AXES}
+    if a.grid:
+        given = [k for k, v in flags.items() if v is not None]
+        if given:
+            flag = "--" + given[0].replace("_", "-")
+            raise ConfigError(f"{flag}: give the grid in --grid={a.grid} or as flags, not both")
+        points = grid_from_yaml(a.grid)
+    else:
+        points = grid_from_flags(flags)
+    check_output(a.out, resume=a.resume, overwrite=a.overwrite)
+    if a.plots and not a.plots.parent.is_dir():
+        raise ConfigError(f"--plots={a.plots}: folder {a.plots.parent} does not exist")
+    print(f"tpsim sweep: {describe(points)} -> {a.out}", file=sys.stderr)
+    try:
+        done = run_sweep(
+            points,
+            a.out,
+            jobs=a.jobs,
+            scheduler=a.scheduler,
+            resume=a.resume,
+            overwrite=a.overwrite,
+            progress=not a.quiet,
+        )
+    except KeyboardInterrupt:
+        print(
+            f"tpsim: sweep interrupted; the rows so far are in {a.out}; "
+            "rerun with --resume to finish",
+            file=sys.stderr,
+        )
+        return 130
+    print(
+        f"{done.ran} points simulated ({done.skipped} already in the file), {done.errors} "
+        f"errors, {done.not_fitting} not fitting in memory: {done.path}"
+    )
+    if a.plots:
+        _plot_files(done.path, a.plots, None)
+    return 0
+
+
+def _plot_files(results: Path, out: Path, gantt: str | None) -> None:
+    from experiments.figures import plot_results
+    from experiments.results import read_rows
+
+    ids = [x.strip() for x in gantt.split(",") if x.strip()] if gantt is not None else None
+    for path in plot_results(read_rows(results), out, gantt_ids=ids):
+        print(f"wrote {path}")
+
+
+def _plot(a: argparse.Namespace) -> int:
+    if not a.out.parent.is_dir():
+        raise ConfigError(f"--out={a.out}: folder {a.out.parent} does not exist")
+    _plot_files(a.results, a.out, a.gantt)
+    return 0
+
+
+def _check_claim(a: argparse.Namespace) -> int:
+    from experiments.claim import check_claim, lower_bound, verdict_text
+
+    check_nodes(a.nodes)
+    workload = Workload(a.batch, a.phase, a.prompt_len, a.context_len)
+    bound = lower_bound(
+        a.model,
+        a.topology,
+        Layout(a.tp, a.gpus_per_node),
+        workload,
+        dtype=a.dtype,
+        kv_dtype=a.kv_dtype,
+        nodes=a.nodes,
+    )
+    verdict = check_claim(a.tokens_per_s, bound)
+    if a.json:
+        print(json.dumps(verdict.to_dict(), indent=2, allow_nan=False))
+    else:
+        print(verdict_text(verdict))
+    return 0
+
+
+def _study(a: argparse.Namespace) -> int:
+    from experiments.studies import STUDIES
+    from experiments.sweep import default_jobs
+
+    if a.jobs is not None and not 1 <= a.jobs <= 1024:
+        raise ConfigError(f"--jobs={a.jobs}: must be between 1 and 1024")
+    if a.out and not a.out.parent.is_dir():
+        raise ConfigError(f"--out={a.out}: folder {a.out.parent} does not exist")
+    study = STUDIES[a.name](a.out, jobs=a.jobs or default_jobs())
+    if a.json:
+        plots = [str(p) for p in study.plots]
+        print(json.dumps({"study": study.name, "summary": study.summary, "plots": plots}, indent=2))
+    else:
+        print("\n".join(study.lines))
+        for path in study.plots:
+            print(f"wrote {path}")
+    return 0
+
+
+def _bench(a: argparse.Namespace) -> int:
+    from experiments.bench import run
+
+    if not a.out.parent.is_dir():
+        raise ConfigError(f"--out={a.out}: folder {a.out.parent} does not exist")
+    for line in run(a.out, a.quick):
+        print(line, flush=True)
+    return 0
+
+
+STUDY_COMMANDS = {
+    "demo": _demo,
+    "sweep": _sweep,
+    "plot": _plot,
+    "check-claim": _check_claim,
+    "study": _study,
+    "bench": _bench,
+}

@@ -1,0 +1,54 @@
+"""One host standing for identical hosts gives exactly the full simulation's records."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from models.catalog import get_model
+from simulator import Options, Workload, simulate
+from simulator.cli_studies import STUDY_NAMES
+
+
+@pytest.mark.parametrize(
+    ("options", "gpus_per_node"),
+    [
+        (Options(allreduce_algo="ring"), 0),  # the ring crosses the network twice
+        (Options(), 0),  # auto: hierarchical / multi-ring
+        (Options(overlap="microbatch", launch="eager"), 0),
+        (Options(allreduce_algo="tree"), 4),  # TP 8 as 4 + 4
+    ],
+)
+def test_collapsed_run_equals_the_full_one(options: Options, gpus_per_node: int) -> None:
+    model = dataclasses.replace(get_model("llama-3.1-70b"), num_layers=3)
+    tp = 16 if not gpus_per_node else 8
+    from simulator.config import Layout
+
+    layout = Layout(tp, gpus_per_node)
+    wl = Workload(8, "decode", context_len=512)
+    fast = simulate(model, "dgx-h100", layout, wl, options, nodes=2)
+    full = simulate(model, "dgx-h100", layout, wl, options, nodes=2, use_symmetry=False)
+    assert fast.summary["engine"]["ranks_simulated"] == tp // 2
+    assert full.summary["engine"]["ranks_simulated"] == tp
+    assert fast.records == full.records
+    assert fast.critical_path == full.critical_path
+    a, b = dict(fast.summary), dict(full.summary)
+    a.pop("engine")
+    b.pop("engine")
+    assert a == b
+
+
+def test_skew_or_one_host_is_not_collapsed() -> None:
+    model = dataclasses.replace(get_model("llama-3.1-8b"), num_layers=2)
+    wl = Workload(4, "decode", context_len=128)
+    one = simulate(model, "dgx-h100", 8, wl)
+    assert one.summary["engine"]["ranks_simulated"] == 8
+    skew = simulate(model, "dgx-h100", 16, wl, Options(launch_skew_s=1e-5), nodes=2)
+    assert skew.summary["engine"]["ranks_simulated"] == 16
+
+
+def test_study_names_match_the_studies() -> None:
+    from experiments.studies import STUDIES
+
+    assert tuple(STUDIES) == STUDY_NAMES
