@@ -120,9 +120,16 @@ def _pool_rows(points: Sequence[Point], jobs: int, evaluate: Evaluate) -> Iterat
         try:
             inflight: dict[Future[list[Row]], list[Point]] = {}
             while queue or inflight:
-                while queue and len(inflight) < 2 * jobs:
+                while queue and len(inflight) < 2 * jobs and not suspects:
                     batch = queue.popleft()
-                    inflight[pool.submit(run_batch, evaluate, batch)] = batch
+                    try:
+                        inflight[pool.submit(run_batch, evaluate, batch)] = batch
+                    except BrokenProcessPool:  # a worker died since the last wait
+                        suspects += batch
+                if suspects:
+                    for batch in inflight.values():
+                        suspects += batch
+                    break
                 done, _ = wait(inflight, return_when=FIRST_COMPLETED)
                 for f in done:
                     batch = inflight.pop(f)

@@ -162,25 +162,15 @@ def tree(
 
 
 def tree_chunks(fab: Fabric, half: int, depth: int, proto: Protocol, order: Sequence[int]) -> int:
-    """The pipeline depth (1 to 64 pieces) that makes the tree fastest by :func:`predict`;
-    the time is convex in it (``(d + k - 1)(a + N/(kB))``), so a ternary search finds it."""
+    """The pipeline depth (1 to 64 pieces) that makes the tree fastest: with ``a`` the
+    slowest step's latency and ``b`` its busiest link time with the data in one piece,
+    ``2 (d + k - 1)(a + b / k)``, minimised over k (one schedule built, not 64)."""
     if depth <= 1 or half <= 0:
         return 1
-    lo, hi = 1, 64
-    cost: dict[int, float] = {}
-
-    def time_with(k: int) -> float:
-        if k not in cost:
-            cost[k] = predict(fab, tree(fab, 2 * half, proto, order, chunks=k))
-        return cost[k]
-
-    while hi - lo > 2:
-        a, b = lo + (hi - lo) // 3, hi - (hi - lo) // 3
-        if time_with(a) <= time_with(b):
-            hi = b
-        else:
-            lo = a
-    return min(range(lo, hi + 1), key=lambda k: (time_with(k), k))
+    steps = step_costs(fab, tree(fab, 2 * half, proto, order, chunks=1))
+    alpha = max(lat for lat, _ in steps)
+    busy = max(b for _, b in steps)
+    return min(range(1, 65), key=lambda k: (2 * (depth + k - 1) * (alpha + busy / k), k))
 
 
 # ---------------------------------------------------------------------------- peer memory
@@ -289,7 +279,12 @@ def predict(fab: Fabric, sched: Schedule) -> float:
     """Closed-form time of a schedule when every rank starts together and steps stay in
     lockstep: the base latency plus, per step, the longest latency and the heaviest link
     load (bytes over capacity) or the slowest capped flow."""
-    total = sched.base_s
+    return sched.base_s + sum(lat + busy for lat, busy in step_costs(fab, sched))
+
+
+def step_costs(fab: Fabric, sched: Schedule) -> list[tuple[float, float]]:
+    """Per step: the longest latency, and the time of the busiest link or capped flow."""
+    out = []
     for s in range(max(len(r) for r in sched.steps)):
         load: dict[int, float] = {}
         latency = 0.0
@@ -303,5 +298,5 @@ def predict(fab: Fabric, sched: Schedule) -> float:
                 for link in snd.links:
                     load[link] = load.get(link, 0.0) + snd.wire
         busy = max((b / fab.capacities[k] for k, b in load.items()), default=0.0)
-        total += latency + max(busy, capped)
-    return total
+        out.append((latency, max(busy, capped)))
+    return out

@@ -28,16 +28,47 @@ _HOST = re.compile(r"^n(\d+)\.(.+)$")
 
 @dataclass(frozen=True)
 class HostSymmetry:
-    hosts: int  # H
-    per_host: int  # g: ranks simulated
-    shift: dict[int, int]  # link index -> the same link one host over
-    home: dict[int, int]  # link index -> its image on host 0
+    """A rotation of the group's ranks by ``per_host`` that the hardware does not notice.
+
+    ``hosts`` copies of ``per_host`` ranks: identical hosts (rotate by one host), or one
+    host whose GPUs all sit alike on one switch or mesh (rotate by one GPU: ``per_host`` 1).
+    """
+
+    hosts: int  # copies: the order of the rotation
+    per_host: int  # ranks simulated
+    shift: dict[int, int]  # link index -> the same link one rotation step over
+    home: dict[int, int]  # link index -> the representative of its orbit
+    free: frozenset[int]  # links whose orbit has ``hosts`` distinct links
 
 
 def find(fab: Fabric) -> HostSymmetry | None:
-    """The host rotation of ``fab``'s group, if it has one (identical, host-major hosts)."""
-    if not fab.multi_host:
+    """The rotation of ``fab``'s group, if it has one: by host across identical hosts, or
+    by GPU inside a host whose GPUs are interchangeable."""
+    sigma = _host_rotation(fab) if fab.multi_host else _gpu_rotation(fab)
+    if sigma is None:
         return None
+    node_map, copies, per = sigma
+    index = {e: i for i, e in enumerate(fab.edges)}
+    shift: dict[int, int] = {}
+    for i, (u, v) in enumerate(fab.edges):
+        j = index.get((node_map.get(u, u), node_map.get(v, v)))
+        if j is None or (fab.capacities[j], fab.latencies[j]) != (
+            fab.capacities[i], fab.latencies[i]):  # fmt: skip
+            return None
+        shift[i] = j
+    home, free = {}, set()
+    for i in shift:
+        orbit = [i]
+        while (nxt := shift[orbit[-1]]) != i and len(orbit) <= copies:
+            orbit.append(nxt)
+        home[i] = min(orbit)
+        if len(orbit) == copies:
+            free.add(i)
+    return HostSymmetry(copies, per, shift, home, frozenset(free))
+
+
+def _host_rotation(fab: Fabric) -> tuple[dict[str, str], int, int] | None:
+    """Node map moving every node of host h to host h + 1 (node names ``n{h}.x``)."""
     hosts = sorted(set(fab.hosts))
     g = fab.hosts.count(hosts[0])
     n_hosts = len(hosts)
@@ -53,27 +84,22 @@ def find(fab: Fabric) -> HostSymmetry | None:
     if host_ids != list(range(host_ids[0], host_ids[0] + n_hosts)):
         return None
     base = host_ids[0]
-    index = {e: i for i, e in enumerate(fab.edges)}
+    node_map = {}
+    for node in fab.routes.graph.nodes:
+        m = _HOST.match(node)
+        if m and base <= int(m.group(1)) < base + n_hosts:
+            h = (int(m.group(1)) - base + 1) % n_hosts
+            node_map[node] = f"n{base + h}.{m.group(2)}"
+    return node_map, n_hosts, g
 
-    def move(name: str, by: int) -> str:
-        m = _HOST.match(name)
-        if m is None:
-            return name
-        h = int(m.group(1))
-        if not base <= h < base + n_hosts:
-            return name
-        return f"n{base + (h - base + by) % n_hosts}.{m.group(2)}"
 
-    shift, home = {}, {}
-    for i, (u, v) in enumerate(fab.edges):
-        a, b = index.get((move(u, 1), move(v, 1))), None
-        m = _HOST.match(u) or _HOST.match(v)
-        by = -(int(m.group(1)) - base) if m else 0
-        b = index.get((move(u, by), move(v, by)))
-        if a is None or b is None:
-            return None
-        shift[i], home[i] = a, b
-    return HostSymmetry(n_hosts, g, shift, home)
+def _gpu_rotation(fab: Fabric) -> tuple[dict[str, str], int, int] | None:
+    """Node map moving the GPU of rank t to that of rank t + 1 (other nodes stay)."""
+    p = fab.ranks
+    if p < 2:
+        return None
+    nodes = [fab.routes.node(r) for r in fab.gpu_ranks]
+    return {nodes[t]: nodes[(t + 1) % p] for t in range(p)}, p, 1
 
 
 def invariant(sym: HostSymmetry, sched: Schedule) -> bool:
@@ -87,6 +113,9 @@ def invariant(sym: HostSymmetry, sched: Schedule) -> bool:
     def key(s: Send) -> tuple:  # type: ignore[type-arg]
         return (s.links, s.payload, s.wire, s.latency_s, s.cap_Bps, s.notify)
 
+    if any(x not in sym.free for r in sched.steps for st in r for snd in st.sends
+           for x in snd.links):  # fmt: skip
+        return False  # a link shared by several rotations would be undercounted
     for t in range(p):
         u = (t + sym.per_host) % p
         mine, theirs = sched.steps[t], sched.steps[u]

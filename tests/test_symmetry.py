@@ -39,11 +39,31 @@ def test_collapsed_run_equals_the_full_one(options: Options, gpus_per_node: int)
     assert a == b
 
 
-def test_skew_or_one_host_is_not_collapsed() -> None:
+@pytest.mark.parametrize(
+    ("topology", "tp", "options", "simulated"),
+    [
+        ("dgx-h100", 8, Options(), 1),  # one-shot / two-shot / NVLS: GPUs on one switch
+        ("dgx-a100", 8, Options(allreduce_algo="ring"), 1),
+        ("dgx-h100", 4, Options(overlap="microbatch", sequence_parallel=True), 1),
+        ("mi300x", 8, Options(allreduce_algo="multiring"), 1),  # a full mesh
+        ("pcie-l40s", 8, Options(), 8),  # PCIe switches: GPUs are not interchangeable
+        ("dgx-h100", 8, Options(allreduce_algo="tree"), 8),  # a tree is not a rotation
+    ],
+)
+def test_one_host_collapses_when_its_gpus_are_alike(
+    topology: str, tp: int, options: Options, simulated: int
+) -> None:
+    model = dataclasses.replace(get_model("llama-3.1-8b"), num_layers=2)
+    wl = Workload(8, "prefill", prompt_len=64)
+    fast = simulate(model, topology, tp, wl, options)
+    full = simulate(model, topology, tp, wl, options, use_symmetry=False)
+    assert fast.summary["engine"]["ranks_simulated"] == simulated
+    assert fast.records == full.records
+
+
+def test_skew_is_not_collapsed() -> None:
     model = dataclasses.replace(get_model("llama-3.1-8b"), num_layers=2)
     wl = Workload(4, "decode", context_len=128)
-    one = simulate(model, "dgx-h100", 8, wl)
-    assert one.summary["engine"]["ranks_simulated"] == 8
     skew = simulate(model, "dgx-h100", 16, wl, Options(launch_skew_s=1e-5), nodes=2)
     assert skew.summary["engine"]["ranks_simulated"] == 16
 
