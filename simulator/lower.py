@@ -55,16 +55,9 @@ class _Lowering:
         hw: Hardware,
         table: KernelTable | None,
     ) -> None:
-        self.m, self.tp, self.w, self.o, self.hw, self.table = (
-            model,
-            tp,
-            workload,
-            options,
-            hw,
-            table,
-        )
-        prec = precision(options, model.dtype, hw.fp8_tensor_cores)
-        self.prec = prec
+        self.m, self.tp, self.w = model, tp, workload
+        self.hw, self.table = hw, table
+        prec = self.prec = precision(options, model.dtype, hw.fp8_tensor_cores)
         self.act_b, self.w_b = dtype_bytes(prec.act), dtype_bytes(prec.weights)
         self.in_b, self.kv_b = dtype_bytes(prec.gemm_in), dtype_bytes(prec.kv)
         self.hw16 = replace(hw, peak_flops=hw.peak16_flops or hw.peak_flops)  # 16-bit lm_head
