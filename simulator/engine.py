@@ -35,7 +35,8 @@ class Send:
     cap_Bps: float  # its own rate limit in wire bytes/s (math.inf: links alone limit it)
     notify: tuple[int, ...]  # ranks whose step waits for its arrival
     peer: int = -1  # destination rank, for the trace (-1: a switch)
-    shift: int = 0  # hosts between sender and receiver, when one host stands for all
+    shift: int = 0  # blocks between sender and receiver, when one block stands for all
+    shifts: tuple[int, ...] = ()  # the same per notified rank, for sends seen by several
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,8 +335,8 @@ class _Run:
         if snd.notify:
 
             def deliver(_e: object) -> None:
-                for r in snd.notify:
-                    self._deliver(i, r, s, msg, snd.shift)
+                for k, r in enumerate(snd.notify):
+                    self._deliver(i, r, s, msg, snd.shifts[k] if snd.shifts else snd.shift)
 
             arrived.callbacks.append(deliver)
 

@@ -108,10 +108,10 @@ def invariant(sym: HostSymmetry, sched: Schedule) -> bool:
 
     def moved(s: Send) -> tuple:  # type: ignore[type-arg]
         return (tuple(sym.shift[x] for x in s.links), s.payload, s.wire, s.latency_s,
-                s.cap_Bps, tuple((r + sym.per_host) % p for r in s.notify))  # fmt: skip
+                s.cap_Bps, tuple(sorted((r + sym.per_host) % p for r in s.notify)))  # fmt: skip
 
     def key(s: Send) -> tuple:  # type: ignore[type-arg]
-        return (s.links, s.payload, s.wire, s.latency_s, s.cap_Bps, s.notify)
+        return (s.links, s.payload, s.wire, s.latency_s, s.cap_Bps, tuple(sorted(s.notify)))
 
     if any(x not in sym.free for r in sched.steps for st in r for snd in st.sends
            for x in snd.links):  # fmt: skip
@@ -132,9 +132,14 @@ def quotient(sym: HostSymmetry, sched: Schedule) -> Schedule:
     g = sym.per_host
 
     def fold(s: Send) -> Send:
-        (target,) = s.notify if len(s.notify) == 1 else (s.peer,)
-        return Send(tuple(sym.home[x] for x in s.links), s.payload, s.wire, s.latency_s,
-                    s.cap_Bps, tuple(r % g for r in s.notify), s.peer, target // g)  # fmt: skip
+        links = tuple(sym.home[x] for x in s.links)
+        notify = tuple(r % g for r in s.notify)
+        if len(s.notify) == 1:
+            return Send(links, s.payload, s.wire, s.latency_s, s.cap_Bps, notify, s.peer,
+                        s.notify[0] // g)  # fmt: skip
+        # seen by several ranks (NVLS): each arrival remembers its own receiver's block
+        return Send(links, s.payload, s.wire, s.latency_s, s.cap_Bps, notify, s.peer, 0,
+                    tuple(r // g for r in s.notify))  # fmt: skip
 
     steps = tuple(
         tuple(Step(tuple(fold(s) for s in step.sends), step.expect) for step in sched.steps[t])
@@ -152,8 +157,6 @@ def plan_quotient(sym: HostSymmetry, program: Program, planner: Planner) -> Plan
         if call is None or call in folded:
             continue
         sched = planner(call)
-        if any(len(s.notify) > 1 for r in sched.steps for st in r for s in st.sends):
-            return None  # a send seen by several ranks (NVLS): one host only anyway
         if not invariant(sym, sched):
             return None
         folded[call] = quotient(sym, sched)

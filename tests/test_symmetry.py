@@ -43,6 +43,7 @@ def test_collapsed_run_equals_the_full_one(options: Options, gpus_per_node: int)
     ("topology", "tp", "options", "simulated"),
     [
         ("dgx-h100", 8, Options(), 1),  # one-shot / two-shot / NVLS: GPUs on one switch
+        ("dgx-h100", 8, Options(allreduce_algo="nvls", overlap="chunked"), 1),
         ("dgx-a100", 8, Options(allreduce_algo="ring"), 1),
         ("dgx-h100", 4, Options(overlap="microbatch", sequence_parallel=True), 1),
         ("mi300x", 8, Options(allreduce_algo="multiring"), 1),  # a full mesh
