@@ -142,7 +142,9 @@ def make_planner(fab: Fabric, order: Sequence[int], *, algo: str = "auto") -> Pl
             names = [algo if call.op == "all_reduce" or algo == "multiring" else "ring"]
         out = []
         for name in names:
-            if why_not(fab, name, call.op) or (name == "multiring" and len(rings) < 2):
+            if why_not(fab, name, call.op):
+                continue
+            if name == "multiring" and len(rings) < 2 and algo in ("auto", "nccl"):
                 continue
             if algo == "auto" and name in ("oneshot", "twoshot") and call.nbytes > CUSTOM_MAX_BYTES:
                 continue  # a serving engine hands large messages to NCCL
