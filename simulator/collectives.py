@@ -9,7 +9,7 @@ engines add for small messages.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from simulator import schedules
 from simulator.config import ALLREDUCE_ALGOS
@@ -23,15 +23,6 @@ from simulator.schedules import predict
 OPS: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter")
 ALGORITHMS: tuple[str, ...] = ALLREDUCE_ALGOS
 NCCL_ALGORITHMS = ("ring", "multiring", "tree", "nvls")
-
-#: Bytes a rank sends in each algorithm, as closed forms (n: the nccl-tests size).
-BYTES_SENT: dict[str, Callable[[int, int], float]] = {
-    "ring": lambda n, p: 2 * (p - 1) / p * n,
-    "tree": lambda n, p: 2 * n,  # upper bound: an interior node of both trees
-    "oneshot": lambda n, p: (p - 1) * n,
-    "twoshot": lambda n, p: 2 * (p - 1) / p * n,
-    "nvls": lambda n, p: n,
-}
 
 
 def ring_all_reduce_time(nbytes: float, ranks: int, alpha_s: float, bandwidth_Bps: float) -> float:

@@ -115,24 +115,6 @@ class _Run:
         self.planner = planner
 
     # ------------------------------------------------------------------ records
-    def record(self, rank: int, stream: str, op_index: int, op: Op | None, **kw: Any) -> int:
-        rid = len(self.records)
-        if op is not None:
-            base = dict(
-                name=op.name,
-                kind=op.kind,
-                category=op.category,
-                layer=op.layer,
-                site=op.site,
-                flops=op.flops,
-                bytes=op.bytes,
-                detail=op.detail,
-            )
-            base.update(kw)
-            kw = base
-        self.records.append(Record(id=rid, rank=rank, stream=stream, op=op_index, **kw))
-        return rid
-
     def op_record(self, rank: int, stream: str, i: int, op: Op, name: str, nbytes: int,
                   start: float, cause: int, detail: str) -> int:  # fmt: skip
         """A record of op ``i`` ending now (positional: the engine's hot path)."""
@@ -153,22 +135,25 @@ class _Run:
         cause: int,
         detail: str,
     ) -> tuple[int, float]:
-        rid = self.record(
-            rank,
-            "cpu",
-            i,
-            None,
-            name=name,
-            kind="launch",
-            category="launch_overhead",
-            layer=layer,
-            site=site,
-            flops=0.0,
-            bytes=0,
-            start_s=start,
-            end_s=self.env.now,
-            cause=cause,
-            detail=detail,
+        rid = len(self.records)
+        self.records.append(
+            Record(
+                rid,
+                rank,
+                "cpu",
+                name,
+                "launch",
+                "launch_overhead",
+                layer,
+                site,
+                i,
+                start,
+                self.env.now,
+                0.0,
+                0,
+                cause,
+                detail,
+            )
         )
         return rid, self.env.now
 
@@ -248,18 +233,8 @@ class _Run:
         if sched.base_s > 0:
             start = env.now
             yield env.timeout(sched.base_s)
-            rid = self.record(
-                rank,
-                "comm",
-                i,
-                op,
-                name=f"{op.name}.base",
-                bytes=0,
-                start_s=start,
-                end_s=env.now,
-                cause=cause[0],
-                detail=f"{op.detail}; {label} fixed latency",
-            )
+            rid = self.op_record(rank, "comm", i, op, f"{op.name}.base", 0, start, cause[0],
+                                 f"{op.detail}; {label} fixed latency")  # fmt: skip
             cause = (rid, env.now)
         steps = sched.steps[rank]
         names, details = self._step_labels(op, label, len(steps))

@@ -101,12 +101,6 @@ def plan(m: int, n: int, k: int, tile: TileShape, sm_count: int) -> TilePlan:
     return TilePlan(tm, tile.n, tiles, k, k_slice, max(waves, 1))
 
 
-def wave_fill(m: int, n: int, k: int, tile: TileShape, sm_count: int) -> float:
-    """Useful FLOPs / FLOPs the occupied waves could do (1 = no quantisation loss)."""
-    p = plan(m, n, k, tile, sm_count)
-    return (2.0 * m * n * k) / (p.waves * sm_count * 2.0 * p.tile_m * p.tile_n * p.k_slice)
-
-
 def compute_seconds(
     m: int, n: int, k: int, *, peak_flops: float, tile: TileShape | None, sm_count: int
 ) -> float:
