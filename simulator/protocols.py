@@ -26,7 +26,8 @@ US = 1e-6
 #: NCCL tuner constants (tuning.cc, ncclTunerConstantsDefaults): ring base latency LL 6.6,
 #: LL128 14.0, Simple 8.4 us; tree 6.8 / 14.0 / 8.4 us. Ring hop latency: NVLink .6 / 1.9 /
 #: 3.4 us, PCI 1.0 / 2.5 / 5.7 us, network 2.7 / 4.0 / 14.0 us. LL carries 4 bytes of data
-#: per 8-byte line (50%), LL128 120 of 128 bytes (92%, as NCCL models it), Simple 100%.
+#: per 8-byte line (50%), LL128 120 of 128 bytes (92%, as NCCL models it), Simple 100%;
+#: what the payload reaches of the link is :func:`payload_share` on top of that.
 #: LL's busbw is capped by llMaxBws (Ampere 87.7, Hopper 141, Blackwell 282 GB/s for one
 #: node); LL128 by perChMaxRingLL128Bws times the channels, which binds only below 12
 #: channels and is left out.
@@ -53,6 +54,23 @@ PROTOCOLS: dict[str, Protocol] = {
         {},
     ),
 }
+
+
+def payload_share(proto: str, algorithm: str, op: str, multi_host: bool) -> float:
+    """Fraction of a path's bandwidth that a protocol's payload reaches in an algorithm:
+    NCCL's "model refinements" in tuning.cc (ncclTopoTuneModel, NCCL 2.28). The LL ring
+    moves a quarter of the link's bandwidth in an all-reduce or across hosts (each step
+    polls, reduces and rewrites 8-byte flag-and-data lines) and a third in a one-host
+    all-gather or reduce-scatter; the tree moves 0.92 of it, LL 1/3.8 of that, LL128 7/9
+    of it in one host and 120/128 across hosts. LL128's 120-of-128-byte lines and LL's
+    half-empty lines are counted as wire bytes (:attr:`Protocol.wire_factor`), not here.
+    """
+    if algorithm == "tree":
+        return 0.92 * {"LL": 1 / 3.8, "LL128": 120 / 128 if multi_host else 7 / 9}.get(proto, 1.0)
+    if proto == "LL":
+        return 1 / 4 if multi_host or op == "all_reduce" else 1 / 3
+    return 1.0
+
 
 #: The first-principles protocol of ``--ideal``: no fixed latency, no overhead bytes.
 IDEAL = Protocol("ideal", {}, {"nvlink": 0.0, "pci": 0.0, "net": 0.0}, 1.0, {})

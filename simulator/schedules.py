@@ -16,9 +16,11 @@ from simulator.fabric import Fabric
 from simulator.protocols import (
     CUSTOM_BASE_S,
     CUSTOM_HOP_S,
+    IDEAL,
     NVLS_EFFICIENCY,
     NVLS_LATENCY_S,
     Protocol,
+    payload_share,
 )
 
 
@@ -36,10 +38,15 @@ def _send(
     proto: Protocol,
     notify: tuple[int, ...] | None = None,
     hop_s: float | None = None,
+    share: float = 1.0,
 ) -> Send:
+    """One transfer under ``proto``: its wire bytes, its hop latency, and its rate cap (the
+    protocol's busbw limit, and ``share`` of the path's bandwidth for the payload)."""
     path = fab.path(src, dst)
     hop = proto.hop_s[path.link_class] if hop_s is None else hop_s
     cap = proto.max_busbw_Bps.get(fab.gpu.scaleup_kind, math.inf) * proto.wire_factor
+    if share < 1.0:
+        cap = min(cap, share * path.bandwidth_Bps * proto.wire_factor)
     return Send(
         links=path.links,
         payload=payload,
@@ -49,6 +56,10 @@ def _send(
         notify=(dst,) if notify is None else notify,
         peer=dst,
     )
+
+
+def _share(fab: Fabric, proto: Protocol, algorithm: str, op: str) -> float:
+    return 1.0 if proto is IDEAL else payload_share(proto.name, algorithm, op, fab.multi_host)
 
 
 def _steps(sends: list[list[list[Send]]], expects: list[list[int]]) -> tuple[tuple[Step, ...], ...]:
@@ -72,6 +83,7 @@ def ring(
     phases = RING_PHASES[op]
     nsteps = len(phases) * (p - 1)
     sends: list[list[list[Send]]] = [[[] for _ in range(nsteps)] for _ in range(p)]
+    share = _share(fab, proto, "ring", op)
     for order, ring_bytes in zip(orders, chunk_sizes(nbytes, len(orders)), strict=True):
         chunks = chunk_sizes(ring_bytes, p)
         for q, t in enumerate(order):
@@ -80,7 +92,7 @@ def ring(
             for phase in phases:
                 for k in range(p - 1):
                     c = chunks[(q - k) % p] if phase == "rs" else chunks[(q + 1 - k) % p]
-                    sends[t][s].append(_send(fab, t, succ, c, proto))
+                    sends[t][s].append(_send(fab, t, succ, c, proto, share=share))
                     s += 1
     expects = [[len(orders)] * nsteps for _ in range(p)]
     return Schedule("ring", proto.name, proto.base_s.get("ring", 0.0), _steps(sends, expects))
@@ -144,6 +156,7 @@ def tree(
         chunks = tree_chunks(fab, halves[0], depth, proto, order)
     nsteps = 2 * (depth + chunks - 1)
     bcast0 = depth + chunks - 1  # first broadcast step
+    share = _share(fab, proto, "tree", "all_reduce")
     sends: list[list[list[Send]]] = [[[] for _ in range(nsteps)] for _ in range(p)]
     expects = [[0] * nsteps for _ in range(p)]
     for t, half in zip(trees, halves, strict=True):
@@ -153,10 +166,10 @@ def tree(
                 continue
             for c, size in enumerate(pieces):
                 up = depth - d + c  # nodes below send chunk c before their parent does
-                sends[node][up].append(_send(fab, node, parent, size, proto))
+                sends[node][up].append(_send(fab, node, parent, size, proto, share=share))
                 expects[parent][up] += 1
                 down = bcast0 + (d - 1) + c
-                sends[parent][down].append(_send(fab, parent, node, size, proto))
+                sends[parent][down].append(_send(fab, parent, node, size, proto, share=share))
                 expects[node][down] += 1
     return Schedule("tree", proto.name, proto.base_s.get("tree", 0.0), _steps(sends, expects))
 
@@ -256,6 +269,7 @@ def hierarchical(fab: Fabric, nbytes: int, proto: Protocol, order: Sequence[int]
     plan.append(("ar", inter, chunk_sizes(local[0], nh)))
     plan.append(("ag", groups, local))
     nsteps = 2 * (g - 1) + 2 * (nh - 1)
+    share = _share(fab, proto, "ring", "all_reduce")
     sends: list[list[list[Send]]] = [[[] for _ in range(nsteps)] for _ in range(p)]
     expects = [[1] * nsteps for _ in range(p)]
     s0 = 0
@@ -267,7 +281,7 @@ def hierarchical(fab: Fabric, nbytes: int, proto: Protocol, order: Sequence[int]
                 succ = members[(q + 1) % n_ring]
                 for k in range(width):
                     c = chunks[(q - k) % n_ring]
-                    sends[t][s0 + k].append(_send(fab, t, succ, c, proto))
+                    sends[t][s0 + k].append(_send(fab, t, succ, c, proto, share=share))
         s0 += width
     return Schedule(
         "hierarchical", proto.name, proto.base_s.get("ring", 0.0), _steps(sends, expects)

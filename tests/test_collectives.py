@@ -116,6 +116,24 @@ def test_ideal_matches_prediction_for_every_algorithm() -> None:
         assert one(topo, 8, 4 * MiB, algo)["time_s"] == pytest.approx(predict(fab, sched))
 
 
+@pytest.mark.parametrize(("op", "share"), [("all_reduce", 1 / 4), ("all_gather", 1 / 3)])
+def test_ll_ring_moves_nccls_share_of_the_link(tmp_path: Path, op: str, share: float) -> None:
+    # tuning.cc: the LL ring's busbw is a quarter of the link in an all-reduce, a third in a
+    # one-host all-gather (llMaxBw, 141 GB/s on Hopper, does not bind at 100 GB/s); each
+    # step pays the 0.6 us LL hop (above the 2 us wire) once and moves n/p at that rate
+    from simulator import schedules
+    from simulator.protocols import PROTOCOLS
+
+    topo = load_topology(ring_file(tmp_path, 4))
+    group = tp_group(topo, 4)
+    fab = group.fabric(ideal=False)
+    n = 64 * MiB
+    sched = schedules.ring(fab, op, n, PROTOCOLS["LL"], [group.ring])
+    steps = 6 if op == "all_reduce" else 3
+    rate = share * fab.capacities[0]
+    assert predict(fab, sched) == pytest.approx(6.6e-6 + steps * (2e-6 + n / 4 / rate))
+
+
 # ----------------------------------------------------------------------- contention
 def test_two_flows_over_one_link_take_twice_as_long() -> None:
     def finish(n_flows: int) -> float:
@@ -263,7 +281,10 @@ def test_chunk_sizes_cover_the_message() -> None:
 @pytest.mark.parametrize("curve", CURVES, ids=lambda c: c.topology)
 def test_calibration_curves(curve) -> None:  # type: ignore[no-untyped-def]
     _, err = compare(curve, DATA / "calibration")
-    bound = {"dgx-a100": 0.14, "dgx-h100": 0.15}[curve.topology]  # A100: see the note below
+    # the issue asks 10% of the A100 sweep; the model is at 11.5%, and this bound keeps it
+    # there: between 256 KiB and 1 MiB and between 16 and 256 MiB the measurement is slower
+    # than NCCL's own model, and no constant is fitted to close that
+    bound = {"dgx-a100": 0.12, "dgx-h100": 0.15}[curve.topology]
     assert err < bound
 
 
