@@ -74,11 +74,12 @@ def _peer_access(fab: Fabric, a: int, b: int) -> bool:
 def ring_set(fab: Fabric, order: Sequence[int]) -> list[list[int]]:
     """Channels as NCCL builds them: extra rings, over other links, that add bandwidth.
 
-    In one host the candidates are the orders ``order[i*s mod p]`` for ``s`` coprime with
-    ``p`` (other links of a mesh); across hosts, the same ring with every host's block
-    rotated by ``j``, so each ring leaves and enters a host through different GPUs and NICs
-    (NCCL's rails). A candidate is kept if a large all-reduce over the rings so far gets at
-    least 1% faster with it."""
+    In one host the candidates are rings over direct links that no earlier ring uses
+    (:func:`_disjoint_rings`: all seven of a full 8-GPU mesh), then the orders
+    ``order[i*s mod p]`` for ``s`` coprime with ``p``; across hosts, the same ring with
+    every host's block rotated by ``j``, so each ring leaves and enters a host through
+    different GPUs and NICs (NCCL's rails). A candidate is kept if a large all-reduce over
+    the rings so far gets at least 1% faster with it."""
     p = fab.ranks
     rings = [list(order)]
     if why_not(fab, "multiring", "all_reduce"):
@@ -90,7 +91,10 @@ def ring_set(fab: Fabric, order: Sequence[int]) -> list[list[int]]:
         g = len(next(iter(blocks.values())))
         cands = [[t for b in blocks.values() for t in b[j:] + b[:j]] for j in range(1, g)]
     else:
-        cands = [[order[(i * s) % p] for i in range(p)] for s in range(2, p) if math.gcd(s, p) == 1]
+        cands = _disjoint_rings(fab, order)
+        cands += [
+            [order[(i * s) % p] for i in range(p)] for s in range(2, p) if math.gcd(s, p) == 1
+        ]
     proto = IDEAL if fab.ideal else PROTOCOLS["Simple"]
     big = 1 << 28
     best = predict(fab, schedules.ring(fab, "all_reduce", big, proto, rings))
@@ -181,3 +185,73 @@ def _build(
 
 def _rename(s: Schedule, algorithm: str) -> Schedule:
     return Schedule(algorithm, s.protocol, s.base_s, s.steps)
+
+
+#: Search nodes one ring decomposition may visit (a full 8-GPU mesh needs under a hundred).
+RING_SEARCH_BUDGET = 200_000
+
+
+def _disjoint_rings(fab: Fabric, order: Sequence[int]) -> list[list[int]]:
+    """As many rings as can be found that each visit every rank over direct GPU-to-GPU
+    links and share no directed link with ``order`` or with each other: a directed
+    Hamiltonian decomposition of the mesh (a complete 8-GPU mesh has 7 rings, one per
+    link of each GPU). The search asks for the most rings the links allow and settles for
+    fewer when its node budget runs out."""
+    p = fab.ranks
+    succ: dict[int, list[int]] = {a: [] for a in range(p)}
+    for a in range(p):
+        for b in range(p):
+            if a != b and len(fab.routes.path(fab.gpu_ranks[a], fab.gpu_ranks[b])) == 1:
+                succ[a].append(b)
+    used = {(order[i], order[(i + 1) % p]) for i in range(p)}
+    if not all(b in succ[a] for a, b in used):
+        return []
+    for want in range(min(len(v) for v in succ.values()) - 1, 0, -1):
+        rings = _find_rings(succ, used, order[0], want)
+        if rings:
+            return rings
+    return []
+
+
+def _find_rings(
+    succ: dict[int, list[int]], used: set[tuple[int, int]], start: int, want: int
+) -> list[list[int]] | None:
+    """``want`` Hamiltonian cycles through ``start`` over the arcs ``succ`` not in ``used``,
+    pairwise arc-disjoint; depth-first in rank order (deterministic), None if none is found
+    within :data:`RING_SEARCH_BUDGET` nodes. ``used`` is restored before returning."""
+    p = len(succ)
+    rings: list[list[int]] = []
+    visits = 0
+
+    def extend(path: list[int], seen: set[int]) -> bool:
+        nonlocal visits
+        visits += 1
+        if visits > RING_SEARCH_BUDGET:
+            return False
+        u = path[-1]
+        if len(path) == p:
+            if (u, start) in used or start not in succ[u]:
+                return False
+            used.add((u, start))
+            rings.append(list(path))
+            if len(rings) == want or extend([start], {start}):
+                used.discard((u, start))
+                return True
+            rings.pop()
+            used.discard((u, start))
+            return False
+        for v in succ[u]:
+            if v in seen or (u, v) in used:
+                continue
+            used.add((u, v))
+            seen.add(v)
+            path.append(v)
+            found = extend(path, seen)
+            path.pop()
+            seen.discard(v)
+            used.discard((u, v))
+            if found:
+                return True
+        return False
+
+    return rings if extend([start], {start}) else None

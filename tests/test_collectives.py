@@ -186,10 +186,27 @@ def test_auto_picks_small_and_large_algorithms() -> None:
 
 
 def test_multiring_uses_the_full_mesh() -> None:
+    # 8 GPUs, each with 7 links: 7 rings that share no directed link (a Hamiltonian
+    # decomposition; shift rings alone reach only the 4 odd shifts), so 7x one ring
     rows = collective_sweep("mi300x", 8, [1 * GiB], algo="nccl")
-    assert rows[0]["algorithm"].startswith("ring x")
+    assert rows[0]["algorithm"] == "ring x7"
     single = collective_sweep("mi300x", 8, [1 * GiB], algo="ring")
-    assert rows[0]["busbw_GBps"] > 3 * single[0]["busbw_GBps"]
+    assert rows[0]["busbw_GBps"] == pytest.approx(7 * single[0]["busbw_GBps"], rel=0.01)
+    group = tp_group(get_topology("mi300x", 1), 8)
+    fab = group.fabric(ideal=False)
+    from simulator.collectives import ring_set
+
+    rings = ring_set(fab, group.ring)
+    arcs = [(r[i], r[(i + 1) % 8]) for r in rings for i in range(8)]
+    assert len(set(arcs)) == len(arcs) == 56
+    assert all(sorted(r) == list(range(8)) for r in rings)
+
+
+def test_four_gpu_mesh_has_two_disjoint_rings() -> None:
+    # a complete 4-GPU mesh has no decomposition into 3 rings (Tillson): a ring and its
+    # reverse, the search's best within its budget
+    rows = collective_sweep("mi300x", 4, [1 * GiB], algo="nccl")
+    assert rows[0]["algorithm"] == "ring x2"
 
 
 @pytest.mark.parametrize(

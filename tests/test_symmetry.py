@@ -46,7 +46,9 @@ def test_collapsed_run_equals_the_full_one(options: Options, gpus_per_node: int)
         ("dgx-h100", 8, Options(allreduce_algo="nvls", overlap="chunked"), 1),
         ("dgx-a100", 8, Options(allreduce_algo="ring"), 1),
         ("dgx-h100", 4, Options(overlap="microbatch", sequence_parallel=True), 1),
-        ("mi300x", 8, Options(allreduce_algo="multiring"), 1),  # a full mesh
+        ("mi300x", 8, Options(allreduce_algo="ring"), 1),  # one ring over a full mesh
+        # seven rings over every link of the mesh: no rotation maps that set onto itself
+        ("mi300x", 8, Options(allreduce_algo="multiring"), 8),
         ("pcie-l40s", 8, Options(), 8),  # PCIe switches: GPUs are not interchangeable
         ("dgx-h100", 8, Options(allreduce_algo="tree"), 8),  # a tree is not a rotation
     ],
