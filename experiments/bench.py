@@ -1,6 +1,6 @@
 """``tpsim bench``: how fast tpsim simulates, against SimPy's own floor.
 
-    python -m experiments.bench --out DIR [--quick]
+    python -m tpsim.experiments.bench --out DIR [--quick]
 
 Measures, on this machine, in one run:
 
@@ -8,7 +8,7 @@ Measures, on this machine, in one run:
 - tpsim on fixed cases, each in a fresh process (so peak memory is that case's): wall time,
   SimPy events processed, events per second, and events represented per second (when
   identical hosts are simulated once and copied, one event stands for that many hosts'
-  events: :mod:`simulator.symmetry`), records, and peak resident memory;
+  events: :mod:`tpsim.core.symmetry`), records, and peak resident memory;
 - the sweep throughput (points per second) on the standard 576-point grid (4 models x
   TP 1, 2, 4, 8 x 9 batch sizes x 2 phases x 2 machines) with ``--jobs 2``;
 - scaling: wall time and memory against layers, TP degree and overlap chunks (a plot).
@@ -30,9 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import simpy
-
-from models.catalog import get_model
-from simulator import Options, Workload, simulate
+from tpsim import Options, Workload, simulate
+from tpsim.models.catalog import get_model
 
 CASES: dict[str, dict[str, Any]] = {
     "70b-tp8-decode": dict(model="llama-3.1-70b", topology="dgx-h100", tp=8, nodes=1,
@@ -103,7 +102,7 @@ def run_case(name: str, layers: int | None = None, tp: int | None = None,
 
 
 def _in_child(name: str, **kw: Any) -> dict[str, Any]:
-    args = [sys.executable, "-m", "experiments.bench", "--child", name]
+    args = [sys.executable, "-m", "tpsim.experiments.bench", "--child", name]
     for k, v in kw.items():
         if v:
             args += [f"--{k}", str(v)]
@@ -113,8 +112,8 @@ def _in_child(name: str, **kw: Any) -> dict[str, Any]:
 
 def sweep_rate(jobs: int = 2) -> dict[str, Any]:
     """Points per second of the standard 576-point grid with ``jobs`` workers."""
-    from experiments.grid import expand
-    from experiments.sweep import run_sweep
+    from tpsim.experiments.grid import expand
+    from tpsim.experiments.sweep import run_sweep
 
     points = expand(STANDARD_GRID)
     with tempfile.TemporaryDirectory() as d:
@@ -168,8 +167,7 @@ def _scaling() -> Iterator[dict[str, Any]]:
 
 def _plot(rows: list[dict[str, Any]], path: Path) -> None:
     from matplotlib.figure import Figure
-
-    from experiments.plots import save_figure
+    from tpsim.experiments.plots import save_figure
 
     fig = Figure(figsize=(13, 4))
     axes = fig.subplots(1, 3)

@@ -24,10 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import networkx as nx
-
-from models.catalog import get_model
-from simulator.api import tp_group
-from simulator.config import (
+from tpsim.core.api import tp_group
+from tpsim.core.config import (
     Layout,
     Options,
     Workload,
@@ -37,9 +35,10 @@ from simulator.config import (
     precision,
     tp_problem,
 )
-from simulator.errors import ConfigError
-from simulator.memory import linear_params_per_gpu, memory_per_gpu
-from topologies.io import get_topology
+from tpsim.core.errors import ConfigError
+from tpsim.core.memory import linear_params_per_gpu, memory_per_gpu
+from tpsim.models.catalog import get_model
+from tpsim.topologies.io import get_topology
 
 TERMS = ("memory", "compute", "communication")
 

@@ -1,6 +1,6 @@
 """Collectives against published measurements (../shared/calibration/).
 
-    python -m experiments.collective_calibration --out DIR
+    python -m tpsim.experiments.collective_calibration --out DIR
 
 Prints, for each published curve, simulated against measured time per size and the
 geometric-mean error, the Hopper ring and NVLS peaks, and writes ``collective_busbw.png``
@@ -21,9 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from matplotlib.figure import Figure
-
-from experiments.plots import save_figure
-from simulator.collective_sweep import collective_sweep
+from tpsim.core.collective_sweep import collective_sweep
+from tpsim.experiments.plots import save_figure
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "calibration"

@@ -1,6 +1,6 @@
 """``tpsim demo``: the headline study. Does more TP pay for a 70B model on 8x H100?
 
-Runs :func:`experiments.studies.tp_batch_sweep` (Llama-3.1-70B decode at TP 1, 2, 4, 8 in one
+Runs :func:`tpsim.experiments.studies.tp_batch_sweep` (Llama-3.1-70B decode at TP 1, 2, 4, 8 in one
 node and TP 16 over two, four batch sizes) on a process pool, prints its table and writes
 its plots: throughput against TP, the critical-path breakdown, the regime map and a Gantt
 chart of two layers at TP 8.
@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from experiments.studies import tp_batch_sweep
-from experiments.sweep import default_jobs
+from tpsim.experiments.studies import tp_batch_sweep
+from tpsim.experiments.sweep import default_jobs
 
 
 def run_demo(out: Path, *, jobs: int | None = None) -> Iterator[str]:

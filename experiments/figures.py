@@ -14,13 +14,13 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from experiments import sweep_plots
-from experiments.grid import point_from_row
-from experiments.plots import gantt
-from simulator.api import simulate
-from simulator.errors import ConfigError
-from simulator.report import title as run_title
-from topologies.io import get_topology
+from tpsim.core.api import simulate
+from tpsim.core.errors import ConfigError
+from tpsim.experiments import sweep_plots
+from tpsim.experiments.grid import point_from_row
+from tpsim.experiments.plots import gantt
+from tpsim.outputs.report import title as run_title
+from tpsim.topologies.io import get_topology
 
 Row = dict[str, Any]
 SERIES = (

@@ -21,9 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from models.catalog import MODELS, get_model
-from simulator.config import (
+from tpsim.core.config import (
     ALLREDUCE_ALGOS,
     COMPUTE_DTYPES,
     LAUNCH_MODES,
@@ -33,9 +31,10 @@ from simulator.config import (
     Options,
     Workload,
 )
-from simulator.errors import INPUT_ERRORS, ConfigError
-from topologies.builders import TOPOLOGIES
-from topologies.io import get_topology
+from tpsim.core.errors import INPUT_ERRORS, ConfigError
+from tpsim.models.catalog import MODELS, get_model
+from tpsim.topologies.builders import TOPOLOGIES
+from tpsim.topologies.io import get_topology
 
 #: At most this many points in one sweep (a typo like ``--batch 1,2,...`` x 6 axes).
 MAX_POINTS = 200_000

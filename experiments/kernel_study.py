@@ -1,6 +1,6 @@
 """Kernel study: decode and prefill step times of catalog models as the GPU sees them.
 
-    python -m experiments.kernel_study --out DIR
+    python -m tpsim.experiments.kernel_study --out DIR
 
 Runs Llama-3.1-8B and Llama-2-70B on dgx-a100 and dgx-h100 at TP 1, 2, 4, 8 and batch 1 to
 256, decode (context 1024) and prefill (prompts of 512), and writes ``kernel_study.csv`` and
@@ -29,12 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from matplotlib.figure import Figure
-
-from experiments.plots import save_figure
-from models.catalog import MODELS as CATALOG
-from simulator import ConfigError, Result, Workload, simulate
-from simulator.export import write_text
-from topologies.gpus import get_gpu
+from tpsim import ConfigError, Result, Workload, simulate
+from tpsim.experiments.plots import save_figure
+from tpsim.models.catalog import MODELS as CATALOG
+from tpsim.outputs.export import write_text
+from tpsim.topologies.gpus import get_gpu
 
 MODELS = ("llama-3.1-8b", "llama-2-70b")
 TOPOLOGIES = ("dgx-a100", "dgx-h100")

@@ -17,9 +17,8 @@ from matplotlib import rc_context
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.transforms import blended_transform_factory
-
-from simulator.export import atomic_output
-from simulator.records import Record
+from tpsim.core.records import Record
+from tpsim.outputs.export import atomic_output
 
 #: Bar colour per record kind (Okabe–Ito palette, colour-blind friendly).
 KIND_COLORS: dict[str, str] = {

@@ -19,8 +19,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from experiments.grid import POINT_FIELDS
-from simulator.errors import ConfigError
+from tpsim.core.errors import ConfigError
+from tpsim.experiments.grid import POINT_FIELDS
 
 log = logging.getLogger(__name__)
 

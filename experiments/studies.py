@@ -5,10 +5,10 @@
 - ``in_node_vs_cross_node``: TP 8 in one node against TP 16 over two nodes and TP 8 over two
   nodes with 4 GPUs each;
 - ``launch_overhead``: eager against CUDA graphs against torch.compile, across model sizes;
-- ``worked_examples``: every worked number of DESIGN.md (experiments.worked_examples).
+- ``worked_examples``: every worked number of DESIGN.md (tpsim.experiments.worked_examples).
 
 A study returns its report lines, a small ``summary`` of facts a reader can check (what the
-golden tests assert), its rows (sweep rows, experiments.results) and the plots it wrote.
+golden tests assert), its rows (sweep rows, tpsim.experiments.results) and the plots it wrote.
 With ``out``, it writes ``<name>.csv`` (its rows) and its plots there.
 """
 
@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from experiments.grid import Point, expand
-from experiments.results import results_text
-from experiments.sweep import run_points
-from simulator.export import write_json, write_text
+from tpsim.experiments.grid import Point, expand
+from tpsim.experiments.results import results_text
+from tpsim.experiments.sweep import run_points
+from tpsim.outputs.export import write_json, write_text
 
 Row = dict[str, Any]
 
@@ -125,8 +125,8 @@ def tp_batch_sweep(out: Path | None = None, *, jobs: int = 1) -> Study:
 
 
 def _headline_plots(rows: Sequence[Row], out: Path) -> list[Path]:
-    from experiments import sweep_plots
-    from experiments.figures import draw_gantt
+    from tpsim.experiments import sweep_plots
+    from tpsim.experiments.figures import draw_gantt
 
     head = (
         f"{HEADLINE_MODEL} decode on {HEADLINE_TOPOLOGY} (context {HEADLINE_CONTEXT}; "
@@ -200,7 +200,7 @@ def in_node_vs_cross_node(out: Path | None = None, *, jobs: int = 1) -> Study:
     save("in_node_vs_cross_node", out, rows, summary)
     plots: list[Path] = []
     if out is not None:
-        from experiments import sweep_plots
+        from tpsim.experiments import sweep_plots
 
         path = out / "in_node_vs_cross_node.png"
         sweep_plots.in_node_vs_cross_node(
@@ -256,9 +256,8 @@ def launch_overhead(out: Path | None = None, *, jobs: int = 1) -> Study:
 
 def _launch_plot(rows: Sequence[Row], path: Path) -> None:
     from matplotlib.figure import Figure
-
-    from experiments.plots import save_figure
-    from experiments.sweep_plots import CATEGORY_COLOURS, FONT
+    from tpsim.experiments.plots import save_figure
+    from tpsim.experiments.sweep_plots import CATEGORY_COLOURS, FONT
 
     fig = Figure(figsize=(11, 5))
     ax = fig.subplots()
@@ -280,7 +279,7 @@ def _launch_plot(rows: Sequence[Row], path: Path) -> None:
 
 
 def _worked(out: Path | None = None, *, jobs: int = 1) -> Study:
-    from experiments.worked_examples import worked_examples
+    from tpsim.experiments.worked_examples import worked_examples
 
     return worked_examples(out, jobs=jobs)
 

@@ -27,13 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tpsim.core.api import simulate
+from tpsim.core.errors import INPUT_ERRORS, ConfigError
+from tpsim.experiments.grid import Point
+from tpsim.experiments.results import BREAKDOWN, MEMORY, open_results
+from tpsim.topologies.io import get_topology
 from tqdm import tqdm
-
-from experiments.grid import Point
-from experiments.results import BREAKDOWN, MEMORY, open_results
-from simulator.api import simulate
-from simulator.errors import INPUT_ERRORS, ConfigError
-from topologies.io import get_topology
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +96,7 @@ def _new_pool(workers: int) -> ProcessPoolExecutor:
     """Workers forked from a clean server process that has imported the simulator once
     (no fork of this possibly multi-threaded process, and cheap worker starts)."""
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["experiments.sweep"])
+    ctx.set_forkserver_preload(["tpsim.experiments.sweep"])
     return ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_ignore_sigint)
 
 

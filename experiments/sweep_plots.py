@@ -1,4 +1,4 @@
-"""Plots of sweep rows (experiments.results): throughput and per-GPU throughput against TP,
+"""Plots of sweep rows (tpsim.experiments.results): throughput and per-GPU throughput against TP,
 stacked latency breakdowns, a regime map (TP x batch) and in-node against cross-node curves.
 
 Rows are the flat dicts of a results file (``tp``, ``batch``, ``hosts``, ``tokens_per_s``,
@@ -15,8 +15,7 @@ from typing import Any
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
-
-from experiments.plots import save_figure
+from tpsim.experiments.plots import save_figure
 
 Row = dict[str, Any]
 

@@ -1,6 +1,6 @@
 """Timelines that explain where time goes: launch modes and overlap modes side by side.
 
-    python -m experiments.timeline_study --out DIR
+    python -m tpsim.experiments.timeline_study --out DIR
 
 1. Llama-2-7B decode, batch 1, TP 8 on dgx-a100 with ``--launch eager`` against
    ``graph`` (and ``compiled``): eager kernels wait for the host, graphs do not.
@@ -16,10 +16,10 @@ import argparse
 from collections.abc import Iterator
 from pathlib import Path
 
-from experiments.plots import gantt
-from simulator import Options, Workload, simulate
-from simulator.api import Result
-from simulator.report import seconds, title
+from tpsim import Options, Workload, simulate
+from tpsim.core.api import Result
+from tpsim.experiments.plots import gantt
+from tpsim.outputs.report import seconds, title
 
 LAUNCH_CASE = ("llama-2-7b", "dgx-a100", 8, Workload(1, "decode", context_len=256))
 OVERLAP_CASE = ("llama-3.1-70b", "dgx-h100", 8, Workload(4, "prefill", prompt_len=2048))

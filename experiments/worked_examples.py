@@ -17,15 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import networkx as nx
-
-from experiments.studies import Study, points, save
-from experiments.sweep import run_points
-from models.catalog import get_model
-from models.spec import ModelSpec
-from simulator import Options, Workload, collective_sweep, simulate
-from simulator.memory import memory_per_gpu
-from topologies.gpus import get_gpu
-from topologies.io import validate
+from tpsim import Options, Workload, collective_sweep, simulate
+from tpsim.core.memory import memory_per_gpu
+from tpsim.experiments.studies import Study, points, save
+from tpsim.experiments.sweep import run_points
+from tpsim.models.catalog import get_model
+from tpsim.models.spec import ModelSpec
+from tpsim.topologies.gpus import get_gpu
+from tpsim.topologies.io import validate
 
 KiB, MiB = 1024, 1024**2
 

@@ -3,10 +3,14 @@
 Pure data and pure functions; never imports simpy or the simulator.
 """
 
-from models.catalog import MODELS, get_model
-from models.errors import ModelError
-from models.hf_config import load_hf_config, spec_from_hf_dict
-from models.spec import DTYPE_BYTES, ModelSpec
+if __name__ != "tpsim.models":  # one name per module
+    raise ImportError(f"{__name__}: this folder is tpsim.models; import tpsim.models")
+
+
+from tpsim.models.catalog import MODELS, get_model
+from tpsim.models.errors import ModelError
+from tpsim.models.hf_config import load_hf_config, spec_from_hf_dict
+from tpsim.models.spec import DTYPE_BYTES, ModelSpec
 
 __all__ = [
     "DTYPE_BYTES",

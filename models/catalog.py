@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from models.errors import ModelError
-from models.hf_config import load_hf_config
-from models.spec import ModelSpec
+from tpsim.models.errors import ModelError
+from tpsim.models.hf_config import load_hf_config
+from tpsim.models.spec import ModelSpec
 
 
 def _llama(

@@ -29,8 +29,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from models.errors import ModelError
-from models.spec import MAX_MODEL_DIM, MAX_POSITIONS, ModelSpec
+from tpsim.models.errors import ModelError
+from tpsim.models.spec import MAX_MODEL_DIM, MAX_POSITIONS, ModelSpec
 
 #: A config.json is a few KB; anything above this is not one (and is not read into memory).
 MAX_CONFIG_BYTES = 10 * 10**6

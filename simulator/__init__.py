@@ -1,16 +1,20 @@
 """tpsim: a discrete-event simulator of a tensor-parallel transformer forward pass.
 
->>> from simulator import simulate, Workload
+>>> from tpsim import simulate, Workload
 >>> result = simulate("llama-2-7b", "dgx-a100", 2, Workload(batch=1, context_len=128))
 >>> result.summary["model_split"]["heads_per_gpu"]
 16
 """
 
-from simulator.api import Result, simulate
-from simulator.collective_sweep import collective_sweep
-from simulator.config import Layout, Options, Workload
-from simulator.errors import ConfigError
-from simulator.records import Record
+if __name__ != "tpsim":  # one name per module
+    raise ImportError(f"{__name__}: this folder is tpsim; import tpsim")
+
+
+from tpsim.core.api import Result, simulate
+from tpsim.core.collective_sweep import collective_sweep
+from tpsim.core.config import Layout, Options, Workload
+from tpsim.core.errors import ConfigError
+from tpsim.core.records import Record
 
 __all__ = [
     "ConfigError",

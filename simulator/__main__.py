@@ -1,7 +1,7 @@
-"""``python -m simulator`` runs the ``tpsim`` command line."""
+"""``python -m tpsim`` runs the ``tpsim`` command line."""
 
 import sys
 
-from simulator.cli import main
+from tpsim.cli import main
 
 sys.exit(main())

@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from experiments.demo import run_demo
+from tpsim.experiments.demo import run_demo
 
 
 @pytest.fixture(scope="session")

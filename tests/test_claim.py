@@ -6,11 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from experiments.claim import check_claim, lower_bound
-from models.catalog import get_model
-from simulator import Layout, Options, Workload, simulate
-from simulator.cli import main
+from tpsim import Layout, Options, Workload, simulate
+from tpsim.cli import main
+from tpsim.experiments.claim import check_claim, lower_bound
+from tpsim.models.catalog import get_model
 
 
 def test_70b_on_8_h100_batch_1_is_bound_by_weight_reads() -> None:

@@ -8,9 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from tpsim.cli import main, parse_size
 from tracecheck import check_trace_structure
-
-from simulator.cli import main, parse_size
 
 DATA = Path(__file__).parent / "data"
 RUN = [
@@ -286,7 +285,7 @@ def test_malformed_topology_file(tmp_path: Path, capsys: pytest.CaptureFixture[s
 
 def test_python_dash_m(tmp_path: Path) -> None:
     p = subprocess.run(
-        [sys.executable, "-m", "simulator", "list", "gpus"],
+        [sys.executable, "-m", "tpsim", "list", "gpus"],
         capture_output=True,
         text=True,
         check=False,
@@ -296,7 +295,7 @@ def test_python_dash_m(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "simulator",
+            "tpsim",
             "run",
             "--model",
             "x",

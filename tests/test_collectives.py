@@ -9,16 +9,15 @@ import pytest
 import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from experiments.collective_calibration import CURVES, PEAKS, compare, peaks
-from simulator.api import tp_group
-from simulator.collective_sweep import collective_sweep
-from simulator.collectives import make_planner
-from simulator.errors import ConfigError
-from simulator.network import Network
-from simulator.schedules import chunk_sizes, predict
-from topologies.builders import build
-from topologies.io import get_topology, load_topology
+from tpsim.core.api import tp_group
+from tpsim.core.collective_sweep import collective_sweep
+from tpsim.core.collectives import make_planner
+from tpsim.core.errors import ConfigError
+from tpsim.core.network import Network
+from tpsim.core.schedules import chunk_sizes, predict
+from tpsim.experiments.collective_calibration import CURVES, PEAKS, compare, peaks
+from tpsim.topologies.builders import build
+from tpsim.topologies.io import get_topology, load_topology
 
 DATA = Path(__file__).parent / "data"
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
@@ -81,8 +80,8 @@ def test_tree_closed_form_on_a_chain(tmp_path: Path) -> None:
     topo = load_topology(ring_file(tmp_path, 4))
     group = tp_group(topo, 4)
     fab = group.fabric(ideal=True)
-    from simulator import schedules
-    from simulator.protocols import IDEAL
+    from tpsim.core import schedules
+    from tpsim.core.protocols import IDEAL
 
     n = 8 * MiB
     for k in (1, 4):
@@ -110,7 +109,7 @@ def test_ideal_matches_prediction_for_every_algorithm() -> None:
     fab = group.fabric(ideal=True)
     for algo in ("ring", "tree", "oneshot", "twoshot", "nvls"):
         plan = make_planner(fab, group.ring, algo=algo)
-        from simulator.program import CollectiveCall
+        from tpsim.core.program import CollectiveCall
 
         sched = plan(CollectiveCall("all_reduce", 4 * MiB))
         assert one(topo, 8, 4 * MiB, algo)["time_s"] == pytest.approx(predict(fab, sched))
@@ -121,8 +120,8 @@ def test_ll_ring_moves_nccls_share_of_the_link(tmp_path: Path, op: str, share: f
     # tuning.cc: the LL ring's busbw is a quarter of the link in an all-reduce, a third in a
     # one-host all-gather (llMaxBw, 141 GB/s on Hopper, does not bind at 100 GB/s); each
     # step pays the 0.6 us LL hop (above the 2 us wire) once and moves n/p at that rate
-    from simulator import schedules
-    from simulator.protocols import PROTOCOLS
+    from tpsim.core import schedules
+    from tpsim.core.protocols import PROTOCOLS
 
     topo = load_topology(ring_file(tmp_path, 4))
     group = tp_group(topo, 4)
@@ -194,7 +193,7 @@ def test_multiring_uses_the_full_mesh() -> None:
     assert rows[0]["busbw_GBps"] == pytest.approx(7 * single[0]["busbw_GBps"], rel=0.01)
     group = tp_group(get_topology("mi300x", 1), 8)
     fab = group.fabric(ideal=False)
-    from simulator.collectives import ring_set
+    from tpsim.core.collectives import ring_set
 
     rings = ring_set(fab, group.ring)
     arcs = [(r[i], r[(i + 1) % 8]) for r in rings for i in range(8)]
@@ -274,7 +273,7 @@ def test_ring_busbw_never_above_the_bottleneck_link(n: int, topo: str) -> None:
     ],
 )
 def test_bytes_sent_per_rank_equal_the_formula(algo: str, per_rank) -> None:  # type: ignore[no-untyped-def]
-    from simulator import Options, Workload, simulate
+    from tpsim import Options, Workload, simulate
 
     r = simulate(
         "llama-2-7b",

@@ -11,10 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from simulator import Options, Workload, simulate
-from simulator.cli import main
-from simulator.export import records_csv
+from tpsim import Options, Workload, simulate
+from tpsim.cli import main
+from tpsim.outputs.export import records_csv
 
 ROOT = Path(__file__).parents[1]
 RUN = ["run", "--model", "llama-3.1-8b", "--topology", "dgx-h100", "--nodes", "2", "--tp", "4"]
@@ -64,11 +63,11 @@ def test_records_csv_is_identical() -> None:
 
 def _subprocess(folder: Path, seed: str) -> dict[str, bytes]:
     folder.mkdir()
-    env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONHASHSEED": seed}
     outs = []
     for extra in ([*OUTPUTS, "--json"], ["--gantt", "g.svg"]):
         p = subprocess.run(
-            [sys.executable, "-m", "simulator", *RUN, *extra],
+            [sys.executable, "-m", "tpsim", *RUN, *extra],
             capture_output=True,
             text=True,
             check=False,
@@ -87,8 +86,8 @@ def _subprocess(folder: Path, seed: str) -> dict[str, bytes]:
 
 
 CSV_SCRIPT = """
-from simulator import Options, Workload, simulate
-from simulator.export import records_csv
+from tpsim import Options, Workload, simulate
+from tpsim.outputs.export import records_csv
 r = simulate("llama-2-7b", "dgx-a100", 4, Workload(4, "prefill", prompt_len=64),
              Options(sequence_parallel=True))
 print(records_csv(r.records), end="")

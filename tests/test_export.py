@@ -11,11 +11,10 @@ import typing
 from pathlib import Path
 
 import pytest
+from tpsim.core.records import Record
+from tpsim.experiments.plots import gantt, gantt_view
+from tpsim.outputs.export import chrome_trace, records_csv, write_json, write_text
 from tracecheck import check_trace_structure, us_to_ns
-
-from experiments.plots import gantt, gantt_view
-from simulator.export import chrome_trace, records_csv, write_json, write_text
-from simulator.records import Record
 
 US = 1e-6
 

@@ -8,17 +8,15 @@ with it); cases too big to keep in the repository are written to a temporary fol
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-
-from simulator.cli import main
-from topologies.errors import TopologyError
-from topologies.io import load_topology
+from tpsim.cli import main
+from tpsim.topologies.errors import TopologyError
+from tpsim.topologies.io import load_topology
 
 HOSTILE = Path(__file__).parent / "data" / "hostile"
 TOPOLOGIES = HOSTILE / "topologies"
@@ -290,13 +288,12 @@ SUBPROCESS_CASES = [
 def test_no_traceback_reaches_the_user_of_python_dash_m(tmp_path: Path) -> None:
     for argv in SUBPROCESS_CASES:
         p = subprocess.run(
-            [sys.executable, "-m", "simulator", *argv],
+            [sys.executable, "-m", "tpsim", *argv],
             capture_output=True,
             text=True,
             check=False,
             cwd=tmp_path,
             timeout=120,
-            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
         )
         assert p.returncode == 2, (argv, p.stderr)
         assert p.stdout == "" and p.stderr.startswith("tpsim: error: "), (argv, p.stderr)

@@ -10,18 +10,17 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from models.catalog import get_model
-from simulator import ConfigError, Options, Workload, simulate
-from simulator.cli import main
-from simulator.config import kv_split
-from simulator.costs import attention_prefill, gemm, hardware_for
-from simulator.gemm import plan
-from simulator.kernel_table import load
-from simulator.lower import lower
-from simulator.memory import memory_per_gpu
-from simulator.program import LAUNCH_COSTS
-from topologies.gpus import get_gpu
+from tpsim import ConfigError, Options, Workload, simulate
+from tpsim.cli import main
+from tpsim.core.config import kv_split
+from tpsim.core.costs import attention_prefill, gemm, hardware_for
+from tpsim.core.gemm import plan
+from tpsim.core.kernel_table import load
+from tpsim.core.lower import lower
+from tpsim.core.memory import memory_per_gpu
+from tpsim.core.program import LAUNCH_COSTS
+from tpsim.models.catalog import get_model
+from tpsim.topologies.gpus import get_gpu
 
 DATA = Path(__file__).parent / "data"
 SAMPLE = Path(__file__).resolve().parent.parent / "experiments" / "data" / "kernel_table_sample.csv"

@@ -9,24 +9,24 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
-
-from models.catalog import get_model
-from models.spec import ModelSpec
-from simulator import Options, Workload, api, simulate
-from simulator.api import (
+from tpsim import Options, Workload, simulate
+from tpsim.cli import main
+from tpsim.core import api
+from tpsim.core.api import (
     RECORD_BYTES,
     estimate_records,
     records_lower_bound,
     tp_group,
 )
-from simulator.cli import main
-from simulator.config import Layout, precision
-from simulator.costs import hardware_for
-from simulator.errors import ConfigError
-from simulator.lower import lower
-from topologies.builders import validate
-from topologies.io import get_topology
-from topologies.routing import Routes, ring_order
+from tpsim.core.config import Layout, precision
+from tpsim.core.costs import hardware_for
+from tpsim.core.errors import ConfigError
+from tpsim.core.lower import lower
+from tpsim.models.catalog import get_model
+from tpsim.models.spec import ModelSpec
+from tpsim.topologies.builders import validate
+from tpsim.topologies.io import get_topology
+from tpsim.topologies.routing import Routes, ring_order
 
 
 class _Reached(Exception):

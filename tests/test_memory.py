@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import pytest
-
-from models.catalog import get_model
-from simulator import ConfigError, Options, Workload, simulate
-from simulator.cli import main
-from simulator.memory import RUNTIME_BYTES, activation_elements, memory_per_gpu
-from topologies.gpus import get_gpu
+from tpsim import ConfigError, Options, Workload, simulate
+from tpsim.cli import main
+from tpsim.core.memory import RUNTIME_BYTES, activation_elements, memory_per_gpu
+from tpsim.models.catalog import get_model
+from tpsim.topologies.gpus import get_gpu
 
 
 def test_llama_3_1_8b_at_tp2_by_hand() -> None:

@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from models import DTYPE_BYTES, MODELS, ModelError, ModelSpec, get_model, load_hf_config
-from models.hf_config import spec_from_hf_dict
+from tpsim.models import DTYPE_BYTES, MODELS, ModelError, ModelSpec, get_model, load_hf_config
+from tpsim.models.hf_config import spec_from_hf_dict
 
 DATA = Path(__file__).parent / "data" / "models"
 

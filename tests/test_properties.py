@@ -26,17 +26,16 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from models.spec import ModelSpec
-from simulator import Options, Workload, simulate
-from simulator.api import Result, tp_group
-from simulator.collectives import make_planner
-from simulator.config import precision
-from simulator.costs import hardware_for
-from simulator.lower import lower
-from simulator.protocols import COMM_SMS
-from simulator.schedules import predict
-from topologies.io import load_topology
+from tpsim import Options, Workload, simulate
+from tpsim.core.api import Result, tp_group
+from tpsim.core.collectives import make_planner
+from tpsim.core.config import precision
+from tpsim.core.costs import hardware_for
+from tpsim.core.lower import lower
+from tpsim.core.protocols import COMM_SMS
+from tpsim.core.schedules import predict
+from tpsim.models.spec import ModelSpec
+from tpsim.topologies.io import load_topology
 
 GPU = {"bf16_tflops": 400.0, "hbm_TBps": 2.0, "hbm_GB": 80, "sm_count": 100}
 # 100 examples a test keep the file near 20 s on 2 cores; derandomized, so CI is reproducible

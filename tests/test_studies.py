@@ -7,10 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
-
-from experiments.studies import STUDIES, in_node_vs_cross_node, launch_overhead
-from experiments.worked_examples import worked_examples
-from simulator.cli import main
+from tpsim.cli import main
+from tpsim.experiments.studies import STUDIES, in_node_vs_cross_node, launch_overhead
+from tpsim.experiments.worked_examples import worked_examples
 
 KiB, MiB = 1024, 1024**2
 

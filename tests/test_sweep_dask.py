@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from experiments.grid import grid_from_flags
-from experiments.results import read_rows
-from experiments.sweep import run_sweep
+from tpsim.experiments.grid import grid_from_flags
+from tpsim.experiments.results import read_rows
+from tpsim.experiments.sweep import run_sweep
 
 distributed = pytest.importorskip("distributed")
 

@@ -12,9 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-
-from experiments.grid import grid_from_flags
-from experiments.results import read_rows
+from tpsim.experiments.grid import grid_from_flags
+from tpsim.experiments.results import read_rows
 
 GRID = {
     "model": "llama-3.1-8b,llama-2-7b",
@@ -27,7 +26,7 @@ GRID = {
 
 def sweep_args(out: Path, *extra: str) -> list[str]:
     flags = [x for k, v in GRID.items() for x in (f"--{k.replace('_', '-')}", v)]
-    return [sys.executable, "-m", "simulator", "sweep", *flags, "--out", str(out), *extra]
+    return [sys.executable, "-m", "tpsim", "sweep", *flags, "--out", str(out), *extra]
 
 
 def rows_in(path: Path) -> int:

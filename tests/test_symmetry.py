@@ -5,10 +5,9 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-
-from models.catalog import get_model
-from simulator import Options, Workload, simulate
-from simulator.cli_studies import STUDY_NAMES
+from tpsim import Options, Workload, simulate
+from tpsim.cli.studies import STUDY_NAMES
+from tpsim.models.catalog import get_model
 
 
 @pytest.mark.parametrize(
@@ -23,7 +22,7 @@ from simulator.cli_studies import STUDY_NAMES
 def test_collapsed_run_equals_the_full_one(options: Options, gpus_per_node: int) -> None:
     model = dataclasses.replace(get_model("llama-3.1-70b"), num_layers=3)
     tp = 16 if not gpus_per_node else 8
-    from simulator.config import Layout
+    from tpsim.core.config import Layout
 
     layout = Layout(tp, gpus_per_node)
     wl = Workload(8, "decode", context_len=512)
@@ -72,6 +71,6 @@ def test_skew_is_not_collapsed() -> None:
 
 
 def test_study_names_match_the_studies() -> None:
-    from experiments.studies import STUDIES
+    from tpsim.experiments.studies import STUDIES
 
     assert tuple(STUDIES) == STUDY_NAMES

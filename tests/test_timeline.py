@@ -9,20 +9,20 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tpsim import Options, Workload, simulate
+from tpsim.core import metrics
+from tpsim.core.api import tp_group
+from tpsim.core.collectives import make_planner
+from tpsim.core.engine import run
+from tpsim.core.errors import ConfigError
+from tpsim.core.program import CollectiveCall, Op, Program
+from tpsim.core.protocols import COMM_SMS
+from tpsim.core.schedules import predict
+from tpsim.models.catalog import get_model
+from tpsim.models.spec import ModelSpec
+from tpsim.outputs.export import chrome_trace
+from tpsim.topologies.builders import build
 from tracecheck import check_trace_structure
-
-from models.catalog import get_model
-from models.spec import ModelSpec
-from simulator import Options, Workload, metrics, simulate
-from simulator.api import tp_group
-from simulator.collectives import make_planner
-from simulator.engine import run
-from simulator.errors import ConfigError
-from simulator.export import chrome_trace
-from simulator.program import CollectiveCall, Op, Program
-from simulator.protocols import COMM_SMS
-from simulator.schedules import predict
-from topologies.builders import build
 
 
 def short(name: str, layers: int = 4) -> ModelSpec:

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import networkx as nx
 import pytest
-
-from topologies import (
+from tpsim.topologies import (
     GPUS,
     Routes,
     TopologyError,

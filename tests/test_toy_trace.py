@@ -11,10 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from models.spec import ModelSpec
-from simulator import Options, Workload, simulate
-from topologies.io import load_topology
+from tpsim import Options, Workload, simulate
+from tpsim.models.spec import ModelSpec
+from tpsim.topologies.io import load_topology
 
 PS, US = 1e-12, 1e-6
 

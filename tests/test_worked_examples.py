@@ -5,16 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from models.spec import ModelSpec
-from simulator import Options, Workload, collective_sweep, simulate
-from simulator.api import tp_group
-from simulator.collectives import make_planner, ring_all_reduce_time
-from simulator.costs import gemm, hardware_for
-from simulator.engine import run
-from simulator.program import Op, Program
-from topologies.gpus import get_gpu
-from topologies.io import load_topology
+from tpsim import Options, Workload, collective_sweep, simulate
+from tpsim.core.api import tp_group
+from tpsim.core.collectives import make_planner, ring_all_reduce_time
+from tpsim.core.costs import gemm, hardware_for
+from tpsim.core.engine import run
+from tpsim.core.program import Op, Program
+from tpsim.models.spec import ModelSpec
+from tpsim.topologies.gpus import get_gpu
+from tpsim.topologies.io import load_topology
 
 DATA = Path(__file__).parent / "data"
 KiB, MiB = 1024, 1024**2
@@ -123,8 +122,8 @@ def test_lone_gemm_equals_its_roofline(m: int, n: int, k: int) -> None:
 def test_communication_bound_layer_from_the_design(tmp_path: Path) -> None:
     # A layer with 20 us of compute and an 8e6-byte all-reduce over 300 GB/s (26.7 us):
     # the critical path holds both, and communication is the larger share.
-    from simulator import metrics
-    from simulator.program import CollectiveCall
+    from tpsim.core import metrics
+    from tpsim.core.program import CollectiveCall
 
     group = tp_group(load_topology(ring_file(tmp_path, 2, 300, 0)), 2)
     fab = group.fabric(ideal=True)
@@ -155,7 +154,7 @@ def test_communication_bound_layer_from_the_design(tmp_path: Path) -> None:
 
 
 def test_tp_group_ring_on_two_hosts_keeps_hosts_contiguous() -> None:
-    from topologies.io import get_topology
+    from tpsim.topologies.io import get_topology
 
     group = tp_group(get_topology("dgx-h100", 2), 16)
     hosts = [group.gpu_ranks[t] // 8 for t in group.ring]
@@ -165,7 +164,7 @@ def test_tp_group_ring_on_two_hosts_keeps_hosts_contiguous() -> None:
 
 
 def test_illustrative_model_loads() -> None:
-    from models.catalog import get_model
+    from tpsim.models.catalog import get_model
 
     m: ModelSpec = get_model(str(ILLUSTRATIVE))
     assert (m.hidden_size, m.num_layers, m.num_heads, m.num_kv_heads) == (4096, 32, 32, 32)

@@ -3,11 +3,15 @@
 Pure data and pure functions; never imports simpy, simulator or models.
 """
 
-from topologies.builders import DESCRIPTIONS, TOPOLOGIES, build, join_hosts
-from topologies.errors import TopologyError
-from topologies.gpus import GPUS, GPUSpec, get_gpu
-from topologies.io import get_topology, load_topology, save_topology, validate
-from topologies.routing import Routes, ring_order
+if __name__ != "tpsim.topologies":  # one name per module
+    raise ImportError(f"{__name__}: this folder is tpsim.topologies; import tpsim.topologies")
+
+
+from tpsim.topologies.builders import DESCRIPTIONS, TOPOLOGIES, build, join_hosts
+from tpsim.topologies.errors import TopologyError
+from tpsim.topologies.gpus import GPUS, GPUSpec, get_gpu
+from tpsim.topologies.io import get_topology, load_topology, save_topology, validate
+from tpsim.topologies.routing import Routes, ring_order
 
 __all__ = [
     "DESCRIPTIONS",

@@ -13,9 +13,8 @@ import math
 from collections.abc import Callable
 
 import networkx as nx
-
-from topologies.errors import TopologyError, did_you_mean, show
-from topologies.gpus import GPUSpec, get_gpu
+from tpsim.topologies.errors import TopologyError, did_you_mean, show
+from tpsim.topologies.gpus import GPUSpec, get_gpu
 
 __all__ = [
     "DESCRIPTIONS",

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from topologies.errors import TopologyError, did_you_mean, show
+from tpsim.topologies.errors import TopologyError, did_you_mean, show
 
 __all__ = ["GPUS", "SCALEUP_KINDS", "GPUSpec", "get_gpu", "gpu_from_dict", "gpu_to_dict"]
 
@@ -296,7 +296,7 @@ def gpu_from_dict(d: dict, where: str) -> GPUSpec:
         name=name,
         sm_count=_integer(f["sm_count"], f"{prefix}.sm_count", suffix, 1, 100_000),
         scaleup_kind=kind,
-        # the generations whose x16 bandwidth topologies.builders knows (NIC links use it)
+        # the generations whose x16 bandwidth tpsim.topologies.builders knows (NIC links use it)
         pcie_gen=_integer(f["pcie_gen"], f"{prefix}.pcie_gen", suffix, 3, 6),
         **si,
     )

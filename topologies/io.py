@@ -15,8 +15,7 @@ from typing import Any
 
 import networkx as nx
 import yaml
-
-from topologies.builders import (
+from tpsim.topologies.builders import (
     LINK_KINDS,
     MAX_NODES,
     NODE_KINDS,
@@ -25,9 +24,9 @@ from topologies.builders import (
     join_hosts,
     validate,  # part of this module's API
 )
-from topologies.errors import TopologyError, show
-from topologies.errors import did_you_mean as _hint
-from topologies.gpus import GPUS, GPUSpec, get_gpu, gpu_from_dict, gpu_to_dict, scale
+from tpsim.topologies.errors import TopologyError, show
+from tpsim.topologies.errors import did_you_mean as _hint
+from tpsim.topologies.gpus import GPUS, GPUSpec, get_gpu, gpu_from_dict, gpu_to_dict, scale
 
 __all__ = ["get_topology", "load_topology", "save_topology", "validate"]
 

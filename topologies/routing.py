@@ -15,8 +15,7 @@ import itertools
 from collections.abc import Sequence
 
 import networkx as nx
-
-from topologies.errors import TopologyError, show
+from tpsim.topologies.errors import TopologyError, show
 
 __all__ = ["Routes", "ring_order"]
 

@@ -11,10 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import networkx as nx
-
-from simulator.protocols import CLASS_ORDER, LINK_CLASS, link_efficiency
-from topologies.gpus import GPUSpec
-from topologies.routing import Routes
+from tpsim.core.protocols import CLASS_ORDER, LINK_CLASS, link_efficiency
+from tpsim.topologies.gpus import GPUSpec
+from tpsim.topologies.routing import Routes
 
 
 @dataclass(frozen=True)

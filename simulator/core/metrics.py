@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from simulator.records import CATEGORIES, Record
+from tpsim.core.records import CATEGORIES, Record
 
 REGIMES: dict[str, str] = {
     "compute": "compute-bound",

@@ -4,11 +4,11 @@ Per rank there is a CPU launch thread, a compute stream and a communication stre
 starts when it has been launched, its dependencies have finished and its stream is free;
 overlap and launch starvation follow from that. A collective runs as a sequence of steps
 (:class:`Schedule`); in each step a rank starts its sends, which cross the shared links of
-a :class:`~simulator.network.Network`, and waits for the arrivals it expects. The engine
+a :class:`~tpsim.core.network.Network`, and waits for the arrivals it expects. The engine
 knows nothing of transformers, topologies or collective algorithms.
 
 Every record names its ``cause``: the record whose end released its start. Walking the
-causes back from the last record gives the critical path (:mod:`simulator.metrics`).
+causes back from the last record gives the critical path (:mod:`tpsim.core.metrics`).
 """
 
 from __future__ import annotations
@@ -18,10 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import simpy
-
-from simulator.network import Network
-from simulator.program import CollectiveCall, Op, Program
-from simulator.records import Record
+from tpsim.core.network import Network
+from tpsim.core.program import CollectiveCall, Op, Program
+from tpsim.core.records import Record
 
 
 @dataclass(frozen=True, slots=True)
@@ -359,7 +358,7 @@ def run(
     records (in completion order) and the number of SimPy events processed; ``link_log``, if
     given, receives (time, link index, B/s) each time a link's load changes; ``cause_shift``,
     if given, receives for each record whose cause is a record of another host (when one
-    host stands for several, :mod:`simulator.symmetry`) how many hosts away it is."""
+    host stands for several, :mod:`tpsim.core.symmetry`) how many hosts away it is."""
     slowdown = sm_count / (sm_count - comm_sms) if 0 < comm_sms < sm_count else 1.0
     r = _Run(program, ranks, planner, capacities, slowdown, link_log)
     delays = rank_delay_s or [0.0] * ranks

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.gemm import TileShape, compute_seconds, tile_for
-from topologies.gpus import GPUSpec
+from tpsim.core.gemm import TileShape, compute_seconds, tile_for
+from tpsim.topologies.gpus import GPUSpec
 
 #: FlashAttention forward reaches about 73% of the dense peak on A100 (FlashAttention-2,
 #: Dao 2023, section 4.1: "up to 73% of the theoretical maximum FLOPs/s") and about 75% on
@@ -134,7 +134,7 @@ def gemm(
     out_bytes: float | None = None,
 ) -> KernelCost:
     """``[m, k] @ [k, n]``: input at ``act_bytes``, weights at ``w_bytes``, output at
-    ``out_bytes`` (default ``act_bytes``); tiled and wave-quantised (simulator.gemm)."""
+    ``out_bytes`` (default ``act_bytes``); tiled and wave-quantised (tpsim.core.gemm)."""
     out_b = act_bytes if out_bytes is None else out_bytes
     flops = 2.0 * m * n * k
     nbytes = round(m * k * act_bytes + k * n * w_bytes + m * n * out_b)

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from simulator.records import Record
+from tpsim.core.records import Record
 
 #: Thread id of each stream inside a rank's process in the trace.
 STREAM_TIDS: dict[str, int] = {"cpu": 1, "compute": 2, "comm": 3}

@@ -1,7 +1,7 @@
 """``tpsim collective``: nccl-tests for the simulator.
 
 Each size is one engine run of a lone collective over the group's links, started the way
-the chosen launcher starts it (:data:`~simulator.protocols.LAUNCHERS`); time is from the
+the chosen launcher starts it (:data:`~tpsim.core.protocols.LAUNCHERS`); time is from the
 first launch to the last rank's finish, as nccl-tests times an iteration.
 """
 
@@ -11,13 +11,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import networkx as nx
-
-from simulator import engine, metrics
-from simulator.api import tp_group
-from simulator.collectives import OPS, make_planner
-from simulator.errors import ConfigError
-from simulator.program import CollectiveCall, Op, Program
-from simulator.protocols import LAUNCHERS
+from tpsim.core import engine, metrics
+from tpsim.core.api import tp_group
+from tpsim.core.collectives import OPS, make_planner
+from tpsim.core.errors import ConfigError
+from tpsim.core.program import CollectiveCall, Op, Program
+from tpsim.core.protocols import LAUNCHERS
 
 #: busbw = algbw x this factor (nccl-tests' definition).
 BUS_FACTOR = {
@@ -39,7 +38,7 @@ def collective_sweep(
     launcher: str = "mpi",
 ) -> list[dict[str, Any]]:
     """One row per size: bytes, time_s, algbw_GBps, busbw_GBps, algorithm, protocol."""
-    from topologies.io import get_topology
+    from tpsim.topologies.io import get_topology
 
     if op not in OPS:
         raise ConfigError(f"op={op!r}: must be one of {', '.join(OPS)}")

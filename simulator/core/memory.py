@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from models.spec import ModelSpec
-from simulator.config import Options, Workload, ceil_div, dtype_bytes, kv_split, precision
-from topologies.gpus import GPUSpec
+from tpsim.core.config import Options, Workload, ceil_div, dtype_bytes, kv_split, precision
+from tpsim.models.spec import ModelSpec
+from tpsim.topologies.gpus import GPUSpec
 
 #: Share of HBM a serving engine lets the model use: vLLM's default
 #: ``gpu_memory_utilization=0.9``. vLLM counts everything the process allocates against it,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from models.catalog import MODELS
-from topologies.builders import DESCRIPTIONS
-from topologies.gpus import GPUS
+from tpsim.models.catalog import MODELS
+from tpsim.topologies.builders import DESCRIPTIONS
+from tpsim.topologies.gpus import GPUS
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
 

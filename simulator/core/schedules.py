@@ -1,6 +1,6 @@
 """Collective algorithms as step schedules over a fabric (pure functions, no SimPy).
 
-Each builder returns a :class:`~simulator.engine.Schedule`: per rank, the steps it runs and
+Each builder returns a :class:`~tpsim.core.engine.Schedule`: per rank, the steps it runs and
 in each step the transfers it starts and the arrivals it waits for. The engine times them
 over shared links; :func:`predict` gives the closed form of a schedule when every rank
 starts together, which is the test oracle and what ``auto`` selection compares.
@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from simulator.engine import Schedule, Send, Step
-from simulator.fabric import Fabric
-from simulator.protocols import (
+from tpsim.core.engine import Schedule, Send, Step
+from tpsim.core.fabric import Fabric
+from tpsim.core.protocols import (
     CUSTOM_BASE_S,
     CUSTOM_HOP_S,
     IDEAL,

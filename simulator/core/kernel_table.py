@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from simulator.errors import ConfigError
+from tpsim.core.errors import ConfigError
 
 COLUMNS = ("gpu", "op", "dtype", "m", "n", "k", "time_us")
 GEMM_OPS = ("gemm", "qkv_proj", "o_proj", "mlp_up", "mlp_down", "lm_head")

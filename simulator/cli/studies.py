@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from simulator.config import PHASES, Layout, Workload, check_nodes
-from simulator.errors import ConfigError
+from tpsim.core.config import PHASES, Layout, Workload, check_nodes
+from tpsim.core.errors import ConfigError
 
 #: Named studies of experiments/studies.py (kept here so that --help imports nothing heavy).
 STUDY_NAMES = ("worked_examples", "tp_batch_sweep", "in_node_vs_cross_node", "launch_overhead")
@@ -74,7 +74,7 @@ def add_study_parsers(sub: Any) -> None:
 
 
 def _demo(a: argparse.Namespace) -> int:
-    from experiments.demo import run_demo
+    from tpsim.experiments.demo import run_demo
 
     for line in run_demo(a.out):
         print(line)
@@ -82,9 +82,9 @@ def _demo(a: argparse.Namespace) -> int:
 
 
 def _sweep(a: argparse.Namespace) -> int:
-    from experiments.grid import AXES, describe, grid_from_flags, grid_from_yaml
-    from experiments.results import check_output
-    from experiments.sweep import run_sweep
+    from tpsim.experiments.grid import AXES, describe, grid_from_flags, grid_from_yaml
+    from tpsim.experiments.results import check_output
+    from tpsim.experiments.sweep import run_sweep
 
     flags = {key: getattr(a, key) for key in AXES}
     if a.grid:
@@ -126,8 +126,8 @@ def _sweep(a: argparse.Namespace) -> int:
 
 
 def _plot_files(results: Path, out: Path, gantt: str | None) -> None:
-    from experiments.figures import plot_results
-    from experiments.results import read_rows
+    from tpsim.experiments.figures import plot_results
+    from tpsim.experiments.results import read_rows
 
     ids = [x.strip() for x in gantt.split(",") if x.strip()] if gantt is not None else None
     for path in plot_results(read_rows(results), out, gantt_ids=ids):
@@ -142,7 +142,7 @@ def _plot(a: argparse.Namespace) -> int:
 
 
 def _check_claim(a: argparse.Namespace) -> int:
-    from experiments.claim import check_claim, lower_bound, verdict_text
+    from tpsim.experiments.claim import check_claim, lower_bound, verdict_text
 
     check_nodes(a.nodes)
     workload = Workload(a.batch, a.phase, a.prompt_len, a.context_len)
@@ -164,8 +164,8 @@ def _check_claim(a: argparse.Namespace) -> int:
 
 
 def _study(a: argparse.Namespace) -> int:
-    from experiments.studies import STUDIES
-    from experiments.sweep import default_jobs
+    from tpsim.experiments.studies import STUDIES
+    from tpsim.experiments.sweep import default_jobs
 
     if a.jobs is not None and not 1 <= a.jobs <= 1024:
         raise ConfigError(f"--jobs={a.jobs}: must be between 1 and 1024")
@@ -183,7 +183,7 @@ def _study(a: argparse.Namespace) -> int:
 
 
 def _bench(a: argparse.Namespace) -> int:
-    from experiments.bench import run
+    from tpsim.experiments.bench import run
 
     if not a.out.parent.is_dir():
         raise ConfigError(f"--out={a.out}: folder {a.out.parent} does not exist")

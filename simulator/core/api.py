@@ -10,12 +10,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import networkx as nx
-
-from models.catalog import get_model
-from models.spec import ModelSpec
-from simulator import engine, kernel_table, metrics, symmetry
-from simulator.collectives import make_planner
-from simulator.config import (
+from tpsim.core import engine, kernel_table, metrics, symmetry
+from tpsim.core.collectives import make_planner
+from tpsim.core.config import (
     Layout,
     Options,
     Workload,
@@ -24,17 +21,19 @@ from simulator.config import (
     tp_problem,
     valid_tp_degrees,
 )
-from simulator.costs import hardware_for
-from simulator.errors import ConfigError
-from simulator.fabric import Fabric, build_fabric
-from simulator.lower import lower
-from simulator.memory import MemoryUse, memory_per_gpu
-from simulator.program import Program
-from simulator.protocols import COMM_SMS
-from simulator.records import Record
-from topologies.gpus import GPUSpec
-from topologies.io import get_topology
-from topologies.routing import Routes, ring_order
+from tpsim.core.costs import hardware_for
+from tpsim.core.errors import ConfigError
+from tpsim.core.fabric import Fabric, build_fabric
+from tpsim.core.lower import lower
+from tpsim.core.memory import MemoryUse, memory_per_gpu
+from tpsim.core.program import Program
+from tpsim.core.protocols import COMM_SMS
+from tpsim.core.records import Record
+from tpsim.models.catalog import get_model
+from tpsim.models.spec import ModelSpec
+from tpsim.topologies.gpus import GPUSpec
+from tpsim.topologies.io import get_topology
+from tpsim.topologies.routing import Routes, ring_order
 
 
 @dataclass(frozen=True)
@@ -215,7 +214,7 @@ def simulate(
 
 #: Bytes one record holds in memory, about (see check_records; tests/test_limits.py measures).
 RECORD_BYTES = 450
-#: Pieces a pipelined tree all-reduce may be cut into (simulator.schedules.tree_chunks).
+#: Pieces a pipelined tree all-reduce may be cut into (tpsim.core.schedules.tree_chunks).
 _TREE_PIECES_MAX = 64
 
 

@@ -1,4 +1,4 @@
-"""The ``tpsim`` command line: a thin layer over :mod:`simulator.api`.
+"""The ``tpsim`` command line: a thin layer over :mod:`tpsim.core.api`.
 
 Exit codes: 0 success, 2 bad input (one line on stderr naming the value), 1 a bug.
 """
@@ -13,10 +13,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from simulator import report
-from simulator.cli_studies import STUDY_COMMANDS, add_study_parsers
-from simulator.collectives import ALGORITHMS, OPS
-from simulator.config import (
+from tpsim.cli.studies import STUDY_COMMANDS, add_study_parsers
+from tpsim.core.collectives import ALGORITHMS, OPS
+from tpsim.core.config import (
     ALLREDUCE_ALGOS,
     LAUNCH_MODES,
     OVERLAP_MODES,
@@ -26,8 +25,9 @@ from simulator.config import (
     Workload,
     check_nodes,
 )
-from simulator.errors import INPUT_ERRORS, ConfigError
-from simulator.protocols import LAUNCHERS
+from tpsim.core.errors import INPUT_ERRORS, ConfigError
+from tpsim.core.protocols import LAUNCHERS
+from tpsim.outputs import report
 
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 
@@ -210,7 +210,7 @@ def _name_max(folder: Path) -> int:
 
 
 def _run(a: argparse.Namespace) -> int:
-    from simulator.api import simulate
+    from tpsim.core.api import simulate
 
     _check_output(a.gantt, "--gantt", (".png", ".svg"))
     _check_output(a.trace, "--trace", (".json",))
@@ -252,7 +252,7 @@ def _run(a: argparse.Namespace) -> int:
     written: list[Path] = []
     try:
         if a.trace:
-            from simulator.export import chrome_trace, write_json
+            from tpsim.outputs.export import chrome_trace, write_json
 
             write_json(
                 a.trace,
@@ -266,7 +266,7 @@ def _run(a: argparse.Namespace) -> int:
             )
             written.append(a.trace)
         if a.gantt:
-            from experiments.plots import gantt
+            from tpsim.experiments.plots import gantt
 
             gantt(
                 result.records,
@@ -293,7 +293,7 @@ def _run(a: argparse.Namespace) -> int:
 
 
 def _collective(a: argparse.Namespace) -> int:
-    from simulator.collective_sweep import collective_sweep
+    from tpsim.core.collective_sweep import collective_sweep
 
     check_nodes(a.nodes)
     if a.sizes:

@@ -1,6 +1,6 @@
 """Host symmetry: simulate one host of a group of identical hosts and copy the rest.
 
-A TP group over H identical hosts (``topologies.builders.join_hosts``), g GPUs each, runs
+A TP group over H identical hosts (``tpsim.topologies.builders.join_hosts``), g GPUs each, runs
 the same program on every rank. If every collective schedule maps onto itself when every
 rank moves one host over (rank r -> r + g, link ``n{h}.x -> n{h}.y`` -> ``n{h+1}.x ->
 n{h+1}.y``), then host h's timeline is host 0's: ranks in the same position on each host
@@ -18,10 +18,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from simulator.engine import Planner, Schedule, Send, Step
-from simulator.fabric import Fabric
-from simulator.program import CollectiveCall, Program
-from simulator.records import STREAMS, Record
+from tpsim.core.engine import Planner, Schedule, Send, Step
+from tpsim.core.fabric import Fabric
+from tpsim.core.program import CollectiveCall, Program
+from tpsim.core.records import STREAMS, Record
 
 _HOST = re.compile(r"^n(\d+)\.(.+)$")
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from models.errors import ModelError
-from topologies.errors import TopologyError
+from tpsim.models.errors import ModelError
+from tpsim.topologies.errors import TopologyError
 
 
 class ConfigError(ValueError):

@@ -11,14 +11,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from simulator import schedules
-from simulator.config import ALLREDUCE_ALGOS
-from simulator.engine import Planner, Schedule
-from simulator.errors import ConfigError
-from simulator.fabric import Fabric
-from simulator.program import CollectiveCall
-from simulator.protocols import CUSTOM_MAX_BYTES, IDEAL, PROTOCOLS, Protocol
-from simulator.schedules import predict
+from tpsim.core import schedules
+from tpsim.core.config import ALLREDUCE_ALGOS
+from tpsim.core.engine import Planner, Schedule
+from tpsim.core.errors import ConfigError
+from tpsim.core.fabric import Fabric
+from tpsim.core.program import CollectiveCall
+from tpsim.core.protocols import CUSTOM_MAX_BYTES, IDEAL, PROTOCOLS, Protocol
+from tpsim.core.schedules import predict
 
 OPS: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter")
 ALGORITHMS: tuple[str, ...] = ALLREDUCE_ALGOS

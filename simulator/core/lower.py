@@ -20,9 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from models.spec import ModelSpec
-from simulator import costs
-from simulator.config import (
+from tpsim.core import costs
+from tpsim.core.config import (
     ConfigError,
     Options,
     Workload,
@@ -31,9 +30,10 @@ from simulator.config import (
     kv_split,
     precision,
 )
-from simulator.costs import Hardware, KernelCost
-from simulator.kernel_table import KernelTable
-from simulator.program import LAUNCH_COSTS, NO_LAUNCH_COST, CollectiveCall, Op, Program
+from tpsim.core.costs import Hardware, KernelCost
+from tpsim.core.kernel_table import KernelTable
+from tpsim.core.program import LAUNCH_COSTS, NO_LAUNCH_COST, CollectiveCall, Op, Program
+from tpsim.models.spec import ModelSpec
 
 
 @dataclass(frozen=True)

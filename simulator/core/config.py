@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from models.spec import DTYPE_BYTES
-from simulator.errors import ConfigError
+from tpsim.core.errors import ConfigError
+from tpsim.models.spec import DTYPE_BYTES
 
 PHASES: tuple[str, ...] = ("prefill", "decode")
 LAUNCH_MODES: tuple[str, ...] = ("eager", "graph", "compiled")
@@ -112,7 +112,7 @@ class Options:
     ideal: bool = False
     allow_oom: bool = False
     fused: bool = True  # fused residual-add + RMSNorm kernels, as vLLM runs them
-    kernel_table: str | None = None  # CSV of measured GEMM times (simulator.kernel_table)
+    kernel_table: str | None = None  # CSV of measured GEMM times (tpsim.core.kernel_table)
     sequence_parallel: bool = False  # reduce-scatter + all-gather replace each all-reduce
     overlap_chunks: int = 0  # chunks of a row-parallel GEMM with --overlap chunked; 0: tp
     launch_skew_s: float = 0.0  # the last rank's host thread starts this much later
@@ -134,7 +134,7 @@ class Options:
             if not isinstance(getattr(self, flag), bool):
                 raise ConfigError(f"{flag}={getattr(self, flag)!r}: must be true or false")
         if self.kernel_table is not None:
-            # Existence is checked where the file is read (simulator.kernel_table.load):
+            # Existence is checked where the file is read (tpsim.core.kernel_table.load):
             # no I/O here.
             if not isinstance(self.kernel_table, str) or not self.kernel_table.strip():
                 raise ConfigError(f"kernel_table={self.kernel_table!r}: must be a path to a CSV")

@@ -1,0 +1,1 @@
+"""Calibration: every published or fitted constant of the model, loaded from data files."""
