@@ -1,4 +1,4 @@
-"""Collectives against published measurements (../shared/calibration/).
+"""Collectives against published measurements (shipped in ``tpsim/calibration/measured``).
 
     python -m tpsim.experiments.collective_calibration --out DIR
 
@@ -16,22 +16,19 @@ from __future__ import annotations
 import argparse
 import csv
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from matplotlib.figure import Figure
+from tpsim.calibration import measured
 from tpsim.core.collective_sweep import collective_sweep
 from tpsim.experiments.plots import save_figure
 
-ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared" / "calibration"
-COPY = ROOT / "tests" / "data" / "calibration"
-
 
 def data_dir() -> Path:
-    """../shared/calibration where it exists, else the copy kept with the tests."""
-    return SHARED if (SHARED / "nccl_allreduce_a100_8gpu.csv").exists() else COPY
+    """The folder of the published measurements the calibration is checked against."""
+    return measured()
 
 
 def read_curve(path: Path) -> list[tuple[int, float]]:
@@ -79,14 +76,24 @@ def compare(curve: Curve, data: Path) -> tuple[list[dict[str, float | str]], flo
     return out, err
 
 
-#: Large-message busbw peaks on 8x H100 (collective_peaks.csv): NVLS 480 GB/s, ring with
-#: NVLS disabled 367-370 GB/s (taken as 368.5).
-PEAKS = {"nvls": 480.0, "ring": 368.5}
+def measured_peaks() -> dict[str, float]:
+    """Large-message all-reduce busbw peaks on one 8x H100 node by algorithm (GB/s), from
+    collective_peaks.csv: NVLS 480, the ring with NVLS disabled 367-370 (a range: its
+    midpoint)."""
+    text = (data_dir() / "collective_peaks.csv").read_text().splitlines()
+    out = {}
+    for row in csv.DictReader(ln for ln in text if not ln.startswith("#")):
+        if row["system"].startswith("8x H100") and row["op"] == "all_reduce":
+            lo, _, hi = row["busbw_GBps"].partition("-")
+            out[row["algorithm"].split()[0]] = (float(lo) + float(hi or lo)) / 2
+    return out
 
 
-def peaks() -> dict[str, float]:
+def peaks(algorithms: Iterable[str]) -> dict[str, float]:
+    """Simulated all-reduce busbw at 16 GiB on one 8x H100 node, per algorithm."""
     return {
-        a: collective_sweep("dgx-h100", 8, [16 * 2**30], algo=a)[0]["busbw_GBps"] for a in PEAKS
+        a: collective_sweep("dgx-h100", 8, [16 * 2**30], algo=a)[0]["busbw_GBps"]
+        for a in algorithms
     }
 
 
@@ -120,8 +127,9 @@ def run(out: Path) -> Iterator[str]:
         ax.set_title(curve.name, fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
-    got = peaks()
-    for algo, want in PEAKS.items():
+    want_peaks = measured_peaks()
+    got = peaks(want_peaks)
+    for algo, want in want_peaks.items():
         yield (
             f"8x H100 {algo} peak busbw at 16 GiB: simulated {got[algo]:.1f} GB/s, "
             f"measured {want:.1f} GB/s ({got[algo] / want - 1:+.1%}, target within 5%)"

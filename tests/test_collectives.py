@@ -9,13 +9,16 @@ import pytest
 import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tpsim.calibration import default as default_calibration
+from tpsim.calibration import ideal as ideal_calibration
+from tpsim.calibration import measured
 from tpsim.core.api import tp_group
 from tpsim.core.collective_sweep import collective_sweep
 from tpsim.core.collectives import make_planner
 from tpsim.core.errors import ConfigError
 from tpsim.core.network import Network
 from tpsim.core.schedules import chunk_sizes, predict
-from tpsim.experiments.collective_calibration import CURVES, PEAKS, compare, peaks
+from tpsim.experiments.collective_calibration import CURVES, compare, measured_peaks, peaks
 from tpsim.topologies.builders import build
 from tpsim.topologies.io import get_topology, load_topology
 
@@ -79,9 +82,10 @@ def test_tree_closed_form_on_a_chain(tmp_path: Path) -> None:
     # share it, so each step moves n/k over a link: 2 (3 + k - 1) (a + n / (k B))
     topo = load_topology(ring_file(tmp_path, 4))
     group = tp_group(topo, 4)
-    fab = group.fabric(ideal=True)
+    fab = group.fabric(ideal_calibration())
     from tpsim.core import schedules
-    from tpsim.core.protocols import IDEAL
+
+    IDEAL = ideal_calibration().collectives.protocols["ideal"]
 
     n = 8 * MiB
     for k in (1, 4):
@@ -106,7 +110,7 @@ def test_hierarchical_closed_form() -> None:
 def test_ideal_matches_prediction_for_every_algorithm() -> None:
     topo = get_topology("dgx-h100", 1)
     group = tp_group(topo, 8)
-    fab = group.fabric(ideal=True)
+    fab = group.fabric(ideal_calibration())
     for algo in ("ring", "tree", "oneshot", "twoshot", "nvls"):
         plan = make_planner(fab, group.ring, algo=algo)
         from tpsim.core.program import CollectiveCall
@@ -121,11 +125,12 @@ def test_ll_ring_moves_nccls_share_of_the_link(tmp_path: Path, op: str, share: f
     # one-host all-gather (llMaxBw, 141 GB/s on Hopper, does not bind at 100 GB/s); each
     # step pays the 0.6 us LL hop (above the 2 us wire) once and moves n/p at that rate
     from tpsim.core import schedules
-    from tpsim.core.protocols import PROTOCOLS
+
+    PROTOCOLS = default_calibration().collectives.protocols
 
     topo = load_topology(ring_file(tmp_path, 4))
     group = tp_group(topo, 4)
-    fab = group.fabric(ideal=False)
+    fab = group.fabric(default_calibration())
     n = 64 * MiB
     sched = schedules.ring(fab, op, n, PROTOCOLS["LL"], [group.ring])
     steps = 6 if op == "all_reduce" else 3
@@ -162,7 +167,7 @@ def test_pcie_switch_uplink_is_shared() -> None:
     # its uplink, so their transfers at once take twice as long as one alone
     g = build("pcie-rtx4090")
     group = tp_group(g, 8)
-    fab = group.fabric(ideal=True)
+    fab = group.fabric(ideal_calibration())
     p01, p10 = fab.path(0, 2), fab.path(1, 3)  # 0 and 1 share switch 0 on the way up
     shared = set(p01.links) & set(p10.links)
     assert shared
@@ -192,7 +197,7 @@ def test_multiring_uses_the_full_mesh() -> None:
     single = collective_sweep("mi300x", 8, [1 * GiB], algo="ring")
     assert rows[0]["busbw_GBps"] == pytest.approx(7 * single[0]["busbw_GBps"], rel=0.01)
     group = tp_group(get_topology("mi300x", 1), 8)
-    fab = group.fabric(ideal=False)
+    fab = group.fabric(default_calibration())
     from tpsim.core.collectives import ring_set
 
     rings = ring_set(fab, group.ring)
@@ -254,7 +259,7 @@ def test_more_bandwidth_is_never_slower(scale: float, n: int, algo: str) -> None
 def test_ring_busbw_never_above_the_bottleneck_link(n: int, topo: str) -> None:
     g = build(topo)
     group = tp_group(g, 8)
-    fab = group.fabric(ideal=True)
+    fab = group.fabric(ideal_calibration())
     bottleneck = min(
         fab.path(a, b).bandwidth_Bps
         for a, b in zip(group.ring, group.ring[1:] + group.ring[:1], strict=True)
@@ -296,7 +301,7 @@ def test_chunk_sizes_cover_the_message() -> None:
 # ----------------------------------------------------------------------- calibration
 @pytest.mark.parametrize("curve", CURVES, ids=lambda c: c.topology)
 def test_calibration_curves(curve) -> None:  # type: ignore[no-untyped-def]
-    _, err = compare(curve, DATA / "calibration")
+    _, err = compare(curve, measured())
     # the issue asks 10% of the A100 sweep; the model is at 11.5%, and this bound keeps it
     # there: between 256 KiB and 1 MiB and between 16 and 256 MiB the measurement is slower
     # than NCCL's own model, and no constant is fitted to close that
@@ -305,6 +310,8 @@ def test_calibration_curves(curve) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_hopper_peaks_within_5_percent() -> None:
-    got = peaks()
-    for algo, want in PEAKS.items():
+    want_peaks = measured_peaks()
+    assert want_peaks == {"nvls": 480.0, "ring": 368.5}  # the file's 480 and 367-370
+    got = peaks(want_peaks)
+    for algo, want in want_peaks.items():
         assert got[algo] == pytest.approx(want, rel=0.05)

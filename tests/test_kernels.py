@@ -11,6 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tpsim import ConfigError, Options, Workload, simulate
+from tpsim.calibration import default as default_calibration
+from tpsim.calibration import ideal as ideal_calibration
+from tpsim.calibration import measured
 from tpsim.cli import main
 from tpsim.core.config import kv_split
 from tpsim.core.costs import attention_prefill, gemm, hardware_for
@@ -18,7 +21,6 @@ from tpsim.core.gemm import plan
 from tpsim.core.kernel_table import load
 from tpsim.core.lower import lower
 from tpsim.core.memory import memory_per_gpu
-from tpsim.core.program import LAUNCH_COSTS
 from tpsim.models.catalog import get_model
 from tpsim.topologies.gpus import get_gpu
 
@@ -52,13 +54,13 @@ def test_wave_quantisation_jump_at_the_tile_boundary(hw, n_full: int) -> None:  
     # H100 (132 SMs) 4 x 33 tiles of 256 fill exactly one wave; one more column adds 4 tiles
     # and a second wave that is nearly empty, so the compute-bound time about doubles.
     m, k = 512, 8192
-    assert plan(m, n_full, k, hw.tile, hw.sm_count).tiles == hw.sm_count
-    assert plan(m, n_full, k, hw.tile, hw.sm_count).waves == 1
-    assert plan(m, n_full + 1, k, hw.tile, hw.sm_count).waves == 2
+    assert plan(m, n_full, k, hw.tile, hw.sm_count, hw.split_k_min).tiles == hw.sm_count
+    assert plan(m, n_full, k, hw.tile, hw.sm_count, hw.split_k_min).waves == 1
+    assert plan(m, n_full + 1, k, hw.tile, hw.sm_count, hw.split_k_min).waves == 2
     assert t(m, n_full - 1, k, hw=hw) == pytest.approx(t(m, n_full, k, hw=hw))  # same tiles
     assert t(m, n_full + 1, k, hw=hw) > 1.9 * t(m, n_full, k, hw=hw)
     # ideal mode has no tiles: the same step costs 1/n_full more
-    ideal = hardware_for(get_gpu(hw.name), "bf16", ideal=True)
+    ideal = hardware_for(get_gpu(hw.name), "bf16", ideal_calibration().kernels)
     ratio = t(m, n_full + 1, k, hw=ideal) / t(m, n_full, k, hw=ideal)
     assert ratio == pytest.approx((n_full + 1) / n_full, rel=1e-3)
 
@@ -70,12 +72,12 @@ def test_small_m_is_weight_read_bound() -> None:
     weights = 8192 * 57344 * 2
     assert c.seconds == pytest.approx(weights / (2.0e12 * 0.84) + 2e-6, rel=1e-3)
     # a few tiles, many idle SMs: split-K spreads K so the weight read still binds
-    small = plan(1, 768, 4096, A100.tile, A100.sm_count)
+    small = plan(1, 768, 4096, A100.tile, A100.sm_count, A100.split_k_min)
     assert small.tiles == 6 and small.split_k == pytest.approx(16)
 
 
 def calibration_rows() -> list[dict[str, str]]:
-    lines = [ln for ln in (DATA / "gemm_calibration.csv").read_text().splitlines()]
+    lines = [ln for ln in (measured("gemm.csv")).read_text().splitlines()]
     return list(csv.DictReader(ln for ln in lines if not ln.startswith("#")))
 
 
@@ -113,7 +115,7 @@ def test_fp8_peaks() -> None:
 
 # ------------------------------------------------------------------------------ attention
 def test_prefill_attention_is_causal_flash_attention() -> None:
-    ideal = hardware_for(get_gpu("h100-sxm"), "bf16", ideal=True)
+    ideal = hardware_for(get_gpu("h100-sxm"), "bf16", ideal_calibration().kernels)
     c = attention_prefill(2, 1024, 8, 1, 128, ideal, act_bytes=2, kv_bytes=2)
     assert c.flops == 4 * 2 * 8 * 128 * 1024 * 1025 / 2
     # Q and O for 8 heads, K and V for 1, plus K and V written to the cache
@@ -206,7 +208,9 @@ def test_table_overrides_the_roofline_in_a_run() -> None:
     r = simulate("llama-2-70b", "dgx-h100", 8, wl, Options(kernel_table=str(SAMPLE)))
     ups = [x for x in r.records if x.name == "mlp_up" and x.rank == 0]
     assert len(ups) == 80
-    slot = 43e-6 + LAUNCH_COSTS["graph"].gpu_gap_s  # measured kernel + its dispatch from a graph
+    slot = (
+        43e-6 + default_calibration().launch["graph"].gpu_gap_s
+    )  # measured kernel + its dispatch from a graph
     assert all(x.duration_s == pytest.approx(slot) and "kernel table" in x.detail for x in ups)
     qkv = next(x for x in r.records if x.name == "qkv_proj")
     assert "kernel table" not in qkv.detail

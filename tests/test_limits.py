@@ -127,7 +127,7 @@ def _program_estimates(
 ) -> tuple[int, int]:
     group = tp_group(get_topology(topology), tp)
     prec = precision(opts, spec.dtype, group.gpu.fp8_flops is not None)
-    hw = hardware_for(group.gpu, prec.math, ideal=opts.ideal, kv_dtype=prec.kv)
+    hw = hardware_for(group.gpu, prec.math, opts.calibration.kernels, kv_dtype=prec.kv)
     program = lower(spec, tp, wl, opts, hw, None)
     return records_lower_bound(spec, tp, wl, opts), estimate_records(program, tp)
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 from tpsim import ConfigError, Options, Workload, simulate
+from tpsim.calibration import default as default_calibration
 from tpsim.cli import main
-from tpsim.core.memory import RUNTIME_BYTES, activation_elements, memory_per_gpu
+from tpsim.core.memory import activation_elements, memory_per_gpu
 from tpsim.models.catalog import get_model
 from tpsim.topologies.gpus import get_gpu
 
@@ -39,7 +40,7 @@ def test_llama_3_1_8b_at_tp2_by_hand() -> None:
     assert (
         mem.capacity_bytes_per_gpu
         == 77_309_411_328 - 1_073_741_824
-        == (int(80 * 2**30 * 0.9) - RUNTIME_BYTES)
+        == (int(80 * 2**30 * 0.9) - default_calibration().memory.runtime_bytes)
     )
     assert mem.fits
 

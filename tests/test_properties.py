@@ -27,15 +27,17 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tpsim import Options, Workload, simulate
+from tpsim.calibration import default as default_calibration
 from tpsim.core.api import Result, tp_group
 from tpsim.core.collectives import make_planner
 from tpsim.core.config import precision
 from tpsim.core.costs import hardware_for
 from tpsim.core.lower import lower
-from tpsim.core.protocols import COMM_SMS
 from tpsim.core.schedules import predict
 from tpsim.models.spec import ModelSpec
 from tpsim.topologies.io import load_topology
+
+COMM_SMS = default_calibration().collectives.comm_sms
 
 GPU = {"bf16_tflops": 400.0, "hbm_TBps": 2.0, "hbm_GB": 80, "sm_count": 100}
 # 100 examples a test keep the file near 20 s on 2 cores; derandomized, so CI is reproducible
@@ -201,9 +203,9 @@ def _bounds(
     """
     group = tp_group(graph, tp)
     prec = precision(opts, model.dtype, group.gpu.fp8_flops is not None)
-    hw = hardware_for(group.gpu, prec.math, ideal=opts.ideal, kv_dtype=prec.kv)
+    hw = hardware_for(group.gpu, prec.math, opts.calibration.kernels, kv_dtype=prec.kv)
     program = lower(model, tp, wl, opts, hw, None)
-    fab = group.fabric(ideal=opts.ideal)
+    fab = group.fabric(opts.calibration)
     plan = make_planner(fab, group.ring, algo=opts.allreduce_algo)
     sms = group.gpu.sm_count
     slow = 1.0 if opts.ideal or tp == 1 else sms / (sms - COMM_SMS)

@@ -10,19 +10,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tpsim import Options, Workload, simulate
+from tpsim.calibration import default as default_calibration
 from tpsim.core import metrics
 from tpsim.core.api import tp_group
 from tpsim.core.collectives import make_planner
 from tpsim.core.engine import run
 from tpsim.core.errors import ConfigError
 from tpsim.core.program import CollectiveCall, Op, Program
-from tpsim.core.protocols import COMM_SMS
 from tpsim.core.schedules import predict
 from tpsim.models.catalog import get_model
 from tpsim.models.spec import ModelSpec
 from tpsim.outputs.export import chrome_trace
 from tpsim.topologies.builders import build
 from tracecheck import check_trace_structure
+
+COMM_SMS = default_calibration().collectives.comm_sms
 
 
 def short(name: str, layers: int = 4) -> ModelSpec:
@@ -99,7 +101,7 @@ def test_compute_slows_while_a_collective_holds_sms() -> None:
     # a 100 us kernel that starts with a long all-reduce in flight runs 132/116 slower
     topo = build("dgx-h100")
     group = tp_group(topo, 2)
-    fab = group.fabric(ideal=False)
+    fab = group.fabric(default_calibration())
     plan = make_planner(fab, group.ring, algo="ring")
     call = CollectiveCall("all_reduce", 1 << 30)
     ops = (
@@ -169,7 +171,7 @@ def test_makespan_bounds_and_exact_breakdown(model, tp, batch, phase, overlap, l
     # lower bound: one rank's kernels back to back, or its collectives back to back alone
     compute = math.fsum(x.duration_s for x in r.records if x.rank == 0 and x.stream == "compute")
     group = tp_group(build("dgx-h100"), tp)
-    fab = group.fabric(ideal=False)
+    fab = group.fabric(default_calibration())
     plan = make_planner(fab, group.ring)
     comm = 0.0
     if tp > 1:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from tpsim import Options, Workload, collective_sweep, simulate
+from tpsim.calibration import ideal as ideal_calibration
 from tpsim.core.api import tp_group
 from tpsim.core.collectives import make_planner, ring_all_reduce_time
 from tpsim.core.costs import gemm, hardware_for
@@ -96,7 +97,7 @@ def test_p1_has_no_communication() -> None:
 @pytest.mark.parametrize(("m", "n", "k"), [(1, 8192, 8192), (4096, 8192, 8192), (64, 128, 64)])
 def test_lone_gemm_equals_its_roofline(m: int, n: int, k: int) -> None:
     gpu = get_gpu("h100-sxm")
-    hw = hardware_for(gpu, "bf16", ideal=True)
+    hw = hardware_for(gpu, "bf16", ideal_calibration().kernels)
     cost = gemm(m, n, k, hw, act_bytes=2, w_bytes=2)
     roof = max(2 * m * n * k / 989e12, 2 * (m * k + k * n + m * n) / 3.35e12)
     op = Op(
@@ -126,7 +127,7 @@ def test_communication_bound_layer_from_the_design(tmp_path: Path) -> None:
     from tpsim.core.program import CollectiveCall
 
     group = tp_group(load_topology(ring_file(tmp_path, 2, 300, 0)), 2)
-    fab = group.fabric(ideal=True)
+    fab = group.fabric(ideal_calibration())
     planner = make_planner(fab, group.ring, algo="ring")
     compute = Op("mlp", "gemm", 0, "", "compute", 0.0, 20e-6, 0.0, 0, "compute", "", ())
     call = CollectiveCall("all_reduce", 8_000_000)
@@ -159,7 +160,7 @@ def test_tp_group_ring_on_two_hosts_keeps_hosts_contiguous() -> None:
     group = tp_group(get_topology("dgx-h100", 2), 16)
     hosts = [group.gpu_ranks[t] // 8 for t in group.ring]
     assert sum(a != b for a, b in zip(hosts, hosts[1:] + hosts[:1], strict=True)) == 2
-    fab = group.fabric(ideal=True)
+    fab = group.fabric(ideal_calibration())
     assert fab.multi_host and fab.path(group.ring[7], group.ring[8]).link_class == "net"
 
 

@@ -13,6 +13,7 @@ import math
 from collections.abc import Callable
 
 import networkx as nx
+from tpsim.calibration.hardware import LinkFigures, link_figures
 from tpsim.topologies.errors import TopologyError, did_you_mean, show
 from tpsim.topologies.gpus import GPUSpec, get_gpu
 
@@ -34,43 +35,24 @@ MAX_NODES = 1024
 #: Nodes plus links of a multi-host join (1024 DGX H100 hosts make about 67,000).
 MAX_JOINED_ITEMS = 1_000_000
 
-# --- bandwidths, bytes/s per direction (raw, before protocol efficiency) -------------
-# PCIe x16 per direction after 128b/130b encoding: gen3 15.75, gen4 31.5, gen5 63 GB/s.
-_PCIE_X16_BPS = {3: 15.75e9, 4: 31.5e9, 5: 63e9, 6: 126e9}
-# Inter-socket link: 3 UPI links at 11.2 GT/s (Xeon Ice Lake-SP, the PCIe gen4 generation
-# the L40S / RTX 4090 boxes use), 22.4 GB/s per direction each -> 67.2 GB/s.
-UPI_BPS = 3 * 22.4e9
-# MI300X: one xGMI (Infinity Fabric) link per peer, 64 GB/s per direction (gpus.csv).
-XGMI_PEER_BPS = 64e9
-# InfiniBand per NIC: HDR 200 Gb/s = 25 GB/s, NDR 400 Gb/s = 50 GB/s.
-IB_HDR_BPS = 25e9
-IB_NDR_BPS = 50e9
 
-# --- one-way latencies, seconds (plausible published magnitudes, not fitted) ----------
-# GPU <-> NVSwitch, one traversal of an NVLink port (SerDes + switch pipeline): ~0.35 µs,
-# so GPU -> NVSwitch -> GPU is ~0.7 µs, the order of a measured NVLink P2P write.
-NVLINK_HOP_S = 0.35e-6
-# Direct xGMI peer link (no switch): ~0.5 µs estimate, between one and two NVLink hops.
-XGMI_HOP_S = 0.5e-6
-# One PCIe hop (endpoint/switch/root-port traversal incl. TLP handling): ~0.5 µs.
-PCIE_HOP_S = 0.5e-6
-# Crossing the socket interconnect (UPI) for a forwarded P2P write: ~0.3 µs estimate.
-UPI_HOP_S = 0.3e-6
-# NIC <-> IB switch, one side: NIC processing + cable (~0.5 µs) + half of the ~0.13 µs
-# switch port-to-port latency; host-to-host through one switch is then ~1.2 µs plus PCIe.
-IB_HOP_S = 0.6e-6
+# Raw link bandwidths and latencies: calibration data (links.yaml), each with its source.
+def _links() -> LinkFigures:
+    return link_figures()
 
 
 def pcie_bandwidth_Bps(gen: int) -> float:
     """Raw x16 PCIe bandwidth per direction of a PCIe generation."""
-    if gen not in _PCIE_X16_BPS:
-        raise TopologyError(f"pcie_gen={show(gen)}: must be one of {sorted(_PCIE_X16_BPS)}")
-    return _PCIE_X16_BPS[gen]
+    pcie = _links().pcie_x16_Bps
+    if gen not in pcie:
+        raise TopologyError(f"pcie_gen={show(gen)}: must be one of {sorted(pcie)}")
+    return pcie[gen]
 
 
 def nic_bandwidth_Bps(spec: GPUSpec) -> float:
     """NIC paired with a GPU: NDR for Hopper/Blackwell/MI300X class, HDR otherwise."""
-    return IB_NDR_BPS if spec.scaleup_kind in ("nvlink4", "nvlink5", "xgmi") else IB_HDR_BPS
+    links = _links()
+    return links.infiniband_Bps[links.nic[spec.scaleup_kind]]
 
 
 def _graph(name: str, nvls: bool, gpus: int) -> nx.DiGraph:
@@ -90,30 +72,31 @@ def _add_gpus(g: nx.DiGraph, spec: GPUSpec, n: int) -> list[str]:
     return ids
 
 
-def _nvswitch_box(name: str, gpu: str, bw: float, nvls: bool) -> nx.DiGraph:
+def _nvswitch_box(name: str, gpu: str, nvls: bool) -> nx.DiGraph:
     """8 GPUs on one logical NVSwitch node (the real fabric is 4-6 switch chips that
     together give every GPU its full NVLink bandwidth to every other)."""
     g = _graph(name, nvls, 8)
     g.add_node("nvswitch", kind="nvswitch", host=0)
-    for node in _add_gpus(g, get_gpu(gpu), 8):
-        _link(g, node, "nvswitch", bw, NVLINK_HOP_S, "nvlink")
+    spec = get_gpu(gpu)
+    for node in _add_gpus(g, spec, 8):
+        _link(g, node, "nvswitch", spec.scaleup_Bps, _links().nvlink_hop_s, "nvlink")
     return g
 
 
 def dgx_a100() -> nx.DiGraph:
-    return _nvswitch_box("dgx-a100", "a100-sxm-80gb", 300e9, nvls=False)
+    return _nvswitch_box("dgx-a100", "a100-sxm-80gb", nvls=False)
 
 
 def dgx_h100() -> nx.DiGraph:
-    return _nvswitch_box("dgx-h100", "h100-sxm", 450e9, nvls=True)
+    return _nvswitch_box("dgx-h100", "h100-sxm", nvls=True)
 
 
 def hgx_h200() -> nx.DiGraph:
-    return _nvswitch_box("hgx-h200", "h200-sxm", 450e9, nvls=True)
+    return _nvswitch_box("hgx-h200", "h200-sxm", nvls=True)
 
 
 def dgx_b200() -> nx.DiGraph:
-    return _nvswitch_box("dgx-b200", "b200", 900e9, nvls=True)
+    return _nvswitch_box("dgx-b200", "b200", nvls=True)
 
 
 def _pcie_box(name: str, gpu: str, p2p: bool) -> nx.DiGraph:
@@ -125,29 +108,30 @@ def _pcie_box(name: str, gpu: str, p2p: bool) -> nx.DiGraph:
     """
     spec = get_gpu(gpu)
     bw = pcie_bandwidth_Bps(spec.pcie_gen)
+    links = _links()
     g = _graph(name, False, 8)
     gpus = _add_gpus(g, spec, 8)
     for cpu in ("cpu0", "cpu1"):
         g.add_node(cpu, kind="cpu", host=0)
-    _link(g, "cpu0", "cpu1", UPI_BPS, UPI_HOP_S, "upi")
+    _link(g, "cpu0", "cpu1", links.upi_Bps, links.upi_hop_s, "upi")
     for i in range(4):
         cpu = f"cpu{i // 2}"
         members = gpus[2 * i : 2 * i + 2]
         if p2p:
             sw = f"psw{i}"
             g.add_node(sw, kind="pcie_switch", host=0)
-            _link(g, sw, cpu, bw, PCIE_HOP_S, "pcie")
+            _link(g, sw, cpu, bw, links.pcie_hop_s, "pcie")
             for node in members:
-                _link(g, node, sw, bw, PCIE_HOP_S, "pcie")
+                _link(g, node, sw, bw, links.pcie_hop_s, "pcie")
             continue
         up, down = f"psw{i}.up", f"psw{i}.down"
         g.add_node(up, kind="pcie_switch", host=0)
         g.add_node(down, kind="pcie_switch", host=0)
-        g.add_edge(up, cpu, bandwidth_Bps=bw, latency_s=PCIE_HOP_S, link="pcie")
-        g.add_edge(cpu, down, bandwidth_Bps=bw, latency_s=PCIE_HOP_S, link="pcie")
+        g.add_edge(up, cpu, bandwidth_Bps=bw, latency_s=links.pcie_hop_s, link="pcie")
+        g.add_edge(cpu, down, bandwidth_Bps=bw, latency_s=links.pcie_hop_s, link="pcie")
         for node in members:
-            g.add_edge(node, up, bandwidth_Bps=bw, latency_s=PCIE_HOP_S, link="pcie")
-            g.add_edge(down, node, bandwidth_Bps=bw, latency_s=PCIE_HOP_S, link="pcie")
+            g.add_edge(node, up, bandwidth_Bps=bw, latency_s=links.pcie_hop_s, link="pcie")
+            g.add_edge(down, node, bandwidth_Bps=bw, latency_s=links.pcie_hop_s, link="pcie")
     return g
 
 
@@ -162,9 +146,10 @@ def pcie_rtx4090() -> nx.DiGraph:
 def mi300x() -> nx.DiGraph:
     g = _graph("mi300x", False, 8)
     gpus = _add_gpus(g, get_gpu("mi300x"), 8)
+    links = _links()
     for i, a in enumerate(gpus):
         for b in gpus[i + 1 :]:
-            _link(g, a, b, XGMI_PEER_BPS, XGMI_HOP_S, "xgmi")
+            _link(g, a, b, links.xgmi_peer_Bps, links.xgmi_hop_s, "xgmi")
     return g
 
 
@@ -228,6 +213,7 @@ def join_hosts(host: nx.DiGraph, nodes: int) -> nx.DiGraph:
         gpus_per_host=per_host,
     )
     g.add_node("ib_switch", kind="switch", host=0)
+    links = _links()
     for h in range(nodes):
         prefix = f"n{h}."
         for node, data in host.nodes(data=True):
@@ -243,8 +229,12 @@ def join_hosts(host: nx.DiGraph, nodes: int) -> nx.DiGraph:
             spec: GPUSpec = data["gpu"]
             nic = f"{prefix}nic{data['rank']}"
             g.add_node(nic, kind="nic", host=h)
-            _link(g, prefix + node, nic, pcie_bandwidth_Bps(spec.pcie_gen), PCIE_HOP_S, "pcie")
-            _link(g, nic, "ib_switch", nic_bandwidth_Bps(spec), IB_HOP_S, "infiniband")
+            _link(
+                g, prefix + node, nic, pcie_bandwidth_Bps(spec.pcie_gen), links.pcie_hop_s, "pcie"
+            )
+            _link(
+                g, nic, "ib_switch", nic_bandwidth_Bps(spec), links.infiniband_hop_s, "infiniband"
+            )
     return g
 
 

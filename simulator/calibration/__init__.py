@@ -1,1 +1,38 @@
-"""Calibration: every published or fitted constant of the model, loaded from data files."""
+"""Calibration: every published or fitted constant of the cost models, as data with sources.
+
+The lowest layer of tpsim: YAML files in ``data/`` (each value with its source) are read into
+one frozen :class:`Calibration` (kernels, launch costs, NCCL tuning, link efficiencies,
+memory reserve) and into the hardware figures the topology catalog is built from.
+``--ideal`` is :meth:`Calibration.ideal`; engine profiles are further variants of the same
+object. ``measured/`` holds the published measurements the calibration is checked against.
+"""
+
+from tpsim.calibration.loader import CalibrationError, default, for_options, ideal, measured
+from tpsim.calibration.model import (
+    Calibration,
+    Collectives,
+    Kernels,
+    LaunchCost,
+    Launcher,
+    Links,
+    Memory,
+    Protocol,
+    TileShape,
+)
+
+__all__ = [
+    "Calibration",
+    "CalibrationError",
+    "Collectives",
+    "Kernels",
+    "LaunchCost",
+    "Launcher",
+    "Links",
+    "Memory",
+    "Protocol",
+    "TileShape",
+    "default",
+    "for_options",
+    "ideal",
+    "measured",
+]

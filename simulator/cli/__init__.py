@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from tpsim import calibration
 from tpsim.cli.studies import STUDY_COMMANDS, add_study_parsers
 from tpsim.core.collectives import ALGORITHMS, OPS
 from tpsim.core.config import (
@@ -26,7 +27,6 @@ from tpsim.core.config import (
     check_nodes,
 )
 from tpsim.core.errors import INPUT_ERRORS, ConfigError
-from tpsim.core.protocols import LAUNCHERS
 from tpsim.outputs import report
 
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
@@ -168,7 +168,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     coll.add_argument(
         "--launcher",
-        choices=tuple(LAUNCHERS),
+        choices=tuple(calibration.default().collectives.launchers),
         default="mpi",
         help="how ranks are started: mpi (one process per GPU), threads "
         "(nccl-tests -g P), torch (torch.distributed)",

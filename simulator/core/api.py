@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import networkx as nx
+from tpsim.calibration import Calibration
 from tpsim.core import engine, kernel_table, metrics, symmetry
 from tpsim.core.collectives import make_planner
 from tpsim.core.config import (
@@ -27,7 +28,6 @@ from tpsim.core.fabric import Fabric, build_fabric
 from tpsim.core.lower import lower
 from tpsim.core.memory import MemoryUse, memory_per_gpu
 from tpsim.core.program import Program
-from tpsim.core.protocols import COMM_SMS
 from tpsim.core.records import Record
 from tpsim.models.catalog import get_model
 from tpsim.models.spec import ModelSpec
@@ -46,9 +46,9 @@ class Group:
     ring: tuple[int, ...]  # TP ranks in ring order
     gpu: GPUSpec
 
-    def fabric(self, *, ideal: bool) -> Fabric:
-        """The group's links as its collectives see them."""
-        return build_fabric(self.routes, self.gpu_ranks, self.gpu, ideal=ideal)
+    def fabric(self, calib: Calibration) -> Fabric:
+        """The group's links as its collectives see them under ``calib``."""
+        return build_fabric(self.routes, self.gpu_ranks, self.gpu, calib)
 
     def labels(self) -> dict[int, str]:
         return {t: self.routes.node(g) for t, g in enumerate(self.gpu_ranks)}
@@ -144,14 +144,15 @@ def simulate(
     check_records(records_lower_bound(spec, layout.tp, workload, options), options, "at least")
     prec = precision(options, spec.dtype, group.gpu.fp8_flops is not None)
     dtype = prec.weights  # the resolved --dtype (fp32 checkpoints run in fp16, as vLLM's auto)
-    hw = hardware_for(group.gpu, prec.math, ideal=options.ideal, kv_dtype=prec.kv)
+    calib = options.calibration
+    hw = hardware_for(group.gpu, prec.math, calib.kernels, kv_dtype=prec.kv)
     program = lower(spec, layout.tp, workload, options, hw, table)
     check_records(estimate_records(program, layout.tp), options, "up to")
-    fab = group.fabric(ideal=options.ideal)
+    fab = group.fabric(calib)
     planner = make_planner(fab, group.ring, algo=options.allreduce_algo)
     wall = time.perf_counter()
     log: list[tuple[float, int, float]] | None = [] if link_usage else None
-    skew = 0.0 if options.ideal or layout.tp < 2 else options.launch_skew_s / (layout.tp - 1)
+    skew = 0.0 if layout.tp < 2 else options.launch_skew_s / (layout.tp - 1)
     # One host can stand for all when the hosts are identical and nothing tells them apart.
     sym = None if (skew or link_usage or not use_symmetry) else symmetry.find(fab)
     quotient = symmetry.plan_quotient(sym, program, planner) if sym else None
@@ -163,7 +164,7 @@ def simulate(
         quotient or planner,
         fab.capacities,
         rank_delay_s=[r * skew for r in range(ranks)],
-        comm_sms=0 if options.ideal else COMM_SMS,
+        comm_sms=calib.collectives.comm_sms,
         sm_count=group.gpu.sm_count,
         link_log=log,
         cause_shift=shifts,

@@ -1,7 +1,7 @@
 """``tpsim collective``: nccl-tests for the simulator.
 
 Each size is one engine run of a lone collective over the group's links, started the way
-the chosen launcher starts it (:data:`~tpsim.core.protocols.LAUNCHERS`); time is from the
+the chosen launcher starts it (the calibration's ``launchers``); time is from the
 first launch to the last rank's finish, as nccl-tests times an iteration.
 """
 
@@ -11,12 +11,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import networkx as nx
+from tpsim import calibration
 from tpsim.core import engine, metrics
 from tpsim.core.api import tp_group
 from tpsim.core.collectives import OPS, make_planner
 from tpsim.core.errors import ConfigError
 from tpsim.core.program import CollectiveCall, Op, Program
-from tpsim.core.protocols import LAUNCHERS
 
 #: busbw = algbw x this factor (nccl-tests' definition).
 BUS_FACTOR = {
@@ -42,8 +42,10 @@ def collective_sweep(
 
     if op not in OPS:
         raise ConfigError(f"op={op!r}: must be one of {', '.join(OPS)}")
-    if launcher not in LAUNCHERS:
-        raise ConfigError(f"launcher={launcher!r}: must be one of {', '.join(LAUNCHERS)}")
+    calib = calibration.for_options(ideal)
+    launchers = calib.collectives.launchers
+    if launcher not in launchers:
+        raise ConfigError(f"launcher={launcher!r}: must be one of {', '.join(launchers)}")
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 2:
         raise ConfigError(f"ranks={ranks!r}: a collective needs at least 2 ranks")
     graph = get_topology(topology, nodes) if isinstance(topology, str) else topology
@@ -52,11 +54,11 @@ def collective_sweep(
         name = graph.graph.get("name", "topology")
         raise ConfigError(f"ranks={ranks}: larger than the {gpus} GPUs of {name} (add --nodes)")
     group = tp_group(graph, ranks)
-    fab = group.fabric(ideal=ideal)
+    fab = group.fabric(calib)
     planner = make_planner(fab, group.ring, algo=algo)
-    how = LAUNCHERS[launcher]
-    delays = [0.0 if ideal else r * how.stagger_s for r in range(ranks)]
-    call_s = 0.0 if ideal else how.call_s
+    how = launchers[launcher]
+    delays = [r * how.stagger_s for r in range(ranks)]
+    call_s = how.call_s
     rows = []
     for n in sizes:
         if isinstance(n, bool) or n < 1:

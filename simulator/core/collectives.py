@@ -11,13 +11,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from tpsim.calibration import Protocol
 from tpsim.core import schedules
 from tpsim.core.config import ALLREDUCE_ALGOS
 from tpsim.core.engine import Planner, Schedule
 from tpsim.core.errors import ConfigError
 from tpsim.core.fabric import Fabric
 from tpsim.core.program import CollectiveCall
-from tpsim.core.protocols import CUSTOM_MAX_BYTES, IDEAL, PROTOCOLS, Protocol
 from tpsim.core.schedules import predict
 
 OPS: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter")
@@ -95,7 +95,7 @@ def ring_set(fab: Fabric, order: Sequence[int]) -> list[list[int]]:
         cands += [
             [order[(i * s) % p] for i in range(p)] for s in range(2, p) if math.gcd(s, p) == 1
         ]
-    proto = IDEAL if fab.ideal else PROTOCOLS["Simple"]
+    proto = fab.tuning.protocols[fab.tuning.probe_protocol]
     big = 1 << 28
     best = predict(fab, schedules.ring(fab, "all_reduce", big, proto, rings))
     for cand in cands:
@@ -119,15 +119,7 @@ def make_planner(fab: Fabric, order: Sequence[int], *, algo: str = "auto") -> Pl
         if problem:
             raise ConfigError(f"algo={algo}: {problem}")
     rings = ring_set(fab, order) if algo in ("auto", "nccl", "multiring") else [list(order)]
-    protocols: list[Protocol] = (
-        [IDEAL]
-        if fab.ideal
-        else [
-            pr
-            for name, pr in PROTOCOLS.items()
-            if name != "LL128" or fab.gpu.scaleup_kind.startswith("nvlink")
-        ]
-    )
+    protocols: list[Protocol] = fab.tuning.protocols_for(fab.gpu.scaleup_kind)
     cache: dict[CollectiveCall, Schedule] = {}
 
     def candidates(call: CollectiveCall) -> list[Schedule]:
@@ -141,7 +133,11 @@ def make_planner(fab: Fabric, order: Sequence[int], *, algo: str = "auto") -> Pl
                 continue
             if name == "multiring" and len(rings) < 2 and algo in ("auto", "nccl"):
                 continue
-            if algo == "auto" and name in ("oneshot", "twoshot") and call.nbytes > CUSTOM_MAX_BYTES:
+            if (
+                algo == "auto"
+                and name in ("oneshot", "twoshot")
+                and call.nbytes > fab.tuning.custom_max_bytes
+            ):
                 continue  # a serving engine hands large messages to NCCL
             out.extend(_build(fab, name, call, protocols, order, rings))
         return out
@@ -177,10 +173,10 @@ def _build(
     if name == "hierarchical":
         return [schedules.hierarchical(fab, n, pr, order) for pr in protocols]
     if name == "oneshot":
-        return [schedules.oneshot(fab, n, fab.ideal)]
+        return [schedules.oneshot(fab, n)]
     if name == "twoshot":
-        return [schedules.twoshot(fab, n, fab.ideal)]
-    return [schedules.nvls(fab, n, fab.ideal)]
+        return [schedules.twoshot(fab, n)]
+    return [schedules.nvls(fab, n)]
 
 
 def _rename(s: Schedule, algorithm: str) -> Schedule:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tpsim import calibration
+from tpsim.calibration import Calibration
 from tpsim.core.errors import ConfigError
 from tpsim.models.spec import DTYPE_BYTES
 
@@ -102,7 +104,8 @@ class Workload:
 
 @dataclass(frozen=True)
 class Options:
-    """How the pass runs. ``ideal``: every efficiency 1 and every fixed overhead 0."""
+    """How the pass runs. ``ideal``: every efficiency 1 and every fixed overhead 0 (the
+    ideal variant of the calibration, :attr:`calibration`)."""
 
     launch: str = "graph"
     overlap: str = "none"
@@ -129,6 +132,11 @@ class Options:
         skew = self.launch_skew_s
         if isinstance(skew, bool) or not isinstance(skew, int | float) or not 0 <= skew <= 1:
             raise ConfigError(f"launch_skew_s={skew!r}: must be between 0 and 1 second")
+        if skew and self.ideal:
+            raise ConfigError(
+                f"launch_skew_s={skew!r}: cannot be combined with ideal=True "
+                "(ideal mode has no host overheads)"
+            )
         _positive_int("max_records", self.max_records)
         for flag in ("ideal", "allow_oom", "fused", "sequence_parallel"):
             if not isinstance(getattr(self, flag), bool):
@@ -149,6 +157,12 @@ class Options:
             _choice("dtype", self.dtype, COMPUTE_DTYPES)
         if self.kv_dtype is not None:
             _choice("kv_dtype", self.kv_dtype, COMPUTE_DTYPES)
+
+    @property
+    def calibration(self) -> Calibration:
+        """The constants this run is priced with: the shipped calibration, or its ideal
+        variant under ``ideal`` (the one place that flag is read)."""
+        return calibration.for_options(self.ideal)
 
 
 @dataclass(frozen=True, slots=True)

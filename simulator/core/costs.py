@@ -1,36 +1,26 @@
 """Kernel cost models: pure functions from shapes to seconds.
 
 Every kernel is priced by its roofline, ``max(flops / achievable FLOP/s, bytes / achievable
-HBM B/s)``, plus a fixed per-kernel cost; in ideal mode the efficiencies are 1 and the
-fixed cost is 0, so a lone GEMM equals ``max(2mnk / peak, bytes / hbm)`` exactly.
+HBM B/s)``, plus a fixed per-kernel cost. The efficiencies, tiles and fixed costs come from
+the GPU and the calibration (:class:`tpsim.calibration.Kernels`); with the ideal calibration
+they are 1, none and 0, so a lone GEMM equals ``max(2mnk / peak, bytes / hbm)`` exactly.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tpsim.core.gemm import TileShape, compute_seconds, tile_for
+from tpsim import calibration
+from tpsim.calibration import Kernels, TileShape
+from tpsim.core.gemm import compute_seconds
 from tpsim.topologies.gpus import GPUSpec
-
-#: FlashAttention forward reaches about 73% of the dense peak on A100 (FlashAttention-2,
-#: Dao 2023, section 4.1: "up to 73% of the theoretical maximum FLOPs/s") and about 75% on
-#: H100 (FlashAttention-3, Shah et al. 2024: 740 of 989 TFLOP/s bf16). Attention kernels
-#: never beat the GPU's own best matmul fraction, so the smaller of the two is used.
-ATTENTION_EFFICIENCY = 0.73
-#: FlashAttention-3 in fp8 (Hopper): "close to 1.2 PFLOPs/s" of 1979 (Shah et al. 2024,
-#: abstract). vLLM runs attention in fp8 when the KV cache is fp8 on the FA3 backend (vLLM docs,
-#: "Quantized KV Cache"); elsewhere fp8 K/V are dequantised and the math is 16-bit.
-ATTENTION_FP8_EFFICIENCY = 1.2 / 1.979
-#: Query rows per FlashAttention CTA: FA2 and FA3 forward kernels use kBlockM = 128 for
-#: head_dim 128; one CTA per (sequence, head, block of 128 queries).
-ATTENTION_BLOCK_M = 128
 
 
 @dataclass(frozen=True, slots=True)
 class Hardware:
     """The figures one GPU's kernels are priced with (efficiencies already chosen).
 
-    ``tile is None`` means no tile/wave quantisation (ideal mode).
+    ``tile is None`` means no tile/wave quantisation (the ideal calibration).
     """
 
     name: str
@@ -45,6 +35,8 @@ class Hardware:
     attention_peak_flops: float = 0.0  # 0: same as peak_flops
     peak16_flops: float = 0.0  # 16-bit peak for GEMMs kept in 16-bit (lm_head); 0: peak_flops
     fp8_tensor_cores: bool = False
+    split_k_min: int = 1  # smallest K slice a split-K GEMM gives one CTA
+    attention_block_m: int = 1  # query rows per attention CTA
 
     @property
     def matmul_flops(self) -> float:
@@ -56,51 +48,43 @@ class Hardware:
 
 
 def hardware_for(
-    gpu: GPUSpec, dtype: str, *, ideal: bool = False, kv_dtype: str | None = None
+    gpu: GPUSpec, dtype: str, kernels: Kernels | None = None, *, kv_dtype: str | None = None
 ) -> Hardware:
-    """The cost-model view of ``gpu`` running ``dtype`` math.
+    """The cost-model view of ``gpu`` running ``dtype`` math under ``kernels``' calibration.
 
     fp8 uses the fp8 peak where the GPU has fp8 tensor cores. An A100 has none: an fp8 model
     there computes at the bf16 peak (weight-only fp8, see ``config.Precision``) and only its
     weight bytes shrink. Attention runs at the fp8 peak only for an fp8 KV cache on a GPU with
-    fp8 tensor cores (FlashAttention-3), else at the 16-bit peak.
+    fp8 tensor cores (FlashAttention-3), else at the 16-bit peak. ``kernels``: the shipped
+    calibration's by default. The GPU's best achievable
+    matmul / peak (MAMF: a shape whose last wave is full) is the efficiency of a full wave of
+    tiles; fp8 GEMMs get the same fraction of the fp8 peak (no fp8 measurement). Attention
+    never beats the GPU's own matmul fraction.
     """
     fp8 = gpu.fp8_flops is not None
     peak = gpu.fp8_flops if dtype == "fp8" and gpu.fp8_flops else gpu.bf16_flops
     fp8_attention = kv_dtype == "fp8" and fp8
     attn_peak = gpu.fp8_flops if fp8_attention and gpu.fp8_flops else gpu.bf16_flops
-    if ideal:
-        return Hardware(
-            gpu.name,
-            peak,
-            1.0,
-            1.0,
-            gpu.hbm_Bps,
-            1.0,
-            0.0,
-            gpu.sm_count,
-            None,
-            attn_peak,
-            gpu.bf16_flops,
-            fp8,
-        )
-    attn_eff = ATTENTION_FP8_EFFICIENCY if fp8_attention else ATTENTION_EFFICIENCY
+    k = kernels or calibration.default().kernels
+    matmul = gpu.matmul_efficiency if k.matmul_efficiency is None else k.matmul_efficiency
+    attn_eff = k.attention_fp8_efficiency if fp8_attention else k.attention_efficiency
     return Hardware(
         name=gpu.name,
         peak_flops=peak,
-        # best achievable matmul / peak (gpus.csv, MAMF: the maximum over many shapes, so a
-        # shape whose last wave is full) is the efficiency of a full wave of tiles. fp8 GEMMs
-        # get the same fraction of the fp8 peak (estimate: gpus.csv has no fp8 figure).
-        matmul_efficiency=gpu.matmul_efficiency,
-        attention_efficiency=min(gpu.matmul_efficiency, attn_eff),
+        matmul_efficiency=matmul,
+        attention_efficiency=min(matmul, attn_eff),
         hbm_Bps=gpu.hbm_Bps,
-        hbm_efficiency=gpu.hbm_efficiency,
-        kernel_overhead_s=gpu.kernel_overhead_s,
+        hbm_efficiency=gpu.hbm_efficiency if k.hbm_efficiency is None else k.hbm_efficiency,
+        kernel_overhead_s=(
+            gpu.kernel_overhead_s if k.kernel_overhead_s is None else k.kernel_overhead_s
+        ),
         sm_count=gpu.sm_count,
-        tile=tile_for(gpu.name),
+        tile=k.tile(gpu.arch),
         attention_peak_flops=attn_peak,
         peak16_flops=gpu.bf16_flops,
         fp8_tensor_cores=fp8,
+        split_k_min=k.split_k_min,
+        attention_block_m=k.attention_block_m,
     )
 
 
@@ -138,7 +122,15 @@ def gemm(
     out_b = act_bytes if out_bytes is None else out_bytes
     flops = 2.0 * m * n * k
     nbytes = round(m * k * act_bytes + k * n * w_bytes + m * n * out_b)
-    t = compute_seconds(m, n, k, peak_flops=hw.matmul_flops, tile=hw.tile, sm_count=hw.sm_count)
+    t = compute_seconds(
+        m,
+        n,
+        k,
+        peak_flops=hw.matmul_flops,
+        tile=hw.tile,
+        sm_count=hw.sm_count,
+        split_k_min=hw.split_k_min,
+    )
     return _priced(t, nbytes, flops, hw)
 
 
@@ -158,7 +150,7 @@ def attention_prefill(
     FLOPs: ``4 * batch * heads * head_dim * seq * (seq + 1) / 2``. Bytes: read Q, K, V and
     write O once (tiles stay on chip), plus writing K and V into the cache. One CTA per
     (sequence, head, 128 queries): with few heads per rank and short prompts there are fewer
-    CTAs than SMs, and the compute term is scaled by the waves' fill (not in ideal mode).
+    CTAs than SMs, and the compute term is scaled by the waves' fill (when quantised).
     """
     flops = 4.0 * batch * heads * head_dim * seq * (seq + 1) / 2
     tokens = batch * seq
@@ -166,7 +158,7 @@ def attention_prefill(
     cache_write = tokens * 2 * kv_heads * head_dim * kv_bytes
     t = flops / (_attention_peak(hw) * hw.attention_efficiency)
     if hw.tile is not None:
-        ctas = batch * heads * -(-seq // ATTENTION_BLOCK_M)
+        ctas = batch * heads * -(-seq // hw.attention_block_m)
         t *= -(-ctas // hw.sm_count) * hw.sm_count / ctas
     return _priced(t, round(qkvo + cache_write), flops, hw)
 
@@ -202,6 +194,6 @@ def elementwise(nbytes: float, flops: float, hw: Hardware) -> KernelCost:
     """A bandwidth-bound kernel (norm, residual add, activation, rotary, embedding gather).
 
     Its FLOPs are priced at the tensor-core peak (the napkin formula); they never bind
-    outside ideal mode, where the bytes term is 10-100x larger.
+    with real efficiencies, where the bytes term is 10-100x larger.
     """
     return roofline(flops, round(nbytes), hw, efficiency=hw.matmul_efficiency)

@@ -2,7 +2,8 @@
 
 Built once per (topology, group). Paths between TP ranks come from the topology's routes;
 each directed link gets one index and a capacity in B/s (raw bandwidth times the link's
-achievable fraction, or raw in ideal mode).
+achievable fraction, from the calibration: 1 in the ideal one). The fabric also carries the
+collective tuning constants its schedules are built with (:attr:`Fabric.tuning`).
 """
 
 from __future__ import annotations
@@ -11,9 +12,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import networkx as nx
-from tpsim.core.protocols import CLASS_ORDER, LINK_CLASS, link_efficiency
+from tpsim.calibration import Calibration, Collectives
 from tpsim.topologies.gpus import GPUSpec
 from tpsim.topologies.routing import Routes
+
+#: NCCL's link classes, fastest first: a path is as slow as its slowest class.
+CLASS_ORDER = ("nvlink", "pci", "net")
 
 
 @dataclass(frozen=True)
@@ -28,7 +32,7 @@ class Path:
 class Fabric:
     ranks: int
     gpu: GPUSpec
-    ideal: bool
+    tuning: Collectives  # protocols, shares and latencies the schedules use
     capacities: list[float]
     latencies: list[float]  # one-way latency of each link
     hosts: tuple[int, ...]  # host of each TP rank
@@ -47,7 +51,8 @@ class Fabric:
             edges = self.routes.path(self.gpu_ranks[src], self.gpu_ranks[dst])
             g = self.routes.graph
             links = tuple(self._index[e] for e in edges)
-            classes = [LINK_CLASS.get(g.edges[e]["link"], "pci") for e in edges] or ["nvlink"]
+            link_class = self.tuning.link_class
+            classes = [link_class[g.edges[e]["link"]] for e in edges] or ["nvlink"]
             p = Path(
                 links,
                 sum(g.edges[e]["latency_s"] for e in edges),
@@ -62,7 +67,9 @@ class Fabric:
         return len(set(self.hosts)) > 1
 
 
-def build_fabric(routes: Routes, gpu_ranks: Sequence[int], gpu: GPUSpec, *, ideal: bool) -> Fabric:
+def build_fabric(
+    routes: Routes, gpu_ranks: Sequence[int], gpu: GPUSpec, calib: Calibration
+) -> Fabric:
     g: nx.DiGraph = routes.graph
     edges = sorted(g.edges)
     index = {e: i for i, e in enumerate(edges)}
@@ -70,12 +77,12 @@ def build_fabric(routes: Routes, gpu_ranks: Sequence[int], gpu: GPUSpec, *, idea
     lats = [g.edges[e]["latency_s"] for e in edges]
     for e in edges:
         raw = g.edges[e]["bandwidth_Bps"]
-        caps.append(raw if ideal else raw * link_efficiency(g.edges[e]["link"], gpu.scaleup_kind))
+        caps.append(raw * calib.links.efficiency_of(g.edges[e]["link"], gpu.scaleup_kind))
     hosts = tuple(routes.host(r) for r in gpu_ranks)
     return Fabric(
         ranks=len(gpu_ranks),
         gpu=gpu,
-        ideal=ideal,
+        tuning=calib.collectives,
         capacities=caps,
         latencies=lats,
         hosts=hosts,

@@ -32,7 +32,7 @@ from tpsim.core.config import (
 )
 from tpsim.core.costs import Hardware, KernelCost
 from tpsim.core.kernel_table import KernelTable
-from tpsim.core.program import LAUNCH_COSTS, NO_LAUNCH_COST, CollectiveCall, Op, Program
+from tpsim.core.program import CollectiveCall, Op, Program
 from tpsim.models.spec import ModelSpec
 
 
@@ -61,7 +61,7 @@ class _Lowering:
         self.act_b, self.w_b = dtype_bytes(prec.act), dtype_bytes(prec.weights)
         self.in_b, self.kv_b = dtype_bytes(prec.gemm_in), dtype_bytes(prec.kv)
         self.hw16 = replace(hw, peak_flops=hw.peak16_flops or hw.peak_flops)  # 16-bit lm_head
-        self.launch = NO_LAUNCH_COST if options.ideal else LAUNCH_COSTS[options.launch]
+        self.launch = options.calibration.launch[options.launch]
         compiled = options.launch == "compiled"
         self.fuse = (options.fused or compiled) and model.norm == "rmsnorm"
         self.rotary_in_attention = compiled  # Inductor folds rotary into the attention prologue

@@ -8,16 +8,6 @@ from tpsim.core.config import Options, Workload, ceil_div, dtype_bytes, kv_split
 from tpsim.models.spec import ModelSpec
 from tpsim.topologies.gpus import GPUSpec
 
-#: Share of HBM a serving engine lets the model use: vLLM's default
-#: ``gpu_memory_utilization=0.9``. vLLM counts everything the process allocates against it,
-#: the CUDA context and NCCL buffers included, so those come out of the 90% (RUNTIME_BYTES).
-USABLE_FRACTION = 0.90
-#: Memory a serving process holds besides tensors: CUDA context and loaded kernel images
-#: (about 0.8 GB in nvidia-smi right after torch starts, pytorch/pytorch#34323), NCCL channel
-#: buffers (NCCL_BUFFSIZE 4 MiB per channel and peer), the cuBLAS workspace and CUDA graph
-#: pools. Estimate: 1 GiB per GPU.
-RUNTIME_BYTES = 1 << 30
-
 
 @dataclass(frozen=True)
 class MemoryUse:
@@ -25,7 +15,7 @@ class MemoryUse:
     kv_cache_bytes_per_gpu: int
     activation_bytes_per_gpu: int
     total_bytes_per_gpu: int
-    capacity_bytes_per_gpu: int  # USABLE_FRACTION of HBM less RUNTIME_BYTES
+    capacity_bytes_per_gpu: int  # the usable share of HBM less the runtime's reserve
     fits: bool
 
     def to_dict(self) -> dict[str, int | bool]:
@@ -73,7 +63,8 @@ def weight_params_per_gpu(model: ModelSpec, tp: int) -> int:
 def memory_per_gpu(
     model: ModelSpec, tp: int, workload: Workload, options: Options, gpu: GPUSpec
 ) -> MemoryUse:
-    """Weights, KV cache and peak activations of one rank against its usable HBM."""
+    """Weights, KV cache and peak activations of one rank against its usable HBM: the
+    serving engine's share of HBM less the runtime's own reserve (calibration ``memory``)."""
     prec = precision(options, model.dtype, gpu.fp8_flops is not None)
     act_b, kv_b = dtype_bytes(prec.act), dtype_bytes(prec.kv)
     # Linear weights in their dtype (fp8 under --dtype fp8); embedding, LM head, norms and
@@ -89,7 +80,8 @@ def memory_per_gpu(
     activations = round(activation_elements(model, tp, workload) * act_b)
     activations += workload.batch * model.vocab_size * 4  # gathered logits, upcast to fp32
     total = weights + kv_cache + activations
-    capacity = int(gpu.hbm_bytes * USABLE_FRACTION) - RUNTIME_BYTES
+    reserve = options.calibration.memory
+    capacity = int(gpu.hbm_bytes * reserve.usable_fraction) - reserve.runtime_bytes
     return MemoryUse(weights, kv_cache, activations, total, capacity, total <= capacity)
 
 

@@ -8,31 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-#: Cost of launching work, per launch mode (../shared/calibration/README.md, "Host launch
-#: overhead"). Host side: a PyTorch eager op costs about 8 us of host time on A100, a
-#: serving engine's NCCL call about 20 us (Vidur's default); a CUDA graph replay about 15
-#: us fixed. Device side, between one kernel and the next: launched one by one, the GPU
-#: starts kernels at cudaLaunchKernel's rate, 2.5-3 us each (2.75 taken); from a graph,
-#: about 0.6 us per node. With these a batch-1 decode of a 7B model on one A100 (about 350
-#: kernels, 8.5 ms) gains about 10% from CUDA graphs, as reported.
-
-
-@dataclass(frozen=True, slots=True)
-class LaunchCost:
-    replay_s: float  # host, once per pass before the first op (CUDA graph launch)
-    kernel_s: float  # host, per compute kernel
-    collective_s: float  # host, per collective call
-    gpu_gap_s: float  # device, added to every kernel: dispatch after the one before
-
-
-LAUNCH_COSTS: dict[str, LaunchCost] = {
-    "eager": LaunchCost(replay_s=0.0, kernel_s=8e-6, collective_s=20e-6, gpu_gap_s=2.75e-6),
-    "graph": LaunchCost(replay_s=15e-6, kernel_s=0.0, collective_s=0.0, gpu_gap_s=0.6e-6),
-    # torch.compile with CUDA graphs: the same replay, over fewer (fused) kernels
-    "compiled": LaunchCost(replay_s=15e-6, kernel_s=0.0, collective_s=0.0, gpu_gap_s=0.6e-6),
-}
-NO_LAUNCH_COST = LaunchCost(0.0, 0.0, 0.0, 0.0)
-
 
 @dataclass(frozen=True, slots=True)
 class CollectiveCall:

@@ -11,17 +11,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from tpsim.calibration import Protocol
 from tpsim.core.engine import Schedule, Send, Step
 from tpsim.core.fabric import Fabric
-from tpsim.core.protocols import (
-    CUSTOM_BASE_S,
-    CUSTOM_HOP_S,
-    IDEAL,
-    NVLS_EFFICIENCY,
-    NVLS_LATENCY_S,
-    Protocol,
-    payload_share,
-)
 
 
 def chunk_sizes(nbytes: int, parts: int) -> list[int]:
@@ -59,7 +51,7 @@ def _send(
 
 
 def _share(fab: Fabric, proto: Protocol, algorithm: str, op: str) -> float:
-    return 1.0 if proto is IDEAL else payload_share(proto.name, algorithm, op, fab.multi_host)
+    return fab.tuning.payload_share(proto.name, algorithm, op, fab.multi_host)
 
 
 def _steps(sends: list[list[list[Send]]], expects: list[list[int]]) -> tuple[tuple[Step, ...], ...]:
@@ -95,7 +87,7 @@ def ring(
                     sends[t][s].append(_send(fab, t, succ, c, proto, share=share))
                     s += 1
     expects = [[len(orders)] * nsteps for _ in range(p)]
-    return Schedule("ring", proto.name, proto.base_s.get("ring", 0.0), _steps(sends, expects))
+    return Schedule("ring", proto.name, proto.base("ring"), _steps(sends, expects))
 
 
 # ---------------------------------------------------------------------------- tree
@@ -171,7 +163,7 @@ def tree(
                 down = bcast0 + (d - 1) + c
                 sends[parent][down].append(_send(fab, parent, node, size, proto, share=share))
                 expects[node][down] += 1
-    return Schedule("tree", proto.name, proto.base_s.get("tree", 0.0), _steps(sends, expects))
+    return Schedule("tree", proto.name, proto.base("tree"), _steps(sends, expects))
 
 
 def tree_chunks(fab: Fabric, half: int, depth: int, proto: Protocol, order: Sequence[int]) -> int:
@@ -187,23 +179,21 @@ def tree_chunks(fab: Fabric, half: int, depth: int, proto: Protocol, order: Sequ
 
 
 # ---------------------------------------------------------------------------- peer memory
-def oneshot(fab: Fabric, nbytes: int, ideal: bool) -> Schedule:
+def oneshot(fab: Fabric, nbytes: int) -> Schedule:
     """Every rank reads the whole buffer of each peer and reduces locally: one step,
     ``(p-1) n`` bytes into each rank."""
     p = fab.ranks
-    proto = _custom(ideal)
-    hop = 0.0 if ideal else CUSTOM_HOP_S
+    proto, hop = _PEER, fab.tuning.custom_hop_s
     sends = [
         [[_send(fab, t, u, nbytes, proto, hop_s=hop) for u in range(p) if u != t]] for t in range(p)
     ]
-    return Schedule("oneshot", "p2p", proto.base_s.get("custom", 0.0), _steps(sends, [[p - 1]] * p))
+    return Schedule("oneshot", "p2p", fab.tuning.custom_base_s, _steps(sends, [[p - 1]] * p))
 
 
-def twoshot(fab: Fabric, nbytes: int, ideal: bool) -> Schedule:
+def twoshot(fab: Fabric, nbytes: int) -> Schedule:
     """Reduce-scatter then all-gather through peer memory: two steps of ``(p-1) n/p``."""
     p = fab.ranks
-    proto = _custom(ideal)
-    hop = 0.0 if ideal else CUSTOM_HOP_S
+    proto, hop = _PEER, fab.tuning.custom_hop_s
     chunks = chunk_sizes(nbytes, p)
     sends = [
         [
@@ -212,23 +202,16 @@ def twoshot(fab: Fabric, nbytes: int, ideal: bool) -> Schedule:
         ]
         for t in range(p)
     ]
-    return Schedule(
-        "twoshot", "p2p", proto.base_s.get("custom", 0.0), _steps(sends, [[p - 1, p - 1]] * p)
-    )
+    return Schedule("twoshot", "p2p", fab.tuning.custom_base_s, _steps(sends, [[p - 1, p - 1]] * p))
 
 
-def _custom(ideal: bool) -> Protocol:
-    return Protocol(
-        "p2p",
-        {} if ideal else {"custom": CUSTOM_BASE_S},
-        {"nvlink": 0.0, "pci": 0.0, "net": 0.0},
-        1.0,
-        {},
-    )
+#: Peer-memory transfers: plain loads and stores, no protocol overhead or cap (the hop
+#: latency is the calibration's flag per step).
+_PEER = Protocol("p2p", {}, {"nvlink": 0.0, "pci": 0.0, "net": 0.0}, 1.0, {})
 
 
 # ---------------------------------------------------------------------------- NVLS
-def nvls(fab: Fabric, nbytes: int, ideal: bool) -> Schedule:
+def nvls(fab: Fabric, nbytes: int) -> Schedule:
     """In-switch reduction (NVLink SHARP): each GPU's share is reduced by the switch
     (multimem ld_reduce: its n/p comes back to it, n leaves it in all) and the result is
     multicast (multimem st: n/p up, n down). Both directions stream at once, so each link
@@ -236,7 +219,7 @@ def nvls(fab: Fabric, nbytes: int, ideal: bool) -> Schedule:
     assert fab.nvswitch is not None
     p = fab.ranks
     wire = nbytes * (p + 1) / p
-    eff = 1.0 if ideal else NVLS_EFFICIENCY.get(fab.gpu.scaleup_kind, 0.85)
+    eff = fab.tuning.nvls_efficiency_of(fab.gpu.scaleup_kind)
     everyone = tuple(range(p))
     sends = []
     for up, down in fab.nvswitch:
@@ -250,7 +233,7 @@ def nvls(fab: Fabric, nbytes: int, ideal: bool) -> Schedule:
                 ]
             ]
         )
-    return Schedule("nvls", "Simple", 0.0 if ideal else NVLS_LATENCY_S, _steps(sends, [[p]] * p))
+    return Schedule("nvls", "Simple", fab.tuning.nvls_latency_s, _steps(sends, [[p]] * p))
 
 
 # ---------------------------------------------------------------------------- hierarchical
@@ -283,9 +266,7 @@ def hierarchical(fab: Fabric, nbytes: int, proto: Protocol, order: Sequence[int]
                     c = chunks[(q - k) % n_ring]
                     sends[t][s0 + k].append(_send(fab, t, succ, c, proto, share=share))
         s0 += width
-    return Schedule(
-        "hierarchical", proto.name, proto.base_s.get("ring", 0.0), _steps(sends, expects)
-    )
+    return Schedule("hierarchical", proto.name, proto.base("ring"), _steps(sends, expects))
 
 
 # ---------------------------------------------------------------------------- prediction

@@ -1,0 +1,224 @@
+"""The calibration object: every fitted or published constant the cost models use.
+
+Frozen dataclasses in SI units (seconds, bytes, B/s), filled from the data files beside this
+module by :mod:`tpsim.calibration.loader`. :meth:`Calibration.ideal` is the first-principles
+variant behind ``--ideal``: every efficiency 1, every fixed overhead 0, no tile or protocol
+quantisation. It is the only place that says what "ideal" means; an engine profile will be
+another set of overrides of the same object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True, slots=True)
+class TileShape:
+    """Output tile of one GEMM CTA, and the smallest tile height the tensor-core MMA allows."""
+
+    m: int
+    n: int
+    mma_m: int
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """How kernels are priced beyond each GPU's own datasheet and measured figures."""
+
+    attention_efficiency: float  # FlashAttention's fraction of the 16-bit peak
+    attention_fp8_efficiency: float  # FlashAttention-3's fraction of the fp8 peak
+    attention_block_m: int  # query rows per attention CTA
+    split_k_min: int  # smallest K slice a split-K GEMM gives one CTA
+    tiles: Mapping[str, TileShape]  # by GPU architecture; "default" for any other
+    #: Tile and wave quantisation of GEMMs and attention; False prices 2mnk / peak exactly.
+    quantised: bool = True
+    #: Overrides of every GPU's own figures (None: the GPU's measured or default figure).
+    matmul_efficiency: float | None = None
+    hbm_efficiency: float | None = None
+    kernel_overhead_s: float | None = None
+
+    def tile(self, arch: str) -> TileShape | None:
+        """The GEMM tile of a GPU architecture, or None when kernels are not quantised."""
+        if not self.quantised:
+            return None
+        return self.tiles.get(arch) or self.tiles["default"]
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchCost:
+    """What launching work costs in one launch mode."""
+
+    replay_s: float  # host, once per pass before the first op (CUDA graph launch)
+    kernel_s: float  # host, per compute kernel
+    collective_s: float  # host, per collective call
+    gpu_gap_s: float  # device, added to every kernel: dispatch after the one before
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """One NCCL protocol: latencies, wire overhead and bandwidth cap."""
+
+    name: str
+    base_s: Mapping[str, float]  # per algorithm family ("ring", "tree"): fixed latency
+    hop_s: Mapping[str, float]  # per link class ("nvlink", "pci", "net"): one step's latency
+    wire_factor: float  # bytes on the wire per payload byte
+    max_busbw_Bps: Mapping[str, float]  # per scale-up kind: the protocol's busbw cap
+    nvlink_only: bool = False  # NCCL enables it only over NVLink (LL128)
+
+    def base(self, family: str) -> float:
+        """Fixed latency of one collective of an algorithm family; an unknown family is a
+        defect of the calibration, never a silent 0."""
+        try:
+            return self.base_s[family]
+        except KeyError:
+            raise KeyError(f"protocol {self.name} has no base latency for {family!r}") from None
+
+
+@dataclass(frozen=True)
+class PayloadShares:
+    """Fraction of a path's bandwidth a protocol's payload reaches (NCCL's tuning model)."""
+
+    ring_ll_all_reduce: float  # ring LL in an all-reduce, or across hosts
+    ring_ll_gather: float  # ring LL in a one-host all-gather or reduce-scatter
+    tree: float  # any tree
+    tree_ll: float  # LL on a tree, on top of ``tree``
+    tree_ll128_one_host: float
+    tree_ll128_multi_host: float
+
+    def share(self, proto: str, algorithm: str, op: str, multi_host: bool) -> float:
+        if algorithm == "tree":
+            if proto == "LL":
+                return self.tree * self.tree_ll
+            if proto == "LL128":
+                ll128 = self.tree_ll128_multi_host if multi_host else self.tree_ll128_one_host
+                return self.tree * ll128
+            return self.tree * 1.0
+        if proto == "LL":
+            return (
+                self.ring_ll_all_reduce if multi_host or op == "all_reduce" else self.ring_ll_gather
+            )
+        return 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Launcher:
+    """How a benchmark starts a collective on its ranks: rank i joins ``i * stagger_s``
+    after rank 0; ``call_s`` of host time per call passes before any rank can start."""
+
+    name: str
+    stagger_s: float
+    call_s: float
+    about: str
+
+
+@dataclass(frozen=True)
+class Collectives:
+    """NCCL's tuning constants and the peer-memory all-reduce of serving engines."""
+
+    protocols: Mapping[str, Protocol]
+    probe_protocol: str  # the protocol extra rings are tried with
+    shares: PayloadShares | None  # None: every payload reaches the whole path
+    link_class: Mapping[str, str]  # link kind -> "nvlink" | "pci" | "net"
+    nvls_latency_s: float
+    nvls_efficiency: Mapping[str, float]  # per scale-up kind
+    nvls_default_efficiency: float
+    custom_base_s: float
+    custom_hop_s: float
+    custom_max_bytes: int
+    comm_sms: int  # SMs a collective kernel holds while it runs
+    launchers: Mapping[str, Launcher]
+
+    def payload_share(self, proto: str, algorithm: str, op: str, multi_host: bool) -> float:
+        if self.shares is None:
+            return 1.0
+        return self.shares.share(proto, algorithm, op, multi_host)
+
+    def protocols_for(self, scaleup_kind: str) -> list[Protocol]:
+        """The protocols NCCL may use on a GPU with this scale-up fabric."""
+        nvlink = scaleup_kind.startswith("nvlink")
+        return [p for p in self.protocols.values() if nvlink or not p.nvlink_only]
+
+    def nvls_efficiency_of(self, scaleup_kind: str) -> float:
+        return self.nvls_efficiency.get(scaleup_kind, self.nvls_default_efficiency)
+
+
+@dataclass(frozen=True)
+class Links:
+    """Fraction of each link's raw bandwidth collective traffic achieves."""
+
+    nvlink_efficiency: Mapping[str, float]  # per scale-up kind (nvlink3, nvlink4, ...)
+    efficiency: Mapping[str, float]  # per other link kind (pcie, upi, xgmi, infiniband)
+    default_efficiency: float
+    nvlink_default_kind: str = "nvlink4"
+
+    def efficiency_of(self, link: str, scaleup_kind: str) -> float:
+        if link == "nvlink":
+            eff = self.nvlink_efficiency
+            return eff.get(scaleup_kind, eff[self.nvlink_default_kind])
+        return self.efficiency.get(link, self.default_efficiency)
+
+
+@dataclass(frozen=True)
+class Memory:
+    usable_fraction: float  # share of HBM the serving engine lets the process use
+    runtime_bytes: int  # CUDA context, NCCL buffers, workspaces: out of the usable share
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Every constant of the cost models, by concern; ``name`` says which variant."""
+
+    name: str
+    kernels: Kernels
+    launch: Mapping[str, LaunchCost]  # per launch mode (eager, graph, compiled)
+    collectives: Collectives
+    links: Links
+    memory: Memory
+
+    def ideal(self) -> Calibration:
+        """First principles: efficiencies 1, fixed overheads 0, no quantisation (``--ideal``).
+
+        Memory stays as calibrated: what fits is a fact of the serving process, not of the
+        roofline.
+        """
+        zero_launch = LaunchCost(0.0, 0.0, 0.0, 0.0)
+        c = self.collectives
+        ideal_protocol = Protocol(
+            "ideal", {"ring": 0.0, "tree": 0.0}, {k: 0.0 for k in ("nvlink", "pci", "net")}, 1.0, {}
+        )
+        return Calibration(
+            name="ideal",
+            kernels=replace(
+                self.kernels,
+                attention_efficiency=1.0,
+                attention_fp8_efficiency=1.0,
+                quantised=False,
+                matmul_efficiency=1.0,
+                hbm_efficiency=1.0,
+                kernel_overhead_s=0.0,
+            ),
+            launch={mode: zero_launch for mode in self.launch},
+            collectives=replace(
+                c,
+                protocols={"ideal": ideal_protocol},
+                probe_protocol="ideal",
+                shares=None,
+                nvls_latency_s=0.0,
+                nvls_efficiency={},
+                nvls_default_efficiency=1.0,
+                custom_base_s=0.0,
+                custom_hop_s=0.0,
+                comm_sms=0,
+                launchers={
+                    n: replace(la, stagger_s=0.0, call_s=0.0) for n, la in c.launchers.items()
+                },
+            ),
+            links=replace(
+                self.links,
+                nvlink_efficiency=dict.fromkeys(self.links.nvlink_efficiency, 1.0),
+                efficiency=dict.fromkeys(self.links.efficiency, 1.0),
+                default_efficiency=1.0,
+            ),
+            memory=self.memory,
+        )
