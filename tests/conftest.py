@@ -1,11 +1,20 @@
-"""Shared fixtures: the headline study runs once per session (the demo and its golden test)."""
+"""Shared fixtures: the headline study runs once per session (the demo and its golden test), and
+the wheel is built once per session (the packaging and the layer tests)."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
 from tpsim.experiments.demo import run_demo
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="session")
@@ -13,3 +22,48 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]
     """``tpsim demo --out DIR`` as the README runs it: the folder and the printed lines."""
     out = tmp_path_factory.mktemp("demo")
     return out, list(run_demo(out, jobs=2))
+
+
+@pytest.fixture(scope="session")
+def pyproject() -> dict:
+    with (REPO / "pyproject.toml").open("rb") as f:
+        return tomllib.load(f)
+
+
+@pytest.fixture(scope="session")
+def tpsim_wheel(tmp_path_factory: pytest.TempPathFactory, pyproject: dict) -> Path:
+    """The wheel ``pip wheel .`` builds from this checkout, offline (no index, no build isolation,
+    so the installed setuptools builds it).
+
+    It is built from a copy of what the build reads (the files at the repository root and the
+    folders that package-dir maps), so that setuptools' build/ and egg-info stay out of the
+    checkout and no stale build/lib from an earlier build can slip into the wheel.
+    """
+    src = tmp_path_factory.mktemp("wheel-src")
+    for item in REPO.iterdir():
+        if item.is_file():
+            shutil.copy2(item, src / item.name)
+    junk = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+    for folder in set(pyproject["tool"]["setuptools"]["package-dir"].values()):
+        shutil.copytree(REPO / folder, src / folder, ignore=junk)
+    out = tmp_path_factory.mktemp("wheel")
+    env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
+    cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"]
+    cmd += ["--no-index", "--no-cache-dir", "-q", "-w", str(out), str(src)]
+    done = subprocess.run(cmd, cwd=src, env=env, capture_output=True, text=True, timeout=300)
+    wheels = sorted(out.glob("*.whl"))
+    if done.returncode != 0 or len(wheels) != 1:
+        pytest.fail(
+            f"pip wheel failed ({done.returncode}); setuptools>=70.1 (the test extra) builds "
+            f"wheels offline:\n{done.stdout}\n{done.stderr}"
+        )
+    return wheels[0]
+
+
+@pytest.fixture(scope="session")
+def tpsim_tree(tmp_path_factory: pytest.TempPathFactory, tpsim_wheel: Path) -> Path:
+    """The wheel unpacked: the installed layout (tpsim/, tpsim/models/, ...), read-only use."""
+    tree = tmp_path_factory.mktemp("tpsim-tree")
+    with zipfile.ZipFile(tpsim_wheel) as whl:
+        whl.extractall(tree)
+    return tree
