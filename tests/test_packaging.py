@@ -252,11 +252,6 @@ def test_the_folders_refuse_their_own_names_from_the_repository_root() -> None:
         assert "import tpsim" in seen[name], (name, seen[name])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="experiments/__init__.py has no guard yet: from the repository root, "
-    "`import experiments.grid` loads a second copy of tpsim.experiments.grid",
-)
 def test_experiments_refuses_its_own_name_from_the_repository_root() -> None:
     seen = try_from_the_repository_root(["experiments", "experiments.grid"])
     for name, outcome in seen.items():
