@@ -83,13 +83,13 @@ def test_tree_closed_form_on_a_chain(tmp_path: Path) -> None:
     topo = load_topology(ring_file(tmp_path, 4))
     group = tp_group(topo, 4)
     fab = group.fabric(ideal_calibration())
-    from tpsim.core import schedules
+    from tpsim.core.algorithms.tree import tree
 
     IDEAL = ideal_calibration().collectives.protocols["ideal"]
 
     n = 8 * MiB
     for k in (1, 4):
-        sched = schedules.tree(fab, n, IDEAL, group.ring, chunks=k)
+        sched = tree(fab, n, IDEAL, group.ring, chunks=k)
         assert predict(fab, sched) == pytest.approx(2 * (3 + k - 1) * (2e-6 + n / k / 100e9))
     t = one(topo, 4, n, "tree")["time_s"]
     best = min(2 * (3 + k - 1) * (2e-6 + n / k / 100e9) for k in range(1, 65))
@@ -198,7 +198,7 @@ def test_multiring_uses_the_full_mesh() -> None:
     assert rows[0]["busbw_GBps"] == pytest.approx(7 * single[0]["busbw_GBps"], rel=0.01)
     group = tp_group(get_topology("mi300x", 1), 8)
     fab = group.fabric(default_calibration())
-    from tpsim.core.collectives import ring_set
+    from tpsim.core.algorithms.multiring import ring_set
 
     rings = ring_set(fab, group.ring)
     arcs = [(r[i], r[(i + 1) % 8]) for r in rings for i in range(8)]

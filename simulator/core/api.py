@@ -11,7 +11,7 @@ from typing import Any
 
 import networkx as nx
 from tpsim.calibration import Calibration
-from tpsim.core import engine, kernel_table, metrics, symmetry
+from tpsim.core import algorithms, engine, kernel_table, metrics, symmetry
 from tpsim.core.collectives import make_planner
 from tpsim.core.config import (
     Layout,
@@ -147,7 +147,7 @@ def simulate(
     calib = options.calibration
     hw = hardware_for(group.gpu, prec.math, calib.kernels, kv_dtype=prec.kv)
     program = lower(spec, layout.tp, workload, options, hw, table)
-    check_records(estimate_records(program, layout.tp), options, "up to")
+    check_records(estimate_records(program, layout.tp, options.allreduce_algo), options, "up to")
     fab = group.fabric(calib)
     planner = make_planner(fab, group.ring, algo=options.allreduce_algo)
     wall = time.perf_counter()
@@ -215,19 +215,16 @@ def simulate(
 
 #: Bytes one record holds in memory, about (see check_records; tests/test_limits.py measures).
 RECORD_BYTES = 450
-#: Pieces a pipelined tree all-reduce may be cut into (tpsim.core.schedules.tree_chunks).
-_TREE_PIECES_MAX = 64
 
 
-def estimate_records(program: Program, tp: int) -> int:
+def estimate_records(program: Program, tp: int, algo: str = "auto") -> int:
     """An upper bound on the records ``program`` makes on ``tp`` ranks, known before the run.
 
     Per rank: the graph replay and the launch-skew record, one record per kernel, one per host
-    launch, and per collective its fixed-latency record plus its steps. A step bound safe for
-    every algorithm: a ring all-reduce takes 2(p-1) steps, a pipelined tree 2(depth + pieces
-    - 1) with depth < p and at most 64 pieces, the others fewer.
+    launch, and per collective its fixed-latency record plus its steps: the most steps any
+    algorithm ``algo`` may choose takes (each registry entry's bound).
     """
-    steps = 2 * (tp - 1) + 2 * _TREE_PIECES_MAX if tp > 1 else 0
+    steps = algorithms.max_steps(algo, tp)
     per_rank = 2
     for op in program.ops:
         per_rank += (op.launch_s > 0) + (1 + steps if op.collective is not None else 1)

@@ -10,25 +10,16 @@ from dataclasses import dataclass
 
 from tpsim import calibration
 from tpsim.calibration import Calibration
+from tpsim.core.algorithms import CHOICES
 from tpsim.core.errors import ConfigError
 from tpsim.models.spec import DTYPE_BYTES
 
 PHASES: tuple[str, ...] = ("prefill", "decode")
 LAUNCH_MODES: tuple[str, ...] = ("eager", "graph", "compiled")
 OVERLAP_MODES: tuple[str, ...] = ("none", "chunked", "microbatch")
-#: Collective algorithms (simulator/collectives.py): auto picks the fastest of all, nccl the
-#: fastest of NCCL's own.
-ALLREDUCE_ALGOS: tuple[str, ...] = (
-    "auto",
-    "nccl",
-    "ring",
-    "multiring",
-    "tree",
-    "oneshot",
-    "twoshot",
-    "nvls",
-    "hierarchical",
-)
+#: Collective algorithms (the registry, tpsim.core.algorithms): auto picks the fastest of
+#: all, nccl the fastest of NCCL's own, or one by name.
+ALLREDUCE_ALGOS: tuple[str, ...] = CHOICES
 COMPUTE_DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8")
 
 #: Upper bounds that keep a request within what one process can simulate.
