@@ -5,7 +5,7 @@
 - ``in_node_vs_cross_node``: TP 8 in one node against TP 16 over two nodes and TP 8 over two
   nodes with 4 GPUs each;
 - ``launch_overhead``: eager against CUDA graphs against torch.compile, across model sizes;
-- ``worked_examples``: every worked number of DESIGN.md (tpsim.experiments.worked_examples).
+- ``worked_examples``: every worked number of the design (tpsim.experiments.worked_examples).
 
 A study returns its report lines, a small ``summary`` of facts a reader can check (what the
 golden tests assert), its rows (sweep rows, tpsim.experiments.results) and the plots it wrote.

@@ -1,4 +1,4 @@
-"""Every worked number of DESIGN.md, recomputed by the simulator (``tpsim study worked_examples``).
+"""Every worked number of the design, recomputed by the simulator (``tpsim study worked_examples``).
 
 1. 8e6 bytes all-reduced over one 300 GB/s link (2 GPUs, ring, ideal): 8e6 / 300e9 = 26.67 us;
    against 20 us of compute per layer, that layer is communication-bound.
@@ -28,7 +28,7 @@ from tpsim.topologies.io import validate
 
 KiB, MiB = 1024, 1024**2
 
-#: The illustrative model of DESIGN.md: 32 layers, d = 4096, 32 heads (MHA), bf16.
+#: The illustrative model of the design: 32 layers, d = 4096, 32 heads (MHA), bf16.
 ILLUSTRATIVE = ModelSpec(
     name="illustrative-32l-4096",
     hidden_size=4096,
@@ -120,7 +120,7 @@ def worked_examples(out: Path | None = None, *, jobs: int = 1) -> Study:
     s = summary
     us, gb = s["allreduce_8e6_over_300GBps_us"], "llama_2_70b_tp4_weights_per_gpu_GB"
     lines = [
-        "worked examples of DESIGN.md:",
+        "worked examples of the design:",
         f"  8e6 B all-reduce over 300 GB/s (2 GPUs, ring, ideal): {us:.2f} us "
         "(8e6 / 300e9 = 26.67 us) > 20 us of compute: communication-bound",
         f"  32 layers, d 4096, TP 4, decode batch 32: {b32['allreduces']} all-reduces of "

@@ -1,4 +1,4 @@
-"""The worked examples of DESIGN.md and the analytic checks, each derivable with a pencil."""
+"""The worked examples of the design and the analytic checks, each derivable with a pencil."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from tpsim.topologies.io import load_topology
 DATA = Path(__file__).parent / "data"
 KiB, MiB = 1024, 1024**2
 
-#: The illustrative model of DESIGN.md: 32 layers, d = 4096, 32 heads (MHA), bf16.
+#: The illustrative model of the design: 32 layers, d = 4096, 32 heads (MHA), bf16.
 ILLUSTRATIVE = DATA / "models" / "illustrative.json"
 
 

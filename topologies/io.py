@@ -1,6 +1,6 @@
 """Topology files (YAML or JSON): loading with strict validation, saving, lookup.
 
-Format (see DESIGN.md "Topology file"): top-level keys name, gpus, nodes, links and the
+Format (README, "Topology files"): top-level keys name, gpus, nodes, links and the
 optional nvls. Bandwidth in GB/s (1e9 B/s) per direction, latency in µs. Every error is a
 one-line TopologyError naming the field path, the value and the file.
 """
