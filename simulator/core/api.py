@@ -16,7 +16,6 @@ from tpsim.core.config import (
     Layout,
     Options,
     Workload,
-    kv_split,
     precision,
     tp_problem,
     valid_tp_degrees,
@@ -29,6 +28,7 @@ from tpsim.core.memory import MemoryUse, memory_per_gpu
 from tpsim.core.program import Program
 from tpsim.core.protocols import COMM_SMS
 from tpsim.core.records import Record
+from tpsim.core.shard import shard
 from tpsim.models.catalog import get_model
 from tpsim.models.spec import ModelSpec
 from tpsim.topologies.gpus import GPUSpec
@@ -178,8 +178,7 @@ def simulate(
     parts = metrics.breakdown(records, path)
     latency = metrics.makespan(records)
     tokens = workload.batch * (workload.prompt_len if workload.phase == "prefill" else 1)
-    heads_per_gpu = spec.num_heads // layout.tp
-    kv_per_gpu, kv_rep = kv_split(layout.tp, spec.num_kv_heads)
+    split = shard(spec, layout.tp)
     summary: dict[str, Any] = {
         "config": {
             "model": asdict(spec),
@@ -201,9 +200,9 @@ def simulate(
         "memory": mem.to_dict(),
         "communication": metrics.communication(records),
         "model_split": {
-            "heads_per_gpu": heads_per_gpu,
-            "kv_heads_per_gpu": kv_per_gpu,
-            "kv_replication": kv_rep,
+            "heads_per_gpu": split.heads,
+            "kv_heads_per_gpu": split.kv_heads,
+            "kv_replication": split.kv_replication,
         },
         "layers": metrics.breakdown_by_layer(path),
         "engine": {"events": events, "wall_s": wall, "ranks_simulated": ranks},

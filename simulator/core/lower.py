@@ -27,12 +27,12 @@ from tpsim.core.config import (
     Workload,
     ceil_div,
     dtype_bytes,
-    kv_split,
     precision,
 )
 from tpsim.core.costs import Hardware, KernelCost
 from tpsim.core.kernel_table import KernelTable
 from tpsim.core.program import LAUNCH_COSTS, NO_LAUNCH_COST, CollectiveCall, Op, Program
+from tpsim.core.shard import shard
 from tpsim.models.spec import ModelSpec
 
 
@@ -70,10 +70,11 @@ class _Lowering:
         if options.overlap == "chunked":
             self.chunks = options.overlap_chunks or tp
         self.d, self.hd = model.hidden_size, model.head_dim
-        self.h = model.num_heads // tp  # query heads per rank
-        self.kv, _ = kv_split(tp, model.num_kv_heads)  # KV heads per rank (replicated)
-        self.inner = ceil_div(model.intermediate_size, tp)  # MLP width per rank (padded)
-        self.vocab = ceil_div(model.vocab_size, tp)  # vocab rows per rank (padded)
+        split = shard(model, tp)
+        self.h = split.heads  # query heads per rank
+        self.kv = split.kv_heads  # KV heads per rank (replicated)
+        self.inner = split.mlp_width  # MLP width per rank (padded)
+        self.vocab = split.vocab  # vocab rows per rank (padded)
         self.ops: list[Op] = []
         self.last: dict[int, int] = {}  # micro-batch -> index of its latest op
 
