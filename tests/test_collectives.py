@@ -9,10 +9,10 @@ import pytest
 import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tpsim.core.api import tp_group
 from tpsim.core.collective_sweep import collective_sweep
 from tpsim.core.collectives import make_planner
 from tpsim.core.errors import ConfigError
+from tpsim.core.group import tp_group
 from tpsim.core.network import Network
 from tpsim.core.schedules import chunk_sizes, predict
 from tpsim.experiments.collective_calibration import CURVES, PEAKS, compare, peaks

@@ -11,17 +11,14 @@ from pathlib import Path
 import pytest
 from tpsim import Options, Workload, simulate
 from tpsim.cli import main
-from tpsim.core import api
-from tpsim.core.api import (
-    RECORD_BYTES,
-    estimate_records,
-    records_lower_bound,
-    tp_group,
-)
+from tpsim.core import api, engine
+from tpsim.core.api import RECORD_BYTES, estimate_records, records_lower_bound
 from tpsim.core.config import Layout, precision
 from tpsim.core.costs import hardware_for
 from tpsim.core.errors import ConfigError
+from tpsim.core.group import tp_group
 from tpsim.core.lower import lower
+from tpsim.core.program import Programs
 from tpsim.models.catalog import get_model
 from tpsim.models.spec import ModelSpec
 from tpsim.topologies.builders import validate
@@ -38,7 +35,7 @@ def no_engine(monkeypatch: pytest.MonkeyPatch) -> None:
     def stop(*_args: object, **_kwargs: object) -> None:
         raise _Reached
 
-    monkeypatch.setattr(api.engine, "run", stop)
+    monkeypatch.setattr(engine, "run", stop)
 
 
 def test_1024_gpus_and_126_layers_load_and_validate() -> None:
@@ -129,7 +126,7 @@ def _program_estimates(
     prec = precision(opts, spec.dtype, group.gpu.fp8_flops is not None)
     hw = hardware_for(group.gpu, prec.math, ideal=opts.ideal, kv_dtype=prec.kv)
     program = lower(spec, tp, wl, opts, hw, None)
-    return records_lower_bound(spec, tp, wl, opts), estimate_records(program, tp)
+    return records_lower_bound(spec, tp, wl, opts), estimate_records(Programs.same(program, tp))
 
 
 @pytest.mark.parametrize(

@@ -27,10 +27,11 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tpsim import Options, Workload, simulate
-from tpsim.core.api import Result, tp_group
+from tpsim.core.api import Result
 from tpsim.core.collectives import make_planner
 from tpsim.core.config import precision
 from tpsim.core.costs import hardware_for
+from tpsim.core.group import tp_group
 from tpsim.core.lower import lower
 from tpsim.core.protocols import COMM_SMS
 from tpsim.core.schedules import predict

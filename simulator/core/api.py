@@ -10,8 +10,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import networkx as nx
-from tpsim.core import engine, kernel_table, metrics, symmetry
-from tpsim.core.collectives import make_planner
+from tpsim.core import kernel_table, metrics
 from tpsim.core.config import (
     Layout,
     Options,
@@ -22,10 +21,10 @@ from tpsim.core.config import (
 )
 from tpsim.core.costs import hardware_for
 from tpsim.core.errors import ConfigError
-from tpsim.core.fabric import Fabric, build_fabric
+from tpsim.core.group import connect, run_programs
 from tpsim.core.lower import lower
 from tpsim.core.memory import MemoryUse, memory_per_gpu
-from tpsim.core.program import Program
+from tpsim.core.program import Programs
 from tpsim.core.protocols import COMM_SMS
 from tpsim.core.records import Record
 from tpsim.core.shard import shard
@@ -33,60 +32,6 @@ from tpsim.models.catalog import get_model
 from tpsim.models.spec import ModelSpec
 from tpsim.topologies.gpus import GPUSpec
 from tpsim.topologies.io import get_topology
-from tpsim.topologies.routing import Routes, ring_order
-
-
-@dataclass(frozen=True)
-class Group:
-    """The GPUs of one TP group: GPU ranks by TP rank, their ring order, and the routes."""
-
-    topology: nx.DiGraph
-    routes: Routes
-    gpu_ranks: tuple[int, ...]  # gpu_ranks[t] = GPU rank of TP rank t
-    ring: tuple[int, ...]  # TP ranks in ring order
-    gpu: GPUSpec
-
-    def fabric(self, *, ideal: bool) -> Fabric:
-        """The group's links as its collectives see them."""
-        return build_fabric(self.routes, self.gpu_ranks, self.gpu, ideal=ideal)
-
-    def labels(self) -> dict[int, str]:
-        return {t: self.routes.node(g) for t, g in enumerate(self.gpu_ranks)}
-
-
-def tp_group(topology: nx.DiGraph, size: int, per_host: int = 0) -> Group:
-    """The first ``size`` GPUs of ``topology`` (by rank) as a group, ring-ordered; with
-    ``per_host``, the first ``per_host`` GPUs of each host in turn."""
-    routes = Routes(topology)
-    name = topology.graph.get("name", "topology")
-    if size > routes.num_ranks:
-        raise ConfigError(
-            f"tp={size}: larger than the {routes.num_ranks} GPUs of {name} (add hosts with --nodes)"
-        )
-    if per_host:
-        hosts: dict[int, list[int]] = {}
-        for r in range(routes.num_ranks):
-            hosts.setdefault(routes.host(r), []).append(r)
-        if per_host > min(len(v) for v in hosts.values()):
-            raise ConfigError(
-                f"gpus_per_node={per_host}: {name} has {min(len(v) for v in hosts.values())} "
-                "GPUs per host"
-            )
-        if size // per_host > len(hosts):
-            raise ConfigError(
-                f"tp={size} with gpus_per_node={per_host} needs {size // per_host} hosts; "
-                f"{name} has {len(hosts)} (add hosts with --nodes)"
-            )
-        gpu_ranks = tuple(r for h in sorted(hosts)[: size // per_host] for r in hosts[h][:per_host])
-    else:
-        gpu_ranks = tuple(range(size))
-    gpus = {topology.nodes[routes.node(g)]["gpu"] for g in gpu_ranks}
-    if len(gpus) > 1:
-        names = ", ".join(sorted(g.name for g in gpus))
-        raise ConfigError(f"tp={size}: the group mixes GPU types ({names}); use one type")
-    tp_of = {g: t for t, g in enumerate(gpu_ranks)}
-    ring = tuple(tp_of[g] for g in ring_order(routes, gpu_ranks))
-    return Group(topology, routes, gpu_ranks, ring, gpus.pop())
 
 
 @dataclass(frozen=True)
@@ -134,7 +79,14 @@ def simulate(
     options = options or Options()
     gpu_count = sum(1 for _, k in graph.nodes(data="kind") if k == "gpu")
     _check_layout(spec, layout.tp, gpu_count)
-    group = tp_group(graph, layout.tp, layout.gpus_per_node)
+    comms = connect(
+        graph,
+        layout.tp,
+        per_host=layout.gpus_per_node,
+        ideal=options.ideal,
+        algo=options.allreduce_algo,
+    )
+    group = comms.group
 
     table = kernel_table.load(options.kernel_table) if options.kernel_table else None
     mem = memory_per_gpu(spec, layout.tp, workload, options, group.gpu)
@@ -145,33 +97,22 @@ def simulate(
     prec = precision(options, spec.dtype, group.gpu.fp8_flops is not None)
     dtype = prec.weights  # the resolved --dtype (fp32 checkpoints run in fp16, as vLLM's auto)
     hw = hardware_for(group.gpu, prec.math, ideal=options.ideal, kv_dtype=prec.kv)
-    program = lower(spec, layout.tp, workload, options, hw, table)
-    check_records(estimate_records(program, layout.tp), options, "up to")
-    fab = group.fabric(ideal=options.ideal)
-    planner = make_planner(fab, group.ring, algo=options.allreduce_algo)
+    programs = Programs.same(lower(spec, layout.tp, workload, options, hw, table), layout.tp)
+    check_records(estimate_records(programs), options, "up to")
+    _ = comms.planner  # collectives are planned before the engine's clock starts
     wall = time.perf_counter()
     log: list[tuple[float, int, float]] | None = [] if link_usage else None
     skew = 0.0 if options.ideal or layout.tp < 2 else options.launch_skew_s / (layout.tp - 1)
     # One host can stand for all when the hosts are identical and nothing tells them apart.
-    sym = None if (skew or link_usage or not use_symmetry) else symmetry.find(fab)
-    quotient = symmetry.plan_quotient(sym, program, planner) if sym else None
-    shifts: dict[int, int] = {}
-    ranks = sym.per_host if (sym and quotient) else layout.tp
-    records, events = engine.run(
-        program,
-        ranks,
-        quotient or planner,
-        fab.capacities,
-        rank_delay_s=[r * skew for r in range(ranks)],
+    ran = run_programs(
+        comms,
+        programs,
+        rank_delay_s=[r * skew for r in range(layout.tp)],
         comm_sms=0 if options.ideal else COMM_SMS,
-        sm_count=group.gpu.sm_count,
         link_log=log,
-        cause_shift=shifts,
+        use_symmetry=use_symmetry,
     )
-    if sym and quotient:
-        records = symmetry.canonical(records, shifts, sym.hosts, sym.per_host)
-    else:
-        records = symmetry.canonical(records)
+    records, events, ranks = ran.records, ran.events, ran.ranks_simulated
     wall = time.perf_counter() - wall
 
     path = metrics.critical_path(records)
@@ -207,7 +148,7 @@ def simulate(
         "layers": metrics.breakdown_by_layer(path),
         "engine": {"events": events, "wall_s": wall, "ranks_simulated": ranks},
     }
-    usage = tuple((t, "->".join(fab.edges[link]), bps) for t, link, bps in log or ())
+    usage = tuple((t, "->".join(comms.fabric.edges[link]), bps) for t, link, bps in log or ())
     return Result(tuple(records), summary, tuple(r.id for r in path), group.labels(), usage)
 
 
@@ -217,19 +158,28 @@ RECORD_BYTES = 450
 _TREE_PIECES_MAX = 64
 
 
-def estimate_records(program: Program, tp: int) -> int:
-    """An upper bound on the records ``program`` makes on ``tp`` ranks, known before the run.
+def estimate_records(programs: Programs) -> int:
+    """An upper bound on the records ``programs`` make, known before the run.
 
-    Per rank: the graph replay and the launch-skew record, one record per kernel, one per host
-    launch, and per collective its fixed-latency record plus its steps. A step bound safe for
-    every algorithm: a ring all-reduce takes 2(p-1) steps, a pipelined tree 2(depth + pieces
-    - 1) with depth < p and at most 64 pieces, the others fewer.
+    Per rank: the graph replay and the launch-skew record, one record per kernel and p2p
+    op, one per host launch, and per collective its fixed-latency record plus its steps. A
+    step bound safe for every algorithm over p ranks: a ring all-reduce takes 2(p-1) steps,
+    a pipelined tree 2(depth + pieces - 1) with depth < p and at most 64 pieces, the others
+    fewer.
     """
+    tp = programs.ranks
     steps = 2 * (tp - 1) + 2 * _TREE_PIECES_MAX if tp > 1 else 0
-    per_rank = 2
-    for op in program.ops:
-        per_rank += (op.launch_s > 0) + (1 + steps if op.collective is not None else 1)
-    return tp * per_rank
+    per_program: dict[int, int] = {}
+    total = 0
+    for program in programs:
+        n = per_program.get(id(program))
+        if n is None:
+            n = 2
+            for op in program.ops:
+                n += (op.launch_s > 0) + (1 + steps if op.collective is not None else 1)
+            per_program[id(program)] = n
+        total += n
+    return total
 
 
 def records_lower_bound(spec: ModelSpec, tp: int, workload: Workload, options: Options) -> int:
