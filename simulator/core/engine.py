@@ -193,7 +193,7 @@ class _Run:
     def collective(
         self, rank: int, i: int, op: Op, cause: Cause
     ) -> Generator[simpy.Event, Any, Cause]:
-        env, log = self.env, self.log
+        env, log, boxes = self.env, self.log, self.boxes
         call = op.collective
         assert call is not None
         sched = self.schedules.get(call)
@@ -215,14 +215,12 @@ class _Run:
             sent = [self._send(seq, s, snd, ready, cause) for snd in step.sends]
             yield from sent
             own_done = env.now
-            key = (seq, rank, s)
-            wait = self.boxes.wait(key, step.expect)
+            wait, msgs = boxes.wait((seq, rank, s), step.expect)
             if wait is not None:
                 yield wait
             start, by, shift = ready, cause, 0
-            last = self.boxes.last(key)
-            if last is not None and last[2] > own_done:  # a peer's send ended the step
-                peer_start, peer_cause, _, peer_shift = last
+            if msgs and msgs[-1][2] > own_done:  # a peer's send ended the step
+                peer_start, peer_cause, _, peer_shift = msgs[-1]
                 if peer_start > ready:
                     start, by, shift = peer_start, peer_cause, peer_shift
             nbytes = sum(x.payload for x in step.sends)
@@ -252,11 +250,10 @@ class _Run:
             yield self._transfer(snd, deliver)
             start, by, nbytes, what = ready, cause, x.nbytes, f"send {x.nbytes} B to rank {x.peer}"
         else:
-            wait = self.boxes.wait(key, 1)
+            wait, msgs = self.boxes.wait(key, 1)
             if wait is not None:
                 yield wait
-            last = self.boxes.last(key)
-            assert last is not None
+            last = msgs[-1]
             start, by = ready, cause
             if last[2] > ready and last[0] > ready:  # the sender started later
                 start, by = last[0], last[1]

@@ -35,31 +35,25 @@ class Mailboxes:
         self.env = env
         self.boxes: dict[Hashable, _Box] = {}
 
-    def _box(self, key: Hashable) -> _Box:
+    def deliver(self, key: Hashable, start: float, cause: tuple[int, float], shift: int) -> None:
+        """A message arrives now in box ``key``."""
         box = self.boxes.get(key)
         if box is None:
             box = self.boxes[key] = _Box()
-        return box
-
-    def deliver(self, key: Hashable, start: float, cause: tuple[int, float], shift: int) -> None:
-        """A message arrives now in box ``key``."""
-        box = self._box(key)
         box.msgs.append((start, cause, self.env.now, shift))
         if box.event is not None and not box.event.triggered and len(box.msgs) >= box.need:
             box.event.succeed()
 
-    def wait(self, key: Hashable, need: int) -> simpy.Event | None:
-        """An event that fires when box ``key`` holds ``need`` messages; None if it does."""
-        box = self._box(key)
+    def wait(self, key: Hashable, need: int) -> tuple[simpy.Event | None, list[Message]]:
+        """Box ``key``'s messages (the box's own list: it grows as they arrive) and an event
+        that fires when it holds ``need`` of them (None if it already does)."""
+        box = self.boxes.get(key)
+        if box is None:
+            box = self.boxes[key] = _Box()
         if len(box.msgs) >= need:
-            return None
+            return None, box.msgs
         box.need, box.event = need, self.env.event()
-        return box.event
-
-    def last(self, key: Hashable) -> Message | None:
-        """The latest message in box ``key``, if any."""
-        msgs = self._box(key).msgs
-        return msgs[-1] if msgs else None
+        return box.event, box.msgs
 
 
 __all__ = ["Mailboxes", "Message"]

@@ -12,17 +12,28 @@ import simpy
 from tpsim.core.rated import Rated
 
 
+class _Kernel(Rated):
+    """A compute kernel in flight: full-speed seconds left, on ``rank``."""
+
+    __slots__ = ("rank",)
+
+    def __init__(self, seconds: float, done: simpy.Event, now: float, rate: float, rank: int):
+        Rated.__init__(self, seconds, done, now, rate)
+        self.rank = rank
+
+
 class SMSharing:
     """Per rank: communication kernels in flight and the compute kernel running."""
 
-    __slots__ = ("busy", "env", "running", "slowdown")
+    __slots__ = ("_on_finish", "busy", "env", "running", "slowdown")
 
     def __init__(self, env: simpy.Environment, ranks: int, comm_sms: int, sm_count: int) -> None:
         self.env = env
         # compute progress divisor while communication runs (1: no sharing)
         self.slowdown = sm_count / (sm_count - comm_sms) if 0 < comm_sms < sm_count else 1.0
         self.busy = [0] * ranks  # communication kernels in flight per rank
-        self.running: list[Rated | None] = [None] * ranks
+        self.running: list[_Kernel | None] = [None] * ranks
+        self._on_finish = self._finish  # bound once: timers outlive many calls (fewer GC passes)
 
     def kernel(self, rank: int, seconds: float) -> simpy.Event:
         """The completion of a compute kernel of ``seconds`` at full speed starting now."""
@@ -30,13 +41,13 @@ class SMSharing:
         if self.slowdown == 1.0:
             return env.timeout(seconds)
         rate = 1.0 / self.slowdown if self.busy[rank] else 1.0
-        k = self.running[rank] = Rated(seconds, env.event(), env.now, rate)
-        k.arm(env, lambda k: self._finish(rank, k))
+        k = self.running[rank] = _Kernel(seconds, env.event(), env.now, rate, rank)
+        k.arm(env, self._on_finish)
         return k.done
 
-    def _finish(self, rank: int, k: Rated) -> None:
-        if self.running[rank] is k:
-            self.running[rank] = None
+    def _finish(self, k: _Kernel) -> None:
+        if self.running[k.rank] is k:
+            self.running[k.rank] = None
             k.done.succeed()
 
     def comm(self, rank: int, delta: int) -> None:
@@ -47,7 +58,7 @@ class SMSharing:
             return
         k.settle(self.env.now)
         k.rate = 1.0 / self.slowdown if self.busy[rank] else 1.0
-        k.arm(self.env, lambda k: self._finish(rank, k))
+        k.arm(self.env, self._on_finish)
 
 
 __all__ = ["SMSharing"]
