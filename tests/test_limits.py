@@ -18,7 +18,6 @@ from tpsim.core.costs import hardware_for
 from tpsim.core.errors import ConfigError
 from tpsim.core.group import tp_group
 from tpsim.core.lower import lower
-from tpsim.core.program import Programs
 from tpsim.models.catalog import get_model
 from tpsim.models.spec import ModelSpec
 from tpsim.topologies.builders import validate
@@ -125,8 +124,8 @@ def _program_estimates(
     group = tp_group(get_topology(topology), tp)
     prec = precision(opts, spec.dtype, group.gpu.fp8_flops is not None)
     hw = hardware_for(group.gpu, prec.math, ideal=opts.ideal, kv_dtype=prec.kv)
-    program = lower(spec, tp, wl, opts, hw, None)
-    return records_lower_bound(spec, tp, wl, opts), estimate_records(Programs.same(program, tp))
+    programs = lower(spec, tp, wl, opts, hw, None)
+    return records_lower_bound(spec, tp, wl, opts), estimate_records(programs)
 
 
 @pytest.mark.parametrize(

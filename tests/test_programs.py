@@ -214,3 +214,34 @@ def test_p2p_records_export_and_draw(tmp_path: Path) -> None:
     json.dumps(trace)
     gantt(ran.records, tmp_path / "p2p.svg", title="p2p")
     assert "p2p" in (tmp_path / "p2p.svg").read_text()
+
+
+def test_op_builder_fills_per_rank_programs_with_p2p(tmp_path: Path) -> None:
+    # Two pipeline stages as later work would build them: stage 0 runs its layer and sends
+    # the activations [T, d] = [4, 1024] in bf16 (8 KiB) to stage 1, which receives them and
+    # runs its layer. Eager launches: 8 us of host time per kernel, 20 us per p2p call, and
+    # a 2.75 us dispatch gap in each kernel's slot.
+    from tpsim.core.costs import KernelCost
+    from tpsim.core.opbuild import OpBuilder, launch_cost
+
+    layer = KernelCost(50 * US, 0.0, 0, "memory")
+    acts = 4 * 1024 * 2
+    stage0 = OpBuilder(launch_cost("eager", ideal=False), ranks=2)
+    stage0.kernel(0, "layer0", "gemm", 0, layer, "[4, 1024]")
+    stage0.p2p(0, "send", 1, acts, name="pp.send", layer=0, site="pp")
+    stage1 = OpBuilder(launch_cost("eager", ideal=False), ranks=2)
+    stage1.p2p(0, "recv", 0, acts, name="pp.recv", layer=1, site="pp")
+    stage1.kernel(0, "layer1", "gemm", 1, layer, "[4, 1024]")
+    programs = Programs((stage0.program(), stage1.program()))
+    assert programs.shared() is None and programs.has_p2p()
+    assert [op.deps for op in programs[1].ops] == [(), (0,)]
+    ran = run_programs(comms(tmp_path, PAIR), programs)
+    by_name = {r.name: r for r in ran.records}
+    kernel_s = 50 * US + 2.75 * US
+    sent = 8 * US + kernel_s  # layer0 launched at 8 us, done a kernel slot later
+    assert by_name["layer0"].end_s == pytest.approx(sent, rel=1e-12)
+    assert by_name["pp.send"].start_s == pytest.approx(sent, rel=1e-12)
+    arrived = sent + 1 * US + acts / 100e9
+    assert by_name["pp.recv"].end_s == pytest.approx(arrived, rel=1e-12)
+    assert by_name["layer1"].end_s == pytest.approx(arrived + kernel_s, rel=1e-12)
+    assert ran.ranks_simulated == 2

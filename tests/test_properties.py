@@ -203,7 +203,7 @@ def _bounds(
     group = tp_group(graph, tp)
     prec = precision(opts, model.dtype, group.gpu.fp8_flops is not None)
     hw = hardware_for(group.gpu, prec.math, ideal=opts.ideal, kv_dtype=prec.kv)
-    program = lower(model, tp, wl, opts, hw, None)
+    program = lower(model, tp, wl, opts, hw, None)[0]  # every rank runs this one
     fab = group.fabric(ideal=opts.ideal)
     plan = make_planner(fab, group.ring, algo=opts.allreduce_algo)
     sms = group.gpu.sm_count

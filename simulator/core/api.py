@@ -97,7 +97,7 @@ def simulate(
     prec = precision(options, spec.dtype, group.gpu.fp8_flops is not None)
     dtype = prec.weights  # the resolved --dtype (fp32 checkpoints run in fp16, as vLLM's auto)
     hw = hardware_for(group.gpu, prec.math, ideal=options.ideal, kv_dtype=prec.kv)
-    programs = Programs.same(lower(spec, layout.tp, workload, options, hw, table), layout.tp)
+    programs = lower(spec, layout.tp, workload, options, hw, table)
     check_records(estimate_records(programs), options, "up to")
     _ = comms.planner  # collectives are planned before the engine's clock starts
     wall = time.perf_counter()
