@@ -24,19 +24,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import networkx as nx
-from tpsim.core.api import tp_group
 from tpsim.core.config import (
     Layout,
     Options,
     Workload,
-    ceil_div,
     dtype_bytes,
-    kv_split,
     precision,
     tp_problem,
 )
 from tpsim.core.errors import ConfigError
+from tpsim.core.group import tp_group
 from tpsim.core.memory import linear_params_per_gpu, memory_per_gpu
+from tpsim.core.shard import shard
 from tpsim.models.catalog import get_model
 from tpsim.topologies.io import get_topology
 
@@ -88,9 +87,8 @@ def lower_bound(
     options = Options(dtype=dtype, kv_dtype=kv_dtype)
     prec = precision(options, spec.dtype, gpu.fp8_flops is not None)
     d, hd, layers = spec.hidden_size, spec.head_dim, spec.num_layers
-    heads = spec.num_heads // tp
-    kv_heads, _ = kv_split(tp, spec.num_kv_heads)
-    vocab = ceil_div(spec.vocab_size, tp)
+    split = shard(spec, tp)
+    heads, kv_heads, vocab = split.heads, split.kv_heads, split.vocab
     act_b = dtype_bytes(prec.act)
 
     # memory: every weight of the linear layers and the LM head is read once per pass.

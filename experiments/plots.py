@@ -27,6 +27,7 @@ KIND_COLORS: dict[str, str] = {
     "attention": "#CC79A7",  # reddish purple
     "elementwise": "#009E73",  # bluish green
     "collective": "#E69F00",  # orange
+    "p2p": "#56B4E9",  # sky blue
 }
 OTHER_COLOR = "#D55E00"  # vermillion, for a kind not listed above
 

@@ -9,10 +9,10 @@ from tpsim.calibration import default as default_calibration
 from tpsim.cli import _parser
 from tpsim.core import algorithms
 from tpsim.core.algorithms import REGISTRY, Algorithm
-from tpsim.core.api import tp_group
 from tpsim.core.collectives import ALGORITHMS, NCCL_ALGORITHMS, make_planner, why_not
 from tpsim.core.config import ALLREDUCE_ALGOS, Options
 from tpsim.core.errors import ConfigError
+from tpsim.core.group import tp_group
 from tpsim.core.program import CollectiveCall
 from tpsim.core.schedules import predict
 from tpsim.topologies.io import get_topology

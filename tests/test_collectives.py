@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 from tpsim.calibration import default as default_calibration
 from tpsim.calibration import ideal as ideal_calibration
 from tpsim.calibration import measured
-from tpsim.core.api import tp_group
 from tpsim.core.collective_sweep import collective_sweep
 from tpsim.core.collectives import make_planner
 from tpsim.core.errors import ConfigError
+from tpsim.core.group import tp_group
 from tpsim.core.network import Network
 from tpsim.core.schedules import chunk_sizes, predict
 from tpsim.experiments.collective_calibration import CURVES, compare, measured_peaks, peaks

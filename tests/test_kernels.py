@@ -136,7 +136,7 @@ def test_gqa_kv_heads_replicated_beyond_tp8() -> None:
     m8 = memory_per_gpu(model, 8, wl, Options(), h100)
     # a replicated KV head costs its full cache, and its K/V projection, on both GPUs
     assert m16.kv_cache_bytes_per_gpu == m8.kv_cache_bytes_per_gpu == 1024 * 128 * 2 * 80 * 2
-    program = lower(model, 16, wl, Options(), H100)
+    program = lower(model, 16, wl, Options(), H100)[0]
     attn = next(op for op in program.ops if op.name == "attn")
     qkv = next(op for op in program.ops if op.name == "qkv_proj")
     assert "4/1 heads" in attn.detail

@@ -11,16 +11,12 @@ from pathlib import Path
 import pytest
 from tpsim import Options, Workload, simulate
 from tpsim.cli import main
-from tpsim.core import api
-from tpsim.core.api import (
-    RECORD_BYTES,
-    estimate_records,
-    records_lower_bound,
-    tp_group,
-)
+from tpsim.core import api, engine
+from tpsim.core.api import RECORD_BYTES, estimate_records, records_lower_bound
 from tpsim.core.config import Layout, precision
 from tpsim.core.costs import hardware_for
 from tpsim.core.errors import ConfigError
+from tpsim.core.group import tp_group
 from tpsim.core.lower import lower
 from tpsim.models.catalog import get_model
 from tpsim.models.spec import ModelSpec
@@ -38,7 +34,7 @@ def no_engine(monkeypatch: pytest.MonkeyPatch) -> None:
     def stop(*_args: object, **_kwargs: object) -> None:
         raise _Reached
 
-    monkeypatch.setattr(api.engine, "run", stop)
+    monkeypatch.setattr(engine, "run", stop)
 
 
 def test_1024_gpus_and_126_layers_load_and_validate() -> None:
@@ -128,8 +124,8 @@ def _program_estimates(
     group = tp_group(get_topology(topology), tp)
     prec = precision(opts, spec.dtype, group.gpu.fp8_flops is not None)
     hw = hardware_for(group.gpu, prec.math, opts.calibration.kernels, kv_dtype=prec.kv)
-    program = lower(spec, tp, wl, opts, hw, None)
-    return records_lower_bound(spec, tp, wl, opts), estimate_records(program, tp)
+    programs = lower(spec, tp, wl, opts, hw, None)
+    return records_lower_bound(spec, tp, wl, opts), estimate_records(programs, opts.allreduce_algo)
 
 
 @pytest.mark.parametrize(

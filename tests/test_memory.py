@@ -75,3 +75,15 @@ def test_405b_on_one_h100_is_refused_and_allow_oom_reports_it(capsys) -> None:  
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "available" in err and "--allow-oom" in err
+
+
+def test_shard_sizes_by_hand() -> None:
+    # Llama-3.1-70B: 64 query heads, 8 KV heads, MLP 28672, vocab 128256; TP 16 gives
+    # 64/16 = 4 heads, 8 KV heads over 16 ranks = 1 each held by 2, 28672/16, 128256/16.
+    from tpsim.core.shard import Shard, shard
+
+    assert shard(get_model("llama-3.1-70b"), 16) == Shard(16, 4, 1, 2, 1792, 8016)
+    # vocab 32000 over 3 ranks pads to 10667 rows each; MLP 11008 / 3 to 3670
+    assert shard(get_model("llama-2-7b"), 1).vocab == 32000
+    spec = get_model("llama-2-7b")
+    assert (shard(spec, 3).vocab, shard(spec, 3).mlp_width) == (10667, 3670)

@@ -28,10 +28,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tpsim import Options, Workload, simulate
 from tpsim.calibration import default as default_calibration
-from tpsim.core.api import Result, tp_group
+from tpsim.core.api import Result
 from tpsim.core.collectives import make_planner
 from tpsim.core.config import precision
 from tpsim.core.costs import hardware_for
+from tpsim.core.group import tp_group
 from tpsim.core.lower import lower
 from tpsim.core.schedules import predict
 from tpsim.models.spec import ModelSpec
@@ -204,7 +205,7 @@ def _bounds(
     group = tp_group(graph, tp)
     prec = precision(opts, model.dtype, group.gpu.fp8_flops is not None)
     hw = hardware_for(group.gpu, prec.math, opts.calibration.kernels, kv_dtype=prec.kv)
-    program = lower(model, tp, wl, opts, hw, None)
+    program = lower(model, tp, wl, opts, hw, None)[0]  # every rank runs this one
     fab = group.fabric(opts.calibration)
     plan = make_planner(fab, group.ring, algo=opts.allreduce_algo)
     sms = group.gpu.sm_count

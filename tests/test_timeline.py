@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 from tpsim import Options, Workload, simulate
 from tpsim.calibration import default as default_calibration
 from tpsim.core import metrics
-from tpsim.core.api import tp_group
 from tpsim.core.collectives import make_planner
 from tpsim.core.engine import run
 from tpsim.core.errors import ConfigError
-from tpsim.core.program import CollectiveCall, Op, Program
+from tpsim.core.group import tp_group
+from tpsim.core.program import CollectiveCall, Op, Program, Programs
 from tpsim.core.schedules import predict
 from tpsim.models.catalog import get_model
 from tpsim.models.spec import ModelSpec
@@ -122,10 +122,14 @@ def test_compute_slows_while_a_collective_holds_sms() -> None:
         ),
         Op("gemm", "gemm", 0, "", "compute", 0.0, 100e-6, 0.0, 0, "compute", "", ()),
     )
-    recs, _ = run(Program(ops), 2, plan, fab.capacities, comm_sms=COMM_SMS, sm_count=132)
+    recs, _ = run(
+        Programs.same(Program(ops), 2), plan, fab.capacities, comm_sms=COMM_SMS, sm_count=132
+    )
     (g,) = [x for x in recs if x.name == "gemm" and x.rank == 0]
     assert g.duration_s == pytest.approx(100e-6 * 132 / (132 - COMM_SMS))
-    recs, _ = run(Program(ops[1:]), 2, plan, fab.capacities, comm_sms=COMM_SMS, sm_count=132)
+    recs, _ = run(
+        Programs.same(Program(ops[1:]), 2), plan, fab.capacities, comm_sms=COMM_SMS, sm_count=132
+    )
     assert recs[0].duration_s == pytest.approx(100e-6)  # alone: full speed
 
 

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from tpsim import Options, Workload, collective_sweep, simulate
 from tpsim.calibration import ideal as ideal_calibration
-from tpsim.core.api import tp_group
 from tpsim.core.collectives import make_planner, ring_all_reduce_time
 from tpsim.core.costs import gemm, hardware_for
 from tpsim.core.engine import run
-from tpsim.core.program import Op, Program
+from tpsim.core.group import tp_group
+from tpsim.core.program import Op, Program, Programs
 from tpsim.models.spec import ModelSpec
 from tpsim.topologies.gpus import get_gpu
 from tpsim.topologies.io import load_topology
@@ -114,7 +114,7 @@ def test_lone_gemm_equals_its_roofline(m: int, n: int, k: int) -> None:
         "",
         (),
     )
-    records, _ = run(Program((op,)), 1, planner=lambda call: None)  # type: ignore[arg-type,return-value]
+    records, _ = run(Programs.same(Program((op,)), 1), planner=lambda call: None)  # type: ignore[arg-type,return-value]
     (rec,) = records
     assert rec.start_s == 0.0
     assert rec.end_s == pytest.approx(roof, rel=1e-12)
@@ -146,7 +146,7 @@ def test_communication_bound_layer_from_the_design(tmp_path: Path) -> None:
         (0,),
         call,
     )
-    records, _ = run(Program((compute, reduce)), 2, planner, fab.capacities)
+    records, _ = run(Programs.same(Program((compute, reduce)), 2), planner, fab.capacities)
     parts = metrics.breakdown(records)
     assert parts["compute"] == pytest.approx(20e-6)
     assert parts["communication"] == pytest.approx(8e6 / 300e9)

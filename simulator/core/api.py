@@ -10,83 +10,27 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import networkx as nx
-from tpsim.calibration import Calibration
-from tpsim.core import algorithms, engine, kernel_table, metrics, symmetry
-from tpsim.core.collectives import make_planner
+from tpsim.core import algorithms, kernel_table, metrics
 from tpsim.core.config import (
     Layout,
     Options,
     Workload,
-    kv_split,
     precision,
     tp_problem,
     valid_tp_degrees,
 )
 from tpsim.core.costs import hardware_for
 from tpsim.core.errors import ConfigError
-from tpsim.core.fabric import Fabric, build_fabric
+from tpsim.core.group import connect, run_programs
 from tpsim.core.lower import lower
 from tpsim.core.memory import MemoryUse, memory_per_gpu
-from tpsim.core.program import Program
+from tpsim.core.program import Programs
 from tpsim.core.records import Record
+from tpsim.core.shard import shard
 from tpsim.models.catalog import get_model
 from tpsim.models.spec import ModelSpec
 from tpsim.topologies.gpus import GPUSpec
 from tpsim.topologies.io import get_topology
-from tpsim.topologies.routing import Routes, ring_order
-
-
-@dataclass(frozen=True)
-class Group:
-    """The GPUs of one TP group: GPU ranks by TP rank, their ring order, and the routes."""
-
-    topology: nx.DiGraph
-    routes: Routes
-    gpu_ranks: tuple[int, ...]  # gpu_ranks[t] = GPU rank of TP rank t
-    ring: tuple[int, ...]  # TP ranks in ring order
-    gpu: GPUSpec
-
-    def fabric(self, calib: Calibration) -> Fabric:
-        """The group's links as its collectives see them under ``calib``."""
-        return build_fabric(self.routes, self.gpu_ranks, self.gpu, calib)
-
-    def labels(self) -> dict[int, str]:
-        return {t: self.routes.node(g) for t, g in enumerate(self.gpu_ranks)}
-
-
-def tp_group(topology: nx.DiGraph, size: int, per_host: int = 0) -> Group:
-    """The first ``size`` GPUs of ``topology`` (by rank) as a group, ring-ordered; with
-    ``per_host``, the first ``per_host`` GPUs of each host in turn."""
-    routes = Routes(topology)
-    name = topology.graph.get("name", "topology")
-    if size > routes.num_ranks:
-        raise ConfigError(
-            f"tp={size}: larger than the {routes.num_ranks} GPUs of {name} (add hosts with --nodes)"
-        )
-    if per_host:
-        hosts: dict[int, list[int]] = {}
-        for r in range(routes.num_ranks):
-            hosts.setdefault(routes.host(r), []).append(r)
-        if per_host > min(len(v) for v in hosts.values()):
-            raise ConfigError(
-                f"gpus_per_node={per_host}: {name} has {min(len(v) for v in hosts.values())} "
-                "GPUs per host"
-            )
-        if size // per_host > len(hosts):
-            raise ConfigError(
-                f"tp={size} with gpus_per_node={per_host} needs {size // per_host} hosts; "
-                f"{name} has {len(hosts)} (add hosts with --nodes)"
-            )
-        gpu_ranks = tuple(r for h in sorted(hosts)[: size // per_host] for r in hosts[h][:per_host])
-    else:
-        gpu_ranks = tuple(range(size))
-    gpus = {topology.nodes[routes.node(g)]["gpu"] for g in gpu_ranks}
-    if len(gpus) > 1:
-        names = ", ".join(sorted(g.name for g in gpus))
-        raise ConfigError(f"tp={size}: the group mixes GPU types ({names}); use one type")
-    tp_of = {g: t for t, g in enumerate(gpu_ranks)}
-    ring = tuple(tp_of[g] for g in ring_order(routes, gpu_ranks))
-    return Group(topology, routes, gpu_ranks, ring, gpus.pop())
 
 
 @dataclass(frozen=True)
@@ -134,7 +78,14 @@ def simulate(
     options = options or Options()
     gpu_count = sum(1 for _, k in graph.nodes(data="kind") if k == "gpu")
     _check_layout(spec, layout.tp, gpu_count)
-    group = tp_group(graph, layout.tp, layout.gpus_per_node)
+    comms = connect(
+        graph,
+        layout.tp,
+        per_host=layout.gpus_per_node,
+        calib=options.calibration,
+        algo=options.allreduce_algo,
+    )
+    group = comms.group
 
     table = kernel_table.load(options.kernel_table) if options.kernel_table else None
     mem = memory_per_gpu(spec, layout.tp, workload, options, group.gpu)
@@ -144,43 +95,30 @@ def simulate(
     check_records(records_lower_bound(spec, layout.tp, workload, options), options, "at least")
     prec = precision(options, spec.dtype, group.gpu.fp8_flops is not None)
     dtype = prec.weights  # the resolved --dtype (fp32 checkpoints run in fp16, as vLLM's auto)
-    calib = options.calibration
-    hw = hardware_for(group.gpu, prec.math, calib.kernels, kv_dtype=prec.kv)
-    program = lower(spec, layout.tp, workload, options, hw, table)
-    check_records(estimate_records(program, layout.tp, options.allreduce_algo), options, "up to")
-    fab = group.fabric(calib)
-    planner = make_planner(fab, group.ring, algo=options.allreduce_algo)
+    hw = hardware_for(group.gpu, prec.math, options.calibration.kernels, kv_dtype=prec.kv)
+    programs = lower(spec, layout.tp, workload, options, hw, table)
+    check_records(estimate_records(programs, options.allreduce_algo), options, "up to")
+    _ = comms.planner  # collectives are planned before the engine's clock starts
     wall = time.perf_counter()
     log: list[tuple[float, int, float]] | None = [] if link_usage else None
     skew = 0.0 if layout.tp < 2 else options.launch_skew_s / (layout.tp - 1)
     # One host can stand for all when the hosts are identical and nothing tells them apart.
-    sym = None if (skew or link_usage or not use_symmetry) else symmetry.find(fab)
-    quotient = symmetry.plan_quotient(sym, program, planner) if sym else None
-    shifts: dict[int, int] = {}
-    ranks = sym.per_host if (sym and quotient) else layout.tp
-    records, events = engine.run(
-        program,
-        ranks,
-        quotient or planner,
-        fab.capacities,
-        rank_delay_s=[r * skew for r in range(ranks)],
-        comm_sms=calib.collectives.comm_sms,
-        sm_count=group.gpu.sm_count,
+    ran = run_programs(
+        comms,
+        programs,
+        rank_delay_s=[r * skew for r in range(layout.tp)],
+        comm_sms=options.calibration.collectives.comm_sms,
         link_log=log,
-        cause_shift=shifts,
+        use_symmetry=use_symmetry,
     )
-    if sym and quotient:
-        records = symmetry.canonical(records, shifts, sym.hosts, sym.per_host)
-    else:
-        records = symmetry.canonical(records)
+    records, events, ranks = ran.records, ran.events, ran.ranks_simulated
     wall = time.perf_counter() - wall
 
     path = metrics.critical_path(records)
     parts = metrics.breakdown(records, path)
     latency = metrics.makespan(records)
     tokens = workload.batch * (workload.prompt_len if workload.phase == "prefill" else 1)
-    heads_per_gpu = spec.num_heads // layout.tp
-    kv_per_gpu, kv_rep = kv_split(layout.tp, spec.num_kv_heads)
+    split = shard(spec, layout.tp)
     summary: dict[str, Any] = {
         "config": {
             "model": asdict(spec),
@@ -202,14 +140,14 @@ def simulate(
         "memory": mem.to_dict(),
         "communication": metrics.communication(records),
         "model_split": {
-            "heads_per_gpu": heads_per_gpu,
-            "kv_heads_per_gpu": kv_per_gpu,
-            "kv_replication": kv_rep,
+            "heads_per_gpu": split.heads,
+            "kv_heads_per_gpu": split.kv_heads,
+            "kv_replication": split.kv_replication,
         },
         "layers": metrics.breakdown_by_layer(path),
         "engine": {"events": events, "wall_s": wall, "ranks_simulated": ranks},
     }
-    usage = tuple((t, "->".join(fab.edges[link]), bps) for t, link, bps in log or ())
+    usage = tuple((t, "->".join(comms.fabric.edges[link]), bps) for t, link, bps in log or ())
     return Result(tuple(records), summary, tuple(r.id for r in path), group.labels(), usage)
 
 
@@ -217,18 +155,25 @@ def simulate(
 RECORD_BYTES = 450
 
 
-def estimate_records(program: Program, tp: int, algo: str = "auto") -> int:
-    """An upper bound on the records ``program`` makes on ``tp`` ranks, known before the run.
+def estimate_records(programs: Programs, algo: str = "auto") -> int:
+    """An upper bound on the records ``programs`` make, known before the run.
 
-    Per rank: the graph replay and the launch-skew record, one record per kernel, one per host
-    launch, and per collective its fixed-latency record plus its steps: the most steps any
-    algorithm ``algo`` may choose takes (each registry entry's bound).
+    Per rank: the graph replay and the launch-skew record, one record per kernel and p2p
+    op, one per host launch, and per collective its fixed-latency record plus its steps: the
+    most steps any algorithm ``algo`` may choose takes (each registry entry's bound).
     """
-    steps = algorithms.max_steps(algo, tp)
-    per_rank = 2
-    for op in program.ops:
-        per_rank += (op.launch_s > 0) + (1 + steps if op.collective is not None else 1)
-    return tp * per_rank
+    steps = algorithms.max_steps(algo, programs.ranks)
+    per_program: dict[int, int] = {}
+    total = 0
+    for program in programs:
+        n = per_program.get(id(program))
+        if n is None:
+            n = 2
+            for op in program.ops:
+                n += (op.launch_s > 0) + (1 + steps if op.collective is not None else 1)
+            per_program[id(program)] = n
+        total += n
+    return total
 
 
 def records_lower_bound(spec: ModelSpec, tp: int, workload: Workload, options: Options) -> int:

@@ -1,6 +1,7 @@
 """``tpsim collective``: nccl-tests for the simulator.
 
-Each size is one engine run of a lone collective over the group's links, started the way
+Each size is one engine run of a lone collective over the group's links (the same group,
+fabric, planner and engine path as ``tpsim run``: :mod:`tpsim.core.group`), started the way
 the chosen launcher starts it (the calibration's ``launchers``); time is from the
 first launch to the last rank's finish, as nccl-tests times an iteration.
 """
@@ -12,11 +13,11 @@ from typing import Any
 
 import networkx as nx
 from tpsim import calibration
-from tpsim.core import engine, metrics
-from tpsim.core.api import tp_group
-from tpsim.core.collectives import OPS, make_planner
+from tpsim.core import metrics
+from tpsim.core.collectives import OPS
 from tpsim.core.errors import ConfigError
-from tpsim.core.program import CollectiveCall, Op, Program
+from tpsim.core.group import connect, run_programs
+from tpsim.core.program import CollectiveCall, Op, Program, Programs
 
 #: busbw = algbw x this factor (nccl-tests' definition).
 BUS_FACTOR = {
@@ -53,9 +54,8 @@ def collective_sweep(
     if ranks > gpus:
         name = graph.graph.get("name", "topology")
         raise ConfigError(f"ranks={ranks}: larger than the {gpus} GPUs of {name} (add --nodes)")
-    group = tp_group(graph, ranks)
-    fab = group.fabric(calib)
-    planner = make_planner(fab, group.ring, algo=algo)
+    comms = connect(graph, ranks, calib=calib, algo=algo)
+    planner = comms.planner  # an algorithm the group cannot run is refused before any size
     how = launchers[launcher]
     delays = [r * how.stagger_s for r in range(ranks)]
     call_s = how.call_s
@@ -79,10 +79,8 @@ def collective_sweep(
             deps=(),
             collective=call,
         )
-        records, _ = engine.run(
-            Program((op_,)), ranks, planner, fab.capacities, rank_delay_s=delays
-        )
-        t = metrics.makespan(records)
+        ran = run_programs(comms, Programs.same(Program((op_,)), ranks), rank_delay_s=delays)
+        t = metrics.makespan(ran.records)
         sched = planner(call)
         algbw = n / t / 1e9
         rows.append(

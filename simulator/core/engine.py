@@ -1,11 +1,20 @@
-"""The SimPy engine: runs one program on every rank of a group and records what happened.
+"""The SimPy engine: runs one program per rank (:class:`~tpsim.core.program.Programs`) and
+records what happened.
 
 Per rank there is a CPU launch thread, a compute stream and a communication stream. An op
 starts when it has been launched, its dependencies have finished and its stream is free;
 overlap and launch starvation follow from that. A collective runs as a sequence of steps
 (:class:`Schedule`); in each step a rank starts its sends, which cross the shared links of
-a :class:`~tpsim.core.network.Network`, and waits for the arrivals it expects. The engine
-knows nothing of transformers, topologies or collective algorithms.
+a :class:`~tpsim.core.network.Network`, and waits for the arrivals it expects. A
+point-to-point send crosses the route to its peer (:data:`Router`) the same way; the
+matching receive is over when the send's bytes have arrived. The engine knows nothing of
+transformers, topologies or collective algorithms.
+
+The run is made of pieces with one job each: the record log (:mod:`tpsim.core.recordlog`),
+mailboxes for arrivals (:mod:`tpsim.core.mailbox`), SM sharing between compute and
+communication (:mod:`tpsim.core.sm_sharing`) and the network (:mod:`tpsim.core.network`);
+kernels slowed by SM sharing and flows share one rated-timer mechanism
+(:mod:`tpsim.core.rated`).
 
 Every record names its ``cause``: the record whose end released its start. Walking the
 causes back from the last record gives the critical path (:mod:`tpsim.core.metrics`).
@@ -18,14 +27,18 @@ from dataclasses import dataclass
 from typing import Any
 
 import simpy
+from tpsim.core.errors import ProgramError
+from tpsim.core.mailbox import Mailboxes
 from tpsim.core.network import Network
-from tpsim.core.program import CollectiveCall, Op, Program
+from tpsim.core.program import CollectiveCall, Op, Program, Programs, check
+from tpsim.core.recordlog import RecordLog
 from tpsim.core.records import Record
+from tpsim.core.sm_sharing import SMSharing
 
 
 @dataclass(frozen=True, slots=True)
 class Send:
-    """One transfer of a collective step."""
+    """One transfer of a collective step (or a point-to-point send)."""
 
     links: tuple[int, ...]  # indices of the directed links it crosses
     payload: int  # bytes of data it carries
@@ -56,262 +69,219 @@ class Schedule:
 
 #: Called once per distinct collective call; returns its schedule over the group.
 Planner = Callable[[CollectiveCall], Schedule]
+#: (source rank, destination rank, bytes) -> the transfer of a point-to-point send.
+Router = Callable[[int, int, int], Send]
 
 _NO_CAUSE = (-1, 0.0)
+Cause = tuple[int, float]  # (record id, its end time) of what released a start
 
 
-class _Box:
-    """Arrivals for one (collective, rank, step): (sender's step start, its cause)."""
-
-    __slots__ = ("event", "msgs", "need")
-
-    def __init__(self) -> None:
-        self.msgs: list[tuple[float, tuple[int, float], float, int]] = []
-        self.need = 0
-        self.event: simpy.Event | None = None
-
-
-class _Kernel:
-    """A compute kernel in flight, whose progress rate changes while a collective runs."""
-
-    __slots__ = ("done", "generation", "rate", "remaining", "since")
-
-    def __init__(self, seconds: float, rate: float, now: float, done: simpy.Event) -> None:
-        self.remaining = seconds  # seconds of work left at full speed
-        self.rate = rate
-        self.since = now
-        self.done = done
-        self.generation = 0
+def _match_keys(program: Program, rank: int) -> list[Any]:
+    """Per op, the key that names it across ranks: a collective's position among the rank's
+    collectives; a p2p op's (source, destination, tag, k-th such); None for a kernel."""
+    keys: list[Any] = []
+    seen: dict[tuple[int, int, int], int] = {}
+    collectives = 0
+    for op in program.ops:
+        if op.collective is not None:
+            keys.append(collectives)
+            collectives += 1
+        elif op.p2p is not None:
+            x = op.p2p
+            pair = (rank, x.peer, x.tag) if x.direction == "send" else (x.peer, rank, x.tag)
+            k = seen.get(pair, 0)
+            seen[pair] = k + 1
+            keys.append(("p2p", *pair, k))
+        else:
+            keys.append(None)
+    return keys
 
 
 class _Run:
+    """The per-rank processes of one run, over the log, mailboxes, SM sharing and network."""
+
     def __init__(
         self,
-        program: Program,
-        ranks: int,
+        programs: Programs,
         planner: Planner,
+        router: Router | None,
         capacities: Sequence[float],
-        slowdown: float,
+        comm_sms: int,
+        sm_count: int,
         link_log: list[tuple[float, int, float]] | None = None,
     ) -> None:
-        self.env = simpy.Environment()
-        self.slowdown = slowdown  # compute progress divisor while a collective runs
-        self.comm_busy = [0] * ranks
-        self.running: list[_Kernel | None] = [None] * ranks
-        self.cause_shift: dict[int, int] = {}  # record id -> hosts away its cause lies
-        self.labels: dict[tuple[str, str, str, int], tuple[list[str], list[str]]] = {}
-        self.net = Network(self.env, capacities, link_log)
-        self.program = program
-        self.records: list[Record] = []
-        n = len(program.ops)
-        self.launched = [[self.env.event() for _ in range(n)] for _ in range(ranks)]
-        self.done = [[self.env.event() for _ in range(n)] for _ in range(ranks)]
+        ranks = programs.ranks
+        self.env = env = simpy.Environment()
+        self.log = RecordLog()
+        self.boxes = Mailboxes(env)
+        self.sms = SMSharing(env, ranks, comm_sms, sm_count)
+        self.net = Network(env, capacities, link_log)
+        self.programs = programs
+        # a program without p2p ops has the same keys on every rank: make them once
+        made: dict[int, list[Any]] = {}
+        self.keys: list[list[Any]] = []
+        for r, p in enumerate(programs):
+            keys = made.get(id(p))
+            if keys is None:
+                keys = _match_keys(p, r)
+                if not any(op.p2p for op in p.ops):
+                    made[id(p)] = keys
+            self.keys.append(keys)
+        sizes = [len(p.ops) for p in programs]
+        self.launched = [[env.event() for _ in range(n)] for n in sizes]
+        self.done = [[env.event() for _ in range(n)] for n in sizes]
         # (record id, end time) of the record that finished op i on rank r / launched it
-        self.finished: list[list[tuple[int, float]]] = [[_NO_CAUSE] * n for _ in range(ranks)]
-        self.launch_rec: list[list[tuple[int, float]]] = [[_NO_CAUSE] * n for _ in range(ranks)]
-        self.boxes: dict[tuple[int, int, int], _Box] = {}
+        self.finished: list[list[Cause]] = [[_NO_CAUSE] * n for n in sizes]
+        self.launch_rec: list[list[Cause]] = [[_NO_CAUSE] * n for n in sizes]
         self.schedules: dict[CollectiveCall, Schedule] = {}
         self.planner = planner
-
-    # ------------------------------------------------------------------ records
-    def op_record(self, rank: int, stream: str, i: int, op: Op, name: str, nbytes: int,
-                  start: float, cause: int, detail: str) -> int:  # fmt: skip
-        """A record of op ``i`` ending now (positional: the engine's hot path)."""
-        rid = len(self.records)
-        self.records.append(Record(rid, rank, stream, name, op.kind, op.category, op.layer,
-                                   op.site, i, start, self.env.now, op.flops, nbytes, cause,
-                                   detail))  # fmt: skip
-        return rid
-
-    def _launch_record(
-        self,
-        rank: int,
-        i: int,
-        name: str,
-        layer: int,
-        site: str,
-        start: float,
-        cause: int,
-        detail: str,
-    ) -> tuple[int, float]:
-        rid = len(self.records)
-        self.records.append(
-            Record(
-                rid,
-                rank,
-                "cpu",
-                name,
-                "launch",
-                "launch_overhead",
-                layer,
-                site,
-                i,
-                start,
-                self.env.now,
-                0.0,
-                0,
-                cause,
-                detail,
-            )
-        )
-        return rid, self.env.now
+        self.router = router
 
     # ------------------------------------------------------------------ processes
     def cpu(self, rank: int, delay_s: float) -> Generator[simpy.Event, Any, None]:
-        env, prev = self.env, _NO_CAUSE
+        env, log, prev = self.env, self.log, _NO_CAUSE
+        program = self.programs[rank]
         if delay_s > 0:
             yield env.timeout(delay_s)
-            prev = self._launch_record(
-                rank,
-                -1,
-                "launch skew",
-                -1,
-                "",
-                0.0,
-                -1,
-                "waits for the host thread to reach this GPU",
-            )
-        if self.program.replay_s > 0:
+            rid = log.launch(rank, -1, "launch skew", -1, "", 0.0, env.now, -1,
+                             "waits for the host thread to reach this GPU")  # fmt: skip
+            prev = (rid, env.now)
+        if program.replay_s > 0:
             start = env.now
-            yield env.timeout(self.program.replay_s)
-            prev = self._launch_record(
-                rank, -1, "graph_replay", -1, "", start, prev[0], "CUDA graph launch"
-            )
-        for i, op in enumerate(self.program.ops):
+            yield env.timeout(program.replay_s)
+            rid = log.launch(rank, -1, "graph_replay", -1, "", start, env.now, prev[0],
+                             "CUDA graph launch")  # fmt: skip
+            prev = (rid, env.now)
+        launch_rec, launched = self.launch_rec[rank], self.launched[rank]
+        for i, op in enumerate(program.ops):
             if op.launch_s > 0:
                 start = env.now
                 yield env.timeout(op.launch_s)
-                prev = self._launch_record(
-                    rank,
-                    i,
-                    f"launch {op.name}",
-                    op.layer,
-                    op.site,
-                    start,
-                    prev[0],
-                    f"host launch of {op.name}",
-                )
-            self.launch_rec[rank][i] = prev
-            self.launched[rank][i].succeed()
+                rid = log.launch(rank, i, f"launch {op.name}", op.layer, op.site, start,
+                                 env.now, prev[0], f"host launch of {op.name}")  # fmt: skip
+                prev = (rid, env.now)
+            launch_rec[i] = prev
+            launched[i].succeed()
 
     def stream(self, rank: int, name: str) -> Generator[simpy.Event, Any, None]:
         env, prev = self.env, _NO_CAUSE
-        for i, op in enumerate(self.program.ops):
+        finished, done = self.finished[rank], self.done[rank]
+        for i, op in enumerate(self.programs[rank].ops):
             if op.stream != name:
                 continue
             yield self.launched[rank][i]
             for d in op.deps:
-                yield self.done[rank][d]
+                yield done[d]
             # what released this op: a dependency, else the stream, else its launch
             cause = max(
-                [self.finished[rank][d] for d in op.deps] + [prev, self.launch_rec[rank][i]],
+                [finished[d] for d in op.deps] + [prev, self.launch_rec[rank][i]],
                 key=lambda c: c[1],
             )
-            if op.collective is None:
-                start = env.now
-                yield self._kernel(rank, op.seconds)
-                rid = self.op_record(rank, name, i, op, op.name, op.bytes, start, cause[0],
-                                     op.detail)  # fmt: skip
-                prev = (rid, env.now)
-            else:
+            if op.collective is not None:
                 prev = yield from self.collective(rank, i, op, cause)
-            self.finished[rank][i] = prev
-            self.done[rank][i].succeed()
+            elif op.p2p is not None:
+                prev = yield from self.p2p(rank, i, op, cause)
+            else:
+                start = env.now
+                yield self.sms.kernel(rank, op.seconds)
+                rid = self.log.op(rank, name, i, op, op.name, op.bytes, start, env.now,
+                                  cause[0], op.detail)  # fmt: skip
+                prev = (rid, env.now)
+            finished[i] = prev
+            done[i].succeed()
 
     def collective(
-        self, rank: int, i: int, op: Op, cause: tuple[int, float]
-    ) -> Generator[simpy.Event, Any, tuple[int, float]]:
-        env = self.env
+        self, rank: int, i: int, op: Op, cause: Cause
+    ) -> Generator[simpy.Event, Any, Cause]:
+        env, log, boxes = self.env, self.log, self.boxes
         call = op.collective
         assert call is not None
         sched = self.schedules.get(call)
         if sched is None:
             sched = self.schedules[call] = self.planner(call)
         label = f"{sched.algorithm}/{sched.protocol}"
-        self._comm(rank, +1)
+        seq = self.keys[rank][i]
+        self.sms.comm(rank, +1)
         if sched.base_s > 0:
             start = env.now
             yield env.timeout(sched.base_s)
-            rid = self.op_record(rank, "comm", i, op, f"{op.name}.base", 0, start, cause[0],
-                                 f"{op.detail}; {label} fixed latency")  # fmt: skip
+            rid = log.op(rank, "comm", i, op, f"{op.name}.base", 0, start, env.now, cause[0],
+                         f"{op.detail}; {label} fixed latency")  # fmt: skip
             cause = (rid, env.now)
         steps = sched.steps[rank]
-        names, details = self._step_labels(op, label, len(steps))
+        names, details = log.step_labels(op, label, len(steps))
         for s, step in enumerate(steps):
             ready = env.now
-            sent = [self._send(i, s, snd, (ready, cause)) for snd in step.sends]
+            sent = [self._send(seq, s, snd, ready, cause) for snd in step.sends]
             yield from sent
             own_done = env.now
-            box = self._box(i, rank, s)
-            if len(box.msgs) < step.expect:
-                box.need, box.event = step.expect, env.event()
-                yield box.event
+            wait, msgs = boxes.wait((seq, rank, s), step.expect)
+            if wait is not None:
+                yield wait
             start, by, shift = ready, cause, 0
-            if box.msgs and box.msgs[-1][2] > own_done:  # a peer's send ended the step
-                peer_start, peer_cause, _, peer_shift = box.msgs[-1]
+            if msgs and msgs[-1][2] > own_done:  # a peer's send ended the step
+                peer_start, peer_cause, _, peer_shift = msgs[-1]
                 if peer_start > ready:
                     start, by, shift = peer_start, peer_cause, peer_shift
             nbytes = sum(x.payload for x in step.sends)
-            rid = self.op_record(rank, "comm", i, op, names[s], nbytes, start, by[0], details[s])
+            rid = log.op(rank, "comm", i, op, names[s], nbytes, start, env.now, by[0], details[s])
             if shift:
-                self.cause_shift[rid] = shift
+                log.cause_shift[rid] = shift
             cause = (rid, env.now)
-        self._comm(rank, -1)
+        self.sms.comm(rank, -1)
         return cause
 
-    def _step_labels(self, op: Op, label: str, n: int) -> tuple[list[str], list[str]]:
-        """Names and details of a collective's step records (made once per op and shape)."""
-        key = (op.name, op.detail, label, n)
-        got = self.labels.get(key)
-        if got is None:
-            got = self.labels[key] = (
-                [f"{op.name}[{s}]" for s in range(n)],
-                [f"{op.detail}; {label} step {s + 1} of {n}" for s in range(n)],
-            )
-        return got
-
-    # ------------------------------------------------------------------ SM sharing
-    def _kernel(self, rank: int, seconds: float) -> simpy.Event:
-        """A compute kernel's completion; it runs ``slowdown`` times slower while this rank
-        has a collective in flight (the collective holds some of the SMs)."""
-        if self.slowdown == 1.0:
-            return self.env.timeout(seconds)
-        rate = 1.0 / self.slowdown if self.comm_busy[rank] else 1.0
-        k = self.running[rank] = _Kernel(seconds, rate, self.env.now, self.env.event())
-        self._arm(rank, k)
-        return k.done
-
-    def _arm(self, rank: int, k: _Kernel) -> None:
-        k.generation += 1
-        generation = k.generation
-
-        def fire(_e: object) -> None:
-            if self.running[rank] is k and k.generation == generation:
-                self.running[rank] = None
-                k.done.succeed()
-
-        self.env.timeout(k.remaining / k.rate).callbacks.append(fire)
-
-    def _comm(self, rank: int, delta: int) -> None:
-        self.comm_busy[rank] += delta
-        k = self.running[rank]
-        if k is None or self.slowdown == 1.0:
-            return
-        now = self.env.now
-        k.remaining = max(0.0, k.remaining - (now - k.since) * k.rate)
-        k.since = now
-        k.rate = 1.0 / self.slowdown if self.comm_busy[rank] else 1.0
-        self._arm(rank, k)
-
-    def _send(self, i: int, s: int, snd: Send, msg: tuple[float, tuple[int, float]]) -> simpy.Event:
-        env = self.env
-        arrived = env.event()  # the network fires it; delivery runs before anyone resumes
-        if snd.notify:
+    def p2p(self, rank: int, i: int, op: Op, cause: Cause) -> Generator[simpy.Event, Any, Cause]:
+        """A send: its bytes cross the route to the peer, and it ends when they arrive. A
+        receive: it ends when the matching send's bytes have arrived (at once if they have);
+        when the sender started after the receive was ready, its record starts there and
+        names the send's cause as its own."""
+        env, x, key = self.env, op.p2p, self.keys[rank][i]
+        assert x is not None
+        ready = env.now
+        self.sms.comm(rank, +1)
+        if x.direction == "send":
+            assert self.router is not None
+            snd = self.router(rank, x.peer, x.nbytes)
 
             def deliver(_e: object) -> None:
-                for k, r in enumerate(snd.notify):
-                    self._deliver(i, r, s, msg, snd.shifts[k] if snd.shifts else snd.shift)
+                self.boxes.deliver(key, ready, cause, 0)
 
+            yield self._transfer(snd, deliver)
+            start, by, nbytes, what = ready, cause, x.nbytes, f"send {x.nbytes} B to rank {x.peer}"
+        else:
+            wait, msgs = self.boxes.wait(key, 1)
+            if wait is not None:
+                yield wait
+            last = msgs[-1]
+            start, by = ready, cause
+            if last[2] > ready and last[0] > ready:  # the sender started later
+                start, by = last[0], last[1]
+            nbytes, what = 0, f"recv {x.nbytes} B from rank {x.peer}"
+        detail = f"{what} (tag {x.tag}); {op.detail}" if op.detail else f"{what} (tag {x.tag})"
+        rid = self.log.op(rank, "comm", i, op, op.name, nbytes, start, env.now, by[0], detail)
+        self.sms.comm(rank, -1)
+        return (rid, env.now)
+
+    # ------------------------------------------------------------------ transfers
+    def _send(self, seq: int, s: int, snd: Send, ready: float, cause: Cause) -> simpy.Event:
+        """A collective step's send: on arrival, a message in each notified rank's box."""
+        if not snd.notify:
+            return self._transfer(snd, None)
+        boxes = self.boxes
+
+        def deliver(_e: object) -> None:
+            for k, r in enumerate(snd.notify):
+                boxes.deliver((seq, r, s), ready, cause, snd.shifts[k] if snd.shifts else snd.shift)
+
+        return self._transfer(snd, deliver)
+
+    def _transfer(self, snd: Send, deliver: Callable[[object], None] | None) -> simpy.Event:
+        """Start ``snd``: after its latency, a flow over its links; the event fires when it
+        has arrived, after ``deliver`` (so deliveries run before anyone resumes)."""
+        env = self.env
+        arrived = env.event()
+        if deliver is not None:
             arrived.callbacks.append(deliver)
 
         def start(_e: object) -> None:
@@ -323,44 +293,36 @@ class _Run:
             start(None)
         return arrived
 
-    def _deliver(
-        self, i: int, rank: int, s: int, msg: tuple[float, tuple[int, float]], shift: int
-    ) -> None:
-        box = self._box(i, rank, s)
-        box.msgs.append((msg[0], msg[1], self.env.now, shift))
-        if box.event is not None and not box.event.triggered and len(box.msgs) >= box.need:
-            box.event.succeed()
-
-    def _box(self, op_index: int, rank: int, step: int) -> _Box:
-        key = (op_index, rank, step)
-        box = self.boxes.get(key)
-        if box is None:
-            box = self.boxes[key] = _Box()
-        return box
-
 
 def run(
-    program: Program,
-    ranks: int,
+    programs: Programs,
     planner: Planner,
     capacities: Sequence[float] = (),
     *,
+    router: Router | None = None,
     rank_delay_s: Sequence[float] | None = None,
     comm_sms: int = 0,
     sm_count: int = 1,
     link_log: list[tuple[float, int, float]] | None = None,
     cause_shift: dict[int, int] | None = None,
 ) -> tuple[list[Record], int]:
-    """Simulate ``program`` on ``ranks`` ranks over links of the given capacities (B/s);
-    ``rank_delay_s[r]`` holds rank r's host thread back before its first launch; while a
-    collective runs it holds ``comm_sms`` of the ``sm_count`` SMs, and compute kernels that
-    overlap it progress ``sm_count / (sm_count - comm_sms)`` times slower. Returns the
-    records (in completion order) and the number of SimPy events processed; ``link_log``, if
-    given, receives (time, link index, B/s) each time a link's load changes; ``cause_shift``,
-    if given, receives for each record whose cause is a record of another host (when one
-    host stands for several, :mod:`tpsim.core.symmetry`) how many hosts away it is."""
-    slowdown = sm_count / (sm_count - comm_sms) if 0 < comm_sms < sm_count else 1.0
-    r = _Run(program, ranks, planner, capacities, slowdown, link_log)
+    """Simulate ``programs`` (rank r runs ``programs[r]``) over links of the given capacities
+    (B/s). Collectives are planned by ``planner``; point-to-point sends cross the routes
+    ``router`` gives. ``rank_delay_s[r]`` holds rank r's host thread back before its first
+    launch; while a collective or transfer runs it holds ``comm_sms`` of the ``sm_count``
+    SMs, and compute kernels that overlap it progress ``sm_count / (sm_count - comm_sms)``
+    times slower. Returns the records (in completion order) and the number of SimPy events
+    processed; ``link_log``, if given, receives (time, link index, B/s) each time a link's
+    load changes; ``cause_shift``, if given, receives for each record whose cause is a
+    record of another host (when one host stands for several, :mod:`tpsim.core.symmetry`)
+    how many hosts away it is. Raises :class:`~tpsim.core.errors.ProgramError` when the
+    programs do not fit together (:func:`tpsim.core.program.check`), RuntimeError when they
+    deadlock."""
+    check(programs)
+    if router is None and programs.has_p2p():
+        raise ProgramError("the programs send point to point: run them with a router")
+    ranks = programs.ranks
+    r = _Run(programs, planner, router, capacities, comm_sms, sm_count, link_log)
     delays = rank_delay_s or [0.0] * ranks
     for rank in range(ranks):
         r.env.process(r.cpu(rank, delays[rank]))
@@ -377,10 +339,10 @@ def run(
     stuck = [(k, i) for k in range(ranks) for i, ev in enumerate(r.done[k]) if not ev.triggered]
     if stuck:
         k, i = stuck[0]
-        raise RuntimeError(f"deadlock: rank {k} op {i} ({program.ops[i].name}) never finished")
+        raise RuntimeError(f"deadlock: rank {k} op {i} ({programs[k].ops[i].name}) never finished")
     if cause_shift is not None:
-        cause_shift.update(r.cause_shift)
-    return r.records, events
+        cause_shift.update(r.log.cause_shift)
+    return r.log.records, events
 
 
-__all__ = ["Planner", "Schedule", "Send", "Step", "run"]
+__all__ = ["Planner", "Router", "Schedule", "Send", "Step", "run"]

@@ -10,5 +10,10 @@ class ConfigError(ValueError):
     """A layout, workload or option the simulator cannot accept; one line naming the value."""
 
 
+class ProgramError(ValueError):
+    """Per-rank programs that do not fit together: a receive with no matching send, ranks
+    that issue different collectives, a peer that is not another rank."""
+
+
 #: Every exception type the CLI reports as bad input: one line on stderr, exit code 2.
-INPUT_ERRORS: tuple[type[Exception], ...] = (ConfigError, ModelError, TopologyError)
+INPUT_ERRORS: tuple[type[Exception], ...] = (ConfigError, ModelError, TopologyError, ProgramError)

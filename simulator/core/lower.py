@@ -1,10 +1,15 @@
-"""Lower a model, a TP degree and a workload to the op list every rank runs (Megatron-style).
+"""Lower a model, a TP degree and a workload to the programs of a TP group (Megatron-style).
 
-Per-rank shapes are written beside each op (``T`` tokens in the pass, ``d`` hidden size,
-``h``/``kv`` heads per rank, ``hd`` head_dim, ``I`` MLP width per rank, ``V`` vocab per
-rank). Column-parallel QKV and gate/up; row-parallel output projection and down
-projection, each followed by an all-reduce; vocab-parallel embedding (all-reduce) and LM
-head (all-gather of the logits).
+This module holds the model's block structure: embedding, attention block, MLP block and
+head, each written per rank with its shapes. Kernel prices come from
+:class:`~tpsim.core.pricing.Pricing`, ops are built by :class:`~tpsim.core.opbuild.OpBuilder`
+and per-rank sizes from :func:`~tpsim.core.shard.shard`.
+
+Per-rank shapes are written beside each op (``T`` tokens in the pass, ``b`` sequences,
+``d`` hidden size, ``h``/``kv`` heads per rank, ``hd`` head_dim, ``I`` MLP width per rank,
+``V`` vocab rows per rank). Column-parallel QKV and gate/up; row-parallel output projection
+and down projection, each followed by an all-reduce; vocab-parallel embedding (all-reduce)
+and LM head (all-gather of the logits).
 
 With sequence parallelism (Megatron-LM's ``--sequence-parallel``) each all-reduce becomes
 a reduce-scatter, the norms and residual adds run on ``T/tp`` tokens, and an all-gather
@@ -18,50 +23,43 @@ half's collective hides behind the other half's compute.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from tpsim.core import costs
-from tpsim.core.config import (
-    ConfigError,
-    Options,
-    Workload,
-    ceil_div,
-    dtype_bytes,
-    kv_split,
-    precision,
-)
-from tpsim.core.costs import Hardware, KernelCost
+from tpsim.core.config import ConfigError, Options, Workload, ceil_div, precision
+from tpsim.core.costs import Hardware
 from tpsim.core.kernel_table import KernelTable
-from tpsim.core.program import CollectiveCall, Op, Program
+from tpsim.core.opbuild import OpBuilder
+from tpsim.core.pricing import Pricing
+from tpsim.core.program import Programs
+from tpsim.core.shard import shard
 from tpsim.models.spec import ModelSpec
 
 
 @dataclass(frozen=True)
 class _Slice:
-    """A micro-batch: ``batch`` sequences, ``tokens`` tokens in the pass."""
+    """A micro-batch: ``batch`` sequences, ``tokens`` tokens in the pass (its ops form one
+    dependency chain, numbered ``index``)."""
 
     index: int
     batch: int
     tokens: int
 
 
-class _Lowering:
+class _Megatron:
+    """The Megatron TP split of one transformer, per rank, emitted into an OpBuilder."""
+
     def __init__(
         self,
         model: ModelSpec,
         tp: int,
         workload: Workload,
         options: Options,
-        hw: Hardware,
-        table: KernelTable | None,
+        price: Pricing,
+        build: OpBuilder,
     ) -> None:
         self.m, self.tp, self.w = model, tp, workload
-        self.hw, self.table = hw, table
-        prec = self.prec = precision(options, model.dtype, hw.fp8_tensor_cores)
-        self.act_b, self.w_b = dtype_bytes(prec.act), dtype_bytes(prec.weights)
-        self.in_b, self.kv_b = dtype_bytes(prec.gemm_in), dtype_bytes(prec.kv)
-        self.hw16 = replace(hw, peak_flops=hw.peak16_flops or hw.peak_flops)  # 16-bit lm_head
-        self.launch = options.calibration.launch[options.launch]
+        self.price, self.build = price, build
+        self.act_b = price.act_b
         compiled = options.launch == "compiled"
         self.fuse = (options.fused or compiled) and model.norm == "rmsnorm"
         self.rotary_in_attention = compiled  # Inductor folds rotary into the attention prologue
@@ -70,109 +68,27 @@ class _Lowering:
         if options.overlap == "chunked":
             self.chunks = options.overlap_chunks or tp
         self.d, self.hd = model.hidden_size, model.head_dim
-        self.h = model.num_heads // tp  # query heads per rank
-        self.kv, _ = kv_split(tp, model.num_kv_heads)  # KV heads per rank (replicated)
-        self.inner = ceil_div(model.intermediate_size, tp)  # MLP width per rank (padded)
-        self.vocab = ceil_div(model.vocab_size, tp)  # vocab rows per rank (padded)
-        self.ops: list[Op] = []
-        self.last: dict[int, int] = {}  # micro-batch -> index of its latest op
+        split = shard(model, tp)
+        self.h = split.heads  # query heads per rank: heads / tp
+        self.kv = split.kv_heads  # KV heads per rank (replicated when tp exceeds them)
+        self.inner = split.mlp_width  # I: MLP width per rank (padded)
+        self.vocab = split.vocab  # V: vocab rows per rank (padded)
+        assert self.h * tp == model.num_heads
 
-    # ------------------------------------------------------------------ op emission
-    def _emit(self, mb: _Slice, op: Op, deps: tuple[int, ...] | None = None) -> int:
-        if deps is None:
-            deps = (self.last[mb.index],) if mb.index in self.last else ()
-        self.ops.append(replace(op, deps=deps))
-        self.last[mb.index] = len(self.ops) - 1
-        return self.last[mb.index]
-
-    def kernel(
-        self,
-        mb: _Slice,
-        name: str,
-        kind: str,
-        layer: int,
-        cost: KernelCost,
-        detail: str,
-        site: str = "",
-        deps: tuple[int, ...] | None = None,
-    ) -> int:
-        op = Op(
-            name,
-            kind,
-            layer,
-            site,
-            "compute",
-            self.launch.kernel_s,
-            cost.seconds + self.launch.gpu_gap_s,  # the kernel's slot includes its dispatch
-            cost.flops,
-            cost.bytes,
-            cost.category,
-            detail,
-            (),
-        )
-        return self._emit(mb, op, deps)
-
-    def collective(
-        self,
-        mb: _Slice,
-        op: str,
-        site: str,
-        layer: int,
-        nbytes: int,
-        deps: tuple[int, ...] | None = None,
-        part: str = "",
-    ) -> int | None:
-        if self.tp == 1:
-            return None  # one rank: nothing to reduce or gather
-        name = f"{site}.{op}{part}"
-        o = Op(
-            name,
-            "collective",
-            layer,
-            site,
-            "comm",
-            self.launch.collective_s,
-            0.0,
-            0.0,
-            nbytes,
-            "communication",
-            f"{op} {nbytes} B over {self.tp} ranks",
-            (),
-            CollectiveCall(op, nbytes),
-        )
-        return self._emit(mb, o, deps)
-
+    # ------------------------------------------------------------------ helpers
     def ew(
         self, mb: _Slice, name: str, layer: int, nbytes: float, flops: float, shape: str
     ) -> None:
-        self.kernel(
-            mb, name, "elementwise", layer, costs.elementwise(nbytes, flops, self.hw), shape
-        )
+        """An elementwise (bytes-bound) kernel."""
+        cost = self.price.elementwise(nbytes, flops)
+        self.build.kernel(mb.index, name, "elementwise", layer, cost, shape)
 
-    def gemm_cost(self, name: str, m: int, n: int, k: int) -> tuple[KernelCost, str]:
-        linear = name != "lm_head"  # the LM head stays 16-bit in fp8 checkpoints
-        g = self.hw if linear else self.hw16
-        a_in, w, wdtype = (
-            (self.in_b, self.w_b, self.prec.weights)
-            if linear
-            else (self.act_b, self.act_b, self.prec.act)
-        )
+    def gemm(self, mb: _Slice, name: str, layer: int, m: int, n: int, k: int, site: str = "",
+             deps: tuple[int, ...] | None = None, part: str = "") -> int:  # fmt: skip
+        """GEMM ``name`` of ``[m, k] x [k, n]`` as one kernel (piece ``part`` of a split)."""
+        cost, detail = self.price.gemm(name, m, n, k)
+        return self.build.kernel(mb.index, name + part, "gemm", layer, cost, detail, site, deps)
 
-        def price(rows: int) -> KernelCost:
-            return costs.gemm(rows, n, k, g, act_bytes=a_in, w_bytes=w, out_bytes=self.act_b)
-
-        cost = price(m)
-        detail = f"[{m}, {k}] x [{k}, {n}]"
-        if self.table is not None:
-            t = self.table.gemm_seconds(
-                name, self.hw.name, wdtype, m, n, k, lambda r: price(r).seconds
-            )
-            if t is not None:
-                cost = replace(cost, seconds=t)
-                detail += " (kernel table)"
-        return cost, detail
-
-    # ------------------------------------------------------------------ building blocks
     def rows(self, mb: _Slice) -> int:
         """Tokens of the residual stream a rank holds: T, or T/tp with sequence parallelism."""
         return ceil_div(mb.tokens, self.tp) if self.sp else mb.tokens
@@ -207,15 +123,14 @@ class _Lowering:
         all-gathered first (in chunks that overlap the GEMM when chunked)."""
         d, tokens = self.d, mb.tokens
         if not self.sp:
-            cost, detail = self.gemm_cost(name, tokens, n, d)
-            self.kernel(mb, name, "gemm", layer, cost, detail)
+            self.gemm(mb, name, layer, tokens, n, d)
             return
-        full = round(tokens * d * self.act_b)
+        full = round(tokens * d * self.act_b)  # the gathered input [T, d]
         self._split(mb, name, layer, n, d, full, "all_gather", site_in, gather_first=True)
 
     def row_gemm(self, mb: _Slice, name: str, layer: int, k: int, site: str) -> None:
         """A row-parallel GEMM [T, k] x [k, d] and the collective that sums its partials."""
-        full = round(mb.tokens * self.d * self.act_b)
+        full = round(mb.tokens * self.d * self.act_b)  # the partial sums [T, d]
         op = "reduce_scatter" if self.sp else "all_reduce"
         self._split(mb, name, layer, self.d, k, full, op, site, gather_first=False)
 
@@ -237,32 +152,31 @@ class _Lowering:
         computes. Column-parallel with sequence parallelism: all-gather piece i, then GEMM
         piece i, while piece i + 1 is gathered. Streams run in order, so the last op emitted
         finishing means every piece has."""
+        build = self.build
         parts = max(1, min(self.chunks, mb.tokens)) if self.tp > 1 else 1
         rows = [mb.tokens // parts + (1 if j < mb.tokens % parts else 0) for j in range(parts)]
         sizes = [nbytes * r // mb.tokens for r in rows]
         sizes[-1] += nbytes - sum(sizes)
-        entry = (self.last[mb.index],) if mb.index in self.last else ()
+        entry = build.tail(mb.index)
         prev: tuple[int, ...] = entry
         for j, (r, size) in enumerate(zip(rows, sizes, strict=True)):
             part = f"[{j}/{parts}]" if parts > 1 else ""
-            cost, detail = self.gemm_cost(name, r, n, k)
-            if gather_first:
-                g = self.collective(mb, coll, site, layer, size, deps=entry, part=part)
-                self.kernel(
-                    mb, name + part, "gemm", layer, cost, detail, deps=entry if g is None else (g,)
-                )
-            else:
-                gi = self.kernel(mb, name + part, "gemm", layer, cost, detail, site, deps=prev)
+            if gather_first:  # piece j of [T, d] gathered, then [r, k] x [k, n]
+                g = build.collective(mb.index, coll, site, layer, size, deps=entry, part=part)
+                self.gemm(mb, name, layer, r, n, k, deps=entry if g is None else (g,), part=part)
+            else:  # [r, k] x [k, n] partial sums, then their collective
+                gi = self.gemm(mb, name, layer, r, n, k, site, deps=prev, part=part)
                 prev = (gi,)
-                self.collective(mb, coll, site, layer, size, deps=(gi,), part=part)
+                build.collective(mb.index, coll, site, layer, size, deps=(gi,), part=part)
 
     # ------------------------------------------------------------------ the model
     def embedding(self, mb: _Slice) -> None:
-        # each rank gathers the rows of its vocab shard, zeros elsewhere, then sums
+        # each rank gathers the rows of its vocab shard [V, d], zeros elsewhere, then sums
         tokens, d = mb.tokens, self.d
-        full = round(tokens * d * self.act_b)
+        full = round(tokens * d * self.act_b)  # x: [T, d]
         self.ew(mb, "embedding", -1, 2 * full, 0.0, f"[{tokens}, {d}] from [{self.vocab}, {d}]")
-        self.collective(mb, "reduce_scatter" if self.sp else "all_reduce", "embedding", -1, full)
+        coll = "reduce_scatter" if self.sp else "all_reduce"
+        self.build.collective(mb.index, coll, "embedding", -1, full)  # x: [T, d] (or [T/tp, d])
 
     def attention_block(self, mb: _Slice, layer: int) -> None:
         m, h, kv, hd = self.m, self.h, self.kv, self.hd
@@ -274,25 +188,21 @@ class _Lowering:
             self.ew(
                 mb, "rotary", layer, 2 * rot * self.act_b, 6.0 * rot, f"[{tokens}, {(h + kv) * hd}]"
             )
-        if self.w.phase == "prefill":
+        if self.w.phase == "prefill":  # q [b, h, S, hd] over k, v [b, kv, S, hd], causal
             prompt = self.w.prompt_len
-            cost = costs.attention_prefill(
-                mb.batch, prompt, h, kv, hd, self.hw, act_bytes=self.act_b, kv_bytes=self.kv_b
-            )
+            cost = self.price.attention_prefill(mb.batch, prompt, h, kv, hd)
             shape = f"causal [{mb.batch}, {h}/{kv} heads, {prompt}, {hd}]"
-        else:
+        else:  # q [b, h, 1, hd] over the cache k, v [b, kv, ctx, hd]
             ctx = self.w.context_len
-            cost = costs.attention_decode(
-                mb.batch, ctx, h, kv, hd, self.hw, act_bytes=self.act_b, kv_bytes=self.kv_b
-            )
+            cost = self.price.attention_decode(mb.batch, ctx, h, kv, hd)
             shape = f"decode [{mb.batch}, {h}/{kv} heads, ctx {ctx}, {hd}]"
-        self.kernel(mb, "attn", "attention", layer, cost, shape)  # o: [T, h hd]
-        self.row_gemm(mb, "o_proj", layer, h * hd, "attn_out")  # partial sums [T, d]
+        self.build.kernel(mb.index, "attn", "attention", layer, cost, shape)  # o: [T, h hd]
+        self.row_gemm(mb, "o_proj", layer, h * hd, "attn_out")  # [T, h hd] x [h hd, d] -> sum
 
     def mlp_block(self, mb: _Slice, layer: int) -> None:
         if not self.fuse:
-            self.residual(mb, layer)
-        self.norm(mb, "post_attn_norm", layer, add=self.fuse)
+            self.residual(mb, layer)  # x + attention out: [T, d]
+        self.norm(mb, "post_attn_norm", layer, add=self.fuse)  # [T, d]
         inner, tokens = self.inner, mb.tokens
         width = 2 * inner if self.m.gated_mlp else inner
         self.column_gemm(mb, "mlp_up", layer, width, "mlp_in")  # gate|up: [T, 2I] or [T, I]
@@ -306,24 +216,24 @@ class _Lowering:
                 5.0 * act,
                 f"[{tokens}, {2 * inner}] -> [{inner}]",
             )
-        else:
+        else:  # gelu(up) -> [T, I]
             self.ew(mb, "act", layer, 2 * act * self.act_b, 8.0 * act, f"[{tokens}, {inner}]")
-        self.row_gemm(mb, "mlp_down", layer, inner, "mlp_out")  # partial sums [T, d]
+        self.row_gemm(mb, "mlp_down", layer, inner, "mlp_out")  # [T, I] x [I, d] -> sum [T, d]
 
     def close_layer(self, mb: _Slice, layer: int) -> None:
         if not self.fuse:  # fused: the next norm adds the residual
-            self.residual(mb, layer)
+            self.residual(mb, layer)  # x + MLP out: [T, d]
 
     def head(self, mb: _Slice) -> None:
         L, d = self.m.num_layers, self.d
-        self.norm(mb, "final_norm", L, add=self.fuse)
-        if self.sp:  # the last token of each sequence, from whichever rank holds it
-            self.collective(mb, "all_gather", "lm_head_in", L, round(mb.batch * d * self.act_b))
-        cost, detail = self.gemm_cost("lm_head", mb.batch, self.vocab, d)
-        self.kernel(mb, "lm_head", "gemm", L, cost, detail, "lm_head")  # logits [b, V/tp]
-        self.collective(
-            mb, "all_gather", "lm_head", L, round(mb.batch * self.vocab * self.act_b) * self.tp
-        )
+        self.norm(mb, "final_norm", L, add=self.fuse)  # [T, d]
+        if self.sp:  # the last token of each sequence, from whichever rank holds it: [b, d]
+            self.build.collective(
+                mb.index, "all_gather", "lm_head_in", L, round(mb.batch * d * self.act_b)
+            )
+        self.gemm(mb, "lm_head", L, mb.batch, self.vocab, d, "lm_head")  # logits [b, V]
+        logits = round(mb.batch * self.vocab * self.act_b) * self.tp  # gathered: [b, V * tp]
+        self.build.collective(mb.index, "all_gather", "lm_head", L, logits)
 
 
 def lower(
@@ -333,8 +243,9 @@ def lower(
     options: Options,
     hw: Hardware,
     table: KernelTable | None = None,
-) -> Program:
-    """The op list of one rank of a ``tp``-way group (every rank runs the same list).
+) -> Programs:
+    """The programs of a ``tp``-way group: every rank runs the same one (one object,
+    :meth:`Programs.same`).
 
     ``options.fused`` (default) lowers the norms as vLLM runs them for RMSNorm models: the
     residual add that precedes a norm is fused into it (``fused_add_rms_norm``: read x and
@@ -345,7 +256,9 @@ def lower(
     prologue. LayerNorm models keep separate adds (vLLM's LayerNorm models call the norm
     and the add apart). ``table`` (measured GEMM times) overrides the GEMMs it matches.
     """
-    lo = _Lowering(model, tp, workload, options, hw, table)
+    price = Pricing.of(hw, precision(options, model.dtype, hw.fp8_tensor_cores), table)
+    build = OpBuilder(options.calibration.launch[options.launch], tp)
+    lo = _Megatron(model, tp, workload, options, price, build)
     slices = [_Slice(0, workload.batch, workload.tokens)]
     if options.overlap == "microbatch":
         if workload.batch < 2:
@@ -364,4 +277,4 @@ def lower(
                 block(mb, layer)
     for mb in slices:
         lo.head(mb)
-    return Program(ops=tuple(lo.ops), replay_s=lo.launch.replay_s)
+    return Programs.same(build.program(), tp)

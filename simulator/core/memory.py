@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from tpsim.core.config import Options, Workload, ceil_div, dtype_bytes, kv_split, precision
+from tpsim.core.config import Options, Workload, dtype_bytes, precision
+from tpsim.core.shard import shard
 from tpsim.models.spec import ModelSpec
 from tpsim.topologies.gpus import GPUSpec
 
@@ -25,10 +26,8 @@ class MemoryUse:
 def linear_params_per_gpu(model: ModelSpec, tp: int) -> int:
     """Weights of one rank's linear layers (QKV, O, MLP): column/row shards, KV heads
     replicated when tp exceeds them. Biases are not included."""
-    d, hd = model.hidden_size, model.head_dim
-    h = model.num_heads // tp
-    kv, _ = kv_split(tp, model.num_kv_heads)
-    inner = ceil_div(model.intermediate_size, tp)
+    d, hd, split = model.hidden_size, model.head_dim, shard(model, tp)
+    h, kv, inner = split.heads, split.kv_heads, split.mlp_width
     attn = d * (h + 2 * kv) * hd + h * hd * d
     mlp = (3 if model.gated_mlp else 2) * d * inner
     return model.num_layers * (attn + mlp)
@@ -36,11 +35,8 @@ def linear_params_per_gpu(model: ModelSpec, tp: int) -> int:
 
 def weight_params_per_gpu(model: ModelSpec, tp: int) -> int:
     """Parameters one rank holds: column/row shards, replicated KV heads, replicated norms."""
-    d, hd = model.hidden_size, model.head_dim
-    h = model.num_heads // tp
-    kv, _ = kv_split(tp, model.num_kv_heads)
-    inner = ceil_div(model.intermediate_size, tp)
-    vocab = ceil_div(model.vocab_size, tp)
+    d, hd, split = model.hidden_size, model.head_dim, shard(model, tp)
+    h, kv, inner, vocab = split.heads, split.kv_heads, split.mlp_width, split.vocab
     qkv_out = (h + 2 * kv) * hd
     bias = 0
     if model.qkv_bias or model.mlp_bias:
@@ -72,7 +68,7 @@ def memory_per_gpu(
     linear = linear_params_per_gpu(model, tp)
     other = weight_params_per_gpu(model, tp) - linear
     weights = round(linear * dtype_bytes(prec.weights) + other * act_b)
-    kv, _ = kv_split(tp, model.num_kv_heads)
+    kv = shard(model, tp).kv_heads
     # batch x context x KV heads per GPU x head_dim x (K and V) x layers x bytes
     kv_cache = round(
         workload.batch * workload.kv_len * kv * model.head_dim * 2 * model.num_layers * kv_b
@@ -95,10 +91,8 @@ def activation_elements(model: ModelSpec, tp: int, workload: Workload) -> int:
     FlashAttention keeps no [S, S] score matrix, so long prompts cost T-linear memory; a
     prefill of ``batch x prompt_len`` tokens in one pass holds all T rows at once.
     """
-    d, hd = model.hidden_size, model.head_dim
-    h = model.num_heads // tp
-    kv, _ = kv_split(tp, model.num_kv_heads)
-    inner = ceil_div(model.intermediate_size, tp)
+    d, hd, split = model.hidden_size, model.head_dim, shard(model, tp)
+    h, kv, inner = split.heads, split.kv_heads, split.mlp_width
     attention = 3 * d + (h + 2 * kv) * hd + h * hd
     mlp = 2 * d + (3 if model.gated_mlp else 2) * inner
     return workload.tokens * max(attention, mlp)

@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from tpsim.core.records import CATEGORIES, Record
+from tpsim.core.records import CATEGORIES, COMM_KINDS, Record
 
 REGIMES: dict[str, str] = {
     "compute": "compute-bound",
@@ -78,15 +78,20 @@ def regime(parts: dict[str, float]) -> str:
 
 
 def communication(records: Sequence[Record], rank: int = 0) -> dict[str, Any]:
-    """Collectives seen by one GPU: count, bytes it sent and time, in total and per site."""
+    """Communication seen by one GPU: collectives and point-to-point transfers (kinds
+    :data:`~tpsim.core.records.COMM_KINDS`), their count, the bytes it sent and their time,
+    in total and per site. ``collectives`` counts collective calls; ``p2p`` (present only
+    when there are any) counts sends and receives."""
     sites: dict[str, dict[str, Any]] = {}
     spans: dict[int, tuple[str, float, float]] = {}  # op -> (site, first start, last end)
+    p2p = 0
     for rec in records:
-        if rec.rank != rank or rec.kind != "collective":
+        if rec.rank != rank or rec.kind not in COMM_KINDS:
             continue
         site = sites.setdefault(rec.site, {"count": 0, "bytes_sent_per_gpu": 0, "time_s": 0.0})
         if rec.op not in spans:
             site["count"] += 1
+            p2p += rec.kind == "p2p"
             spans[rec.op] = (rec.site, rec.start_s, rec.end_s)
         else:
             name, start, end = spans[rec.op]
@@ -95,9 +100,12 @@ def communication(records: Sequence[Record], rank: int = 0) -> dict[str, Any]:
     for name, start, end in spans.values():
         sites[name]["time_s"] += end - start
     ordered = {k: sites[k] for k in sorted(sites)}
-    return {
-        "collectives": sum(s["count"] for s in ordered.values()),
+    out: dict[str, Any] = {
+        "collectives": sum(s["count"] for s in ordered.values()) - p2p,
         "bytes_sent_per_gpu": sum(s["bytes_sent_per_gpu"] for s in ordered.values()),
         "time_s": math.fsum(s["time_s"] for s in ordered.values()),
         "by_site": ordered,
     }
+    if p2p:
+        out["p2p"] = p2p
+    return out

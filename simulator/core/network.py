@@ -16,25 +16,29 @@ import math
 from collections.abc import Sequence
 
 import simpy
+from tpsim.core.rated import Rated
 
 
 def _succeed(event: simpy.Event) -> None:
     event.succeed()
 
 
-class Flow:
-    __slots__ = ("cap", "done", "generation", "links", "rate", "remaining", "since", "size")
+class Flow(Rated):
+    """Bytes crossing ``links``: remaining bytes at the flow's max-min fair rate (B/s)."""
+
+    __slots__ = ("cap", "links", "size")
 
     def __init__(self, links: tuple[int, ...], nbytes: float, cap: float, done: simpy.Event,
                  now: float) -> None:  # fmt: skip
-        self.links = links
+        # Rated's fields, set here rather than through Rated.__init__: one call less per flow
         self.remaining = nbytes  # bytes still to move as of ``since``
-        self.size = nbytes
-        self.cap = cap  # the flow's own rate limit, B/s (math.inf if none)
-        self.done = done
         self.rate = 0.0
         self.since = now
+        self.done = done
         self.generation = 0
+        self.links = links
+        self.size = nbytes
+        self.cap = cap  # the flow's own rate limit, B/s (math.inf if none)
 
 
 class Network:
@@ -52,6 +56,7 @@ class Network:
         self.users: list[list[Flow]] = [[] for _ in self.capacity]
         self.log = log
         self._pending: list[Flow] = []  # shared flows started at this instant, not yet rated
+        self._on_finish = self._finish  # bound once: timers outlive many calls (fewer GC passes)
 
     def send(self, links: tuple[int, ...], nbytes: float, cap: float = math.inf,
              done: simpy.Event | None = None) -> simpy.Event:  # fmt: skip
@@ -84,26 +89,18 @@ class Network:
                 if c < rate:
                     rate = c
             flow.rate = rate
-            self._arm(flow)
+            flow.arm(env, self._on_finish)
             if self.log is not None:
                 self._log([flow])
         return done
 
     # ---------------------------------------------------------------- internals
-    def _arm(self, f: Flow) -> None:
-        f.generation += 1
-        generation = f.generation
-        self.env.timeout(max(0.0, f.remaining / f.rate)).callbacks.append(
-            lambda _e: self._finish(f, generation)
-        )
-
     def _flush(self, _e: object) -> None:
         seeds, self._pending = self._pending, []
         self._rebalance(seeds)
 
-    def _finish(self, f: Flow, generation: int) -> None:
-        if f.generation != generation:
-            return  # re-timed since this timer was set
+    def _finish(self, f: Flow) -> None:
+        """``f``'s timer ran out: it ends, with every flow of its component done by now."""
         users = self.users
         if all(len(users[link]) == 1 for link in f.links):  # alone on its links
             for link in f.links:
@@ -119,7 +116,7 @@ class Network:
         ending = [g for g in flows if g is f or (g.rate > 0 and g.remaining <= g.size * 1e-9)]
         touched: list[Flow] = []
         for g in ending:
-            g.generation += 1
+            g.cancel()
             for link in g.links:
                 sharing = self.users[link]
                 sharing.remove(g)
@@ -140,9 +137,7 @@ class Network:
         """Bring ``flows``' remaining bytes up to now at their current rates."""
         now = self.env.now
         for f in flows:
-            if f.rate > 0:
-                f.remaining -= f.rate * (now - f.since)
-            f.since = now
+            f.settle(now)
 
     def _rebalance(self, seeds: list[Flow]) -> None:
         """Re-rate the flows connected to ``seeds`` and re-time their completions."""
@@ -152,7 +147,7 @@ class Network:
         self._assign_rates(flows)
         for f, before in zip(flows, old, strict=True):
             if f.rate != before or before == 0:
-                self._arm(f)
+                f.arm(self.env, self._on_finish)
         if self.log is not None:
             self._log(flows)
 

@@ -10,8 +10,11 @@ from typing import Any, NamedTuple
 #: Streams of one rank. A record's ``stream`` is one of these.
 STREAMS: tuple[str, ...] = ("cpu", "compute", "comm")
 
-#: Kinds of work. ``launch`` lives on the ``cpu`` stream, ``collective`` on ``comm``.
-KINDS: tuple[str, ...] = ("launch", "gemm", "attention", "elementwise", "collective")
+#: Kinds of work. ``launch`` lives on the ``cpu`` stream; ``collective`` and ``p2p``
+#: (a point-to-point send or receive) on ``comm``, in the ``communication`` category.
+KINDS: tuple[str, ...] = ("launch", "gemm", "attention", "elementwise", "collective", "p2p")
+#: The kinds that are communication.
+COMM_KINDS: tuple[str, ...] = ("collective", "p2p")
 
 #: What a record's time counts as in the breakdown.
 CATEGORIES: tuple[str, ...] = ("compute", "memory", "communication", "launch_overhead")
@@ -27,7 +30,7 @@ class Record(NamedTuple):
     rank: int  # TP rank (0 .. tp-1)
     stream: str  # "cpu" | "compute" | "comm"
     name: str  # op name after the layer structure: "qkv_proj", "attn_out.allreduce[3]", ...
-    kind: str  # "launch" | "gemm" | "attention" | "elementwise" | "collective"
+    kind: str  # "launch" | "gemm" | "attention" | "elementwise" | "collective" | "p2p"
     category: str  # "compute" | "memory" | "communication" | "launch_overhead"
     layer: int  # transformer layer index; -1 for embedding, num_layers for the head
     site: str  # collective site ("attn_out", "mlp_out", "embedding", "lm_head"); "" if none
@@ -35,7 +38,7 @@ class Record(NamedTuple):
     start_s: float
     end_s: float
     flops: float  # floating-point operations done by this record
-    bytes: int  # HBM bytes moved (kernels) or bytes sent by this rank (collective steps)
+    bytes: int  # HBM bytes moved (kernels) or bytes sent by this rank (collective steps, p2p)
     cause: int  # id of the record whose end released this one's start; -1 if none (t = 0)
     detail: str  # free text: shape, algorithm, protocol, peer
 

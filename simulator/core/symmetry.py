@@ -1,8 +1,9 @@
 """Host symmetry: simulate one host of a group of identical hosts and copy the rest.
 
-A TP group over H identical hosts (``tpsim.topologies.builders.join_hosts``), g GPUs each, runs
-the same program on every rank. If every collective schedule maps onto itself when every
-rank moves one host over (rank r -> r + g, link ``n{h}.x -> n{h}.y`` -> ``n{h+1}.x ->
+A TP group over H identical hosts (``tpsim.topologies.builders.join_hosts``), g GPUs each,
+runs the same program on every rank (detected, :meth:`tpsim.core.program.Programs.shared`,
+never assumed). If every collective schedule maps onto itself when every rank moves one
+host over (rank r -> r + g, link ``n{h}.x -> n{h}.y`` -> ``n{h+1}.x ->
 n{h+1}.y``), then host h's timeline is host 0's: ranks in the same position on each host
 are in lockstep. The quotient runs host 0's g ranks alone: a send to rank u lands on rank
 ``u mod g`` of host 0, over host 0's image of its links (the flow that really shares those
@@ -20,7 +21,7 @@ from typing import Any
 
 from tpsim.core.engine import Planner, Schedule, Send, Step
 from tpsim.core.fabric import Fabric
-from tpsim.core.program import CollectiveCall, Program
+from tpsim.core.program import CollectiveCall, Programs
 from tpsim.core.records import STREAMS, Record
 
 _HOST = re.compile(r"^n(\d+)\.(.+)$")
@@ -148,9 +149,13 @@ def quotient(sym: HostSymmetry, sched: Schedule) -> Schedule:
     return Schedule(sched.algorithm, sched.protocol, sched.base_s, steps)
 
 
-def plan_quotient(sym: HostSymmetry, program: Program, planner: Planner) -> Planner | None:
-    """A planner for host 0 alone, or None if some collective of ``program`` is not
-    host-symmetric."""
+def plan_quotient(sym: HostSymmetry, programs: Programs, planner: Planner) -> Planner | None:
+    """A planner for host 0 alone, or None if the ranks do not all run one program (the
+    same object or equal ones), if it sends point to point, or if some collective of it is
+    not host-symmetric."""
+    program = programs.shared()
+    if program is None or programs.has_p2p():
+        return None
     folded: dict[CollectiveCall, Schedule] = {}
     for op in program.ops:
         call = op.collective

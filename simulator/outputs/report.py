@@ -63,8 +63,9 @@ def summary_text(s: dict[str, Any]) -> str:
         f"({'fits' if mem['fits'] else 'DOES NOT FIT'})",
         f"  split         {split['heads_per_gpu']} heads, {split['kv_heads_per_gpu']} KV heads "
         f"per GPU (KV replicated x{split['kv_replication']})",
-        f"  collectives   {comm['collectives']} per GPU, {size(comm['bytes_sent_per_gpu'])} sent "
-        f"per GPU, {seconds(comm['time_s'])}",
+        f"  collectives   {comm['collectives']} per GPU"
+        + (f" and {comm['p2p']} p2p sends/receives" if comm.get("p2p") else "")
+        + f", {size(comm['bytes_sent_per_gpu'])} sent per GPU, {seconds(comm['time_s'])}",
     ]
     for site, v in comm["by_site"].items():
         lines.append(

@@ -1,0 +1,133 @@
+"""Building one rank's program: ops with their dependencies and launch costs.
+
+An :class:`OpBuilder` appends kernels, collectives and point-to-point sends and receives to
+one rank's op list. Each op belongs to a dependency chain (a micro-batch, say): by default
+it depends on the chain's latest op, so a chain runs in order while separate chains may
+overlap. Launch costs are the calibration's for the launch mode (:class:`LaunchCost`): a
+host launch per kernel and per communication call, and a device-side dispatch gap added to
+every kernel. The builder knows nothing of the model; :mod:`tpsim.core.lower` decides what
+to build.
+"""
+
+from __future__ import annotations
+
+from tpsim.calibration import LaunchCost
+from tpsim.core.costs import KernelCost
+from tpsim.core.program import P2P, CollectiveCall, Op, Program
+
+
+class OpBuilder:
+    """One rank's op list under construction, in a group of ``ranks``."""
+
+    def __init__(self, launch: LaunchCost, ranks: int) -> None:
+        self.launch = launch
+        self.ranks = ranks
+        self.ops: list[Op] = []
+        self.last: dict[int, int] = {}  # chain -> index of its latest op
+
+    def tail(self, chain: int) -> tuple[int, ...]:
+        """The chain's latest op as a dependency (none before its first op)."""
+        return (self.last[chain],) if chain in self.last else ()
+
+    def _emit(self, chain: int, op: Op) -> int:
+        self.ops.append(op)
+        self.last[chain] = len(self.ops) - 1
+        return self.last[chain]
+
+    def kernel(
+        self,
+        chain: int,
+        name: str,
+        kind: str,
+        layer: int,
+        cost: KernelCost,
+        detail: str,
+        site: str = "",
+        deps: tuple[int, ...] | None = None,
+    ) -> int:
+        """A compute kernel; its slot on the stream includes its dispatch gap."""
+        op = Op(
+            name,
+            kind,
+            layer,
+            site,
+            "compute",
+            self.launch.kernel_s,
+            cost.seconds + self.launch.gpu_gap_s,  # the kernel's slot includes its dispatch
+            cost.flops,
+            cost.bytes,
+            cost.category,
+            detail,
+            self.tail(chain) if deps is None else deps,
+        )
+        return self._emit(chain, op)
+
+    def collective(
+        self,
+        chain: int,
+        op: str,
+        site: str,
+        layer: int,
+        nbytes: int,
+        deps: tuple[int, ...] | None = None,
+        part: str = "",
+    ) -> int | None:
+        """Collective ``op`` of ``nbytes`` over the group at ``site`` (named
+        ``site.op[part]``); None, and nothing built, on a group of one rank."""
+        if self.ranks == 1:
+            return None  # one rank: nothing to reduce or gather
+        o = Op(
+            f"{site}.{op}{part}",
+            "collective",
+            layer,
+            site,
+            "comm",
+            self.launch.collective_s,
+            0.0,
+            0.0,
+            nbytes,
+            "communication",
+            f"{op} {nbytes} B over {self.ranks} ranks",
+            self.tail(chain) if deps is None else deps,
+            CollectiveCall(op, nbytes),
+        )
+        return self._emit(chain, o)
+
+    def p2p(
+        self,
+        chain: int,
+        direction: str,
+        peer: int,
+        nbytes: int,
+        *,
+        name: str,
+        layer: int,
+        site: str = "",
+        tag: int = 0,
+        deps: tuple[int, ...] | None = None,
+    ) -> int:
+        """A point-to-point ``send`` of ``nbytes`` to rank ``peer`` or the ``recv`` of them
+        from it, on the comm stream (launched as a communication call)."""
+        o = Op(
+            name,
+            "p2p",
+            layer,
+            site,
+            "comm",
+            self.launch.collective_s,
+            0.0,
+            0.0,
+            nbytes,
+            "communication",
+            "",
+            self.tail(chain) if deps is None else deps,
+            p2p=P2P(direction, peer, nbytes, tag),
+        )
+        return self._emit(chain, o)
+
+    def program(self) -> Program:
+        """The op list built so far, after the launch mode's graph replay."""
+        return Program(ops=tuple(self.ops), replay_s=self.launch.replay_s)
+
+
+__all__ = ["OpBuilder"]
