@@ -30,12 +30,7 @@ class Flow(Rated):
 
     def __init__(self, links: tuple[int, ...], nbytes: float, cap: float, done: simpy.Event,
                  now: float) -> None:  # fmt: skip
-        # Rated's fields, set here rather than through Rated.__init__: one call less per flow
-        self.remaining = nbytes  # bytes still to move as of ``since``
-        self.rate = 0.0
-        self.since = now
-        self.done = done
-        self.generation = 0
+        super().__init__(nbytes, done, now)  # bytes still to move as of ``since``, unrated
         self.links = links
         self.size = nbytes
         self.cap = cap  # the flow's own rate limit, B/s (math.inf if none)
