@@ -21,6 +21,8 @@ import yaml
 from tpsim.calibration.model import (
     Calibration,
     Collectives,
+    Engine,
+    HostCost,
     Kernels,
     LaunchCost,
     Launcher,
@@ -101,8 +103,8 @@ def _numbers(value: object, field: str, exponent: int = 0) -> dict[str, float]:
     }
 
 
-def _kernels() -> Kernels:
-    d, w = read("kernels.yaml"), "kernels.yaml"
+def _kernels(d: Mapping[str, Any]) -> Kernels:
+    w = "kernels.yaml"
     tiles = {}
     for arch, shape in _table(entry(d, "tiles", w), f"{w}.tiles").items():
         if not (
@@ -123,8 +125,8 @@ def _kernels() -> Kernels:
     )
 
 
-def _launch() -> dict[str, LaunchCost]:
-    d, w = read("launch.yaml"), "launch.yaml"
+def _launch(d: Mapping[str, Any]) -> dict[str, LaunchCost]:
+    w = "launch.yaml"
     out = {}
     for mode, costs in _table(entry(d, "modes", w), f"{w}.modes").items():
         f = f"{w}.modes.{mode}"
@@ -158,8 +160,8 @@ def _protocol(name: str, d: Mapping[str, Any], field: str) -> Protocol:
     )
 
 
-def _collectives() -> Collectives:
-    d, w = read("nccl.yaml"), "nccl.yaml"
+def _collectives(d: Mapping[str, Any]) -> Collectives:
+    w = "nccl.yaml"
     protocols = {
         str(name): _protocol(str(name), spec, f"{w}.protocols.{name}")
         for name, spec in _table(entry(d, "protocols", w), f"{w}.protocols").items()
@@ -198,8 +200,8 @@ def _collectives() -> Collectives:
     )
 
 
-def _links() -> Links:
-    d, w = read("links.yaml"), "links.yaml"
+def _links(d: Mapping[str, Any]) -> Links:
+    w = "links.yaml"
     eff = _table(d.get("efficiency"), f"{w}.efficiency")
     return Links(
         nvlink_efficiency=_numbers(entry(eff, "nvlink", w), f"{w}.efficiency.nvlink"),
@@ -208,26 +210,212 @@ def _links() -> Links:
     )
 
 
-def _memory() -> Memory:
-    d, w = read("memory.yaml"), "memory.yaml"
+def _memory(d: Mapping[str, Any]) -> Memory:
+    w = "memory.yaml"
     return Memory(
         usable_fraction=number(entry(d, "usable_fraction", w), "usable_fraction"),
         runtime_bytes=round(number(entry(d, "runtime_GiB", w), "runtime_GiB") * 2**30),
     )
 
 
+def _engine(d: Mapping[str, Any], name: str) -> Engine:
+    w = "engine.yaml"
+    phases = entry(d, "graph_phases", w)
+    if not isinstance(phases, list) or not set(phases) <= {"decode", "prefill"}:
+        raise CalibrationError(f"{w}.graph_phases={phases!r}: a list of decode, prefill")
+    step = _table(entry(d, "step_host_us", w), f"{w}.step_host_us")
+    pieces = ("schedule", "prepare_inputs", "sample", "process_outputs")
+    if set(step) != set(pieces):
+        raise CalibrationError(f"{w}.step_host_us: needs exactly {', '.join(pieces)}")
+    overlap = number(entry(d, "host_overlap", w), f"{w}.host_overlap")
+    if not 0 <= overlap <= 1:
+        raise CalibrationError(f"{w}.host_overlap={overlap!r}: must be between 0 and 1")
+    allreduce = entry(d, "allreduce", w)
+    if allreduce not in ("auto", "nccl"):
+        raise CalibrationError(f"{w}.allreduce={allreduce!r}: must be auto or nccl")
+    max_tokens = entry(d, "graph_max_tokens", w)
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
+        raise CalibrationError(f"{w}.graph_max_tokens={max_tokens!r}: a non-negative integer")
+    return Engine(
+        name=name,
+        graph_phases=tuple(p for p in ("decode", "prefill") if p in phases),
+        graph_max_tokens=max_tokens,
+        step_host={k: _host_cost(step[k], f"{w}.step_host_us.{k}") for k in pieces},
+        host_overlap=overlap,
+        layer_host_s=_nonnegative_us(entry(d, "layer_host_us", w), f"{w}.layer_host_us"),
+        tp_coordination=_host_cost(entry(d, "tp_coordination_us", w), f"{w}.tp_coordination_us"),
+        allreduce=allreduce,
+    )
+
+
+def _nonnegative_us(value: object, field: str) -> float:
+    x = number(value, field)
+    if x < 0:
+        raise CalibrationError(f"{field}={value!r}: must not be negative")
+    return scale(x, -6)
+
+
+def _host_cost(pair: object, field: str) -> HostCost:
+    if not isinstance(pair, list) or len(pair) != 2:
+        raise CalibrationError(f"{field}={pair!r}: must be [base us, us per unit]")
+    return HostCost(_nonnegative_us(pair[0], field), _nonnegative_us(pair[1], field))
+
+
+#: The data files a calibration is built from (the hardware figures of gpus.yaml and of
+#: links.yaml's bandwidths and latencies are read by :mod:`tpsim.calibration.hardware`).
+FILES = ("kernels", "launch", "nccl", "links", "memory", "engine")
+
+
+def read_all() -> dict[str, dict[str, Any]]:
+    """Every calibration data file, parsed, by name (without ``.yaml``)."""
+    return {name: read(f"{name}.yaml") for name in FILES}
+
+
+def build(data: Mapping[str, Mapping[str, Any]], name: str, engine: str = "ideal") -> Calibration:
+    """A calibration from parsed data files (:func:`read_all`, maybe with an engine's
+    overrides); ``engine`` names the engine profile it stands for."""
+    return Calibration(
+        name,
+        _kernels(data["kernels"]),
+        _launch(data["launch"]),
+        _collectives(data["nccl"]),
+        _links(data["links"]),
+        _memory(data["memory"]),
+        _engine(data["engine"], engine),
+    )
+
+
+def is_entry(node: object) -> bool:
+    return isinstance(node, dict) and set(node) == {"value", "source"}
+
+
+def merge(base: dict[str, Any], overrides: Mapping[str, Any], where: str) -> None:
+    """Put ``overrides`` (a nested mapping whose leaves are ``{value, source}`` entries) into
+    ``base`` in place. Every path must exist in ``base``; a table replaces only the rows it
+    names; each replaced entry keeps the override's source."""
+    for key, new in overrides.items():
+        field = f"{where}.{key}"
+        if not isinstance(base, dict) or key not in base:
+            raise CalibrationError(f"{field}: unknown calibration entry")
+        old = base[key]
+        if is_entry(old):
+            if not is_entry(new):
+                raise CalibrationError(f"{field}: must be an entry with a value and a source")
+            value = new["value"]
+            if isinstance(old["value"], dict) and isinstance(value, dict):
+                value = {**old["value"], **value}
+            base[key] = {"value": value, "source": new["source"]}
+        elif isinstance(new, dict) and not is_entry(new):
+            merge(old, new, field)
+        else:
+            raise CalibrationError(f"{field}: is a group of entries, not one entry")
+
+
 @cache
 def default() -> Calibration:
-    """The shipped calibration: best achievable kernels and NCCL, as measured and published."""
-    return Calibration("default", _kernels(), _launch(), _collectives(), _links(), _memory())
+    """The shipped calibration: best achievable kernels and NCCL, as measured and published,
+    and the ideal engine (no host work)."""
+    return build(read_all(), "default")
+
+
+#: Folder of the shipped engine profiles (``--engine NAME``).
+ENGINES = "engines"
+#: How deep ``extends`` may chain (a profile extending itself would never end).
+MAX_EXTENDS = 8
+
+
+def engines() -> list[str]:
+    """The shipped engine profiles, by name (``ideal`` first; fragments starting with ``_``
+    are for ``extends`` only)."""
+    folder = resources.files("tpsim.calibration").joinpath(ENGINES)
+    names = sorted(
+        f.name.removesuffix(".yaml")
+        for f in folder.iterdir()
+        if f.name.endswith(".yaml") and not f.name.startswith("_")
+    )
+    return ["ideal", *(n for n in names if n != "ideal")]
+
+
+def _profile_text(name_or_path: str) -> tuple[str, str]:
+    """(the profile's text, where it comes from) for a shipped name or a file path."""
+    folder = resources.files("tpsim.calibration").joinpath(ENGINES)
+    shipped = folder.joinpath(f"{name_or_path}.yaml")
+    if "/" not in name_or_path and not name_or_path.endswith((".yaml", ".yml")):
+        if not shipped.is_file():
+            raise CalibrationError(
+                f"engine={name_or_path!r}: unknown engine; known: {', '.join(engines())} "
+                "(or a profile file .yaml)"
+            )
+        return shipped.read_text("utf-8"), f"engines/{name_or_path}.yaml"
+    path = Path(name_or_path)
+    if not path.is_file():
+        raise CalibrationError(f"engine={name_or_path!r}: no such profile file")
+    try:
+        return path.read_text("utf-8"), str(path)
+    except (OSError, UnicodeDecodeError) as e:
+        raise CalibrationError(f"engine={name_or_path!r}: cannot read ({e})") from None
+
+
+PROFILE_KEYS = ("name", "about", "extends", "overrides")
+
+
+def _overrides(name_or_path: str, depth: int = 0) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
+    """The profile's name and its overrides, those of what it extends first."""
+    if depth > MAX_EXTENDS:
+        raise CalibrationError(f"engine={name_or_path!r}: extends more than {MAX_EXTENDS} deep")
+    text, where = _profile_text(name_or_path)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark is not None else ""
+        raise CalibrationError(f"{where}{line}: not valid YAML") from None
+    if not isinstance(data, dict):
+        raise CalibrationError(f"{where}: must be a mapping with name, about, overrides")
+    for key in data:
+        if key not in PROFILE_KEYS:
+            raise CalibrationError(f"{where}: {key}: unknown key; keys: {', '.join(PROFILE_KEYS)}")
+    name = data.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise CalibrationError(f"{where}: name={name!r}: must be a non-empty string")
+    chain: list[tuple[str, dict[str, Any]]] = []
+    if "extends" in data:
+        base = data["extends"]
+        if not isinstance(base, str):
+            raise CalibrationError(f"{where}: extends={base!r}: must name a profile")
+        chain = _overrides(base, depth + 1)[1]
+    overrides = data.get("overrides", {})
+    if not isinstance(overrides, dict):
+        raise CalibrationError(f"{where}: overrides must be a mapping of data files")
+    for file in overrides:
+        if file not in FILES:
+            raise CalibrationError(
+                f"{where}: overrides.{file}: unknown data file; one of {', '.join(FILES)}"
+            )
+    chain.append((where, overrides))
+    return name, chain
 
 
 @cache
-def ideal() -> Calibration:
-    """The first-principles variant of :func:`default` (``--ideal``)."""
-    return default().ideal()
+def profile(name_or_path: str) -> Calibration:
+    """The calibration of an engine profile: the shipped data with the profile's overrides
+    (and those of the profiles it ``extends``) put in. ``ideal`` is the data unchanged."""
+    if name_or_path == "ideal":
+        return default()
+    name, chain = _overrides(name_or_path)
+    data = read_all()
+    for where, overrides in chain:
+        for file, entries in overrides.items():
+            merge(data[file], entries, f"{where}: overrides.{file}")
+    return build(data, f"engine {name}", name)
 
 
-def for_options(ideal_mode: bool) -> Calibration:
-    """The calibration a run uses: ideal or the default."""
-    return ideal() if ideal_mode else default()
+@cache
+def ideal(engine: str = "ideal") -> Calibration:
+    """The first-principles variant of an engine's calibration (``--ideal``)."""
+    return profile(engine).ideal()
+
+
+def for_options(ideal_mode: bool, engine: str = "ideal") -> Calibration:
+    """The calibration a run uses: the engine profile's, or its first-principles variant."""
+    return ideal(engine) if ideal_mode else profile(engine)

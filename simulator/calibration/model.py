@@ -165,6 +165,47 @@ class Memory:
     runtime_bytes: int  # CUDA context, NCCL buffers, workspaces: out of the usable share
 
 
+@dataclass(frozen=True, slots=True)
+class HostCost:
+    """Host time of one piece of engine work per step: ``base_s`` plus ``per_seq_s`` for each
+    sequence in the batch."""
+
+    base_s: float
+    per_seq_s: float
+
+    def seconds(self, batch: int) -> float:
+        return self.base_s + self.per_seq_s * batch
+
+
+@dataclass(frozen=True)
+class Engine:
+    """The serving engine around the kernels: its host work per step and its choices.
+
+    The default (the ``ideal`` engine) does no host work and lets ``--launch`` decide every
+    step; a serving engine's profile overrides these from its own measurements.
+    """
+
+    name: str
+    #: Phases whose steps replay CUDA graphs under ``--launch graph|compiled`` ("decode",
+    #: "prefill"); other steps run eager.
+    graph_phases: tuple[str, ...]
+    graph_max_tokens: int  # largest step (tokens) with a captured graph; larger run eager
+    #: Host work per step: schedule, prepare inputs (before the forward), sample, process
+    #: outputs (after the logits), in that order.
+    step_host: Mapping[str, HostCost]
+    #: Fraction of the step's host work the engine overlaps with the GPU (work for the next
+    #: step done while this one runs: V1's asynchronous scheduling and output processing).
+    host_overlap: float
+    layer_host_s: float  # host time per layer in an eager step (Python module calls)
+    tp_coordination: HostCost  # per step when tp > 1: ``base_s`` + ``per_seq_s`` per extra rank
+    allreduce: str  # "auto" (custom all-reduce below its limit, then NCCL) or "nccl"
+
+    def graphs(self, phase: str, tokens: int) -> bool:
+        """Whether a step of ``tokens`` in ``phase`` replays a CUDA graph (when the launch
+        mode uses graphs at all)."""
+        return phase in self.graph_phases and tokens <= self.graph_max_tokens
+
+
 @dataclass(frozen=True)
 class Calibration:
     """Every constant of the cost models, by concern; ``name`` says which variant."""
@@ -175,9 +216,11 @@ class Calibration:
     collectives: Collectives
     links: Links
     memory: Memory
+    engine: Engine
 
     def ideal(self) -> Calibration:
-        """First principles: efficiencies 1, fixed overheads 0, no quantisation (``--ideal``).
+        """First principles: efficiencies 1, fixed overheads 0 (host work included), no
+        quantisation (``--ideal``).
 
         Memory stays as calibrated: what fits is a fact of the serving process, not of the
         roofline.
@@ -221,4 +264,10 @@ class Calibration:
                 default_efficiency=1.0,
             ),
             memory=self.memory,
+            engine=replace(
+                self.engine,
+                step_host={k: HostCost(0.0, 0.0) for k in self.engine.step_host},
+                layer_host_s=0.0,
+                tp_coordination=HostCost(0.0, 0.0),
+            ),
         )
