@@ -410,9 +410,13 @@ def profile(name_or_path: str) -> Calibration:
     return build(data, f"engine {name}", name)
 
 
-@cache
 def ideal(engine: str = "ideal") -> Calibration:
     """The first-principles variant of an engine's calibration (``--ideal``)."""
+    return _ideal(engine)
+
+
+@cache
+def _ideal(engine: str) -> Calibration:
     return profile(engine).ideal()
 
 
