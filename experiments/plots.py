@@ -23,6 +23,8 @@ from tpsim.outputs.export import atomic_output
 #: Bar colour per record kind (Okabe–Ito palette, colour-blind friendly).
 KIND_COLORS: dict[str, str] = {
     "launch": "#999999",  # grey
+    "host": "#8C6D31",  # brown: engine host work (schedule, sample, Python per layer)
+    "dispatch": "#CCCCCC",  # light grey: the GPU's gap before an eagerly launched kernel
     "gemm": "#0072B2",  # blue
     "attention": "#CC79A7",  # reddish purple
     "elementwise": "#009E73",  # bluish green

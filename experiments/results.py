@@ -24,7 +24,7 @@ from tpsim.experiments.grid import POINT_FIELDS
 
 log = logging.getLogger(__name__)
 
-BREAKDOWN = ("compute", "memory", "communication", "launch_overhead", "idle")
+BREAKDOWN = ("compute", "memory", "communication", "launch_overhead", "host", "idle")
 MEMORY = (
     "weights_bytes_per_gpu",
     "kv_cache_bytes_per_gpu",

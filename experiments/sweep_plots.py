@@ -25,6 +25,7 @@ CATEGORY_COLOURS = {
     "memory": "#56B4E9",
     "communication": "#D55E00",
     "launch_overhead": "#999999",
+    "host": "#8C6D31",  # brown: engine host work
     "idle": "#F0E442",
 }
 REGIME_COLOURS = {

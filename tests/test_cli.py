@@ -56,6 +56,7 @@ def test_run_json_has_the_contract_keys(capsys: pytest.CaptureFixture[str]) -> N
         "memory",
         "communication",
         "launch_overhead",
+        "host",
         "idle",
     }
     assert set(j["memory"]) == {

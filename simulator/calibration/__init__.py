@@ -7,10 +7,20 @@ memory reserve) and into the hardware figures the topology catalog is built from
 object. ``measured/`` holds the published measurements the calibration is checked against.
 """
 
-from tpsim.calibration.loader import CalibrationError, default, for_options, ideal, measured
+from tpsim.calibration.loader import (
+    CalibrationError,
+    default,
+    engines,
+    for_options,
+    ideal,
+    measured,
+    profile,
+)
 from tpsim.calibration.model import (
     Calibration,
     Collectives,
+    Engine,
+    HostCost,
     Kernels,
     LaunchCost,
     Launcher,
@@ -24,6 +34,8 @@ __all__ = [
     "Calibration",
     "CalibrationError",
     "Collectives",
+    "Engine",
+    "HostCost",
     "Kernels",
     "LaunchCost",
     "Launcher",
@@ -32,7 +44,9 @@ __all__ = [
     "Protocol",
     "TileShape",
     "default",
+    "engines",
     "for_options",
     "ideal",
     "measured",
+    "profile",
 ]

@@ -159,8 +159,9 @@ def estimate_records(programs: Programs, algo: str = "auto") -> int:
     """An upper bound on the records ``programs`` make, known before the run.
 
     Per rank: the graph replay and the launch-skew record, one record per kernel and p2p
-    op, one per host launch, and per collective its fixed-latency record plus its steps: the
-    most steps any algorithm ``algo`` may choose takes (each registry entry's bound).
+    op, one per host launch and per eager dispatch gap, and per collective its fixed-latency
+    record plus its steps: the most steps any algorithm ``algo`` may choose takes (each
+    registry entry's bound).
     """
     steps = algorithms.max_steps(algo, programs.ranks)
     per_program: dict[int, int] = {}
@@ -170,7 +171,8 @@ def estimate_records(programs: Programs, algo: str = "auto") -> int:
         if n is None:
             n = 2
             for op in program.ops:
-                n += (op.launch_s > 0) + (1 + steps if op.collective is not None else 1)
+                n += (op.launch_s > 0) + (op.dispatch_s > 0)
+                n += 1 + steps if op.collective is not None else 1
             per_program[id(program)] = n
         total += n
     return total

@@ -153,7 +153,18 @@ class _Run:
                              "CUDA graph launch")  # fmt: skip
             prev = (rid, env.now)
         launch_rec, launched = self.launch_rec[rank], self.launched[rank]
+        finished, done = self.finished[rank], self.done[rank]
         for i, op in enumerate(program.ops):
+            if op.stream == "cpu":  # host work: the thread itself runs it, after its inputs
+                for d in op.deps:
+                    yield done[d]
+                cause = max([finished[d] for d in op.deps] + [prev], key=lambda c: c[1])
+                start = env.now
+                yield env.timeout(op.seconds)
+                rid = log.op(rank, "cpu", i, op, op.name, 0, start, env.now, cause[0], op.detail)
+                prev = finished[i] = (rid, env.now)
+                done[i].succeed()
+                continue
             if op.launch_s > 0:
                 start = env.now
                 yield env.timeout(op.launch_s)
@@ -182,6 +193,10 @@ class _Run:
             elif op.p2p is not None:
                 prev = yield from self.p2p(rank, i, op, cause)
             else:
+                if op.dispatch_s > 0:  # launched alone: the GPU's gap before it starts
+                    start = env.now
+                    yield env.timeout(op.dispatch_s)
+                    cause = (self.log.dispatch(rank, i, op, start, env.now, cause[0]), env.now)
                 start = env.now
                 yield self.sms.kernel(rank, op.seconds)
                 rid = self.log.op(rank, name, i, op, op.name, op.bytes, start, env.now,

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tpsim.core import host
 from tpsim.core.config import ConfigError, Options, Workload, ceil_div, precision
 from tpsim.core.costs import Hardware
 from tpsim.core.kernel_table import KernelTable
@@ -257,7 +258,11 @@ def lower(
     and the add apart). ``table`` (measured GEMM times) overrides the GEMMs it matches.
     """
     price = Pricing.of(hw, precision(options, model.dtype, hw.fp8_tensor_cores), table)
-    build = OpBuilder(options.calibration.launch[options.launch], tp)
+    calib = options.calibration
+    engine = calib.engine
+    mode = host.step_mode(engine, options.launch, workload.phase, workload.tokens)
+    build = OpBuilder(calib.launch[mode], tp, eager=mode == "eager")
+    host.before_step(build, engine, tp, workload.batch)
     lo = _Megatron(model, tp, workload, options, price, build)
     slices = [_Slice(0, workload.batch, workload.tokens)]
     if options.overlap == "microbatch":
@@ -272,9 +277,12 @@ def lower(
     for mb in slices:
         lo.embedding(mb)
     for layer in range(model.num_layers):
+        if mode == "eager":
+            host.layer_python(build, engine, layer)
         for block in (lo.attention_block, lo.mlp_block, lo.close_layer):
             for mb in slices:
                 block(mb, layer)
     for mb in slices:
         lo.head(mb)
+    host.after_step(build, engine, workload.batch, model.num_layers)
     return Programs.same(build.program(), tp)

@@ -14,6 +14,7 @@ REGIMES: dict[str, str] = {
     "memory": "memory-bound",
     "communication": "communication-bound",
     "launch_overhead": "overhead-bound",
+    "host": "overhead-bound",  # engine host work is overhead too; the breakdown tells which
 }
 
 

@@ -4,9 +4,12 @@ An :class:`OpBuilder` appends kernels, collectives and point-to-point sends and 
 one rank's op list. Each op belongs to a dependency chain (a micro-batch, say): by default
 it depends on the chain's latest op, so a chain runs in order while separate chains may
 overlap. Launch costs are the calibration's for the launch mode (:class:`LaunchCost`): a
-host launch per kernel and per communication call, and a device-side dispatch gap added to
-every kernel. The builder knows nothing of the model; :mod:`tpsim.core.lower` decides what
-to build.
+host launch per kernel and per communication call, and a device-side dispatch gap before
+every kernel (inside the kernel's slot from a CUDA graph; its own ``launch_overhead`` record
+when kernels are launched one by one, ``eager``). Host work of the engine (scheduling,
+sampling, Python per layer) is an op on the ``cpu`` stream that the launch thread runs
+itself; it never becomes a chain's latest op. The builder knows nothing of the model;
+:mod:`tpsim.core.lower` decides what to build.
 """
 
 from __future__ import annotations
@@ -19,8 +22,9 @@ from tpsim.core.program import P2P, CollectiveCall, Op, Program
 class OpBuilder:
     """One rank's op list under construction, in a group of ``ranks``."""
 
-    def __init__(self, launch: LaunchCost, ranks: int) -> None:
+    def __init__(self, launch: LaunchCost, ranks: int, *, eager: bool = False) -> None:
         self.launch = launch
+        self.eager = eager  # kernels launched one by one: the dispatch gap is overhead
         self.ranks = ranks
         self.ops: list[Op] = []
         self.last: dict[int, int] = {}  # chain -> index of its latest op
@@ -45,7 +49,8 @@ class OpBuilder:
         site: str = "",
         deps: tuple[int, ...] | None = None,
     ) -> int:
-        """A compute kernel; its slot on the stream includes its dispatch gap."""
+        """A compute kernel after its dispatch gap."""
+        gap = self.launch.gpu_gap_s
         op = Op(
             name,
             kind,
@@ -53,12 +58,13 @@ class OpBuilder:
             site,
             "compute",
             self.launch.kernel_s,
-            cost.seconds + self.launch.gpu_gap_s,  # the kernel's slot includes its dispatch
+            cost.seconds if self.eager else cost.seconds + gap,  # a graph's slot holds the gap
             cost.flops,
             cost.bytes,
             cost.category,
             detail,
             self.tail(chain) if deps is None else deps,
+            dispatch_s=gap if self.eager else 0.0,
         )
         return self._emit(chain, op)
 
@@ -124,6 +130,20 @@ class OpBuilder:
             p2p=P2P(direction, peer, nbytes, tag),
         )
         return self._emit(chain, o)
+
+    def host(self, name: str, layer: int, seconds: float, detail: str,
+             deps: tuple[int, ...] = ()) -> int | None:  # fmt: skip
+        """Host work of ``seconds`` on the launch thread, after ``deps`` finish (none: as soon
+        as the thread gets there); None, and nothing built, if it takes no time."""
+        if seconds <= 0:
+            return None
+        op = Op(name, "host", layer, "", "cpu", 0.0, seconds, 0.0, 0, "host", detail, deps)
+        self.ops.append(op)
+        return len(self.ops) - 1
+
+    def last_op(self) -> int:
+        """Index of the latest op built (what the step's end waits for)."""
+        return len(self.ops) - 1
 
     def program(self) -> Program:
         """The op list built so far, after the launch mode's graph replay."""

@@ -49,16 +49,17 @@ class Op:
     kind: str  # "gemm" | "attention" | "elementwise" | "collective" | "p2p"
     layer: int  # -1 embedding, 0..L-1 layers, L final norm and LM head
     site: str  # collective site, or "" for kernels
-    stream: str  # "compute" | "comm"
+    stream: str  # "compute" | "comm" | "cpu" (host work, run by the launch thread itself)
     launch_s: float  # host time to launch this op
     seconds: float  # kernel duration; 0 for collectives and p2p, which the engine times
     flops: float
     bytes: int
-    category: str  # "compute" | "memory" | "communication"
+    category: str  # "compute" | "memory" | "communication" | "host"
     detail: str  # shape, for the trace
     deps: tuple[int, ...]  # indices of ops that must finish before this one starts
     collective: CollectiveCall | None = None
     p2p: P2P | None = None
+    dispatch_s: float = 0.0  # device gap before the kernel, counted as launch overhead
 
 
 @dataclass(frozen=True)

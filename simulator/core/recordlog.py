@@ -39,6 +39,16 @@ class RecordLog:
                                    site, i, start, end, 0.0, 0, cause, detail))  # fmt: skip
         return rid
 
+    def dispatch(self, rank: int, i: int, op: Op, start: float, end: float, cause: int) -> int:
+        """The device-side gap before eagerly launched kernel ``i`` (``compute`` stream,
+        ``launch_overhead``); returns its id."""
+        rid = len(self.records)
+        detail = "device dispatch of an eagerly launched kernel"
+        self.records.append(Record(rid, rank, "compute", f"dispatch {op.name}", "dispatch",
+                                   "launch_overhead", op.layer, op.site, i, start, end, 0.0, 0,
+                                   cause, detail))  # fmt: skip
+        return rid
+
     def step_labels(self, op: Op, label: str, n: int) -> tuple[list[str], list[str]]:
         """Names and details of a collective's ``n`` step records (made once per op and
         shape): ``attn_out.all_reduce[3]``, ``...; ring/LL step 4 of 14``."""

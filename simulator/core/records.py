@@ -10,14 +10,25 @@ from typing import Any, NamedTuple
 #: Streams of one rank. A record's ``stream`` is one of these.
 STREAMS: tuple[str, ...] = ("cpu", "compute", "comm")
 
-#: Kinds of work. ``launch`` lives on the ``cpu`` stream; ``collective`` and ``p2p``
-#: (a point-to-point send or receive) on ``comm``, in the ``communication`` category.
-KINDS: tuple[str, ...] = ("launch", "gemm", "attention", "elementwise", "collective", "p2p")
+#: Kinds of work. ``launch`` (a host launch) and ``host`` (engine work: scheduling, input
+#: preparation, sampling, Python per layer) live on the ``cpu`` stream; ``dispatch`` (the
+#: device-side gap before an eagerly launched kernel) on ``compute``; ``collective`` and
+#: ``p2p`` (a point-to-point send or receive) on ``comm``, in the ``communication`` category.
+KINDS: tuple[str, ...] = (
+    "launch",
+    "host",
+    "dispatch",
+    "gemm",
+    "attention",
+    "elementwise",
+    "collective",
+    "p2p",
+)
 #: The kinds that are communication.
 COMM_KINDS: tuple[str, ...] = ("collective", "p2p")
 
 #: What a record's time counts as in the breakdown.
-CATEGORIES: tuple[str, ...] = ("compute", "memory", "communication", "launch_overhead")
+CATEGORIES: tuple[str, ...] = ("compute", "memory", "communication", "launch_overhead", "host")
 
 
 class Record(NamedTuple):
@@ -31,7 +42,7 @@ class Record(NamedTuple):
     stream: str  # "cpu" | "compute" | "comm"
     name: str  # op name after the layer structure: "qkv_proj", "attn_out.allreduce[3]", ...
     kind: str  # "launch" | "gemm" | "attention" | "elementwise" | "collective" | "p2p"
-    category: str  # "compute" | "memory" | "communication" | "launch_overhead"
+    category: str  # "compute" | "memory" | "communication" | "launch_overhead" | "host"
     layer: int  # transformer layer index; -1 for embedding, num_layers for the head
     site: str  # collective site ("attn_out", "mlp_out", "embedding", "lm_head"); "" if none
     op: int  # index of the op in the rank's program this record belongs to
