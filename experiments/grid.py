@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from tpsim.calibration import CalibrationError, profile
 from tpsim.core.config import (
     ALLREDUCE_ALGOS,
     COMPUTE_DTYPES,
@@ -62,6 +63,7 @@ class Point:
     allreduce_algo: str
     sequence_parallel: bool
     ideal: bool
+    engine: str
 
     @property
     def point_id(self) -> str:
@@ -95,6 +97,7 @@ class Point:
             kv_dtype=self.kv_dtype,
             ideal=self.ideal,
             allow_oom=True,
+            engine=self.engine,
             sequence_parallel=self.sequence_parallel,
         )
 
@@ -147,6 +150,17 @@ def _choice(field: str, allowed: tuple[str, ...], optional: bool = False) -> Cal
     return check
 
 
+def _engine(value: object) -> str:
+    """An engine profile: a shipped name or a profile file (loaded once here to check it)."""
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"engine={value!r}: must name an engine or a profile file")
+    try:
+        profile(value.strip())
+    except CalibrationError as e:
+        raise ConfigError(str(e)) from None
+    return value.strip()
+
+
 def _bool(field: str) -> Callable[[object], bool]:
     words = {"true": True, "on": True, "yes": True, "false": False, "off": False, "no": False}
 
@@ -190,6 +204,7 @@ AXES: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "allreduce_algo": (_choice("allreduce_algo", ALLREDUCE_ALGOS), "auto"),
     "sequence_parallel": (_bool("sequence_parallel"), False),
     "ideal": (_bool("ideal"), False),
+    "engine": (_engine, "ideal"),
 }
 REQUIRED = ("model", "topology", "tp")
 

@@ -359,6 +359,12 @@ def _profile_text(name_or_path: str) -> tuple[str, str]:
 PROFILE_KEYS = ("name", "about", "extends", "overrides")
 
 
+def about(name_or_path: str) -> str:
+    """What an engine profile models, in its own words (its ``about``)."""
+    data = yaml.safe_load(_profile_text(name_or_path)[0])
+    return str(data.get("about", "")).strip() if isinstance(data, dict) else ""
+
+
 def _overrides(name_or_path: str, depth: int = 0) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
     """The profile's name and its overrides, those of what it extends first."""
     if depth > MAX_EXTENDS:

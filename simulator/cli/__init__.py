@@ -127,6 +127,13 @@ def _parser() -> argparse.ArgumentParser:
         help="the last rank's host thread starts this much later (us)",
     )
     run.add_argument("--allreduce-algo", choices=ALLREDUCE_ALGOS, default="auto")
+    run.add_argument(
+        "--engine",
+        default="ideal",
+        help="serving engine: "
+        + ", ".join(calibration.engines())
+        + " (tpsim list engines), or a profile file .yaml",
+    )
     run.add_argument("--allow-oom", action="store_true", help="simulate a layout that does not fit")
     run.add_argument(
         "--fused",
@@ -180,7 +187,7 @@ def _parser() -> argparse.ArgumentParser:
     coll.add_argument("--json", action="store_true")
 
     ls = sub.add_parser("list", help="list catalog entries")
-    ls.add_argument("what", choices=("models", "topologies", "gpus"))
+    ls.add_argument("what", choices=("models", "topologies", "gpus", "engines"))
 
     add_study_parsers(sub)
     return p
@@ -229,6 +236,7 @@ def _run(a: argparse.Namespace) -> int:
         overlap_chunks=a.overlap_chunks,
         launch_skew_s=a.launch_skew_us * 1e-6,
         max_records=a.max_records,
+        engine=a.engine,
     )
     check_nodes(a.nodes)
     if a.gantt_ranks and max(a.gantt_ranks) >= a.tp:

@@ -30,7 +30,7 @@ def add_study_parsers(sub: Any) -> None:
         sw.add_argument(flag, help=lists)
     for flag in ("--phase", "--prompt-len", "--context-len", "--dtype", "--kv-dtype"):
         sw.add_argument(flag, help=lists)
-    for flag in ("--launch", "--overlap", "--allreduce-algo"):
+    for flag in ("--launch", "--overlap", "--allreduce-algo", "--engine"):
         sw.add_argument(flag, help=lists)
     for flag in ("--sequence-parallel", "--ideal"):
         sw.add_argument(flag, nargs="?", const="true", help="alone: true; or a list: false,true")

@@ -76,14 +76,15 @@ def simulate(
     layout = Layout(layout) if isinstance(layout, int) else layout
     workload = workload or Workload()
     options = options or Options()
+    calib = options.calibration  # an unknown engine or bad profile is refused first
     gpu_count = sum(1 for _, k in graph.nodes(data="kind") if k == "gpu")
     _check_layout(spec, layout.tp, gpu_count)
     comms = connect(
         graph,
         layout.tp,
         per_host=layout.gpus_per_node,
-        calib=options.calibration,
-        algo=options.allreduce_algo,
+        calib=calib,
+        algo=options.collective_algo,
     )
     group = comms.group
 
@@ -95,9 +96,9 @@ def simulate(
     check_records(records_lower_bound(spec, layout.tp, workload, options), options, "at least")
     prec = precision(options, spec.dtype, group.gpu.fp8_flops is not None)
     dtype = prec.weights  # the resolved --dtype (fp32 checkpoints run in fp16, as vLLM's auto)
-    hw = hardware_for(group.gpu, prec.math, options.calibration.kernels, kv_dtype=prec.kv)
+    hw = hardware_for(group.gpu, prec.math, calib.kernels, kv_dtype=prec.kv)
     programs = lower(spec, layout.tp, workload, options, hw, table)
-    check_records(estimate_records(programs, options.allreduce_algo), options, "up to")
+    check_records(estimate_records(programs, options.collective_algo), options, "up to")
     _ = comms.planner  # collectives are planned before the engine's clock starts
     wall = time.perf_counter()
     log: list[tuple[float, int, float]] | None = [] if link_usage else None
@@ -107,7 +108,7 @@ def simulate(
         comms,
         programs,
         rank_delay_s=[r * skew for r in range(layout.tp)],
-        comm_sms=options.calibration.collectives.comm_sms,
+        comm_sms=calib.collectives.comm_sms,
         link_log=log,
         use_symmetry=use_symmetry,
     )

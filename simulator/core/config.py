@@ -111,6 +111,7 @@ class Options:
     overlap_chunks: int = 0  # chunks of a row-parallel GEMM with --overlap chunked; 0: tp
     launch_skew_s: float = 0.0  # the last rank's host thread starts this much later
     max_records: int = 20_000_000  # refuse a run estimated to make more records (api.py)
+    engine: str = "ideal"  # serving-engine profile: a shipped name or a profile file (.yaml)
 
     def __post_init__(self) -> None:
         _choice("launch", self.launch, LAUNCH_MODES)
@@ -129,6 +130,8 @@ class Options:
                 "(ideal mode has no host overheads)"
             )
         _positive_int("max_records", self.max_records)
+        if not isinstance(self.engine, str) or not self.engine.strip():
+            raise ConfigError(f"engine={self.engine!r}: must name an engine or a profile file")
         for flag in ("ideal", "allow_oom", "fused", "sequence_parallel"):
             if not isinstance(getattr(self, flag), bool):
                 raise ConfigError(f"{flag}={getattr(self, flag)!r}: must be true or false")
@@ -151,9 +154,18 @@ class Options:
 
     @property
     def calibration(self) -> Calibration:
-        """The constants this run is priced with: the shipped calibration, or its ideal
-        variant under ``ideal`` (the one place that flag is read)."""
-        return calibration.for_options(self.ideal)
+        """The constants this run is priced with: the engine profile's calibration, or its
+        first-principles variant under ``ideal`` (the one place either is read). An unknown
+        engine or a malformed profile raises CalibrationError."""
+        return calibration.for_options(self.ideal, self.engine)
+
+    @property
+    def collective_algo(self) -> str:
+        """The collective algorithm choice in force: ``allreduce_algo``, where ``auto`` is
+        restricted to NCCL's own for an engine without a custom all-reduce."""
+        if self.allreduce_algo == "auto" and self.calibration.engine.allreduce == "nccl":
+            return "nccl"
+        return self.allreduce_algo
 
 
 @dataclass(frozen=True, slots=True)

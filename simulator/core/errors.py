@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tpsim.calibration import CalibrationError
 from tpsim.models.errors import ModelError
 from tpsim.topologies.errors import TopologyError
 
@@ -16,4 +17,10 @@ class ProgramError(ValueError):
 
 
 #: Every exception type the CLI reports as bad input: one line on stderr, exit code 2.
-INPUT_ERRORS: tuple[type[Exception], ...] = (ConfigError, ModelError, TopologyError, ProgramError)
+INPUT_ERRORS: tuple[type[Exception], ...] = (
+    ConfigError,
+    ModelError,
+    TopologyError,
+    ProgramError,
+    CalibrationError,
+)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
+from tpsim.calibration.loader import about, engines
 from tpsim.models.catalog import MODELS
 from tpsim.topologies.builders import DESCRIPTIONS
 from tpsim.topologies.gpus import GPUS
@@ -39,6 +41,7 @@ def title(s: dict[str, Any]) -> str:
     return (
         f"{c['model']['name']} on {where}, TP {c['tp']}, {w['phase']} batch {w['batch']}, "
         f"{lengths}, {c['options']['dtype']}, launch {c['options']['launch']}"
+        + (f", engine {c['options']['engine']}" if c["options"]["engine"] != "ideal" else "")
     )
 
 
@@ -91,6 +94,8 @@ def collective_table(rows: list[dict[str, Any]], op: str, ranks: int) -> str:
 
 
 def catalog_text(what: str) -> str:
+    if what == "engines":
+        return "\n".join(f"{name:<18} {textwrap.shorten(about(name), 100)}" for name in engines())
     if what == "models":
         rows = [f"{'name':<16} {'params':>8} {'layers':>6} {'hidden':>6} {'heads':>5} {'kv':>3}"]
         for name, m in sorted(MODELS.items()):
