@@ -21,6 +21,7 @@ import yaml
 from tpsim.calibration.model import (
     Calibration,
     Collectives,
+    Coordination,
     Engine,
     HostCost,
     Kernels,
@@ -243,7 +244,7 @@ def _engine(d: Mapping[str, Any], name: str) -> Engine:
         step_host={k: _host_cost(step[k], f"{w}.step_host_us.{k}") for k in pieces},
         host_overlap=overlap,
         layer_host_s=_nonnegative_us(entry(d, "layer_host_us", w), f"{w}.layer_host_us"),
-        tp_coordination=_host_cost(entry(d, "tp_coordination_us", w), f"{w}.tp_coordination_us"),
+        tp_coordination=_coordination(entry(d, "tp_coordination_us", w), f"{w}.tp_coordination_us"),
         allreduce=allreduce,
     )
 
@@ -253,6 +254,15 @@ def _nonnegative_us(value: object, field: str) -> float:
     if x < 0:
         raise CalibrationError(f"{field}={value!r}: must not be negative")
     return scale(x, -6)
+
+
+def _coordination(triple: object, field: str) -> Coordination:
+    if not isinstance(triple, list) or len(triple) != 3:
+        raise CalibrationError(
+            f"{field}={triple!r}: must be [base us, us per sequence, us per sequence per worker "
+            "beyond the second]"
+        )
+    return Coordination(*(_nonnegative_us(x, field) for x in triple))
 
 
 def _host_cost(pair: object, field: str) -> HostCost:

@@ -177,6 +177,21 @@ class HostCost:
         return self.base_s + self.per_seq_s * batch
 
 
+@dataclass(frozen=True, slots=True)
+class Coordination:
+    """Host time per step for a driver to hand the step to its TP workers (tp > 1): a fixed
+    round trip, serialising the batch, and sending it to each further worker."""
+
+    base_s: float
+    per_seq_s: float
+    per_seq_per_rank_s: float  # per sequence and per worker beyond the second rank
+
+    def seconds(self, tp: int, batch: int) -> float:
+        if tp < 2:
+            return 0.0
+        return self.base_s + batch * (self.per_seq_s + self.per_seq_per_rank_s * (tp - 2))
+
+
 @dataclass(frozen=True)
 class Engine:
     """The serving engine around the kernels: its host work per step and its choices.
@@ -197,7 +212,7 @@ class Engine:
     #: step done while this one runs: V1's asynchronous scheduling and output processing).
     host_overlap: float
     layer_host_s: float  # host time per layer in an eager step (Python module calls)
-    tp_coordination: HostCost  # per step when tp > 1: ``base_s`` + ``per_seq_s`` per extra rank
+    tp_coordination: Coordination  # per step when tp > 1 (the driver hands out the step)
     allreduce: str  # "auto" (custom all-reduce below its limit, then NCCL) or "nccl"
 
     def graphs(self, phase: str, tokens: int) -> bool:
@@ -268,6 +283,6 @@ class Calibration:
                 self.engine,
                 step_host={k: HostCost(0.0, 0.0) for k in self.engine.step_host},
                 layer_host_s=0.0,
-                tp_coordination=HostCost(0.0, 0.0),
+                tp_coordination=Coordination(0.0, 0.0, 0.0),
             ),
         )

@@ -1,8 +1,8 @@
 """The serving engine's host work in a step, as ops the launch thread runs.
 
 What happens on the host around the kernels of one step (:class:`tpsim.calibration.Engine`):
-before the forward, TP worker coordination (the driver hands the step to its workers),
-scheduling and input preparation; in an eager step, Python per layer; after the logits,
+before the forward, scheduling, input preparation and TP worker coordination (the driver
+hands the step to its workers); in an eager step, Python per layer; after the logits,
 sampling and output processing. An engine that overlaps host work with the GPU (vLLM V1's
 asynchronous scheduling) does that share of it for the *next* step while this step's
 kernels run: it occupies the host thread but waits for nothing on the GPU. Each piece is a
@@ -29,16 +29,14 @@ def step_mode(engine: Engine, launch: str, phase: str, tokens: int) -> str:
 
 
 def before_step(build: OpBuilder, engine: Engine, tp: int, batch: int) -> None:
-    """Host work before the first launch: coordination, then the serial share of scheduling
-    and input preparation."""
-    coordination = engine.tp_coordination
-    extra = tp - 1
-    build.host("tp_coordination", -1, coordination.base_s + coordination.per_seq_s * extra
-               if extra else 0.0, f"engine {engine.name}: the step to {tp} workers")  # fmt: skip
+    """Host work before the first launch: the serial share of scheduling and input
+    preparation, then handing the step to the TP workers."""
     serial = 1.0 - engine.host_overlap
     for piece in PRE_STEP:
         seconds = serial * engine.step_host[piece].seconds(batch)
         build.host(piece, -1, seconds, f"engine {engine.name}: {piece}, batch {batch}")
+    build.host("tp_coordination", -1, engine.tp_coordination.seconds(tp, batch),
+               f"engine {engine.name}: the step to {tp} workers")  # fmt: skip
 
 
 def layer_python(build: OpBuilder, engine: Engine, layer: int) -> None:
