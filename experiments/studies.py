@@ -5,7 +5,9 @@
 - ``in_node_vs_cross_node``: TP 8 in one node against TP 16 over two nodes and TP 8 over two
   nodes with 4 GPUs each;
 - ``launch_overhead``: eager against CUDA graphs against torch.compile, across model sizes;
-- ``worked_examples``: every worked number of the design (tpsim.experiments.worked_examples).
+- ``worked_examples``: every worked number of the design (tpsim.experiments.worked_examples);
+- ``engines``: one model on the ideal engine and on vLLM V0 and V1 across TP
+  (tpsim.experiments.engine_study).
 
 A study returns its report lines, a small ``summary`` of facts a reader can check (what the
 golden tests assert), its rows (sweep rows, tpsim.experiments.results) and the plots it wrote.
@@ -278,6 +280,12 @@ def _launch_plot(rows: Sequence[Row], path: Path) -> None:
     save_figure(fig, path)
 
 
+def _engines(out: Path | None = None, *, jobs: int = 1) -> Study:
+    from tpsim.experiments.engine_study import engines
+
+    return engines(out, jobs=jobs)
+
+
 def _worked(out: Path | None = None, *, jobs: int = 1) -> Study:
     from tpsim.experiments.worked_examples import worked_examples
 
@@ -290,4 +298,5 @@ STUDIES: dict[str, Callable[..., Study]] = {
     "tp_batch_sweep": tp_batch_sweep,
     "in_node_vs_cross_node": in_node_vs_cross_node,
     "launch_overhead": launch_overhead,
+    "engines": _engines,
 }

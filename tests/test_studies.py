@@ -80,9 +80,23 @@ def test_study_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         "tp_batch_sweep",
         "in_node_vs_cross_node",
         "launch_overhead",
+        "engines",
     }
     assert main(["study", "worked_examples", "--out", str(tmp_path), "--json"]) == 0
     j = json.loads(capsys.readouterr().out)
     assert j["study"] == "worked_examples" and j["summary"]["tp4_batch1_payload_bytes"] == 8192
     assert (tmp_path / "worked_examples.csv").is_file()
     assert main(["study", "nope"]) == 2
+
+
+def test_engines_study_shows_where_the_engine_sets_the_limit(tmp_path: Path) -> None:
+    from tpsim.experiments.engine_study import engines
+
+    s = engines(tmp_path, jobs=2)
+    gain, host = s.summary["tp8_over_tp4"], s.summary["host_share_at_tp8"]
+    assert gain["llama-3.1-8b ideal"] > 1.25 and host["llama-3.1-8b ideal"] == 0
+    assert gain["llama-3.1-8b vllm-v0"] < 1.0  # Ray coordination grows with the workers
+    assert host["llama-3.1-8b vllm-v0"] > 0.5
+    assert gain["llama-3.1-70b vllm"] > 1.25
+    assert (tmp_path / "engines.png").stat().st_size > 10_000
+    assert (tmp_path / "engines.csv").read_text().count("\n") == 25  # header + 24 points

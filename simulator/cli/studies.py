@@ -15,7 +15,13 @@ from tpsim.core.config import PHASES, Layout, Workload, check_nodes
 from tpsim.core.errors import ConfigError
 
 #: Named studies of experiments/studies.py (kept here so that --help imports nothing heavy).
-STUDY_NAMES = ("worked_examples", "tp_batch_sweep", "in_node_vs_cross_node", "launch_overhead")
+STUDY_NAMES = (
+    "worked_examples",
+    "tp_batch_sweep",
+    "in_node_vs_cross_node",
+    "launch_overhead",
+    "engines",
+)
 
 
 def add_study_parsers(sub: Any) -> None:
