@@ -154,6 +154,19 @@ _ENTRIES = [
         max_pos=131072,
         qkv_bias=True,
     ),
+    # LLaMA (v1) 33B, "LLaMA: Open and Efficient Foundation Language Models" (Touvron et al.
+    # 2023, table 2: dimension 6656, 52 heads, 60 layers); FFN 17920, vocab 32000, 2048 positions
+    _llama(
+        "llama-33b",
+        d=6656,
+        layers=60,
+        heads=52,
+        kv_heads=52,
+        inner=17920,
+        vocab=32000,
+        max_pos=2048,
+        dtype="fp16",
+    ),
     # codellama/CodeLlama-34b-hf
     _llama(
         "codellama-34b",
