@@ -141,10 +141,6 @@ class OpBuilder:
         self.ops.append(op)
         return len(self.ops) - 1
 
-    def last_op(self) -> int:
-        """Index of the latest op built (what the step's end waits for)."""
-        return len(self.ops) - 1
-
     def program(self) -> Program:
         """The op list built so far, after the launch mode's graph replay."""
         return Program(ops=tuple(self.ops), replay_s=self.launch.replay_s)
