@@ -27,6 +27,7 @@ PUBLISHED_PARAMS = {
     "mistral-7b": 7.24e9,
     "qwen2.5-72b": 72.7e9,
     "codellama-34b": 33.7e9,
+    "llama-33b": 32.5e9,  # LLaMA paper, table 2
 }
 
 
@@ -251,8 +252,8 @@ def test_get_model_unknown_name_lists_the_catalog() -> None:
         get_model("foo")
     assert str(info.value) == (
         "model='foo': unknown model; catalog: codellama-34b, gpt3-175b, llama-2-13b, "
-        "llama-2-70b, llama-2-7b, llama-3.1-405b, llama-3.1-70b, llama-3.1-8b, mistral-7b, "
-        "qwen2.5-72b or a path to a config.json"
+        "llama-2-70b, llama-2-7b, llama-3.1-405b, llama-3.1-70b, llama-3.1-8b, llama-33b, "
+        "mistral-7b, qwen2.5-72b or a path to a config.json"
     )
 
 

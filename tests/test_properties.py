@@ -199,23 +199,27 @@ def _bounds(
     - compute: its kernels back to back (``op.seconds``, the roofline plus fixed costs);
     - memory: its kernels' HBM bytes at the achievable HBM bandwidth;
     - communication: the busiest link's bytes (all collectives, as planned) over its rate;
-    - upper: nothing overlaps: the graph replay, every host launch, every kernel slowed by
-      a collective holding SMs, and every collective in lockstep (``schedules.predict``).
+    - upper: nothing overlaps: the graph replay, every host launch and host op, every
+      kernel (and its eager dispatch gap) slowed by a collective holding SMs, and every
+      collective in lockstep (``schedules.predict``).
     """
     group = tp_group(graph, tp)
     prec = precision(opts, model.dtype, group.gpu.fp8_flops is not None)
     hw = hardware_for(group.gpu, prec.math, opts.calibration.kernels, kv_dtype=prec.kv)
     program = lower(model, tp, wl, opts, hw, None)[0]  # every rank runs this one
     fab = group.fabric(opts.calibration)
-    plan = make_planner(fab, group.ring, algo=opts.allreduce_algo)
+    plan = make_planner(fab, group.ring, algo=opts.collective_algo)
     sms = group.gpu.sm_count
     slow = 1.0 if opts.ideal or tp == 1 else sms / (sms - COMM_SMS)
     upper, compute, memory = program.replay_s, 0.0, 0.0
     load: dict[int, float] = defaultdict(float)
     for op in program.ops:
         upper += op.launch_s
+        if op.stream == "cpu":  # the engine's host work: on the launch thread only
+            upper += op.seconds
+            continue
         if op.collective is None:
-            upper += op.seconds * slow
+            upper += op.dispatch_s + op.seconds * slow
             compute += op.seconds
             memory += op.bytes / hw.hbm_achievable_Bps
             continue
