@@ -56,8 +56,10 @@ F_SCALE = 0.05
 #: Finite-difference step in log-parameter space (1%: wide enough to see past the kinks of
 #: a roofline's max()).
 STEP = 0.01
-#: Relative uncertainty above which a fitted parameter is reported as poorly determined.
+#: Uncertainty (one sd of the fitted log) above which a fitted parameter is reported as
+#: poorly determined, and above which (a factor e) it is not taken as determined at all.
 POORLY = 0.3
+UNDETERMINED = 1.0
 
 
 @dataclass(frozen=True)
@@ -198,59 +200,104 @@ class _Fit:
         reasons |= _numerical([KNOBS[i] for i in tried], lsq.jacobian(
             self.residuals(tried), u, r0, lo, hi, STEP))  # fmt: skip
         active = [i for i, k in enumerate(KNOBS) if k.name not in reasons]
-        if not active:
-            why = "; ".join(f"{k}: {r}" for k, r in reasons.items())
-            raise ConfigError(f"{sim.source}: these points identify none of the parameters ({why})")
         if len(points) < len(active) + 1:
             raise ConfigError(
                 f"{sim.source}: {len(points)} points for {len(active)} parameters "
                 f"({', '.join(KNOBS[i].name for i in active)}); at least {len(active) + 1} needed"
             )
-        lo, hi = self.u_lo[active], self.u_hi[active]
-        sol = lsq.solve(self.residuals(active), self.u0[active], lo, hi, f_scale=F_SCALE, step=STEP)
+        sol, active, iterations = self.solve(active, reasons)
+        return self.summary(sol, active, reasons, iterations)
+
+    def solve(
+        self, active: list[int], reasons: dict[str, str]
+    ) -> tuple[lsq.Solution, list[int], int]:
+        """Fit the ``active`` knobs. A knob no point depends on at the optimum goes back to
+        the base (when that changes no prediction); while one is determined no better than a
+        factor e, the least determined goes back to the base and the others are refitted."""
+        x0, iterations = self.u0[active], 0
+        while True:
+            if not active:
+                why = "; ".join(f"{k}: {r}" for k, r in reasons.items())
+                raise ConfigError(f"{self.sim.source}: the points identify no parameter ({why})")
+            lo, hi = self.u_lo[active], self.u_hi[active]
+            sol = lsq.solve(self.residuals(active), x0, lo, hi, f_scale=F_SCALE, step=STEP)
+            iterations += sol.iterations
+            values = self.values(sol.x, active)
+            for k, col in enumerate(sol.jacobian.T):
+                if np.max(np.abs(col)) >= NEGLIGIBLE:
+                    continue
+                i, v = active[k], list(values)
+                v[i] = float(self.base[i])
+                if np.allclose(self.sim.predict(v), self.sim.predict(values), rtol=1e-9, atol=0):
+                    values = v
+                    reasons[KNOBS[i].name] = "no point depends on it at the fitted values"
+            kept = [k for k, i in enumerate(active) if KNOBS[i].name not in reasons]
+            sigma = _sigma(sol, kept)
+            if not kept or not np.nanmax(sigma, initial=0.0) > UNDETERMINED:
+                return sol, active, iterations
+            worst = kept[int(np.nanargmax(sigma))]
+            factor = math.exp(min(float(np.nanmax(sigma)), math.log(100)))
+            reasons[KNOBS[active[worst]].name] = (
+                "no point depends on it near where the fit took it"
+                if math.isinf(float(np.nanmax(sigma)))
+                else "not determined by these points (uncertain by a factor of "
+                f"{'more than 100' if factor >= 100 else f'{factor:.2g}'})"
+            )
+            x0 = sol.x[[k for k in kept if k != worst]]
+            active = [active[k] for k in kept if k != worst]
+
+    def summary(
+        self, sol: lsq.Solution, active: list[int], reasons: dict[str, str], iterations: int
+    ) -> Calibrated:
+        """The fitted values (4 significant digits; times to 0.01 us), their uncertainties,
+        the warnings, the in-sample and leave-one-out predictions."""
+        sim = self.sim
         values = self.values(sol.x, active)
-        flat = [k for k, col in enumerate(sol.jacobian.T) if np.max(np.abs(col)) < NEGLIGIBLE]
-        for k in flat:  # no point depends on it here: back to the base if that changes nothing
-            i, v = active[k], list(values)
-            v[i] = float(self.base[i])
-            if np.allclose(sim.predict(v), sim.predict(values), rtol=1e-9, atol=0):
-                values = v
-                reasons[KNOBS[i].name] = "no point depends on it at the fitted values"
-        for i in active:  # written with 4 significant digits (times: to 0.01 us)
+        for i in active:
             x = round(values[i], 2) if KNOBS[i].unit == "us" else float(f"{values[i]:.4g}")
             values[i] = float(np.clip(x, self.lower[i], self.upper[i]))
+            if KNOBS[i].name in reasons:
+                values[i] = float(self.base[i])
         kept = [k for k, i in enumerate(active) if KNOBS[i].name not in reasons]
-        sigma_u = dict(zip(kept, np.sqrt(np.abs(np.diag(sol.covariance(kept)))), strict=True))
-        pressing = sol.pressing(lo, hi)
+        sigma_u = dict(zip(kept, _sigma(sol, kept), strict=True))
+        pressing = sol.pressing(self.u_lo[active], self.u_hi[active])
         warnings = [f"{k}: {why}; kept at the base value" for k, why in reasons.items()]
         parameters = []
         for i, knob in enumerate(KNOBS):
             k = active.index(i) if i in active else -1
             s_u = float(sigma_u.get(k, math.nan))
             held = k in kept and bool(pressing[k])
+            f = Fitted(knob, float(self.base[i]), values[i], (values[i] + knob.shift) * s_u,
+                       float(self.lower[i]), float(self.upper[i]), reasons.get(knob.name, ""),
+                       held)  # fmt: skip
             if s_u > POORLY:
-                warnings.append(f"{knob.name}: poorly determined by these points (+/- {s_u:.0%})")
+                warnings.append(f"{knob.name}: poorly determined by these points{f.sigma_text()}")
             if held:
                 warnings.append(
                     f"{knob.name}: held at its bound {values[i]:g}; the data push it beyond "
                     "what is physical (check the measurements and the base engine)"
                 )
-            parameters.append(Fitted(
-                knob, float(self.base[i]), values[i], (values[i] + knob.shift) * s_u,
-                float(self.lower[i]), float(self.upper[i]), reasons.get(knob.name, ""), held,
-            ))  # fmt: skip
+            parameters.append(f)
         if not sol.converged:
             warnings.append(f"the fit stopped after {sol.iterations} iterations, not converged")
-        reverted = [i for i in active if KNOBS[i].name in reasons]
         loo = []
-        for n, x in enumerate(sol.leave_one_out(lo, hi)):
+        for n, x in enumerate(sol.leave_one_out(self.u_lo[active], self.u_hi[active])):
             v = self.values(x, active)
-            for i in reverted:
-                v[i] = float(self.base[i])
+            v = [float(self.base[i]) if KNOBS[i].name in reasons else v[i] for i in range(len(v))]
             loo.append(float(sim.predict(v, only=[n])[0]))
         predicted = [float(x) for x in sim.predict(values)]
-        return Calibrated(sim.source, sim.base, list(points), parameters, warnings, predicted,
-                          loo, sol.iterations, sim.simulations, sol.converged)  # fmt: skip
+        return Calibrated(sim.source, sim.base, list(sim.points), parameters, warnings,
+                          predicted, loo, iterations, sim.simulations, sol.converged)  # fmt: skip
+
+
+def _sigma(sol: lsq.Solution, kept: Sequence[int]) -> np.ndarray:
+    """One sd of each kept parameter (in log space); infinite for one no point depends on
+    at the optimum (the linearised covariance would call it exact)."""
+    if not kept:
+        return np.zeros(0)
+    sigma = np.sqrt(np.abs(np.diag(sol.covariance(kept))))
+    flat = np.max(np.abs(sol.jacobian[:, list(kept)]), axis=0) < NEGLIGIBLE
+    return np.where(flat, np.inf, sigma)
 
 
 def _structural(calib: Calibration, points: Sequence[Point]) -> dict[str, str]:

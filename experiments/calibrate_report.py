@@ -14,10 +14,10 @@ if TYPE_CHECKING:
 WORST = 3
 
 
-def _num(x: float) -> str:
+def _num(x: float, digits: int = 4) -> str:
     if math.isnan(x):
         return "-"
-    return "0" if abs(x) < 5e-6 else f"{x:.4g}"
+    return "0" if abs(x) < 5e-6 else f"{x:.{digits}g}"
 
 
 def _pct(x: float) -> str:
@@ -44,7 +44,7 @@ def report_text(c: Calibrated, out: Path | None = None) -> str:
             bounds += " (at a bound)"
         lines.append(
             f"{f.knob.name:<28}{f.knob.unit:<6}{_num(f.base):>9}{_num(f.value):>10}"
-            f"{_num(f.sigma):>10}  {bounds}"
+            f"{_num(f.sigma, 2):>10}  {bounds}"
         )
     if c.warnings:
         lines += ["", "warnings:", *(f"  {w}" for w in c.warnings)]

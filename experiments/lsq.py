@@ -97,8 +97,8 @@ def solve(
     f_scale: float = 0.05,
     step: float = 0.01,
     max_iterations: int = 30,
-    xtol: float = 1e-4,
-    ftol: float = 1e-9,
+    xtol: float = 1e-3,
+    ftol: float = 1e-4,
     gtol: float = 1e-10,
 ) -> Solution:
     """Minimise the soft-L1 loss of ``fun`` over the box, from ``x0`` (clipped into it).

@@ -76,7 +76,7 @@ def read_points(path: Path) -> list[Point]:
     try:
         if path.stat().st_size > MAX_BYTES:
             raise ConfigError(f"{name}: larger than {MAX_BYTES >> 20} MiB; not a measurements CSV")
-        text = path.read_text("utf-8")
+        text = path.read_text("utf-8-sig")  # a spreadsheet's byte-order mark is no column
     except FileNotFoundError:
         raise ConfigError(f"{name}: no such file") from None
     except IsADirectoryError:
