@@ -35,15 +35,13 @@ from typing import Any
 import numpy as np
 from tpsim import calibration
 from tpsim.calibration import Calibration
-from tpsim.core.api import simulate
-from tpsim.core.config import Layout, Options
-from tpsim.core.errors import INPUT_ERRORS, ConfigError
+from tpsim.core.errors import ConfigError
 from tpsim.core.host import step_mode
 from tpsim.experiments import lsq
 from tpsim.experiments.calibrate_knobs import KNOBS, Knob, profile_yaml
 from tpsim.experiments.calibrate_report import report_dict, report_text
+from tpsim.experiments.calibrate_sim import Simulator
 from tpsim.experiments.measurements import Point, read_points
-from tpsim.outputs.export import write_text
 
 #: Largest |d log(step) / d log(parameter)| at which no point is taken to depend on it:
 #: doubling the parameter would move no prediction by more than 0.14%.
@@ -116,52 +114,19 @@ class Calibrated:
         return report_dict(self, out)
 
 
-class _Simulator:
-    """Predicts the points' step times with every knob at given values, through a profile
-    file that extends the base (what the written profile will be)."""
-
-    def __init__(self, points: Sequence[Point], base: str, folder: Path, source: str) -> None:
-        self.points, self.base, self.folder, self.source = points, base, folder, source
-        self.calib = calibration.profile(base)
-        self.cache: dict[tuple[float, ...], np.ndarray] = {}
-        self.files = 0
-        self.simulations = 0
-
-    def predict(self, values: Sequence[float], only: Sequence[int] | None = None) -> np.ndarray:
-        """Step times (s) of the points (or of those ``only``), knob ``k`` at ``values[k]``."""
-        key = (*values, *(only if only is not None else (-1,)))
-        if key not in self.cache:
-            self.files += 1
-            path = self.folder / f"candidate-{self.files}.yaml"
-            entries = [
-                (k, v, "candidate")
-                for k, v in zip(KNOBS, values, strict=True)
-                if v != k.base(self.calib)
-            ]
-            write_text(path, profile_yaml("candidate", "", self.base, self.calib, entries))
-            idx = range(len(self.points)) if only is None else only
-            self.cache[key] = np.array([self._simulate(self.points[i], path) for i in idx])
-        return self.cache[key]
-
-    def _simulate(self, p: Point, profile: Path) -> float:
-        options = Options(engine=str(profile), dtype=p.dtype, allow_oom=True)
-        self.simulations += 1
-        try:
-            return simulate(p.spec, p.graph, Layout(p.tp), p.workload, options).latency_s
-        except INPUT_ERRORS as e:
-            raise ConfigError(f"{self.source} row {p.row}: {e}".splitlines()[0]) from None
-
-
-def calibrate(csv_path: Path, base: str, name: str = "calibrated") -> Calibrated:
-    """Fit the knobs of engine profile ``base`` to the measurements in ``csv_path``; the
-    result holds the report and the profile (named ``name``) to write."""
+def calibrate(csv_path: Path, base: str, name: str = "calibrated", jobs: int = 1) -> Calibrated:
+    """Fit the knobs of engine profile ``base`` to the measurements in ``csv_path`` (the
+    points simulated in ``jobs`` processes); the result holds the report and the profile
+    (named ``name``) to write."""
     points = read_points(csv_path)
     source = str(csv_path)
     if len(points) < 2:
         raise ConfigError(f"{source}: 1 point; at least 2 are needed (one left out at a time)")
     calibration.profile(base)  # an unknown or malformed base is refused before any work
-    with tempfile.TemporaryDirectory(prefix="tpsim-calibrate-") as tmp:
-        sim = _Simulator(points, base, Path(tmp), source)
+    with (
+        tempfile.TemporaryDirectory(prefix="tpsim-calibrate-") as tmp,
+        Simulator(points, base, Path(tmp), source, jobs) as sim,
+    ):
         result = _Fit(sim).run()
     digest = hashlib.sha256(csv_path.read_bytes()).hexdigest()[:12]
     return replace(result, profile=_profile(result, sim.calib, name, digest))
@@ -170,7 +135,7 @@ def calibrate(csv_path: Path, base: str, name: str = "calibrated") -> Calibrated
 class _Fit:
     """One fit: the knobs' bounds in log space, the screen, the solve, the summary."""
 
-    def __init__(self, sim: _Simulator) -> None:
+    def __init__(self, sim: Simulator) -> None:
         self.sim, calib, points = sim, sim.calib, sim.points
         self.measured = np.array([p.measured_s for p in points])
         self.lower = np.array([k.lower for k in KNOBS])

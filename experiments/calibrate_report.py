@@ -94,6 +94,7 @@ def report_dict(c: Calibrated, out: Path | None = None) -> dict[str, Any]:
                 "lower": f.lower,
                 "upper": f.upper,
                 "fitted": f.fitted,
+                "held_at_bound": f.at_bound,
                 "reason": f.reason or None,
             }
             for f in c.parameters

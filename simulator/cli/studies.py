@@ -82,6 +82,7 @@ def add_study_parsers(sub: Any) -> None:
     )
     ca.add_argument("--engine", required=True, help="the profile to fit: a name or a .yaml")
     ca.add_argument("--out", type=Path, required=True, help="the fitted profile to write (.yaml)")
+    ca.add_argument("--jobs", type=int, help="worker processes (default: CPUs, at most 8)")
     ca.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
@@ -206,9 +207,12 @@ def _bench(a: argparse.Namespace) -> int:
 
 def _calibrate(a: argparse.Namespace) -> int:
     from tpsim.experiments.calibrate import calibrate
+    from tpsim.experiments.sweep import default_jobs
     from tpsim.outputs.export import write_text
 
     out: Path = a.out
+    if a.jobs is not None and not 1 <= a.jobs <= 64:
+        raise ConfigError(f"--jobs={a.jobs}: must be between 1 and 64")
     if out.suffix.lower() not in (".yaml", ".yml"):
         raise ConfigError(f"--out={out}: must end in .yaml or .yml (an engine profile)")
     if not out.parent.is_dir():
@@ -218,7 +222,7 @@ def _calibrate(a: argparse.Namespace) -> int:
     for what, path in (("the measurements", a.measurements), ("the base profile", a.engine)):
         if Path(path).exists() and Path(path).resolve() == out.resolve():
             raise ConfigError(f"--out={out}: is {what}; write the profile elsewhere")
-    result = calibrate(a.measurements, a.engine, out.stem)
+    result = calibrate(a.measurements, a.engine, out.stem, a.jobs or default_jobs())
     try:
         write_text(out, result.profile)
     except OSError as e:
