@@ -74,13 +74,15 @@ def read_points(path: Path) -> list[Point]:
     """The measurements in ``path``, validated (models, topologies and TP degrees resolved)."""
     name = str(path)
     try:
+        if path.is_dir():
+            raise ConfigError(f"{name}: is a folder, not a CSV file")
+        if path.exists() and not path.is_file():
+            raise ConfigError(f"{name}: not a regular file")
         if path.stat().st_size > MAX_BYTES:
             raise ConfigError(f"{name}: larger than {MAX_BYTES >> 20} MiB; not a measurements CSV")
         text = path.read_text("utf-8-sig")  # a spreadsheet's byte-order mark is no column
     except FileNotFoundError:
         raise ConfigError(f"{name}: no such file") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{name}: is a folder, not a CSV file") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{name}: not UTF-8 text") from None
     except OSError as e:
@@ -129,14 +131,15 @@ class _Reader:
         self.graphs: dict[tuple[str, int], nx.DiGraph] = {}
 
     def fail(self, row: int, key: str, value: str, why: str) -> ConfigError:
-        return ConfigError(f"{self.name} row {row}, {key}={value!r}: {why}")
+        shown = value if len(value) <= 40 else value[:40] + "..."
+        return ConfigError(f"{self.name} row {row}, {key}={shown!r}: {why}")
 
     def integer(self, row: int, cells: dict[str, str], key: str, default: int) -> int:
         text = cells.get(key, "")
         if not text:
             return default
-        if not text.isdigit() or int(text) < 1:
-            raise self.fail(row, key, text, "must be a positive whole number")
+        if not (text.isascii() and text.isdigit()) or len(text) > 9 or int(text) < 1:
+            raise self.fail(row, key, text, "must be a positive whole number (below 10^9)")
         return int(text)
 
     def point(self, row: int, cells: dict[str, str]) -> Point:

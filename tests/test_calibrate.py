@@ -171,6 +171,8 @@ GOOD = "\n".join([HEADER, *ROWS]) + "\n"
         (GOOD.replace(",7.8", ",nan"), "m.csv row 3, measured_ms='nan'"),
         (GOOD.replace(",2,1,", ",two,1,"), "m.csv row 3, tp='two': must be a positive whole"),
         (GOOD.replace(",2,1,", ",3,1,"), "m.csv row 3, tp='3': does not divide"),
+        (GOOD.replace(",2,1,", f",{'9' * 5000},1,"), "m.csv row 3, tp='9999999999"),
+        (GOOD.replace(",7.8", ",1e400"), "m.csv row 3, measured_ms='1e400': must be a time"),
         (GOOD.replace(",2,1,", ",16,1,"), "m.csv row 3, tp='16': larger than the 8 GPUs"),
         (GOOD.replace("decode,,1024,,7.8", "decode,,1024,int4,7.8"), "row 3, dtype='int4'"),
         (GOOD.replace("1,2,1,decode", "1,2,1,train"), "m.csv row 3, phase='train'"),
@@ -230,7 +232,14 @@ def test_bad_flags_exit_2_with_one_line(
     assert not Path("q.yaml").exists() and Path("p.yaml").read_text().startswith("name: p\n")
 
 
-def test_a_missing_file_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    missing = tmp_path / "none.csv"
-    assert main(["calibrate", str(missing), "--engine", "vllm", "--out", str(tmp_path / "p.yaml")])
-    assert f"{missing}: no such file" in capsys.readouterr().err
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [("none.csv", "no such file"), (".", "is a folder"), ("/dev/null", "not a regular file")],
+)
+def test_a_file_that_is_no_csv_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, message: str
+) -> None:
+    path = tmp_path / name
+    assert main(["calibrate", str(path), "--engine", "vllm", "--out", str(tmp_path / "p.yaml")])
+    assert f"{path}: {message}" in capsys.readouterr().err
+    assert not (tmp_path / "p.yaml").exists()
