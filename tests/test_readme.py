@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
@@ -39,3 +41,28 @@ def test_demo_writes_its_plots(demo_run: tuple[Path, list[str]]) -> None:
     for p in tmp_path.glob("*.png"):
         assert p.read_bytes()[:4] == b"\x89PNG" and p.stat().st_size > 10_000
     assert any("memory-bound" in line or "communication-bound" in line for line in lines)
+
+
+def test_calibrate_example_prints_what_the_readme_shows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The "Calibrate your own engine profile" example runs and prints the report the README
+    shows: the same lines, parameters and warnings (numbers masked: the fit's last digits
+    may move with the cost models, the report's shape may not)."""
+    from tpsim.cli import main
+
+    section = README.read_text().split("## Calibrate your own engine profile")[1]
+    section = section.split("\n## ")[0]
+    (csv,) = re.findall(r"```csv\n(.*?)```", section, re.S)
+    (command,) = re.findall(r"```bash\n(.*?)```", section, re.S)
+    (shown,) = re.findall(r"```text\n(.*?)```", section, re.S)
+    monkeypatch.chdir(tmp_path)
+    Path("measured.csv").write_text(csv)
+    args = command.split()
+    assert args[0] == "tpsim" and main(args[1:]) == 0
+
+    def mask(text: str) -> list[str]:
+        return [re.sub(r"[-+]?\d[\d.e+-]*", "#", line).rstrip() for line in text.splitlines()]
+
+    assert mask(capsys.readouterr().out) == mask(shown)
+    assert Path("my-vllm.yaml").is_file()

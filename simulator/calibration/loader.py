@@ -123,7 +123,23 @@ def _kernels(d: Mapping[str, Any]) -> Kernels:
         attention_block_m=int(entry(d, "attention_block_m", w)),
         split_k_min=int(entry(d, "split_k_min", w)),
         tiles=tiles,
+        **{key: _scale(d, key, w) for key in EFFICIENCY_SCALES},
     )
+
+
+#: Kernels' scales of the GPUs' achievable fractions (a fitted profile's, 1 as shipped).
+EFFICIENCY_SCALES = (
+    "matmul_efficiency_scale",
+    "attention_efficiency_scale",
+    "hbm_efficiency_scale",
+)
+
+
+def _scale(d: Mapping[str, Any], key: str, where: str) -> float:
+    x = number(entry(d, key, where), f"{where}.{key}")
+    if x <= 0:
+        raise CalibrationError(f"{where}.{key}={x!r}: must be positive")
+    return x
 
 
 def _launch(d: Mapping[str, Any]) -> dict[str, LaunchCost]:
@@ -246,6 +262,9 @@ def _engine(d: Mapping[str, Any], name: str) -> Engine:
         layer_host_s=_nonnegative_us(entry(d, "layer_host_us", w), f"{w}.layer_host_us"),
         tp_coordination=_coordination(entry(d, "tp_coordination_us", w), f"{w}.tp_coordination_us"),
         allreduce=allreduce,
+        collective_latency_s=_nonnegative_us(
+            entry(d, "collective_latency_us", w), f"{w}.collective_latency_us"
+        ),
     )
 
 

@@ -37,6 +37,11 @@ class Kernels:
     matmul_efficiency: float | None = None
     hbm_efficiency: float | None = None
     kernel_overhead_s: float | None = None
+    #: Scales of the GPU's achievable fractions (a fitted profile, ``tpsim calibrate``; 1:
+    #: as measured). Applied after the overrides above, capped at the peak.
+    matmul_efficiency_scale: float = 1.0
+    attention_efficiency_scale: float = 1.0
+    hbm_efficiency_scale: float = 1.0
 
     def tile(self, arch: str) -> TileShape | None:
         """The GEMM tile of a GPU architecture, or None when kernels are not quantised."""
@@ -214,6 +219,9 @@ class Engine:
     layer_host_s: float  # host time per layer in an eager step (Python module calls)
     tp_coordination: Coordination  # per step when tp > 1 (the driver hands out the step)
     allreduce: str  # "auto" (custom all-reduce below its limit, then NCCL) or "nccl"
+    #: Device time the engine adds to every collective call before its data moves (its
+    #: synchronisation around each all-reduce beyond NCCL's own latency).
+    collective_latency_s: float = 0.0
 
     def graphs(self, phase: str, tokens: int) -> bool:
         """Whether a step of ``tokens`` in ``phase`` replays a CUDA graph (when the launch
@@ -255,6 +263,9 @@ class Calibration:
                 matmul_efficiency=1.0,
                 hbm_efficiency=1.0,
                 kernel_overhead_s=0.0,
+                matmul_efficiency_scale=1.0,
+                attention_efficiency_scale=1.0,
+                hbm_efficiency_scale=1.0,
             ),
             launch={mode: zero_launch for mode in self.launch},
             collectives=replace(
@@ -284,5 +295,6 @@ class Calibration:
                 step_host={k: HostCost(0.0, 0.0) for k in self.engine.step_host},
                 layer_host_s=0.0,
                 tp_coordination=Coordination(0.0, 0.0, 0.0),
+                collective_latency_s=0.0,
             ),
         )

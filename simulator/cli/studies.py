@@ -1,4 +1,5 @@
-"""The study sub-commands of ``tpsim``: demo, sweep, plot, check-claim, study, bench.
+"""The study sub-commands of ``tpsim``: demo, sweep, plot, check-claim, study, bench,
+calibrate.
 
 Thin: each parses its flags and calls experiments/, which imports matplotlib only there.
 """
@@ -25,7 +26,8 @@ STUDY_NAMES = (
 
 
 def add_study_parsers(sub: Any) -> None:
-    """Sub-commands of experiments/: demo, sweep, plot, check-claim, study, bench."""
+    """Sub-commands of experiments/: demo, sweep, plot, check-claim, study, bench,
+    calibrate."""
     demo = sub.add_parser("demo", help="run the headline study and write its plots")
     demo.add_argument("--out", type=Path, default=Path("tpsim-demo"))
 
@@ -77,6 +79,17 @@ def add_study_parsers(sub: Any) -> None:
     be = sub.add_parser("bench", help="how fast tpsim simulates, against bare SimPy")
     be.add_argument("--out", type=Path, default=Path("tpsim-bench"))
     be.add_argument("--quick", action="store_true", help="skip the scaling runs")
+
+    ca = sub.add_parser("calibrate", help="fit an engine profile to measured step times")
+    ca.add_argument(
+        "measurements",
+        type=Path,
+        help="CSV: model,topology,nodes,tp,batch,phase,prompt_len,context_len,dtype,measured_ms",
+    )
+    ca.add_argument("--engine", required=True, help="the profile to fit: a name or a .yaml")
+    ca.add_argument("--out", type=Path, required=True, help="the fitted profile to write (.yaml)")
+    ca.add_argument("--jobs", type=int, help="worker processes (default: CPUs, at most 8)")
+    ca.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
 def _demo(a: argparse.Namespace) -> int:
@@ -198,6 +211,35 @@ def _bench(a: argparse.Namespace) -> int:
     return 0
 
 
+def _calibrate(a: argparse.Namespace) -> int:
+    from tpsim.experiments.calibrate import calibrate
+    from tpsim.experiments.sweep import default_jobs
+    from tpsim.outputs.export import write_text
+
+    out: Path = a.out
+    if a.jobs is not None and not 1 <= a.jobs <= 64:
+        raise ConfigError(f"--jobs={a.jobs}: must be between 1 and 64")
+    if out.suffix.lower() not in (".yaml", ".yml"):
+        raise ConfigError(f"--out={out}: must end in .yaml or .yml (an engine profile)")
+    if not out.parent.is_dir():
+        raise ConfigError(f"--out={out}: folder {out.parent} does not exist")
+    if out.is_dir():
+        raise ConfigError(f"--out={out}: is a folder, not a file")
+    for what, path in (("the measurements", a.measurements), ("the base profile", a.engine)):
+        if Path(path).exists() and Path(path).resolve() == out.resolve():
+            raise ConfigError(f"--out={out}: is {what}; write the profile elsewhere")
+    result = calibrate(a.measurements, a.engine, out.stem, a.jobs or default_jobs())
+    try:
+        write_text(out, result.profile)
+    except OSError as e:
+        raise ConfigError(f"--out={out}: cannot write ({e.strerror or e})") from None
+    if a.json:
+        print(json.dumps(result.to_dict(out), indent=2, allow_nan=False))
+    else:
+        print(result.text(out))
+    return 0
+
+
 STUDY_COMMANDS = {
     "demo": _demo,
     "sweep": _sweep,
@@ -205,4 +247,5 @@ STUDY_COMMANDS = {
     "check-claim": _check_claim,
     "study": _study,
     "bench": _bench,
+    "calibrate": _calibrate,
 }

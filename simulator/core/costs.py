@@ -67,14 +67,17 @@ def hardware_for(
     attn_peak = gpu.fp8_flops if fp8_attention and gpu.fp8_flops else gpu.bf16_flops
     k = kernels or calibration.default().kernels
     matmul = gpu.matmul_efficiency if k.matmul_efficiency is None else k.matmul_efficiency
+    matmul = _scaled(matmul, k.matmul_efficiency_scale)
     attn_eff = k.attention_fp8_efficiency if fp8_attention else k.attention_efficiency
+    attn_eff = _scaled(attn_eff, k.attention_efficiency_scale)
+    hbm = gpu.hbm_efficiency if k.hbm_efficiency is None else k.hbm_efficiency
     return Hardware(
         name=gpu.name,
         peak_flops=peak,
         matmul_efficiency=matmul,
         attention_efficiency=min(matmul, attn_eff),
         hbm_Bps=gpu.hbm_Bps,
-        hbm_efficiency=gpu.hbm_efficiency if k.hbm_efficiency is None else k.hbm_efficiency,
+        hbm_efficiency=_scaled(hbm, k.hbm_efficiency_scale),
         kernel_overhead_s=(
             gpu.kernel_overhead_s if k.kernel_overhead_s is None else k.kernel_overhead_s
         ),
@@ -86,6 +89,12 @@ def hardware_for(
         split_k_min=k.split_k_min,
         attention_block_m=k.attention_block_m,
     )
+
+
+def _scaled(efficiency: float, scale: float) -> float:
+    """An achievable fraction times a fitted profile's scale, never above the peak (a
+    profile fitted on one GPU may run on another whose fraction is higher)."""
+    return efficiency if scale == 1.0 else min(1.0, efficiency * scale)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import networkx as nx
@@ -20,10 +20,10 @@ from tpsim import calibration
 from tpsim.calibration import Calibration
 from tpsim.core import engine, symmetry
 from tpsim.core.collectives import make_planner
-from tpsim.core.engine import Planner, Router, Send
+from tpsim.core.engine import Planner, Router, Schedule, Send
 from tpsim.core.errors import ConfigError
 from tpsim.core.fabric import Fabric, build_fabric
-from tpsim.core.program import Programs
+from tpsim.core.program import CollectiveCall, Programs
 from tpsim.core.records import Record
 from tpsim.topologies.gpus import GPUSpec
 from tpsim.topologies.routing import Routes, ring_order
@@ -108,7 +108,18 @@ class Comms:
 
     @cached_property
     def planner(self) -> Planner:
-        return make_planner(self.fabric, self.group.ring, algo=self.algo)
+        plan = make_planner(self.fabric, self.group.ring, algo=self.algo)
+        extra = self.calib.engine.collective_latency_s
+        if extra <= 0:
+            return plan
+
+        def with_engine_latency(call: CollectiveCall) -> Schedule:
+            """The planned schedule after the engine's own latency per call (the same for
+            every algorithm, so it never changes which one is chosen)."""
+            sched = plan(call)
+            return replace(sched, base_s=sched.base_s + extra)
+
+        return with_engine_latency
 
     @cached_property
     def router(self) -> Router:
