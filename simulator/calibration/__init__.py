@@ -7,7 +7,14 @@ memory reserve) and into the hardware figures the topology catalog is built from
 object. ``measured/`` holds the published measurements the calibration is checked against.
 """
 
-from tpsim.calibration.loader import CalibrationError, default, for_options, ideal, measured
+from tpsim.calibration.loader import (
+    CalibrationError,
+    default,
+    for_options,
+    ideal,
+    measured,
+    tables,
+)
 from tpsim.calibration.model import (
     Calibration,
     Collectives,
@@ -35,4 +42,5 @@ __all__ = [
     "for_options",
     "ideal",
     "measured",
+    "tables",
 ]

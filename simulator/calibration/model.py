@@ -37,12 +37,49 @@ class Kernels:
     matmul_efficiency: float | None = None
     hbm_efficiency: float | None = None
     kernel_overhead_s: float | None = None
+    #: Kernels as engines run them (``engines/_kernels.yaml``); the defaults are neutral: the
+    #: best achievable kernels, every one with the GPU's ``kernel_overhead_s``.
+    gemm_fixed_s: float | None = None  # fixed time of a GEMM kernel (None: kernel_overhead_s)
+    matmul_fraction: float = 1.0  # share of the GPU's best achievable matmul rate reached
+    gemm_stream_efficiency: float = 1.0  # share of achievable HBM a weight-read-bound GEMM gets
+    attention_fixed_s: float | None = None  # fixed time of an attention call
+    attention_stream_efficiency: float = 1.0  # share of achievable HBM a decode KV read gets
+    attention_split_kv: bool = False  # a prefill grid under one wave splits the KV over SMs
+    attention_append_efficiency: float = 0.0  # >0: each CTA appends the new K/V (FA2 kvcache)
+    elementwise_fixed_s: float | None = None  # fixed time of an elementwise kernel
+    rowwise_efficiency: float = 1.0  # share of achievable HBM of a row-per-CTA kernel
+    rowwise_latency_s: float = 0.0  # one dependent memory round trip of a row-per-CTA kernel
+    norm_passes: int = 1  # times an RMSNorm kernel reads its input
 
     def tile(self, arch: str) -> TileShape | None:
         """The GEMM tile of a GPU architecture, or None when kernels are not quantised."""
         if not self.quantised:
             return None
         return self.tiles.get(arch) or self.tiles["default"]
+
+    def ideal(self) -> Kernels:
+        """First principles: every efficiency 1, every fixed cost 0, no quantisation, and
+        none of the measured kernels' extra mechanisms."""
+        return replace(
+            self,
+            attention_efficiency=1.0,
+            attention_fp8_efficiency=1.0,
+            quantised=False,
+            matmul_efficiency=1.0,
+            hbm_efficiency=1.0,
+            kernel_overhead_s=0.0,
+            gemm_fixed_s=None,
+            matmul_fraction=1.0,
+            gemm_stream_efficiency=1.0,
+            attention_fixed_s=None,
+            attention_stream_efficiency=1.0,
+            attention_split_kv=False,
+            attention_append_efficiency=0.0,
+            elementwise_fixed_s=None,
+            rowwise_efficiency=1.0,
+            rowwise_latency_s=0.0,
+            norm_passes=1,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,15 +269,7 @@ class Calibration:
         )
         return Calibration(
             name="ideal",
-            kernels=replace(
-                self.kernels,
-                attention_efficiency=1.0,
-                attention_fp8_efficiency=1.0,
-                quantised=False,
-                matmul_efficiency=1.0,
-                hbm_efficiency=1.0,
-                kernel_overhead_s=0.0,
-            ),
+            kernels=self.kernels.ideal(),
             launch={mode: zero_launch for mode in self.launch},
             collectives=replace(
                 c,
