@@ -155,6 +155,12 @@ def _kernels(d: Mapping[str, Any]) -> Kernels:
         rowwise_efficiency=share("rowwise_efficiency"),
         rowwise_latency_s=_nonnegative_us(entry(d, "rowwise_latency_us", w), "rowwise_latency"),
         norm_passes=passes,
+        gather_efficiency=share("gather_efficiency"),
+        l2_resident_bytes=round(
+            number(entry(d, "l2_resident_MiB", w), f"{w}.l2_resident_MiB") * 2**20
+        ),
+        l2_gain=share("l2_gain"),
+        latency_scale=_numbers(entry(d, "latency_scale", w), f"{w}.latency_scale"),
     )
 
 

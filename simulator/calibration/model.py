@@ -10,7 +10,7 @@ another set of overrides of the same object.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,8 +48,17 @@ class Kernels:
     attention_append_efficiency: float = 0.0  # >0: each CTA appends the new K/V (FA2 kvcache)
     elementwise_fixed_s: float | None = None  # fixed time of an elementwise kernel
     rowwise_efficiency: float = 1.0  # share of achievable HBM of a row-per-CTA kernel
-    rowwise_latency_s: float = 0.0  # one dependent memory round trip of a row-per-CTA kernel
+    rowwise_latency_s: float = 0.0  # one memory access per element of a row-per-CTA kernel
     norm_passes: int = 1  # times an RMSNorm kernel reads its input
+    gather_efficiency: float = 1.0  # share of achievable HBM of the embedding gather
+    l2_resident_bytes: int = 0  # activations up to this size are read back from L2
+    l2_gain: float = 1.0  # L2 read rate of such activations / achievable HBM bandwidth
+    #: Per architecture: the fixed times and the row latency relative to the fitted ones
+    #: (a GPU generation's kernel start, tail and memory round trips); missing: 1.
+    latency_scale: Mapping[str, float] = field(default_factory=dict)
+
+    def latency_scale_of(self, arch: str) -> float:
+        return self.latency_scale.get(arch, self.latency_scale.get("default", 1.0))
 
     def tile(self, arch: str) -> TileShape | None:
         """The GEMM tile of a GPU architecture, or None when kernels are not quantised."""
@@ -79,6 +88,10 @@ class Kernels:
             rowwise_efficiency=1.0,
             rowwise_latency_s=0.0,
             norm_passes=1,
+            gather_efficiency=1.0,
+            l2_resident_bytes=0,
+            l2_gain=1.0,
+            latency_scale={},
         )
 
 

@@ -48,34 +48,47 @@ class Traits:
     rowwise_efficiency: float = 1.0
     rowwise_latency_s: float = 0.0
     norm_passes: int = 1
+    gather_efficiency: float = 1.0
+    l2_resident_bytes: int = 0
+    l2_gain: float = 1.0
 
     @classmethod
-    def of(cls, k: Kernels) -> Traits:
+    def of(cls, k: Kernels, arch: str) -> Traits:
+        """The calibration's traits on a GPU of ``arch`` (fixed times and the row latency
+        scaled by the architecture's ``latency_scale``)."""
+        scale = k.latency_scale_of(arch)
+
+        def fixed(s: float | None) -> float | None:
+            return None if s is None else s * scale
+
         return cls(
-            k.gemm_fixed_s,
+            fixed(k.gemm_fixed_s),
             k.matmul_fraction,
             k.gemm_stream_efficiency,
-            k.attention_fixed_s,
+            fixed(k.attention_fixed_s),
             k.attention_stream_efficiency,
             k.attention_split_kv,
             k.attention_append_efficiency,
-            k.elementwise_fixed_s,
+            fixed(k.elementwise_fixed_s),
             k.rowwise_efficiency,
-            k.rowwise_latency_s,
+            k.rowwise_latency_s * scale,
             k.norm_passes,
+            k.gather_efficiency,
+            k.l2_resident_bytes,
+            k.l2_gain,
         )
 
 
 @dataclass(frozen=True, slots=True)
 class Row:
-    """A row-per-CTA elementwise kernel: ``rows`` rows of ``width`` elements, each row read
+    """A row-per-CTA elementwise kernel: ``rows`` rows of ``width`` elements, its input read
     ``passes`` times (an RMSNorm kernel that reduces, then rereads to scale, reads twice);
-    ``reread_bytes`` are the bytes of one extra pass over the input."""
+    ``tensor_bytes``: the bytes of one ``[rows, width]`` tensor."""
 
     rows: int
     width: int
     passes: int = 1
-    reread_bytes: float = 0.0
+    tensor_bytes: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +161,7 @@ def hardware_for(
         fp8_tensor_cores=fp8,
         split_k_min=k.split_k_min,
         attention_block_m=k.attention_block_m,
-        traits=Traits.of(k),
+        traits=Traits.of(k, gpu.arch),
     )
 
 
@@ -304,25 +317,35 @@ def _attention_peak(hw: Hardware) -> float:
     return hw.attention_peak_flops or hw.peak_flops
 
 
-def elementwise(nbytes: float, flops: float, hw: Hardware, *, row: Row | None = None) -> KernelCost:
+def elementwise(
+    nbytes: float, flops: float, hw: Hardware, *, row: Row | None = None, gather: bool = False
+) -> KernelCost:
     """A bandwidth-bound kernel (norm, residual add, activation, rotary, embedding gather).
 
     Its FLOPs are priced at the tensor-core peak (the napkin formula); they never bind
-    with real efficiencies, where the bytes term is 10-100x larger. ``row``: a row-per-CTA
-    kernel (norms, activation, rotary), which streams at ``rowwise_efficiency`` of the
-    achievable bandwidth (its extra passes included) and takes at least one memory round
-    trip (``rowwise_latency_s``) per pass per 1024 elements of a row, per wave of two CTAs
-    per SM.
+    with real efficiencies, where the bytes term is 10-100x larger. A kernel of at most
+    ``l2_resident_bytes`` reads its operands at ``l2_gain`` x the achievable HBM bandwidth
+    (they are still in L2 from the kernel that wrote them). ``row``: a row-per-CTA kernel
+    (norms, activation, rotary: one CTA per token), which streams at ``rowwise_efficiency``
+    of the achievable bandwidth (its extra passes included), and whose CTAs take at least
+    ``rowwise_latency_s`` per element access (each read or write of a tensor element) per
+    1024 elements of a row, one wave of two CTAs per SM after another. ``gather``: the
+    embedding lookup, which streams at ``gather_efficiency`` of the achievable bandwidth.
     """
     tr = hw.traits
     t_compute = flops / (hw.peak_flops * hw.matmul_efficiency)
     fixed = tr.elementwise_fixed_s
     neutral = tr.rowwise_efficiency == 1.0 and not tr.rowwise_latency_s
     if row is None or (neutral and row.passes == 1):
-        return _priced(t_compute, round(nbytes), flops, hw, fixed_s=fixed)
-    streamed = nbytes + (row.passes - 1) * row.reread_bytes
+        stream = tr.l2_gain if nbytes <= tr.l2_resident_bytes else 1.0
+        if gather:
+            stream = tr.gather_efficiency
+        return _priced(t_compute, round(nbytes), flops, hw, stream=stream, fixed_s=fixed)
+    streamed = nbytes + (row.passes - 1) * row.tensor_bytes
     t_memory = streamed / (hw.hbm_achievable_Bps * tr.rowwise_efficiency)
-    waves = -(-row.rows // (hw.sm_count * ROW_CTAS_PER_SM))
-    trips = row.passes * -(-row.width // ROW_ELEMENTS_PER_TRIP)
-    t_memory = max(t_memory, waves * trips * tr.rowwise_latency_s)
+    if tr.rowwise_latency_s and row.tensor_bytes:
+        waves = -(-row.rows // (hw.sm_count * ROW_CTAS_PER_SM))
+        accesses = streamed / row.tensor_bytes  # element reads and writes per element
+        trips = -(-row.width // ROW_ELEMENTS_PER_TRIP) * accesses
+        t_memory = max(t_memory, waves * trips * tr.rowwise_latency_s)
     return _priced(t_compute, round(nbytes), flops, hw, fixed_s=fixed, t_memory=t_memory)

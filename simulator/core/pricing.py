@@ -132,7 +132,8 @@ class Pricing:
         def price(r: int) -> KernelCost:  # this kernel over r rows: bytes and FLOPs scale
             s = r / rows if rows else 1.0
             row = Row(r, width, passes, r * width * self.act_b) if op in ROWWISE else None
-            return costs.elementwise(nbytes * s, flops * s, self.hw, row=row)
+            gather = op == "embedding"
+            return costs.elementwise(nbytes * s, flops * s, self.hw, row=row, gather=gather)
 
         cost = price(rows)
         if self.table is None or not op:
