@@ -238,7 +238,7 @@ def _vidur_mlp(rows: _Rows) -> Iterator[OpPoint]:
     for line, f in rows:
         gpu = rows.gpu(line, f["gpu"], VIDUR_GPUS)
         dtype = rows.choice(line, "dtype", f.get("dtype", "fp16"), DTYPES)
-        d, h, kv, inter, tp, x = (rows.int(line, c, f[c]) for c in VIDUR_MLP_KEYS[1:])
+        h, kv, d, inter, tp, x = (rows.int(line, c, f[c]) for c in VIDUR_MLP_KEYS[1:])
         shape = Shape(d, h, kv, inter, tp)
         for col in times:
             t = rows.seconds(line, col, f[col], 1e3)
