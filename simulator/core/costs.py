@@ -171,6 +171,7 @@ class KernelCost:
     flops: float
     bytes: int
     category: str  # "compute" if the FLOP term binds, else "memory"
+    measured: bool = False  # seconds from a kernel table, not the model
 
 
 def _priced(

@@ -208,23 +208,26 @@ def load(spec: str | Path) -> KernelTable:
         kind, points = parse(name, _read(path))
         vidur = kind.startswith("vidur")  # Vidur's files repeat points: their median
         for p in points:
+            key: object = (
+                (p.op, p.gpu, p.dtype, p.n, p.k)
+                if isinstance(p, GemmPoint)
+                else (p.op, p.gpu, p.dtype, p.shape)
+            )
+            if owner.setdefault(key, name) != name:
+                why = f"rows for it are also in {owner[key]}"
+                raise bad(name, p.line, "op", p.op, why)
             if isinstance(p, GemmPoint):
-                key: object = (p.op, p.gpu, p.dtype, p.n, p.k)
                 by_m = gemm.setdefault((p.op, p.gpu, p.dtype, p.n, p.k), {})
                 if p.m in by_m:
                     why = f"duplicate row for {p.op} {p.gpu} n={p.n} k={p.k}"
                     raise bad(name, p.line, "m", p.m, why)
                 by_m[p.m] = p.seconds
             else:
-                key = (p.op, p.gpu, p.dtype, p.shape)
                 at = ops.setdefault((p.op, p.gpu, p.dtype, p.shape), {})
                 if (p.x, p.y) in at and not vidur:
                     why = f"duplicate row for {p.op} at kv_len={p.y}"
                     raise bad(name, p.line, "tokens", p.x, why)
                 at.setdefault((p.x, p.y), []).append(p.seconds)
-            if owner.setdefault(key, name) != name:
-                why = f"rows for it are also in {owner[key]}"
-                raise bad(name, p.line, "op", p.op, why)
     return KernelTable(
         str(spec),
         {key: tuple(sorted(v.items())) for key, v in gemm.items()},

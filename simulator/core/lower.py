@@ -81,6 +81,7 @@ class _Megatron:
         """An elementwise (bytes-bound) kernel over ``rows`` rows of ``width`` elements
         (``fused``: a norm with the residual add fused in)."""
         cost = self.price.elementwise(nbytes, flops, name, rows, width, fused)
+        shape += " (kernel table)" if cost.measured else ""
         self.build.kernel(mb.index, name, "elementwise", layer, cost, shape)
 
     def gemm(self, mb: _Slice, name: str, layer: int, m: int, n: int, k: int, site: str = "",
@@ -203,6 +204,7 @@ class _Megatron:
             ctx = self.w.context_len
             cost = self.price.attention_decode(mb.batch, ctx, h, kv, hd)
             shape = f"decode [{mb.batch}, {h}/{kv} heads, ctx {ctx}, {hd}]"
+        shape += " (kernel table)" if cost.measured else ""
         self.build.kernel(mb.index, "attn", "attention", layer, cost, shape)  # o: [T, h hd]
         self.row_gemm(mb, "o_proj", layer, h * hd, "attn_out")  # [T, h hd] x [h hd, d] -> sum
 

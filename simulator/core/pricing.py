@@ -76,7 +76,7 @@ class Pricing:
             if t is None:
                 t = self._measured(name, wdtype, m, 0, lambda r, _: price(r).seconds)
             if t is not None:
-                cost = replace(cost, seconds=t)
+                cost = replace(cost, seconds=t, measured=True)
                 detail += " (kernel table)"
         return cost, detail
 
@@ -98,7 +98,7 @@ class Pricing:
         t = self._measured(
             "attn_prefill", self.prec.kv, chunk, 0, lambda c, y: price(1, c, y).seconds
         )
-        return cost if t is None else replace(cost, seconds=t)
+        return cost if t is None else replace(cost, seconds=t, measured=True)
 
     def attention_decode(self, batch: int, context: int, heads: int, kv_heads: int,
                          head_dim: int) -> KernelCost:  # fmt: skip
@@ -112,7 +112,7 @@ class Pricing:
         t = self._measured(
             "attn_decode", self.prec.kv, batch, context, lambda b, c: price(b, c).seconds
         )
-        return cost if t is None else replace(cost, seconds=t)
+        return cost if t is None else replace(cost, seconds=t, measured=True)
 
     def elementwise(
         self,
@@ -146,7 +146,7 @@ class Pricing:
         if t is not None and fused_add:
             add = self._measured("residual", self.prec.act, rows, 0, model)
             t = None if add is None else t + add
-        return cost if t is None else replace(cost, seconds=t)
+        return cost if t is None else replace(cost, seconds=t, measured=True)
 
 
 __all__ = ["NORMS", "ROWWISE", "Pricing"]
