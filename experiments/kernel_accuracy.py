@@ -141,8 +141,9 @@ def plot(path: Path, p: dict[str, list[float]]) -> None:
                     continue
                 label = f"{f} ({100 * e[v][f]:.0f}%)" if gpu == "a100-sxm-80gb" else None
                 hollow = "none" if f in EXTRA else colour
-                ax.scatter(*zip(*pts, strict=True), s=9, marker=marker, facecolors=hollow,
-                           edgecolors=colour, linewidths=0.6, label=label)  # fmt: skip
+                xs, ys = [m for m, _ in pts], [t for _, t in pts]
+                ax.scatter(xs, ys, s=9, marker=marker, facecolors=hollow, edgecolors=colour,
+                           linewidths=0.6, label=label)  # fmt: skip
         lo, hi = 0.8, 2.5e4
         ax.plot([lo, hi], [lo, hi], color="black", linewidth=0.8)
         for band in (0.85, 1.15):

@@ -80,29 +80,31 @@ def _rows(name: str) -> list[dict[str, str]]:
                                                    if not ln.startswith("#")))))  # fmt: skip
 
 
+#: (op, gpu, n_embd, heads, kv_heads, intermediate, tp, tokens, kv_len)
+_Key = tuple[str, str, int, int, int, int, int, int, int]
+
+
 @cache
 def cases() -> tuple[Case, ...]:
     """Every (row, operator) of Vidur's two files, repeated points as their median."""
-    found: dict[tuple[object, ...], list[float]] = {}
+    found: dict[_Key, list[float]] = {}
     for r in _rows(MLP_FILE):
         gpu = VIDUR_GPUS[r["gpu"].lower()]
-        dims = (int(r["n_embd"]), int(r["n_head"]), int(r["n_kv_head"]),
-                int(r["n_expanded_embd"]), int(r["tp"]), int(r["num_tokens"]), 0)  # fmt: skip
+        d, h, kv = int(r["n_embd"]), int(r["n_head"]), int(r["n_kv_head"])
+        inner, tp, tokens = int(r["n_expanded_embd"]), int(r["tp"]), int(r["num_tokens"])
         for col, op in VIDUR_OPS.items():
-            found.setdefault((op, gpu, *dims), []).append(float(r[f"{col}_median_ms"]) / 1e3)
+            key = (op, gpu, d, h, kv, inner, tp, tokens, 0)
+            found.setdefault(key, []).append(float(r[f"{col}_median_ms"]) / 1e3)
     for r in _rows(ATTENTION_FILE):
         gpu = VIDUR_GPUS[r["gpu"].lower()]
         shape = dict(kv.split("=") for kv in r["shape"].split(" ")[0].split(","))
         decode = r["phase"] == "decode"
         op = "attn_decode" if decode else "attn_prefill"
         x = int(r["batch_size"] if decode else r["prefill_chunk_size"])
-        dims = (int(shape["n_embd"]), int(shape["n_q_head"]), int(shape["n_kv_head"]), 0,
-                int(r["tp"]), x, int(r["kv_cache_size"]))  # fmt: skip
-        found.setdefault((op, gpu, *dims), []).append(float(r["time_median_ms"]) / 1e3)
-    return tuple(
-        Case(FAMILY[k[0]], *k, float(median(v)))
-        for k, v in sorted(found.items())  # type: ignore[arg-type]
-    )
+        key = (op, gpu, int(shape["n_embd"]), int(shape["n_q_head"]), int(shape["n_kv_head"]),
+               0, int(r["tp"]), x, int(r["kv_cache_size"]))  # fmt: skip
+        found.setdefault(key, []).append(float(r["time_median_ms"]) / 1e3)
+    return tuple(Case(FAMILY[k[0]], *k, float(median(v))) for k, v in sorted(found.items()))
 
 
 def _model(c: Case) -> ModelSpec:

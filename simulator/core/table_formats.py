@@ -136,7 +136,7 @@ class _Rows:
                 raise bad(self.path, line, "row", text, why)
             yield line, dict(zip(self.cols, values, strict=True))
 
-    def int(self, line: int, field: str, value: str, least: int = 1) -> int:
+    def integer(self, line: int, field: str, value: str, least: int = 1) -> int:
         try:
             v = int(value)
         except ValueError:
@@ -202,7 +202,7 @@ def _gemm(rows: _Rows) -> Iterator[GemmPoint]:
         gpu = rows.gpu(line, f["gpu"])
         op = rows.choice(line, "op", f["op"], GEMM_OPS)
         dtype = rows.choice(line, "dtype", f["dtype"], DTYPES)
-        m, n, k = (rows.int(line, c, f[c]) for c in ("m", "n", "k"))
+        m, n, k = (rows.integer(line, c, f[c]) for c in ("m", "n", "k"))
         t = rows.seconds(line, "time_us", f["time_us"], 1e6)
         yield GemmPoint(line, op, gpu, dtype, m, n, k, t)
 
@@ -214,13 +214,13 @@ def _ops(rows: _Rows) -> Iterator[OpPoint]:
         dtype = rows.choice(line, "dtype", f["dtype"], DTYPES)
         op = rows.choice(line, "op", f["op"], OPS)
         attention = op in ATTENTION_OPS
-        d, h, kv = (rows.int(line, c, f[c]) for c in ("n_embd", "heads", "kv_heads"))
+        d, h, kv = (rows.integer(line, c, f[c]) for c in ("n_embd", "heads", "kv_heads"))
         inter = 0 if attention and f["intermediate"] == "-" else None
         if inter is None:
-            inter = rows.int(line, "intermediate", f["intermediate"])
-        tp = rows.int(line, "tp", f["tp"])
-        x = rows.int(line, "tokens", f["tokens"])
-        y = rows.int(line, "kv_len", f["kv_len"], least=0)
+            inter = rows.integer(line, "intermediate", f["intermediate"])
+        tp = rows.integer(line, "tp", f["tp"])
+        x = rows.integer(line, "tokens", f["tokens"])
+        y = rows.integer(line, "kv_len", f["kv_len"], least=0)
         if op == "attn_decode" and y < 1:
             raise bad(rows.path, line, "kv_len", f["kv_len"], "a decode step attends >= 1 token")
         if not attention and y:
@@ -238,7 +238,7 @@ def _vidur_mlp(rows: _Rows) -> Iterator[OpPoint]:
     for line, f in rows:
         gpu = rows.gpu(line, f["gpu"], VIDUR_GPUS)
         dtype = rows.choice(line, "dtype", f.get("dtype", "fp16"), DTYPES)
-        h, kv, d, inter, tp, x = (rows.int(line, c, f[c]) for c in VIDUR_MLP_KEYS[1:])
+        h, kv, d, inter, tp, x = (rows.integer(line, c, f[c]) for c in VIDUR_MLP_KEYS[1:])
         shape = Shape(d, h, kv, inter, tp)
         for col in times:
             t = rows.seconds(line, col, f[col], 1e3)
@@ -260,12 +260,12 @@ def _vidur_attention(rows: _Rows) -> Iterator[OpPoint]:
             dims = {k: v.group(1) for k, v in found.items() if v is not None}
         else:
             dims = {k: f[k] for k in VIDUR_SHAPE}
-        d, h, kv = (rows.int(line, k, dims[k]) for k in VIDUR_SHAPE)
-        tp = rows.int(line, "tp", f["tp"])
+        d, h, kv = (rows.integer(line, k, dims[k]) for k in VIDUR_SHAPE)
+        tp = rows.integer(line, "tp", f["tp"])
         phase = rows.choice(line, "phase", f["phase"], ("decode", "prefill"))
-        batch = rows.int(line, "batch_size", f["batch_size"])
-        chunk = rows.int(line, "prefill_chunk_size", f["prefill_chunk_size"], least=0)
-        kv_len = rows.int(line, "kv_cache_size", f["kv_cache_size"], least=0)
+        batch = rows.integer(line, "batch_size", f["batch_size"])
+        chunk = rows.integer(line, "prefill_chunk_size", f["prefill_chunk_size"], least=0)
+        kv_len = rows.integer(line, "kv_cache_size", f["kv_cache_size"], least=0)
         t = rows.seconds(line, "time_median_ms", f["time_median_ms"], 1e3)
         if phase == "decode":
             if chunk:
