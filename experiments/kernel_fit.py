@@ -22,27 +22,28 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from tpsim.calibration import Kernels, default
+from tpsim.calibration.loader import scale
 from tpsim.experiments.vidur_cases import EXTRA, FAMILIES, Case, cases, predict
 
 #: name -> (start, how the value enters Kernels); start values are the calibration README's
 #: figures or round guesses, the search moves them.
 PARAMETERS: dict[str, tuple[float, Callable[[Kernels, float], Kernels]]] = {
-    "gemm_fixed_us": (4.0, lambda k, x: replace(k, gemm_fixed_s=x * 1e-6)),
+    "gemm_fixed_us": (4.0, lambda k, x: replace(k, gemm_fixed_s=scale(x, -6))),
     "matmul_fraction": (0.9, lambda k, x: replace(k, matmul_fraction=x)),
     "gemm_stream_efficiency": (0.95, lambda k, x: replace(k, gemm_stream_efficiency=x)),
-    "attention_fixed_us": (15.0, lambda k, x: replace(k, attention_fixed_s=x * 1e-6)),
+    "attention_fixed_us": (15.0, lambda k, x: replace(k, attention_fixed_s=scale(x, -6))),
     "attention_stream_efficiency": (0.9, lambda k, x: replace(k, attention_stream_efficiency=x)),
     "attention_efficiency": (0.6, lambda k, x: replace(k, attention_efficiency=x)),
     "attention_append_efficiency": (0.7, lambda k, x: replace(k, attention_append_efficiency=x)),
-    "elementwise_fixed_us": (1.8, lambda k, x: replace(k, elementwise_fixed_s=x * 1e-6)),
+    "elementwise_fixed_us": (1.8, lambda k, x: replace(k, elementwise_fixed_s=scale(x, -6))),
     "rowwise_efficiency": (0.6, lambda k, x: replace(k, rowwise_efficiency=x)),
-    "rowwise_latency_us": (0.18, lambda k, x: replace(k, rowwise_latency_s=x * 1e-6)),
+    "rowwise_latency_us": (0.18, lambda k, x: replace(k, rowwise_latency_s=scale(x, -6))),
     "l2_resident_MiB": (30.0, lambda k, x: replace(k, l2_resident_bytes=round(x * 2**20))),
     "l2_gain": (1.6, lambda k, x: replace(k, l2_gain=x)),
     "gather_efficiency": (0.2, lambda k, x: replace(k, gather_efficiency=x)),
     "latency_scale.hopper": (
         0.75,
-        lambda k, x: replace(k, latency_scale={**k.latency_scale, "hopper": x}),
+        lambda k, x: replace(k, latency_scale={**k.latency_scale, "ampere": 1, "hopper": x}),
     ),
 }
 #: Set from the measured kernels' structure, not fitted.

@@ -220,3 +220,17 @@ def test_the_refit_and_the_tables_hold_their_bounds_on_every_family() -> None:
         assert err["tables"][family] <= ACCEPT["tables"], family
         assert err["refit"][family] < err["today"][family], family
     assert len(cases()) == 1470 and all(math.isfinite(t) for t in runs["refit"])
+
+
+def test_the_profile_holds_what_the_fit_script_fits() -> None:
+    import yaml
+    from tpsim.experiments import kernel_fit
+
+    text = (Path(kernel_fit.__file__).parent.parent / "simulator" / "calibration" / "engines"
+            / "_kernels.yaml")  # fmt: skip
+    entries = yaml.safe_load(text.read_text())["overrides"]["kernels"]
+    values = {n: entries[n.split(".")[0]]["value"] for n in kernel_fit.PARAMETERS}
+    values["latency_scale.hopper"] = entries["latency_scale"]["value"]["hopper"]
+    for name, structural in kernel_fit.STRUCTURE.items():
+        assert entries[name]["value"] == structural
+    assert kernel_fit.kernels_of(values) == profile("_kernels").kernels
