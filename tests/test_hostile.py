@@ -184,6 +184,8 @@ def cli_cases(tmp: Path) -> list[tuple[str, list[str], tuple[str, ...]]]:
         ("model NUL byte", _run_with("--model", "llama\x00"), ("model=",)),
         ("kernel table missing", [*RUN, "--kernel-table", "nope.csv"], ("kernel_table=",)),
         ("kernel table with ideal", [*RUN, "--ideal", "--kernel-table", "k.csv"], ("kernel_",)),
+        ("kernel table unknown name", [*RUN, "--kernel-table", "vidur-z9"], ("vidur-z9",)),
+        ("kernel table list", [*RUN, "--kernel-table", "vidur-a100,nope.csv"], ("nope.csv",)),
         ("tp not dividing heads", _run_with("--tp", "3"), ("tp=3",)),
         ("tp beyond the GPUs", _run_with("--tp", "16"), ("tp=16",)),
         ("microbatch of one", [*RUN, "--overlap", "microbatch"], ("batch",)),

@@ -15,6 +15,7 @@ from tpsim.calibration.loader import (
     ideal,
     measured,
     profile,
+    tables,
 )
 from tpsim.calibration.model import (
     Calibration,
@@ -49,4 +50,5 @@ __all__ = [
     "ideal",
     "measured",
     "profile",
+    "tables",
 ]

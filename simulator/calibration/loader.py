@@ -69,6 +69,12 @@ def measured(name: str = "") -> Path:
     return Path(str(resources.files("tpsim.calibration").joinpath("measured", name)))
 
 
+def tables(name: str = "") -> Path:
+    """A measured kernel table shipped in ``tables/`` (or the folder itself): per-operator
+    times converted from the files in ``measured/``, each with its sources in its header."""
+    return Path(str(resources.files("tpsim.calibration").joinpath("tables", name)))
+
+
 def read(name: str) -> dict[str, Any]:
     """The parsed data file ``name`` (e.g. ``"nccl.yaml"``) shipped with the package."""
     text = resources.files("tpsim.calibration").joinpath("data", name).read_text("utf-8")
@@ -115,6 +121,22 @@ def _kernels(d: Mapping[str, Any]) -> Kernels:
         tiles[str(arch)] = TileShape(*shape)
     if "default" not in tiles:
         raise CalibrationError(f"{w}.tiles: needs a 'default' tile")
+
+    def share(key: str, *, zero: bool = False) -> float:
+        x = number(entry(d, key, w), f"{w}.{key}")
+        if not (x >= 0 if zero else x > 0) or x > 2:
+            raise CalibrationError(f"{w}.{key}={x!r}: must be a share of the rate, in (0, 2]")
+        return float(x)
+
+    def fixed(key: str) -> float | None:
+        value = entry(d, key, w)
+        return None if value is None else _nonnegative_us(value, f"{w}.{key}")
+
+    split_kv, passes = entry(d, "attention_split_kv", w), entry(d, "norm_passes", w)
+    if not isinstance(split_kv, bool):
+        raise CalibrationError(f"{w}.attention_split_kv={split_kv!r}: must be true or false")
+    if isinstance(passes, bool) or passes not in (1, 2):
+        raise CalibrationError(f"{w}.norm_passes={passes!r}: must be 1 or 2")
     return Kernels(
         attention_efficiency=number(entry(d, "attention_efficiency", w), "attention_efficiency"),
         attention_fp8_efficiency=number(
@@ -123,6 +145,23 @@ def _kernels(d: Mapping[str, Any]) -> Kernels:
         attention_block_m=int(entry(d, "attention_block_m", w)),
         split_k_min=int(entry(d, "split_k_min", w)),
         tiles=tiles,
+        gemm_fixed_s=fixed("gemm_fixed_us"),
+        matmul_fraction=share("matmul_fraction"),
+        gemm_stream_efficiency=share("gemm_stream_efficiency"),
+        attention_fixed_s=fixed("attention_fixed_us"),
+        attention_stream_efficiency=share("attention_stream_efficiency"),
+        attention_split_kv=split_kv,
+        attention_append_efficiency=share("attention_append_efficiency", zero=True),
+        elementwise_fixed_s=fixed("elementwise_fixed_us"),
+        rowwise_efficiency=share("rowwise_efficiency"),
+        rowwise_latency_s=_nonnegative_us(entry(d, "rowwise_latency_us", w), "rowwise_latency"),
+        norm_passes=passes,
+        gather_efficiency=share("gather_efficiency"),
+        l2_resident_bytes=round(
+            number(entry(d, "l2_resident_MiB", w), f"{w}.l2_resident_MiB") * 2**20
+        ),
+        l2_gain=share("l2_gain"),
+        latency_scale=_numbers(entry(d, "latency_scale", w), f"{w}.latency_scale"),
         **{key: _scale(d, key, w) for key in EFFICIENCY_SCALES},
     )
 

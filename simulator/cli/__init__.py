@@ -141,7 +141,12 @@ def _parser() -> argparse.ArgumentParser:
         default=True,
         help="fuse residual add + RMSNorm as vLLM does (default; --no-fused: separate kernels)",
     )
-    run.add_argument("--kernel-table", help="CSV of measured GEMM times overriding the roofline")
+    run.add_argument(
+        "--kernel-table",
+        metavar="TABLE",
+        help="measured kernel times overriding the model: a CSV (tpsim's or Vidur's layout), "
+        "a shipped table (vidur-a100, vidur-h100) or a comma-separated list",
+    )
     run.add_argument("--ideal", action="store_true", help="efficiencies 1, fixed overheads 0")
     run.add_argument("--gantt", type=Path, help="write a Gantt chart (.png or .svg)")
     run.add_argument(

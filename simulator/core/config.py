@@ -106,7 +106,7 @@ class Options:
     ideal: bool = False
     allow_oom: bool = False
     fused: bool = True  # fused residual-add + RMSNorm kernels, as vLLM runs them
-    kernel_table: str | None = None  # CSV of measured GEMM times (tpsim.core.kernel_table)
+    kernel_table: str | None = None  # measured kernel times (tpsim.core.kernel_table)
     sequence_parallel: bool = False  # reduce-scatter + all-gather replace each all-reduce
     overlap_chunks: int = 0  # chunks of a row-parallel GEMM with --overlap chunked; 0: tp
     launch_skew_s: float = 0.0  # the last rank's host thread starts this much later

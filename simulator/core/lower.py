@@ -77,11 +77,12 @@ class _Megatron:
         assert self.h * tp == model.num_heads
 
     # ------------------------------------------------------------------ helpers
-    def ew(
-        self, mb: _Slice, name: str, layer: int, nbytes: float, flops: float, shape: str
-    ) -> None:
-        """An elementwise (bytes-bound) kernel."""
-        cost = self.price.elementwise(nbytes, flops)
+    def ew(self, mb: _Slice, name: str, layer: int, nbytes: float, flops: float, shape: str,
+           rows: int, width: int, fused: bool = False) -> None:  # fmt: skip
+        """An elementwise (bytes-bound) kernel over ``rows`` rows of ``width`` elements
+        (``fused``: a norm with the residual add fused in)."""
+        cost = self.price.elementwise(nbytes, flops, name, rows, width, fused)
+        shape += " (kernel table)" if cost.measured else ""
         self.build.kernel(mb.index, name, "elementwise", layer, cost, shape)
 
     def gemm(self, mb: _Slice, name: str, layer: int, m: int, n: int, k: int, site: str = "",
@@ -104,9 +105,13 @@ class _Megatron:
                 4 * rows * d * b + d * b,
                 5.0 * rows * d,
                 f"[{rows}, {d}] + residual",
+                rows,
+                d,
+                fused=True,
             )
         else:  # read x [rows, d], write y [rows, d], read the weight [d]
-            self.ew(mb, name, layer, 2 * rows * d * b + d * b, 4.0 * rows * d, f"[{rows}, {d}]")
+            shape = f"[{rows}, {d}]"
+            self.ew(mb, name, layer, 2 * rows * d * b + d * b, 4.0 * rows * d, shape, rows, d)
 
     def residual(self, mb: _Slice, layer: int) -> None:  # a + b -> c, [rows, d]
         rows = self.rows(mb)
@@ -117,6 +122,8 @@ class _Megatron:
             3 * rows * self.d * self.act_b,
             rows * self.d,
             f"[{rows}, {self.d}]",
+            rows,
+            self.d,
         )
 
     def column_gemm(self, mb: _Slice, name: str, layer: int, n: int, site_in: str) -> None:
@@ -175,7 +182,8 @@ class _Megatron:
         # each rank gathers the rows of its vocab shard [V, d], zeros elsewhere, then sums
         tokens, d = mb.tokens, self.d
         full = round(tokens * d * self.act_b)  # x: [T, d]
-        self.ew(mb, "embedding", -1, 2 * full, 0.0, f"[{tokens}, {d}] from [{self.vocab}, {d}]")
+        shape = f"[{tokens}, {d}] from [{self.vocab}, {d}]"
+        self.ew(mb, "embedding", -1, 2 * full, 0.0, shape, tokens, d)
         coll = "reduce_scatter" if self.sp else "all_reduce"
         self.build.collective(mb.index, coll, "embedding", -1, full)  # x: [T, d] (or [T/tp, d])
 
@@ -185,10 +193,10 @@ class _Megatron:
         self.column_gemm(mb, "qkv_proj", layer, (h + 2 * kv) * hd, "attn_in")  # [T, (h+2kv)hd]
         tokens = mb.tokens
         if not m.learned_position_embeddings and not self.rotary_in_attention:
-            rot = tokens * (h + kv) * hd  # rotary on q and k: read and write [T, (h + kv) hd]
-            self.ew(
-                mb, "rotary", layer, 2 * rot * self.act_b, 6.0 * rot, f"[{tokens}, {(h + kv) * hd}]"
-            )
+            width = (h + kv) * hd  # rotary on q and k: read and write [T, (h + kv) hd]
+            rot = tokens * width
+            shape = f"[{tokens}, {width}]"
+            self.ew(mb, "rotary", layer, 2 * rot * self.act_b, 6.0 * rot, shape, tokens, width)
         if self.w.phase == "prefill":  # q [b, h, S, hd] over k, v [b, kv, S, hd], causal
             prompt = self.w.prompt_len
             cost = self.price.attention_prefill(mb.batch, prompt, h, kv, hd)
@@ -197,6 +205,7 @@ class _Megatron:
             ctx = self.w.context_len
             cost = self.price.attention_decode(mb.batch, ctx, h, kv, hd)
             shape = f"decode [{mb.batch}, {h}/{kv} heads, ctx {ctx}, {hd}]"
+        shape += " (kernel table)" if cost.measured else ""
         self.build.kernel(mb.index, "attn", "attention", layer, cost, shape)  # o: [T, h hd]
         self.row_gemm(mb, "o_proj", layer, h * hd, "attn_out")  # [T, h hd] x [h hd, d] -> sum
 
@@ -216,9 +225,12 @@ class _Megatron:
                 3 * act * self.act_b,
                 5.0 * act,
                 f"[{tokens}, {2 * inner}] -> [{inner}]",
+                tokens,
+                inner,
             )
         else:  # gelu(up) -> [T, I]
-            self.ew(mb, "act", layer, 2 * act * self.act_b, 8.0 * act, f"[{tokens}, {inner}]")
+            shape = f"[{tokens}, {inner}]"
+            self.ew(mb, "act", layer, 2 * act * self.act_b, 8.0 * act, shape, tokens, inner)
         self.row_gemm(mb, "mlp_down", layer, inner, "mlp_out")  # [T, I] x [I, d] -> sum [T, d]
 
     def close_layer(self, mb: _Slice, layer: int) -> None:
@@ -257,6 +269,8 @@ def lower(
     prologue. LayerNorm models keep separate adds (vLLM's LayerNorm models call the norm
     and the add apart). ``table`` (measured GEMM times) overrides the GEMMs it matches.
     """
+    if table is not None:  # measured kernels of this model's shape at this TP
+        table = table.bind(model, tp)
     price = Pricing.of(hw, precision(options, model.dtype, hw.fp8_tensor_cores), table)
     calib = options.calibration
     engine = calib.engine
