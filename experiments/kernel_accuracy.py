@@ -29,7 +29,7 @@ from pathlib import Path
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 from tpsim.calibration import Kernels, default
-from tpsim.calibration.loader import profile
+from tpsim.calibration.profiles import profile
 from tpsim.core import kernel_table
 from tpsim.core.kernel_table import KernelTable
 from tpsim.core.table_formats import Shape

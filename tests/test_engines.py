@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from tpsim import Options, Workload, simulate
 from tpsim.calibration import CalibrationError, default, engines, profile
-from tpsim.calibration.loader import PROFILE_KEYS
+from tpsim.calibration.profiles import PROFILE_KEYS
 from tpsim.cli import main
 from tpsim.core import metrics
 

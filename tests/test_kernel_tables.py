@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from tpsim import ConfigError, Options, Workload, simulate
 from tpsim.calibration import CalibrationError, default, ideal, measured, tables
-from tpsim.calibration.loader import profile
+from tpsim.calibration.profiles import profile
 from tpsim.cli import main
 from tpsim.core.costs import Traits, hardware_for
 from tpsim.core.kernel_table import interpolate, load

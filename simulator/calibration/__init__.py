@@ -7,16 +7,7 @@ memory reserve) and into the hardware figures the topology catalog is built from
 object. ``measured/`` holds the published measurements the calibration is checked against.
 """
 
-from tpsim.calibration.loader import (
-    CalibrationError,
-    default,
-    engines,
-    for_options,
-    ideal,
-    measured,
-    profile,
-    tables,
-)
+from tpsim.calibration.loader import CalibrationError, default, measured, tables
 from tpsim.calibration.model import (
     Calibration,
     Collectives,
@@ -30,6 +21,7 @@ from tpsim.calibration.model import (
     Protocol,
     TileShape,
 )
+from tpsim.calibration.profiles import engines, for_options, ideal, profile
 
 __all__ = [
     "Calibration",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
-from tpsim.calibration.loader import about, engines
+from tpsim.calibration.profiles import about, engines
 from tpsim.models.catalog import MODELS
 from tpsim.topologies.builders import DESCRIPTIONS
 from tpsim.topologies.gpus import GPUS

@@ -1,0 +1,159 @@
+"""Engine profiles: variants of the calibration as YAML overrides of its data files.
+
+A profile (``engines/NAME.yaml`` shipped with the package, or any file) has a ``name``, an
+``about`` line, an optional ``extends`` (another profile, applied first) and ``overrides``:
+per data file, entries ``{value, source}`` that replace the shipped ones (a table replaces
+only the rows it names). :func:`profile` builds its :class:`Calibration`; :func:`for_options`
+is what a run uses, the profile's or its first-principles variant (``--ideal``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from tpsim.calibration.loader import FILES, CalibrationError, build, default, read_all
+from tpsim.calibration.model import Calibration
+
+
+def is_entry(node: object) -> bool:
+    return isinstance(node, dict) and set(node) == {"value", "source"}
+
+
+def merge(base: dict[str, Any], overrides: Mapping[str, Any], where: str) -> None:
+    """Put ``overrides`` (a nested mapping whose leaves are ``{value, source}`` entries) into
+    ``base`` in place. Every path must exist in ``base``; a table replaces only the rows it
+    names; each replaced entry keeps the override's source."""
+    for key, new in overrides.items():
+        field = f"{where}.{key}"
+        if not isinstance(base, dict) or key not in base:
+            raise CalibrationError(f"{field}: unknown calibration entry")
+        old = base[key]
+        if is_entry(old):
+            if not is_entry(new):
+                raise CalibrationError(f"{field}: must be an entry with a value and a source")
+            value = new["value"]
+            if isinstance(old["value"], dict) and isinstance(value, dict):
+                value = {**old["value"], **value}
+            base[key] = {"value": value, "source": new["source"]}
+        elif isinstance(new, dict) and not is_entry(new):
+            merge(old, new, field)
+        else:
+            raise CalibrationError(f"{field}: is a group of entries, not one entry")
+
+
+#: Folder of the shipped engine profiles (``--engine NAME``).
+ENGINES = "engines"
+#: How deep ``extends`` may chain (a profile extending itself would never end).
+MAX_EXTENDS = 8
+
+
+def engines() -> list[str]:
+    """The shipped engine profiles, by name (``ideal`` first; fragments starting with ``_``
+    are for ``extends`` only)."""
+    folder = resources.files("tpsim.calibration").joinpath(ENGINES)
+    names = sorted(
+        f.name.removesuffix(".yaml")
+        for f in folder.iterdir()
+        if f.name.endswith(".yaml") and not f.name.startswith("_")
+    )
+    return ["ideal", *(n for n in names if n != "ideal")]
+
+
+def _profile_text(name_or_path: str) -> tuple[str, str]:
+    """(the profile's text, where it comes from) for a shipped name or a file path."""
+    folder = resources.files("tpsim.calibration").joinpath(ENGINES)
+    shipped = folder.joinpath(f"{name_or_path}.yaml")
+    if "/" not in name_or_path and not name_or_path.endswith((".yaml", ".yml")):
+        if not shipped.is_file():
+            raise CalibrationError(
+                f"engine={name_or_path!r}: unknown engine; known: {', '.join(engines())} "
+                "(or a profile file .yaml)"
+            )
+        return shipped.read_text("utf-8"), f"engines/{name_or_path}.yaml"
+    path = Path(name_or_path)
+    if not path.is_file():
+        raise CalibrationError(f"engine={name_or_path!r}: no such profile file")
+    try:
+        return path.read_text("utf-8"), str(path)
+    except (OSError, UnicodeDecodeError) as e:
+        raise CalibrationError(f"engine={name_or_path!r}: cannot read ({e})") from None
+
+
+PROFILE_KEYS = ("name", "about", "extends", "overrides")
+
+
+def about(name_or_path: str) -> str:
+    """What an engine profile models, in its own words (its ``about``)."""
+    data = yaml.safe_load(_profile_text(name_or_path)[0])
+    return str(data.get("about", "")).strip() if isinstance(data, dict) else ""
+
+
+def _overrides(name_or_path: str, depth: int = 0) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
+    """The profile's name and its overrides, those of what it extends first."""
+    if depth > MAX_EXTENDS:
+        raise CalibrationError(f"engine={name_or_path!r}: extends more than {MAX_EXTENDS} deep")
+    text, where = _profile_text(name_or_path)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark is not None else ""
+        raise CalibrationError(f"{where}{line}: not valid YAML") from None
+    if not isinstance(data, dict):
+        raise CalibrationError(f"{where}: must be a mapping with name, about, overrides")
+    for key in data:
+        if key not in PROFILE_KEYS:
+            raise CalibrationError(f"{where}: {key}: unknown key; keys: {', '.join(PROFILE_KEYS)}")
+    name = data.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise CalibrationError(f"{where}: name={name!r}: must be a non-empty string")
+    chain: list[tuple[str, dict[str, Any]]] = []
+    if "extends" in data:
+        base = data["extends"]
+        if not isinstance(base, str):
+            raise CalibrationError(f"{where}: extends={base!r}: must name a profile")
+        chain = _overrides(base, depth + 1)[1]
+    overrides = data.get("overrides", {})
+    if not isinstance(overrides, dict):
+        raise CalibrationError(f"{where}: overrides must be a mapping of data files")
+    for file in overrides:
+        if file not in FILES:
+            raise CalibrationError(
+                f"{where}: overrides.{file}: unknown data file; one of {', '.join(FILES)}"
+            )
+    chain.append((where, overrides))
+    return name, chain
+
+
+@cache
+def profile(name_or_path: str) -> Calibration:
+    """The calibration of an engine profile: the shipped data with the profile's overrides
+    (and those of the profiles it ``extends``) put in. ``ideal`` is the data unchanged."""
+    if name_or_path == "ideal":
+        return default()
+    name, chain = _overrides(name_or_path)
+    data = read_all()
+    for where, overrides in chain:
+        for file, entries in overrides.items():
+            merge(data[file], entries, f"{where}: overrides.{file}")
+    return build(data, f"engine {name}", name)
+
+
+def ideal(engine: str = "ideal") -> Calibration:
+    """The first-principles variant of an engine's calibration (``--ideal``)."""
+    return _ideal(engine)
+
+
+@cache
+def _ideal(engine: str) -> Calibration:
+    return profile(engine).ideal()
+
+
+def for_options(ideal_mode: bool, engine: str = "ideal") -> Calibration:
+    """The calibration a run uses: the engine profile's, or its first-principles variant."""
+    return ideal(engine) if ideal_mode else profile(engine)
