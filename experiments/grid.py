@@ -204,7 +204,7 @@ AXES: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "allreduce_algo": (_choice("allreduce_algo", ALLREDUCE_ALGOS), "auto"),
     "sequence_parallel": (_bool("sequence_parallel"), False),
     "ideal": (_bool("ideal"), False),
-    "engine": (_engine, "ideal"),
+    "engine": (_engine, Options.engine),
 }
 REQUIRED = ("model", "topology", "tp")
 

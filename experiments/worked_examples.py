@@ -52,13 +52,17 @@ def two_gpus(bandwidth_Bps: float) -> nx.DiGraph:
     return g
 
 
+#: The design's worked examples are napkin figures: the ideal engine, no serving-engine work.
+NAPKIN = "ideal"
+
+
 def _illustrative(batch: int) -> dict[str, int]:
     r = simulate(
         ILLUSTRATIVE,
         "dgx-h100",
         4,
         Workload(batch, "decode", context_len=128),
-        Options(allreduce_algo="ring"),
+        Options(allreduce_algo="ring", engine=NAPKIN),
     )
     sites = r.summary["communication"]["by_site"]
     count = sites["attn_out"]["count"] + sites["mlp_out"]["count"]
@@ -81,7 +85,7 @@ def worked_examples(out: Path | None = None, *, jobs: int = 1) -> Study:
     # 3. 70B weights
     l70 = get_model("llama-2-70b")
     per_gpu = memory_per_gpu(
-        l70, 4, Workload(1, "decode", context_len=128), Options(), get_gpu("h100-sxm")
+        l70, 4, Workload(1, "decode", context_len=128), Options(engine=NAPKIN), get_gpu("h100-sxm")
     )
     # 4. more TP, and TP across nodes
     tp_rows = run_points(
@@ -92,14 +96,16 @@ def worked_examples(out: Path | None = None, *, jobs: int = 1) -> Study:
                 "tp": [4, 8],
                 "phase": "prefill",
                 "prompt_len": 2048,
+                "engine": NAPKIN,
             },
-            {"model": "llama-3.1-8b", "topology": "dgx-h100", "tp": 8},
+            {"model": "llama-3.1-8b", "topology": "dgx-h100", "tp": 8, "engine": NAPKIN},
             {
                 "model": "llama-3.1-8b",
                 "topology": "dgx-h100",
                 "tp": 8,
                 "nodes": 2,
                 "gpus_per_node": 4,
+                "engine": NAPKIN,
             },
         ),
         jobs=jobs,

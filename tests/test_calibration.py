@@ -82,7 +82,8 @@ def test_ideal_is_every_efficiency_one_and_every_overhead_zero() -> None:
     assert all(la.stagger_s == la.call_s == 0.0 for la in c.launchers.values())
     assert {i.links.efficiency_of(k, "nvlink3") for k in ("nvlink", "pcie", "infiniband")} == {1.0}
     assert i.memory == default().memory  # what fits is not a roofline question
-    assert Options(ideal=True).calibration is i and Options().calibration is default()
+    assert Options(ideal=True, engine="ideal").calibration is i
+    assert Options(engine="ideal").calibration is default()
 
 
 def test_the_default_is_not_ideal() -> None:

@@ -3,6 +3,7 @@ loading with sources, and ``ideal`` reproducing the model without engine host wo
 
 from __future__ import annotations
 
+from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,10 @@ from tpsim.core import metrics
 
 SHIPPED = ["ideal", "fastertransformer", "gpt-fast", "sglang", "trtllm", "vllm", "vllm-v0"]
 SMALL = Workload(batch=16, phase="decode", context_len=1024)
-ENGINE = "name: x\noverrides:\n  engine:\n"  # a profile overriding engine.yaml entries
+ENGINE = "name: x\noverrides:\n  engine:\n"
+IDEAL_FILE = resources.files("tpsim.calibration").joinpath(
+    "engines", "ideal.yaml"
+)  # a profile overriding engine.yaml entries
 
 
 def test_every_shipped_profile_loads_and_ideal_is_the_default_data() -> None:
@@ -26,9 +30,9 @@ def test_every_shipped_profile_loads_and_ideal_is_the_default_data() -> None:
 
 
 def test_ideal_engine_adds_no_host_work_and_changes_nothing() -> None:
-    plain = simulate("llama-3.1-8b", "dgx-h100", 4, SMALL)
-    named = simulate("llama-3.1-8b", "dgx-h100", 4, SMALL, Options(engine="ideal"))
-    assert plain.records == named.records
+    plain = simulate("llama-3.1-8b", "dgx-h100", 4, SMALL, Options(engine="ideal"))
+    file = simulate("llama-3.1-8b", "dgx-h100", 4, SMALL, Options(engine=str(IDEAL_FILE)))
+    assert plain.records == file.records  # the shipped ideal.yaml overrides nothing
     assert not [r for r in plain.records if r.kind == "host"]
     assert plain.summary["breakdown_s"]["host"] == 0.0
 
@@ -94,8 +98,8 @@ def test_steps_beyond_the_captured_graphs_run_eager() -> None:
 
 def test_eager_dispatch_counts_as_launch_overhead_not_memory() -> None:
     wl = Workload(batch=1, context_len=1024)
-    eager = simulate("llama-3.1-70b", "dgx-h100", 8, wl, Options(launch="eager"))
-    graph = simulate("llama-3.1-70b", "dgx-h100", 8, wl, Options(launch="graph"))
+    eager = simulate("llama-3.1-70b", "dgx-h100", 8, wl, Options(launch="eager", engine="ideal"))
+    graph = simulate("llama-3.1-70b", "dgx-h100", 8, wl, Options(launch="graph", engine="ideal"))
     b_e, b_g = eager.summary["breakdown_s"], graph.summary["breakdown_s"]
     assert b_e["memory"] <= b_g["memory"] * 1.02  # the gaps are no longer memory time
     assert b_e["launch_overhead"] > 0.2 * eager.latency_s

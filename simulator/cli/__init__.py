@@ -129,7 +129,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--allreduce-algo", choices=ALLREDUCE_ALGOS, default="auto")
     run.add_argument(
         "--engine",
-        default="ideal",
+        default=Options.engine,
         help="serving engine: "
         + ", ".join(calibration.engines())
         + " (tpsim list engines), or a profile file .yaml",

@@ -111,7 +111,7 @@ class Options:
     overlap_chunks: int = 0  # chunks of a row-parallel GEMM with --overlap chunked; 0: tp
     launch_skew_s: float = 0.0  # the last rank's host thread starts this much later
     max_records: int = 20_000_000  # refuse a run estimated to make more records (api.py)
-    engine: str = "ideal"  # serving-engine profile: a shipped name or a profile file (.yaml)
+    engine: str = "vllm"  # serving-engine profile: a shipped name or a profile file (.yaml)
 
     def __post_init__(self) -> None:
         _choice("launch", self.launch, LAUNCH_MODES)
