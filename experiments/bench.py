@@ -36,16 +36,18 @@ from tpsim.models.catalog import get_model
 CASES: dict[str, dict[str, Any]] = {
     "70b-tp8-decode": dict(model="llama-3.1-70b", topology="dgx-h100", tp=8, nodes=1,
                            workload=dict(batch=16, phase="decode", context_len=2048),
-                           options={}),
+                           options=dict(engine="ideal")),
     "405b-tp64-8nodes-decode-ring": dict(model="llama-3.1-405b", topology="dgx-h100", tp=64,
                                          nodes=8,
                                          workload=dict(batch=16, phase="decode",
                                                        context_len=2048),
-                                         options=dict(allreduce_algo="ring")),
+                                         options=dict(allreduce_algo="ring", engine="ideal")),
     "70b-tp8-prefill-chunked": dict(model="llama-3.1-70b", topology="dgx-h100", tp=8, nodes=1,
                                     workload=dict(batch=4, phase="prefill", prompt_len=2048),
-                                    options=dict(overlap="chunked")),
+                                    options=dict(overlap="chunked", engine="ideal")),
 }  # fmt: skip
+# The cases and the grid run the ideal engine, so that figures compare across versions: the
+# benchmark measures the simulator, not an engine profile.
 
 
 #: The standard sweep: 4 models x TP 1, 2, 4, 8 x 9 batch sizes x 2 phases x 2 machines.
@@ -55,6 +57,7 @@ STANDARD_GRID: dict[str, Any] = {
     "tp": [1, 2, 4, 8],
     "batch": [1, 2, 4, 8, 16, 32, 64, 128, 256],
     "phase": ["decode", "prefill"],
+    "engine": "ideal",
 }
 
 
