@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import csv
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +37,7 @@ def read_curve(path: Path) -> list[tuple[int, float]]:
     return [(int(r["size_bytes"]), float(r["time_us"])) for r in csv.DictReader(lines)]
 
 
-def geomean_error(pairs: list[tuple[float, float]]) -> float:
+def geomean_error(pairs: Sequence[tuple[float, float]]) -> float:
     """``exp(mean |ln(sim / measured)|) - 1``: 0.10 means 10% off on a typical point."""
     return math.exp(sum(abs(math.log(s / m)) for s, m in pairs) / len(pairs)) - 1
 

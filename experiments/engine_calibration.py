@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import argparse
 import csv
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from tpsim import Options, Workload, simulate
 from tpsim.calibration import measured
+from tpsim.experiments.collective_calibration import geomean_error
 
 #: The acceptance bound of the issue: geometric-mean error per file and overall.
 BOUND = 0.20
@@ -120,11 +120,6 @@ def simulate_case(case: Case) -> float:
     if case.prefill is not None:
         total += simulate(case.model, case.topology, case.tp, case.prefill, opts).latency_s
     return total
-
-
-def geomean_error(pairs: list[tuple[float, float]]) -> float:
-    """``exp(mean |ln(sim / measured)|) - 1``."""
-    return math.exp(sum(abs(math.log(s / m)) for s, m in pairs) / len(pairs)) - 1
 
 
 def run(out: Path | None, cases: list[Case]) -> Iterator[str]:

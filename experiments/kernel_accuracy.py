@@ -21,7 +21,6 @@ and prints the table. Acceptance: ``refit`` within 15% and ``tables`` within 3% 
 from __future__ import annotations
 
 import argparse
-import math
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -33,6 +32,7 @@ from tpsim.calibration.profiles import profile
 from tpsim.core import kernel_table
 from tpsim.core.kernel_table import KernelTable
 from tpsim.core.table_formats import Shape
+from tpsim.experiments.collective_calibration import geomean_error
 from tpsim.experiments.plots import save_figure
 from tpsim.experiments.vidur_cases import EXTRA, FAMILIES, Case, cases, predict
 from tpsim.outputs.export import write_text
@@ -72,11 +72,6 @@ def prices() -> dict[str, list[float]]:
         "tables": predict(today, table),
         "between": [_left_out(table, c, refit) for c in cases()],
     }
-
-
-def geomean_error(pairs: Sequence[tuple[float, float]]) -> float:
-    """``exp(mean |ln(simulated / measured)|) - 1`` over (simulated, measured) pairs."""
-    return math.expm1(sum(abs(math.log(s / m)) for s, m in pairs) / len(pairs))
 
 
 def errors(p: dict[str, list[float]], gpu: str = "") -> dict[str, dict[str, float]]:

@@ -161,7 +161,3 @@ def predict(
             lowered[key] = _lowered(model, c.gpu, c.tp, c.tokens, kernels, table)
         out.append(lowered[key][c.op])
     return out
-
-
-def family_cases(family: str, among: Iterable[Case] | None = None) -> list[Case]:
-    return [c for c in (cases() if among is None else among) if c.family == family]
