@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from tpsim.calibration import default as default_calibration
 from tpsim.calibration import ideal as ideal_calibration
 from tpsim.calibration import measured
+from tpsim.cli import main
 from tpsim.core.collective_sweep import collective_sweep
 from tpsim.core.collectives import make_planner
 from tpsim.core.errors import ConfigError
@@ -182,11 +183,19 @@ def test_rtx4090_ring_is_slower_than_its_links_alone() -> None:
 
 # ----------------------------------------------------------------------- selection and errors
 def test_auto_picks_small_and_large_algorithms() -> None:
-    rows = collective_sweep("dgx-h100", 8, [8 * KiB, 1 * GiB])
+    rows = collective_sweep("dgx-h100", 8, [8 * KiB, 1 * GiB], algo="auto")
     assert rows[0]["algorithm"] in ("oneshot", "twoshot")
     assert rows[1]["algorithm"] == "nvls"
     a100 = collective_sweep("dgx-a100", 8, [1 * GiB], algo="nccl")
     assert a100[0]["algorithm"] == "ring" and a100[0]["protocol"] == "Simple"
+
+
+def test_collective_defaults_to_what_nccl_would_run(capsys: pytest.CaptureFixture[str]) -> None:
+    """nccl-tests measures NCCL's own choice, never a serving engine's custom kernel."""
+    rows = collective_sweep("dgx-h100", 8, [8 * KiB, 1 * MiB])
+    assert {r["algorithm"] for r in rows} <= {"ring", "tree", "nvls", "multiring"}
+    assert main(["collective", "--topology", "dgx-h100", "--ranks", "8", "--sizes", "8K"]) == 0
+    assert "NCCL's own choice" in capsys.readouterr().out
 
 
 def test_multiring_uses_the_full_mesh() -> None:

@@ -175,8 +175,10 @@ def _parser() -> argparse.ArgumentParser:
     coll.add_argument(
         "--algo",
         choices=ALGORITHMS,
-        default="auto",
-        help="auto: fastest of all; nccl: fastest of NCCL's own",
+        default="nccl",
+        help="nccl (default): what NCCL itself would run, as nccl-tests measures; "
+        "auto: also the custom peer-memory all-reduce kernels of serving engines "
+        "(oneshot, twoshot); or one algorithm by name",
     )
     coll.add_argument(
         "--launcher",
@@ -331,7 +333,7 @@ def _collective(a: argparse.Namespace) -> int:
     if a.json:
         print(json.dumps({"results": rows}, indent=2))
     else:
-        print(report.collective_table(rows, a.op, a.ranks))
+        print(report.collective_table(rows, a.op, a.ranks, algo=a.algo, launcher=a.launcher))
     return 0
 
 

@@ -78,10 +78,21 @@ def summary_text(s: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def collective_table(rows: list[dict[str, Any]], op: str, ranks: int) -> str:
+#: What the collective table's header says each ``--algo`` choice means.
+ALGO_HEADER = {
+    "nccl": "NCCL's own choice, as nccl-tests measures (--algo nccl)",
+    "auto": "the fastest of NCCL's and the custom peer-memory kernels (--algo auto)",
+}
+
+
+def collective_table(
+    rows: list[dict[str, Any]], op: str, ranks: int, *, algo: str = "nccl", launcher: str = "mpi"
+) -> str:
+    chosen = ALGO_HEADER.get(algo, f"{algo} only (--algo {algo})")
     head = (
         f"# {op}, {ranks} ranks; busbw = algbw x "
         f"{'2(p-1)/p' if op == 'all_reduce' else '(p-1)/p'} (as nccl-tests)\n"
+        f"# algorithm: {chosen}; launcher {launcher}\n"
         f"{'size (B)':>14} {'time (us)':>12} {'algbw (GB/s)':>13} {'busbw (GB/s)':>13}"
         f"  {'algorithm':<10} protocol"
     )
