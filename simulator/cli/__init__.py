@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from tpsim import calibration
+from tpsim.cli.compare import COMPARE_COMMANDS, add_compare_parser
 from tpsim.cli.studies import STUDY_COMMANDS, add_study_parsers
 from tpsim.core.collectives import ALGORITHMS, OPS
 from tpsim.core.config import (
@@ -197,10 +198,11 @@ def _parser() -> argparse.ArgumentParser:
     ls.add_argument("what", choices=("models", "topologies", "gpus", "engines"))
 
     add_study_parsers(sub)
+    add_compare_parser(sub, run)
     return p
 
 
-def _check_output(path: Path | None, flag: str, suffixes: tuple[str, ...]) -> None:
+def check_output(path: Path | None, flag: str, suffixes: tuple[str, ...]) -> None:
     if path is None:
         return
     if path.suffix.lower() not in suffixes:
@@ -223,11 +225,9 @@ def _name_max(folder: Path) -> int:
         return 255
 
 
-def _run(a: argparse.Namespace) -> int:
-    from tpsim.core.api import simulate
-
-    _check_output(a.gantt, "--gantt", (".png", ".svg"))
-    _check_output(a.trace, "--trace", (".json",))
+def run_inputs(a: argparse.Namespace) -> tuple[Layout, Workload, Options]:
+    """The layout, workload and options of ``run``'s flags (also ``compare``'s, one
+    configuration at a time); bad values are refused here with the field named."""
     workload = Workload(a.batch, a.phase, a.prompt_len, a.context_len)
     options = Options(
         launch=a.launch,
@@ -246,9 +246,17 @@ def _run(a: argparse.Namespace) -> int:
         engine=a.engine,
     )
     check_nodes(a.nodes)
+    return Layout(a.tp, a.gpus_per_node), workload, options
+
+
+def _run(a: argparse.Namespace) -> int:
+    from tpsim.core.api import simulate
+
+    check_output(a.gantt, "--gantt", (".png", ".svg"))
+    check_output(a.trace, "--trace", (".json",))
+    layout, workload, options = run_inputs(a)
     if a.gantt_ranks and max(a.gantt_ranks) >= a.tp:
         raise ConfigError(f"--gantt-ranks={max(a.gantt_ranks)}: the group has ranks 0-{a.tp - 1}")
-    layout = Layout(a.tp, a.gpus_per_node)
     result = simulate(
         a.model,
         a.topology,
@@ -342,7 +350,13 @@ def _list(a: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": _run, "collective": _collective, "list": _list, **STUDY_COMMANDS}
+COMMANDS = {
+    "run": _run,
+    "collective": _collective,
+    "list": _list,
+    **STUDY_COMMANDS,
+    **COMPARE_COMMANDS,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,236 @@
+"""Configurations side by side, with the answer in words (``tpsim compare``).
+
+A comparison is two or more simulated passes: the table of their latency, tokens/s (total
+and per GPU), memory, regime with its share and the breakdown of the critical path, the
+ratios against the first, the assumptions each rests on (GPU, scale-up links, NICs,
+engine, launch mode), and one sentence: which wins, by how much, and what causes the
+difference (the part of the critical path that changes most).
+
+Pure functions of the summaries :func:`tpsim.simulate` returns, plus the topology graph
+for the assumptions; no matplotlib.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import networkx as nx
+
+#: Parts of the critical path, in the order the table prints them.
+PARTS = ("compute", "memory", "communication", "launch_overhead", "host", "bubble", "idle")
+#: The regime each part stands for (host work and launches both make a pass overhead-bound).
+PART_REGIME = {
+    "compute": "compute-bound",
+    "memory": "memory-bound",
+    "communication": "communication-bound",
+    "launch_overhead": "overhead-bound",
+    "host": "overhead-bound",
+    "bubble": "pipeline-bound",
+}
+#: A runner-up regime within this many points of the first is named beside it.
+NEAR_TIE = 0.15
+#: What each part means in a sentence.
+PART_WORDS = {
+    "compute": "compute",
+    "memory": "memory traffic",
+    "communication": "communication",
+    "launch_overhead": "kernel launch overhead",
+    "host": "engine host work",
+    "bubble": "pipeline bubbles",
+    "idle": "idle gaps",
+}
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One configuration of a comparison: its label, its run summary, its assumptions."""
+
+    label: str
+    summary: Mapping[str, Any]
+    assumptions: Mapping[str, str]
+
+
+def regime_shares(summary: Mapping[str, Any]) -> list[tuple[str, float]]:
+    """Regimes by their share of the critical path, largest first (host and launch
+    overhead counted together, as the regime does)."""
+    b = summary["breakdown_s"]
+    total = summary["latency_s"] or 1.0
+    shares: dict[str, float] = {}
+    for part, regime in PART_REGIME.items():
+        shares[regime] = shares.get(regime, 0.0) + b.get(part, 0.0) / total
+    return sorted(shares.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def regime_text(summary: Mapping[str, Any]) -> str:
+    """``memory-bound (53 %; communication 47 %)``: the regime with its share, and the
+    runner-up when it is within :data:`NEAR_TIE` of it."""
+    shares = regime_shares(summary)
+    (_top, share), (second, share2) = shares[0], shares[1]
+    text = f"{summary['regime']} ({share:.0%}"
+    if share2 > 0 and share - share2 <= NEAR_TIE:
+        text += f"; {second.removesuffix('-bound')} {share2:.0%}"
+    return text + ")"
+
+
+def _rate(bps: float) -> str:
+    gbit = bps * 8 / 1e9
+    return f"{gbit:.0f} Gb/s" if gbit < 1000 else f"{gbit / 1000:.1f} Tb/s"
+
+
+def assumptions(graph: nx.DiGraph, summary: Mapping[str, Any]) -> dict[str, str]:
+    """What a configuration's numbers rest on, read from its topology graph and options:
+    GPU, the links between GPUs (kind and per-direction bandwidth), the network (NICs per
+    host and their rate, when the group spans hosts), engine and launch mode."""
+    c = summary["config"]
+    links: dict[str, set[float]] = {}
+    for u, v, d in graph.edges(data=True):
+        kinds = graph.nodes[u].get("kind"), graph.nodes[v].get("kind")
+        if "nic" in kinds and d.get("link") != "infiniband":
+            continue  # the NIC's own PCIe attachment
+        links.setdefault(str(d.get("link", "link")), set()).add(float(d["bandwidth_Bps"]))
+    nics = sum(1 for _, k in graph.nodes(data="kind") if k == "nic")
+    hosts = max(1, int(graph.graph.get("hosts", c.get("nodes", 1))))
+    out = {"gpu": str(c["gpu"])}
+    scale = [
+        f"{kind} {'/'.join(f'{b / 1e9:g}' for b in sorted(bws))} GB/s"
+        for kind, bws in sorted(links.items())
+        if kind != "infiniband"
+    ]
+    out["links"] = ", ".join(scale) or "none"
+    if "infiniband" in links and c.get("nodes", 1) > 1:
+        rate = "/".join(_rate(b) for b in sorted(links["infiniband"]))
+        out["network"] = f"{nics // hosts} NICs per host at {rate}"
+    else:
+        out["network"] = "not used (one host)"
+    opts = c["options"]
+    out["engine"] = str(opts["engine"])
+    out["launch"] = str(opts["launch"])
+    return out
+
+
+def _per(summary: Mapping[str, Any]) -> str:
+    return "step" if summary["config"]["workload"]["phase"] == "decode" else "pass"
+
+
+def _ms(seconds: float) -> str:
+    ms = seconds * 1e3
+    return f"{ms:.3g} ms" if ms < 100 else f"{ms:.0f} ms"
+
+
+def table(entries: Sequence[Entry]) -> str:
+    """The side-by-side table: one column per configuration, ratios against the first."""
+    base = entries[0].summary
+    longest = max(len(v) for e in entries for v in (e.label, *e.assumptions.values()))
+    width = max(14, longest + 2)
+
+    def row(name: str, cells: Sequence[str]) -> str:
+        return f"{name:<24}" + "".join(f"{c:>{width}}" for c in cells)
+
+    lines = [row("", [e.label for e in entries])]
+    lat = [e.summary["latency_s"] for e in entries]
+    tps = [e.summary["tokens_per_s"] for e in entries]
+    per_gpu = [e.summary["tokens_per_s_per_gpu"] for e in entries]
+    lines.append(row(f"latency per {_per(base)}", [_ms(x) for x in lat]))
+    lines.append(row("  ratio to first", [f"{x / lat[0]:.2f}x" for x in lat]))
+    lines.append(row("tokens/s", [f"{x:,.0f}" for x in tps]))
+    lines.append(row("  ratio to first", [f"{x / tps[0]:.2f}x" for x in tps]))
+    lines.append(row("tokens/s per GPU", [f"{x:,.1f}" for x in per_gpu]))
+    lines.append(row("  ratio to first", [f"{x / per_gpu[0]:.2f}x" for x in per_gpu]))
+    lines.append(row("GPUs", [str(e.summary["config"]["tp"]) for e in entries]))
+    mem = [e.summary["memory"] for e in entries]
+    lines.append(
+        row(
+            "memory per GPU",
+            [
+                f"{m['total_bytes_per_gpu'] / 1e9:.1f}/{m['capacity_bytes_per_gpu'] / 1e9:.0f} GB"
+                for m in mem
+            ],
+        )
+    )
+    lines.append(row("regime", [e.summary["regime"] for e in entries]))
+    lines.append(row("  share", [regime_text(e.summary).partition("(")[2][:-1] for e in entries]))
+    lines.append("critical path:")
+    for part in PARTS:
+        vals = [e.summary["breakdown_s"].get(part, 0.0) for e in entries]
+        if any(v > 0 for v in vals):
+            lines.append(row(f"  {part}", [_ms(v) for v in vals]))
+    lines.append("assumptions:")
+    for key in ("gpu", "links", "network", "engine", "launch"):
+        lines.append(row(f"  {key}", [e.assumptions[key] for e in entries]))
+    return "\n".join(lines)
+
+
+def _network_note(win: Entry, lose: Entry) -> str:
+    """Which of the two configurations crosses the network, and over what."""
+    used = [e for e in (win, lose) if not e.assumptions["network"].startswith("not used")]
+    if len(used) == 1:
+        return f": {used[0].label} crosses {used[0].assumptions['network']}"
+    if len(used) == 2 and win.assumptions["network"] != lose.assumptions["network"]:
+        return f": {win.assumptions['network']} against {lose.assumptions['network']}"
+    return ""
+
+
+def _cause(win: Entry, lose: Entry) -> str:
+    """What makes ``win`` faster than ``lose``: the part of the critical path it saves
+    most on, and the part it pays more for when that eats a quarter or more of the gain."""
+    bw, bl = win.summary["breakdown_s"], lose.summary["breakdown_s"]
+    diff = {p: bl.get(p, 0.0) - bw.get(p, 0.0) for p in PARTS}
+    gain = max(PARTS, key=lambda p: (diff[p], -PARTS.index(p)))
+    loss = min(PARTS, key=lambda p: (diff[p], PARTS.index(p)))
+
+    def words(part: str) -> str:
+        note = _network_note(win, lose) if part == "communication" else ""
+        return (
+            f"{PART_WORDS[part]} ({_ms(bw.get(part, 0.0))} against {_ms(bl.get(part, 0.0))}{note})"
+        )
+
+    text = f"less {words(gain)}"
+    if diff[loss] < 0 and -diff[loss] >= 0.25 * diff[gain]:
+        text += f", offset in part by more {words(loss)}"
+    return text
+
+
+def verdict(entries: Sequence[Entry]) -> str:
+    """One plain sentence: which configuration gives the most tokens/s, by how much over
+    each other one, and what causes the difference; per-GPU efficiency when it disagrees."""
+    best = max(entries, key=lambda e: (e.summary["tokens_per_s"], -entries.index(e)))
+    others = [e for e in entries if e is not best]
+    per = _per(best.summary)
+    parts = []
+    for e in others:
+        r = best.summary["tokens_per_s"] / e.summary["tokens_per_s"]
+        parts.append(
+            f"{r:.2f}x the tokens/s of {e.label} "
+            f"({_ms(best.summary['latency_s'])} against {_ms(e.summary['latency_s'])} per {per}), "
+            f"from {_cause(best, e)}"
+        )
+    text = f"{best.label} gives " + "; and ".join(parts)
+    efficient = max(entries, key=lambda e: (e.summary["tokens_per_s_per_gpu"], -entries.index(e)))
+    if efficient is not best:
+        r = efficient.summary["tokens_per_s_per_gpu"] / best.summary["tokens_per_s_per_gpu"]
+        text += f"; but {efficient.label} gives {r:.2f}x the tokens/s per GPU"
+    return text + "."
+
+
+def comparison(entries: Sequence[Entry]) -> dict[str, Any]:
+    """The comparison as JSON: each configuration's label, assumptions and summary (without
+    the per-layer list), the ratios against the first, and the verdict."""
+    base = entries[0].summary
+    out = []
+    for e in entries:
+        s = {k: v for k, v in e.summary.items() if k not in ("layers", "engine")}
+        out.append(
+            {
+                "label": e.label,
+                "assumptions": dict(e.assumptions),
+                "regime_shares": dict(regime_shares(e.summary)),
+                "ratios": {
+                    k: e.summary[k] / base[k]
+                    for k in ("latency_s", "tokens_per_s", "tokens_per_s_per_gpu")
+                },
+                "summary": s,
+            }
+        )
+    return {"configurations": out, "verdict": verdict(entries)}

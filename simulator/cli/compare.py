@@ -1,0 +1,201 @@
+"""``tpsim compare``: ``run``'s flags with comma lists on the axes that differ, zipped into
+configurations (``--tp 8,16 --nodes 1,2`` is TP 8 on one node against TP 16 on two).
+
+Thin: the flags are ``run``'s own (read from its parser, so the two never drift apart);
+each configuration is parsed by ``run``'s parser, simulated, and handed to
+:mod:`tpsim.experiments.compare` for the table and the verdict.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from tpsim.core.errors import ConfigError
+
+#: run's flags that do not apply to a comparison (outputs of one run).
+NOT_COMPARED = ("help", "gantt", "gantt_ranks", "gantt_layers", "trace", "json")
+
+#: How a differing flag reads in a configuration's label.
+LABELS = {
+    "tp": lambda v: f"TP {v}",
+    "nodes": lambda v: f"{v} node" + ("" if v == "1" else "s"),
+    "batch": lambda v: f"batch {v}",
+    "engine": lambda v: f"engine {v}",
+    "launch": lambda v: f"{v} launch",
+}
+
+
+#: Differing flags in a label, in this order (then run's order).
+LABEL_ORDER = ("model", "topology", "tp", "nodes", "gpus_per_node", "batch", "phase")
+
+
+def _is_flag(action: argparse.Action) -> bool:
+    """A flag that takes no value (``--ideal``, ``--fused/--no-fused``): one for all."""
+    return action.nargs == 0
+
+
+def _add_run_lists(
+    p: argparse.ArgumentParser, run: argparse.ArgumentParser, required: bool
+) -> None:
+    """``run``'s flags on ``p``, each taking a comma list (flags without a value as they are)."""
+    for action in run._actions:
+        if action.dest in NOT_COMPARED:
+            continue
+        if _is_flag(action):
+            p._add_action(action)
+            continue
+        p.add_argument(
+            *action.option_strings,
+            dest=action.dest,
+            required=action.required and required,
+            metavar="V[,V...]",
+            help=(action.help or action.dest.replace("_", " "))
+            + " (comma list: one value per configuration, or one for all)",
+        )
+    p.set_defaults(_run_parser=run)
+
+
+def add_compare_parser(sub: Any, run: argparse.ArgumentParser) -> None:
+    """The ``compare`` and ``report`` sub-commands, their flags copied from ``run``'s."""
+    cmp = sub.add_parser(
+        "compare",
+        help="two or more configurations side by side, with the verdict in words",
+        description="Simulate configurations that differ on one or more of run's flags "
+        "(comma lists, zipped: --tp 8,16 --nodes 1,2 compares TP 8 on 1 node with TP 16 on "
+        "2) and print them side by side with ratios, the assumptions and one sentence "
+        "saying which wins, by how much and why.",
+    )
+    _add_run_lists(cmp, run, required=True)
+    cmp.add_argument("--json", action="store_true", help="print the comparison as JSON")
+
+    rep = sub.add_parser(
+        "report",
+        help="a self-contained HTML report for a design review",
+        description="Write one HTML file (no network needed to open it): the question and "
+        "assumptions, the verdict, the side-by-side table, the critical-path breakdown, an "
+        "interactive Gantt per configuration and, given a sweep results file, its charts. "
+        "Configurations as in compare (one, or comma lists).",
+    )
+    rep.add_argument("results", nargs="?", type=Path, help="a sweep results file (.csv or .jsonl)")
+    _add_run_lists(rep, run, required=False)
+    rep.add_argument("--out", type=Path, required=True, help="the HTML file to write")
+
+
+def configurations(a: argparse.Namespace, minimum: int = 2) -> list[tuple[str, argparse.Namespace]]:
+    """Each configuration's label and its ``run`` namespace (parsed by ``run``'s parser)."""
+    run: argparse.ArgumentParser = a._run_parser
+    lists: dict[str, tuple[str, list[str]]] = {}
+    flags: list[str] = []
+    for action in run._actions:
+        if action.dest in NOT_COMPARED:
+            continue
+        value = getattr(a, action.dest, None)
+        flag = action.option_strings[0]
+        if _is_flag(action):
+            if value != action.default:
+                flags.append(next(s for s in action.option_strings if value or "no-" in s))
+            continue
+        if value is None:
+            continue
+        items = [v.strip() for v in str(value).split(",")]
+        if not all(items):
+            raise ConfigError(f"{flag}={value!r}: an empty value in the list")
+        lists[action.dest] = (flag, items)
+    longest = max(lists.values(), key=lambda fi: len(fi[1]), default=("", [""]))
+    n = len(longest[1])
+    for flag, items in lists.values():
+        if len(items) not in (1, n):
+            raise ConfigError(
+                f"{flag}={','.join(items)}: {len(items)} values, but {longest[0]} has {n} "
+                "(give one value for all, or one per configuration)"
+            )
+    if n < minimum:
+        raise ConfigError(
+            "compare: give two or more values on at least one flag (e.g. --tp 8,16 --nodes 1,2)"
+        )
+    differing = sorted(
+        (dest for dest, (_, items) in lists.items() if len(items) > 1),
+        key=lambda d: LABEL_ORDER.index(d) if d in LABEL_ORDER else len(LABEL_ORDER),
+    )
+    out = []
+    for i in range(n):
+        argv = list(flags)
+        for flag, items in lists.values():
+            argv += [flag, items[i] if len(items) > 1 else items[0]]
+        ns = run.parse_args(argv)
+        label = (
+            ", ".join(
+                LABELS.get(dest, lambda v, d=dest: f"{d.replace('_', '-')} {v}")(lists[dest][1][i])
+                for dest in differing
+            )
+            or f"TP {ns.tp}"
+        )
+        out.append((label, ns))
+    if len({label for label, _ in out}) < n:
+        raise ConfigError("compare: two configurations are the same")
+    return out
+
+
+def _simulate(a: argparse.Namespace, minimum: int) -> list[Any]:
+    """Simulate each configuration: (entry, result) pairs."""
+    from tpsim.cli import run_inputs
+    from tpsim.core.api import simulate
+    from tpsim.experiments.compare import Entry, assumptions
+    from tpsim.topologies.io import get_topology
+
+    out = []
+    for label, ns in configurations(a, minimum):
+        layout, workload, options = run_inputs(ns)
+        graph = get_topology(ns.topology, ns.nodes)
+        result = simulate(ns.model, graph, layout, workload, options, nodes=ns.nodes)
+        out.append((Entry(label, result.summary, assumptions(graph, result.summary)), result))
+    return out
+
+
+def _compare(a: argparse.Namespace) -> int:
+    from tpsim.experiments.compare import comparison, table, verdict
+    from tpsim.outputs import report
+
+    entries = [entry for entry, _ in _simulate(a, 2)]
+    if a.json:
+        print(json.dumps(comparison(entries), indent=2, allow_nan=False))
+        return 0
+    print(f"# compare: {report.title(entries[0].summary)}")
+    print(table(entries))
+    print()
+    print(verdict(entries))
+    return 0
+
+
+def _report(a: argparse.Namespace) -> int:
+    from tpsim.cli import check_output
+    from tpsim.experiments.report import Run, html_report
+    from tpsim.experiments.results import read_rows
+    from tpsim.outputs import report
+    from tpsim.outputs.export import write_text
+
+    check_output(a.out, "--out", (".html", ".htm"))
+    if a.results is None and a.model is None:
+        raise ConfigError("report: give a results file, or run's flags (--model, --topology, --tp)")
+    rows = read_rows(a.results) if a.results is not None else []
+    runs = []
+    if a.model is not None:
+        for entry, result in _simulate(a, 1):
+            runs.append(
+                Run(entry, result.records, frozenset(result.critical_path), result.rank_labels)
+            )
+    if runs:
+        question = report.title(runs[0].entry.summary)
+        if len(runs) > 1:
+            question = "Which is better: " + " or ".join(r.entry.label for r in runs) + "?"
+    else:
+        question = f"Sweep {a.results.name}: {len(rows):,} points"
+    write_text(a.out, html_report(runs, question=question, sweep_rows=rows))
+    print(f"wrote {a.out}")
+    return 0
+
+
+COMPARE_COMMANDS = {"compare": _compare, "report": _report}
