@@ -7,7 +7,8 @@ engine, launch mode), and one sentence: which wins, by how much, and what causes
 difference (the part of the critical path that changes most).
 
 Pure functions of the summaries :func:`tpsim.simulate` returns, plus the topology graph
-for the assumptions; no matplotlib.
+for the assumptions; no matplotlib. The regime's share is :mod:`tpsim.outputs.report`'s
+(``run`` prints it too).
 """
 
 from __future__ import annotations
@@ -17,20 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import networkx as nx
+from tpsim.outputs.report import regime_shares, regime_text
 
 #: Parts of the critical path, in the order the table prints them.
 PARTS = ("compute", "memory", "communication", "launch_overhead", "host", "bubble", "idle")
-#: The regime each part stands for (host work and launches both make a pass overhead-bound).
-PART_REGIME = {
-    "compute": "compute-bound",
-    "memory": "memory-bound",
-    "communication": "communication-bound",
-    "launch_overhead": "overhead-bound",
-    "host": "overhead-bound",
-    "bubble": "pipeline-bound",
-}
-#: A runner-up regime within this many points of the first is named beside it.
-NEAR_TIE = 0.15
 #: What each part means in a sentence.
 PART_WORDS = {
     "compute": "compute",
@@ -50,28 +41,6 @@ class Entry:
     label: str
     summary: Mapping[str, Any]
     assumptions: Mapping[str, str]
-
-
-def regime_shares(summary: Mapping[str, Any]) -> list[tuple[str, float]]:
-    """Regimes by their share of the critical path, largest first (host and launch
-    overhead counted together, as the regime does)."""
-    b = summary["breakdown_s"]
-    total = summary["latency_s"] or 1.0
-    shares: dict[str, float] = {}
-    for part, regime in PART_REGIME.items():
-        shares[regime] = shares.get(regime, 0.0) + b.get(part, 0.0) / total
-    return sorted(shares.items(), key=lambda kv: (-kv[1], kv[0]))
-
-
-def regime_text(summary: Mapping[str, Any]) -> str:
-    """``memory-bound (53 %; communication 47 %)``: the regime with its share, and the
-    runner-up when it is within :data:`NEAR_TIE` of it."""
-    shares = regime_shares(summary)
-    (_top, share), (second, share2) = shares[0], shares[1]
-    text = f"{summary['regime']} ({share:.0%}"
-    if share2 > 0 and share - share2 <= NEAR_TIE:
-        text += f"; {second.removesuffix('-bound')} {share2:.0%}"
-    return text + ")"
 
 
 def _rate(bps: float) -> str:

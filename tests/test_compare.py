@@ -6,7 +6,7 @@ import json
 
 import pytest
 from tpsim.cli import main
-from tpsim.experiments.compare import NEAR_TIE, regime_shares, regime_text
+from tpsim.outputs.report import NEAR_TIE, regime_shares, regime_text
 
 QUESTION_NODES = [
     "compare", "--model", "llama-3.1-70b", "--topology", "dgx-h100", "--tp", "8,16",

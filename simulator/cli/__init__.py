@@ -308,7 +308,11 @@ def _run(a: argparse.Namespace) -> int:
     if a.json:
         print(json.dumps(result.summary, indent=2))
     else:
-        print(report.summary_text(result.summary))
+        from tpsim.experiments.compare import assumptions
+        from tpsim.topologies.io import get_topology
+
+        graph = get_topology(a.topology, a.nodes)
+        print(report.summary_text(result.summary, assumptions(graph, result.summary)))
         for flag, path in (("gantt", a.gantt), ("trace", a.trace)):
             if path:
                 print(f"  wrote {flag:<12}{path}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Mapping
 from typing import Any
 
 from tpsim.calibration.profiles import about, engines
@@ -45,7 +46,45 @@ def title(s: dict[str, Any]) -> str:
     )
 
 
-def summary_text(s: dict[str, Any]) -> str:
+#: The regime each part of the critical path stands for (host work and launches both
+#: make a pass overhead-bound).
+PART_REGIME = {
+    "compute": "compute-bound",
+    "memory": "memory-bound",
+    "communication": "communication-bound",
+    "launch_overhead": "overhead-bound",
+    "host": "overhead-bound",
+    "bubble": "pipeline-bound",
+}
+#: A runner-up regime within this many points of the first is named beside it.
+NEAR_TIE = 0.15
+
+
+def regime_shares(summary: Mapping[str, Any]) -> list[tuple[str, float]]:
+    """Regimes by their share of the critical path, largest first (host and launch
+    overhead counted together, as the regime does)."""
+    b = summary["breakdown_s"]
+    total = summary["latency_s"] or 1.0
+    shares: dict[str, float] = {}
+    for part, regime in PART_REGIME.items():
+        shares[regime] = shares.get(regime, 0.0) + b.get(part, 0.0) / total
+    return sorted(shares.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def regime_text(summary: Mapping[str, Any]) -> str:
+    """``memory-bound (53 %; communication 47 %)``: the regime with its share, and the
+    runner-up when it is within :data:`NEAR_TIE` of it."""
+    regime = summary["regime"]
+    shares = regime_shares(summary)
+    share = dict(shares).get(regime, 0.0)
+    second, share2 = next(((r, v) for r, v in shares if r != regime), ("", 0.0))
+    text = f"{regime} ({share:.0%}"
+    if share2 > 0 and share - share2 <= NEAR_TIE:
+        text += f"; {second.removesuffix('-bound')} {share2:.0%}"
+    return text + ")"
+
+
+def summary_text(s: dict[str, Any], assumptions: Mapping[str, str] | None = None) -> str:
     c, mem, comm, split = s["config"], s["memory"], s["communication"], s["model_split"]
     per = "step" if c["workload"]["phase"] == "decode" else "prefill"
     b = s["breakdown_s"]
@@ -57,7 +96,7 @@ def summary_text(s: dict[str, Any]) -> str:
         f"  latency       {seconds(s['latency_s'])} per {per}",
         f"  throughput    {s['tokens_per_s']:,.0f} tokens/s "
         f"({s['tokens_per_s_per_gpu']:,.0f} per GPU)",
-        f"  regime        {s['regime']}",
+        f"  regime        {regime_text(s)}",
         f"  critical path {parts}",
         f"  memory/GPU    weights {mem['weights_bytes_per_gpu'] / gb:.2f} GB + KV cache "
         f"{mem['kv_cache_bytes_per_gpu'] / gb:.2f} GB + activations "
@@ -66,14 +105,21 @@ def summary_text(s: dict[str, Any]) -> str:
         f"({'fits' if mem['fits'] else 'DOES NOT FIT'})",
         f"  split         {split['heads_per_gpu']} heads, {split['kv_heads_per_gpu']} KV heads "
         f"per GPU (KV replicated x{split['kv_replication']})",
+        *(
+            [f"  assumptions   {'; '.join(f'{k} {v}' for k, v in assumptions.items())}"]
+            if assumptions
+            else []
+        ),
         f"  collectives   {comm['collectives']} per GPU"
         + (f" and {comm['p2p']} p2p sends/receives" if comm.get("p2p") else "")
         + f", {size(comm['bytes_sent_per_gpu'])} sent per GPU, {seconds(comm['time_s'])}",
     ]
     for site, v in comm["by_site"].items():
+        each = v["bytes_sent_per_gpu"] / v["count"] if v["count"] else 0
         lines.append(
-            f"    {site:<11} {v['count']:>5} x  {size(v['bytes_sent_per_gpu']):>10}  "
-            f"{seconds(v['time_s']):>10}"
+            f"    {site:<11} {v['count']:>5} {'call ' if v['count'] == 1 else 'calls'}, "
+            f"{size(v['bytes_sent_per_gpu']):>10} sent in "
+            f"all ({size(each)} each), {seconds(v['time_s']):>10}"
         )
     return "\n".join(lines)
 
