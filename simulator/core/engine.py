@@ -343,6 +343,8 @@ def run(
         r.env.process(r.cpu(rank, delays[rank]))
         r.env.process(r.stream(rank, "compute"))
         r.env.process(r.stream(rank, "comm"))
+        if any(op.stream == "p2p" for op in programs[rank].ops):  # pipeline sends
+            r.env.process(r.stream(rank, "p2p"))
     events = 0
     env = r.env
     while True:
