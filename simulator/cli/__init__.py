@@ -63,6 +63,17 @@ def parse_ranks(text: str) -> list[int]:
     return ranks
 
 
+def parse_counts(text: str) -> tuple[int, ...]:
+    """``--pp-layers 40,40``: positive integers, comma separated."""
+    try:
+        out = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: want counts like 40,40") from None
+    if any(n < 1 for n in out):
+        raise argparse.ArgumentTypeError(f"{text!r}: every stage needs at least one layer")
+    return out
+
+
 def parse_layers(text: str) -> tuple[int, int]:
     a, sep, b = text.strip().partition("-") if not text.startswith("-") else (text, "", "")
     try:
@@ -94,6 +105,14 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=0,
         help="GPUs of the group on each host (default: fill each host first)",
+    )
+    run.add_argument("--pp", type=int, default=1, help="pipeline stages (one TP group each)")
+    run.add_argument("--dp", type=int, default=1, help="data-parallel replicas")
+    run.add_argument(
+        "--micro-batches", type=int, default=1, help="micro-batches per step (pipeline)"
+    )
+    run.add_argument(
+        "--pp-layers", type=parse_counts, default=(), help="layers per stage: 40,40"
     )
     run.add_argument("--batch", type=int, default=1)
     run.add_argument("--phase", choices=PHASES, default="decode")
@@ -246,9 +265,10 @@ def _run(a: argparse.Namespace) -> int:
         engine=a.engine,
     )
     check_nodes(a.nodes)
-    if a.gantt_ranks and max(a.gantt_ranks) >= a.tp:
-        raise ConfigError(f"--gantt-ranks={max(a.gantt_ranks)}: the group has ranks 0-{a.tp - 1}")
-    layout = Layout(a.tp, a.gpus_per_node)
+    if a.gantt_ranks and max(a.gantt_ranks) >= a.tp * a.pp * a.dp:
+        last = a.tp * a.pp * a.dp - 1
+        raise ConfigError(f"--gantt-ranks={max(a.gantt_ranks)}: the group has ranks 0-{last}")
+    layout = Layout(a.tp, a.gpus_per_node, a.pp, a.dp, a.micro_batches, a.pp_layers)
     result = simulate(
         a.model,
         a.topology,
