@@ -87,20 +87,24 @@ def test_two_tp4_replicas_on_nvswitch_equal_one() -> None:
 
 #: 8 GPUs on two PCIe switches joined by one uplink; GPU ranks alternate pairs, so each
 #: TP 4 group of consecutive ranks spans both switches and crosses the uplink.
-SHARED_UPLINK = """\
+SHARED_UPLINK = (
+    """\
 name: shared-uplink
 gpus: {g: h100-pcie}
 nodes:
   - {id: sw0, kind: switch}
   - {id: sw1, kind: switch}
-""" + "".join(
-    f"  - {{id: gpu{i}, kind: gpu, type: g, rank: {i}}}\n" for i in range(8)
-) + """\
+"""
+    + "".join(f"  - {{id: gpu{i}, kind: gpu, type: g, rank: {i}}}\n" for i in range(8))
+    + """\
 links:
   - {src: sw0, dst: sw1, bandwidth_GBps: 16, latency_us: 0, duplex: true}
-""" + "".join(
-    f"  - {{src: gpu{i}, dst: sw{(i // 2) % 2}, bandwidth_GBps: 32, latency_us: 0, duplex: true}}\n"
-    for i in range(8)
+"""
+    + "".join(
+        f"  - {{src: gpu{i}, dst: sw{(i // 2) % 2}, bandwidth_GBps: 32, latency_us: 0, "
+        "duplex: true}\n"
+        for i in range(8)
+    )
 )
 
 
@@ -180,3 +184,16 @@ def test_bad_layouts_exit_2(args: list[str], field: str) -> None:
     assert out.returncode == 2, out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and __import__("re").search(field, lines[0]), lines
+
+
+def test_plan_ranks_layouts_and_recommends() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "tpsim", "plan", "--model", "llama-2-7b", "--topology",
+         "dgx-h100", "--gpus", "4", "--batch-max", "8", "--ideal", "--jobs", "1",
+         "--slo-tpot-ms", "50"], capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    for layout in ("TP 4 x PP 1 x DP 1", "TP 2 x PP 1 x DP 2", "TP 1 x PP 1 x DP 4"):
+        assert layout in text
+    assert "Recommended: TP " in text and "Runner-up: TP " in text

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from tpsim import calibration
+from tpsim.cli.plan import PLAN_COMMANDS, add_plan_parser
 from tpsim.cli.studies import STUDY_COMMANDS, add_study_parsers
 from tpsim.core.collectives import ALGORITHMS, OPS
 from tpsim.core.config import (
@@ -111,9 +112,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--micro-batches", type=int, default=1, help="micro-batches per step (pipeline)"
     )
-    run.add_argument(
-        "--pp-layers", type=parse_counts, default=(), help="layers per stage: 40,40"
-    )
+    run.add_argument("--pp-layers", type=parse_counts, default=(), help="layers per stage: 40,40")
     run.add_argument("--batch", type=int, default=1)
     run.add_argument("--phase", choices=PHASES, default="decode")
     run.add_argument("--prompt-len", type=int, default=512, help="prefill tokens per sequence")
@@ -216,6 +215,7 @@ def _parser() -> argparse.ArgumentParser:
     ls.add_argument("what", choices=("models", "topologies", "gpus", "engines"))
 
     add_study_parsers(sub)
+    add_plan_parser(sub)
     return p
 
 
@@ -362,7 +362,13 @@ def _list(a: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": _run, "collective": _collective, "list": _list, **STUDY_COMMANDS}
+COMMANDS = {
+    "run": _run,
+    "collective": _collective,
+    "list": _list,
+    **STUDY_COMMANDS,
+    **PLAN_COMMANDS,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -123,9 +123,7 @@ class LayoutComms:
     @cached_property
     def fabric(self) -> Fabric:
         """Every link of the topology (the same indices as each group's fabric)."""
-        return build_fabric(
-            self.routes, self.gpu_ranks, self.group_comms[0].group.gpu, self.calib
-        )
+        return build_fabric(self.routes, self.gpu_ranks, self.group_comms[0].group.gpu, self.calib)
 
     @cached_property
     def router(self) -> Router:
@@ -242,7 +240,9 @@ def _same_programs(programs: Programs, replicas: int) -> bool:
             for x, y in zip(a.ops, b.ops, strict=True):
                 if x.collective is not None:
                     shift = len(groups0) * d
-                    y = replace(y, collective=replace(y.collective, group=y.collective.group - shift))  # type: ignore[arg-type]
+                    y = replace(
+                        y, collective=replace(y.collective, group=y.collective.group - shift)
+                    )  # type: ignore[arg-type]
                 elif x.p2p is not None:
                     y = replace(y, p2p=replace(y.p2p, peer=y.p2p.peer - d * per))  # type: ignore[arg-type]
                 if x != y:

@@ -94,7 +94,8 @@ def layout_lines(s: dict[str, Any]) -> list[str]:
     for k, m in enumerate(s.get("memory_per_stage", [])):
         out.append(
             f"    stage {k:<3} {m['total_bytes_per_gpu'] / 1e9:7.2f} GB per GPU "
-            f"(weights {m['weights_bytes_per_gpu'] / 1e9:.2f}, KV {m['kv_cache_bytes_per_gpu'] / 1e9:.2f})"
+            f"(weights {m['weights_bytes_per_gpu'] / 1e9:.2f}, "
+            f"KV {m['kv_cache_bytes_per_gpu'] / 1e9:.2f})"
         )
     out.append("  placement     rank: (dp, pp, tp) -> GPU")
     for p in c["placement"]:
