@@ -48,6 +48,20 @@ def _rate(bps: float) -> str:
     return f"{gbit:.0f} Gb/s" if gbit < 1000 else f"{gbit / 1000:.1f} Tb/s"
 
 
+def _crosses_hosts(config: Mapping[str, Any]) -> bool:
+    """Whether one replica's GPUs (its TP group and pipeline stages) sit on more than one
+    host, so that its traffic crosses the network (replicas on hosts of their own do not)."""
+    placement = config.get("placement")
+    if not placement:
+        gpus = config.get("gpus", [])[: int(config["tp"])]
+        return len({g.split(".", 1)[0] for g in gpus if "." in g}) > 1
+    hosts: dict[int, set[str]] = {}
+    for p in placement:
+        gpu = str(p["gpu"])
+        hosts.setdefault(int(p["dp"]), set()).add(gpu.split(".", 1)[0] if "." in gpu else "")
+    return any(len(h) > 1 for h in hosts.values())
+
+
 def assumptions(graph: nx.DiGraph, summary: Mapping[str, Any]) -> dict[str, str]:
     """What a configuration's numbers rest on, read from its topology graph and options:
     GPU, the links between GPUs (kind and per-direction bandwidth), the network (NICs per
@@ -68,15 +82,24 @@ def assumptions(graph: nx.DiGraph, summary: Mapping[str, Any]) -> dict[str, str]
         if kind != "infiniband"
     ]
     out["links"] = ", ".join(scale) or "none"
-    if "infiniband" in links and c.get("nodes", 1) > 1:
+    if "infiniband" in links and _crosses_hosts(c):
         rate = "/".join(_rate(b) for b in sorted(links["infiniband"]))
         out["network"] = f"{nics // hosts} NICs per host at {rate}"
+    elif hosts > 1 and c.get("nodes", 1) > 1:
+        out["network"] = "not used (each replica within one host)"
     else:
         out["network"] = "not used (one host)"
     opts = c["options"]
     out["engine"] = str(opts["engine"])
     out["launch"] = str(opts["launch"])
     return out
+
+
+def gpus(summary: Mapping[str, Any]) -> int:
+    """GPUs a configuration uses: TP x PP x DP."""
+    c = summary["config"]
+    lay = c.get("layout", {})
+    return int(c["tp"]) * int(lay.get("pp", 1)) * int(lay.get("dp", 1))
 
 
 def _per(summary: Mapping[str, Any]) -> str:
@@ -107,7 +130,7 @@ def table(entries: Sequence[Entry]) -> str:
     lines.append(row("  ratio to first", [f"{x / tps[0]:.2f}x" for x in tps]))
     lines.append(row("tokens/s per GPU", [f"{x:,.1f}" for x in per_gpu]))
     lines.append(row("  ratio to first", [f"{x / per_gpu[0]:.2f}x" for x in per_gpu]))
-    lines.append(row("GPUs", [str(e.summary["config"]["tp"]) for e in entries]))
+    lines.append(row("GPUs", [str(gpus(e.summary)) for e in entries]))
     mem = [e.summary["memory"] for e in entries]
     lines.append(
         row(

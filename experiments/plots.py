@@ -162,7 +162,7 @@ def gantt(
     outlines: dict[int, list[tuple[float, float]]] = defaultdict(list)
     kinds_seen: set[str] = set()
     for r in records:
-        row = row_y.get((r.rank, r.stream))
+        row = row_y.get((r.rank, "comm" if r.stream == "p2p" else r.stream))  # sends: comm row
         if row is None or r.end_s < t0 or r.start_s > t1:
             continue
         xy = (r.start_s * scale, max(r.end_s - r.start_s, 0.0) * scale)

@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 
 from tpsim import calibration
 from tpsim.cli.compare import COMPARE_COMMANDS, add_compare_parser
+from tpsim.cli.plan import PLAN_COMMANDS, add_plan_parser
 from tpsim.cli.studies import STUDY_COMMANDS, add_study_parsers
 from tpsim.core.collectives import ALGORITHMS, OPS
 from tpsim.core.config import (
@@ -64,6 +65,17 @@ def parse_ranks(text: str) -> list[int]:
     return ranks
 
 
+def parse_counts(text: str) -> tuple[int, ...]:
+    """``--pp-layers 40,40``: positive integers, comma separated."""
+    try:
+        out = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: want counts like 40,40") from None
+    if any(n < 1 for n in out):
+        raise argparse.ArgumentTypeError(f"{text!r}: every stage needs at least one layer")
+    return out
+
+
 def parse_layers(text: str) -> tuple[int, int]:
     a, sep, b = text.strip().partition("-") if not text.startswith("-") else (text, "", "")
     try:
@@ -96,6 +108,12 @@ def _parser() -> argparse.ArgumentParser:
         default=0,
         help="GPUs of the group on each host (default: fill each host first)",
     )
+    run.add_argument("--pp", type=int, default=1, help="pipeline stages (one TP group each)")
+    run.add_argument("--dp", type=int, default=1, help="data-parallel replicas")
+    run.add_argument(
+        "--micro-batches", type=int, default=1, help="micro-batches per step (pipeline)"
+    )
+    run.add_argument("--pp-layers", type=parse_counts, default=(), help="layers per stage: 40,40")
     run.add_argument("--batch", type=int, default=1)
     run.add_argument("--phase", choices=PHASES, default="decode")
     run.add_argument("--prompt-len", type=int, default=512, help="prefill tokens per sequence")
@@ -199,6 +217,7 @@ def _parser() -> argparse.ArgumentParser:
 
     add_study_parsers(sub)
     add_compare_parser(sub, run)
+    add_plan_parser(sub)
     return p
 
 
@@ -246,7 +265,11 @@ def run_inputs(a: argparse.Namespace) -> tuple[Layout, Workload, Options]:
         engine=a.engine,
     )
     check_nodes(a.nodes)
-    return Layout(a.tp, a.gpus_per_node), workload, options
+    return (
+        Layout(a.tp, a.gpus_per_node, a.pp, a.dp, a.micro_batches, a.pp_layers),
+        workload,
+        options,
+    )
 
 
 def _run(a: argparse.Namespace) -> int:
@@ -255,8 +278,9 @@ def _run(a: argparse.Namespace) -> int:
     check_output(a.gantt, "--gantt", (".png", ".svg"))
     check_output(a.trace, "--trace", (".json",))
     layout, workload, options = run_inputs(a)
-    if a.gantt_ranks and max(a.gantt_ranks) >= a.tp:
-        raise ConfigError(f"--gantt-ranks={max(a.gantt_ranks)}: the group has ranks 0-{a.tp - 1}")
+    if a.gantt_ranks and max(a.gantt_ranks) >= a.tp * a.pp * a.dp:
+        last = a.tp * a.pp * a.dp - 1
+        raise ConfigError(f"--gantt-ranks={max(a.gantt_ranks)}: the group has ranks 0-{last}")
     result = simulate(
         a.model,
         a.topology,
@@ -360,6 +384,7 @@ COMMANDS = {
     "list": _list,
     **STUDY_COMMANDS,
     **COMPARE_COMMANDS,
+    **PLAN_COMMANDS,
 }
 
 

@@ -21,6 +21,8 @@ NOT_COMPARED = ("help", "gantt", "gantt_ranks", "gantt_layers", "trace", "json")
 #: How a differing flag reads in a configuration's label.
 LABELS = {
     "tp": lambda v: f"TP {v}",
+    "pp": lambda v: f"PP {v}",
+    "dp": lambda v: f"DP {v}",
     "nodes": lambda v: f"{v} node" + ("" if v == "1" else "s"),
     "batch": lambda v: f"batch {v}",
     "engine": lambda v: f"engine {v}",
@@ -29,7 +31,7 @@ LABELS = {
 
 
 #: Differing flags in a label, in this order (then run's order).
-LABEL_ORDER = ("model", "topology", "tp", "nodes", "gpus_per_node", "batch", "phase")
+LABEL_ORDER = ("model", "topology", "tp", "pp", "dp", "nodes", "gpus_per_node", "batch", "phase")
 
 
 def _is_flag(action: argparse.Action) -> bool:

@@ -70,7 +70,8 @@ def simulate(
     link_usage: bool = False,
     use_symmetry: bool = True,
 ) -> Result:
-    """Simulate one forward pass of ``model`` split ``layout.tp`` ways on ``topology``."""
+    """Simulate one forward pass of ``model`` split ``layout.tp`` ways on ``topology`` (with
+    ``layout.pp`` stages, ``layout.dp`` replicas: :mod:`tpsim.core.parallel`)."""
     spec = get_model(model) if isinstance(model, str) else model
     graph = get_topology(topology, nodes) if isinstance(topology, str) else topology
     layout = Layout(layout) if isinstance(layout, int) else layout
@@ -79,6 +80,14 @@ def simulate(
     calib = options.calibration  # an unknown engine or bad profile is refused first
     gpu_count = sum(1 for _, k in graph.nodes(data="kind") if k == "gpu")
     _check_layout(spec, layout.tp, gpu_count)
+    if layout.pp * layout.dp * layout.micro_batches > 1 or layout.pp_layers:
+        from tpsim.core.parallel import simulate_layout  # stages, replicas, micro-batches
+
+        result: Result = simulate_layout(
+            spec, graph, layout, workload, options, nodes=nodes, link_usage=link_usage,
+            use_symmetry=use_symmetry,
+        )  # fmt: skip
+        return result
     comms = connect(
         graph,
         layout.tp,

@@ -41,7 +41,8 @@ def _choice(field: str, value: object, allowed: tuple[str, ...]) -> None:
 
 @dataclass(frozen=True)
 class Layout:
-    """How the model is split: ``tp`` GPUs in one tensor-parallel group.
+    """How the model is split: ``tp`` GPUs in one tensor-parallel group; ``pp`` such groups
+    as pipeline stages, ``dp`` copies of the pipeline as independent replicas.
 
     ``gpus_per_node``: take this many GPUs from each host, host after host (0: fill each
     host before the next), so TP 8 over two hosts with 4 GPUs each is ``Layout(8, 4)``.
@@ -49,9 +50,27 @@ class Layout:
 
     tp: int = 1
     gpus_per_node: int = 0
+    #: pipeline stages, data-parallel replicas, micro-batches per step, layers per stage
+    #: (empty: balanced); see tpsim.core.layout
+    pp: int = 1
+    dp: int = 1
+    micro_batches: int = 1
+    pp_layers: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         _positive_int("tp", self.tp, 4096)
+        _positive_int("pp", self.pp, 1024)
+        _positive_int("dp", self.dp, 4096)
+        _positive_int("micro_batches", self.micro_batches, 4096)
+        if not isinstance(self.pp_layers, tuple) or not all(
+            isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in self.pp_layers
+        ):
+            raise ConfigError(f"pp_layers={self.pp_layers!r}: must be positive layer counts")
+        if self.pp_layers and len(self.pp_layers) != self.pp:
+            raise ConfigError(
+                f"pp_layers={','.join(map(str, self.pp_layers))}: "
+                f"{len(self.pp_layers)} stages, pp={self.pp}"
+            )
         g = self.gpus_per_node
         if isinstance(g, bool) or not isinstance(g, int) or g < 0:
             raise ConfigError(f"gpus_per_node={g!r}: must be a non-negative integer")

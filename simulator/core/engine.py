@@ -274,7 +274,7 @@ class _Run:
                 start, by = last[0], last[1]
             nbytes, what = 0, f"recv {x.nbytes} B from rank {x.peer}"
         detail = f"{what} (tag {x.tag}); {op.detail}" if op.detail else f"{what} (tag {x.tag})"
-        rid = self.log.op(rank, "comm", i, op, op.name, nbytes, start, env.now, by[0], detail)
+        rid = self.log.op(rank, op.stream, i, op, op.name, nbytes, start, env.now, by[0], detail)
         self.sms.comm(rank, -1)
         return (rid, env.now)
 
@@ -343,6 +343,8 @@ def run(
         r.env.process(r.cpu(rank, delays[rank]))
         r.env.process(r.stream(rank, "compute"))
         r.env.process(r.stream(rank, "comm"))
+        if any(op.stream == "p2p" for op in programs[rank].ops):  # pipeline sends
+            r.env.process(r.stream(rank, "p2p"))
     events = 0
     env = r.env
     while True:

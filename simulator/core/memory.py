@@ -96,3 +96,53 @@ def activation_elements(model: ModelSpec, tp: int, workload: Workload) -> int:
     attention = 3 * d + (h + 2 * kv) * hd + h * hd
     mlp = 2 * d + (3 if model.gated_mlp else 2) * inner
     return workload.tokens * max(attention, mlp)
+
+
+def memory_per_stage(
+    model: ModelSpec,
+    tp: int,
+    workload: Workload,
+    options: Options,
+    gpu: GPUSpec,
+    *,
+    layers: range,
+    first: bool,
+    last: bool,
+    micro_batches: int = 1,
+) -> MemoryUse:
+    """One rank's memory in a pipeline stage holding ``layers``: those layers' weights and
+    KV cache (every micro-batch's sequences), the embedding on the first stage, the final
+    norm and LM head on the last (a tied head is a copy there when the stages differ), and
+    the activations of one micro-batch. With one stage holding every layer this equals
+    :func:`memory_per_gpu`."""
+    prec = precision(options, model.dtype, gpu.fp8_flops is not None)
+    act_b, kv_b = dtype_bytes(prec.act), dtype_bytes(prec.kv)
+    n, L = len(layers), model.num_layers
+    split = shard(model, tp)
+    d = model.hidden_size
+    linear = linear_params_per_gpu(model, tp) // L * n
+    everything = weight_params_per_gpu(model, tp) - linear_params_per_gpu(model, tp)
+    embed = split.vocab * d + (
+        model.max_position_embeddings * d if model.learned_position_embeddings else 0
+    )
+    final_norm = 2 * d if model.norm == "layernorm" else d
+    tied_head = 0 if model.tied_embeddings else split.vocab * d
+    per_layer = (everything - embed - tied_head - final_norm) // L
+    other = per_layer * n
+    if first:
+        other += embed
+    if last:  # the head: its own weight, or a copy of the tied embedding on another stage
+        other += final_norm + (split.vocab * d if tied_head or not first else 0)
+    weights = round(linear * dtype_bytes(prec.weights) + other * act_b)
+    kv_cache = round(
+        workload.batch * workload.kv_len * split.kv_heads * model.head_dim * 2 * n * kv_b
+    )
+    mb = -(-workload.batch // micro_batches)
+    one = Workload(mb, workload.phase, workload.prompt_len, workload.context_len)
+    activations = round(activation_elements(model, tp, one) * act_b)
+    if last:
+        activations += mb * model.vocab_size * 4  # gathered logits, upcast to fp32
+    total = weights + kv_cache + activations
+    reserve = options.calibration.memory
+    capacity = int(gpu.hbm_bytes * reserve.usable_fraction) - reserve.runtime_bytes
+    return MemoryUse(weights, kv_cache, activations, total, capacity, total <= capacity)

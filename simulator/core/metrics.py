@@ -110,3 +110,25 @@ def communication(records: Sequence[Record], rank: int = 0) -> dict[str, Any]:
     if p2p:
         out["p2p"] = p2p
     return out
+
+
+def pipeline_breakdown(
+    records: Sequence[Record], path: Sequence[Record], last_stage: set[int]
+) -> dict[str, float]:
+    """:func:`breakdown` of a pipeline, from its last stage's point of view: ``bubble`` is
+    the time before the critical path reaches the last stage's ranks for good (the pipeline
+    filling: that stage waits); the categories and ``idle`` are the rest of the path. The
+    values sum to the makespan."""
+    k = len(path)
+    while k > 0 and path[k - 1].rank in last_stage:
+        k -= 1
+    tail = path[k:]
+    bubble = tail[0].start_s if tail else makespan(records)
+    parts: dict[str, list[float]] = {c: [] for c in CATEGORIES}
+    for rec in tail:
+        parts[rec.category].append(rec.end_s - rec.start_s)
+    out = {c: math.fsum(v) for c, v in parts.items()}
+    total = makespan(records)
+    out["idle"] = max(0.0, total - bubble - math.fsum(out.values()))
+    out["bubble"] = bubble
+    return out

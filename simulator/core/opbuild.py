@@ -28,12 +28,17 @@ class OpBuilder:
         self.ranks = ranks
         self.ops: list[Op] = []
         self.last: dict[int, int] = {}  # chain -> index of its latest op
+        self.group = 0  # the TP group its collectives run over (pipeline stages, replicas)
+        #: chain -> further ops its next op waits for (a pipeline stage's receive)
+        self.after: dict[int, tuple[int, ...]] = {}
 
     def tail(self, chain: int) -> tuple[int, ...]:
         """The chain's latest op as a dependency (none before its first op)."""
-        return (self.last[chain],) if chain in self.last else ()
+        base = (self.last[chain],) if chain in self.last else ()
+        return base + self.after[chain] if chain in self.after else base
 
     def _emit(self, chain: int, op: Op) -> int:
+        self.after.pop(chain, None)
         self.ops.append(op)
         self.last[chain] = len(self.ops) - 1
         return self.last[chain]
@@ -95,7 +100,7 @@ class OpBuilder:
             "communication",
             f"{op} {nbytes} B over {self.ranks} ranks",
             self.tail(chain) if deps is None else deps,
-            CollectiveCall(op, nbytes),
+            CollectiveCall(op, nbytes, self.group),
         )
         return self._emit(chain, o)
 
@@ -111,6 +116,7 @@ class OpBuilder:
         site: str = "",
         tag: int = 0,
         deps: tuple[int, ...] | None = None,
+        stream: str = "comm",
     ) -> int:
         """A point-to-point ``send`` of ``nbytes`` to rank ``peer`` or the ``recv`` of them
         from it, on the comm stream (launched as a communication call)."""
@@ -119,7 +125,7 @@ class OpBuilder:
             "p2p",
             layer,
             site,
-            "comm",
+            stream,
             self.launch.collective_s,
             0.0,
             0.0,

@@ -23,6 +23,7 @@ class CollectiveCall:
 
     op: str  # "all_reduce" | "all_gather"
     nbytes: int
+    group: int = 0  # which TP group of a layout (pipeline stages, replicas) it runs over
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,14 +133,19 @@ def check(programs: Programs) -> None:
     n = programs.ranks
     if programs.shared() is None:
         calls = [tuple(op.collective for op in p.ops if op.collective) for p in programs]
-        for r in range(1, n):
-            if calls[r] != calls[0]:
+        first: dict[int, int] = {}  # group -> its first rank (ranks of one group compare)
+        for r in range(n):
+            g = calls[r][0].group if calls[r] else 0
+            f = first.setdefault(g, r)
+            if f == r:
+                continue
+            if calls[r] != calls[f]:
                 k = next(
-                    (k for k, (a, b) in enumerate(zip(calls[0], calls[r], strict=False)) if a != b),
-                    min(len(calls[0]), len(calls[r])),
+                    (k for k, (a, b) in enumerate(zip(calls[f], calls[r], strict=False)) if a != b),
+                    min(len(calls[f]), len(calls[r])),
                 )
                 raise ProgramError(
-                    f"rank {r} issues collectives that rank 0 does not (first difference at "
+                    f"rank {r} issues collectives that rank {f} does not (first difference at "
                     f"collective {k}): every rank must issue the same collectives in order"
                 )
     if not programs.has_p2p():
@@ -155,8 +161,10 @@ def check(programs: Programs) -> None:
                 raise ProgramError(
                     f"rank {rank} op {i} ({op.name}): peer={x.peer} must be another rank of the {n}"
                 )
-            if op.stream != "comm":
-                raise ProgramError(f"rank {rank} op {i} ({op.name}): p2p runs on the comm stream")
+            if op.stream not in ("comm", "p2p"):
+                raise ProgramError(
+                    f"rank {rank} op {i} ({op.name}): p2p runs on the comm or p2p stream"
+                )
             if x.direction == "send":
                 sends.setdefault((rank, x.peer, x.tag), []).append((x.nbytes, i))
             else:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 #: Streams of one rank. A record's ``stream`` is one of these.
-STREAMS: tuple[str, ...] = ("cpu", "compute", "comm")
+STREAMS: tuple[str, ...] = ("cpu", "compute", "comm", "p2p")
 
 #: Kinds of work. ``launch`` (a host launch) and ``host`` (engine work: scheduling, input
 #: preparation, sampling, Python per layer) live on the ``cpu`` stream; ``dispatch`` (the
@@ -39,7 +39,7 @@ class Record(NamedTuple):
 
     id: int  # position in the engine's record list
     rank: int  # TP rank (0 .. tp-1)
-    stream: str  # "cpu" | "compute" | "comm"
+    stream: str  # "cpu" | "compute" | "comm" | "p2p" (pipeline sends between stages)
     name: str  # op name after the layer structure: "qkv_proj", "attn_out.allreduce[3]", ...
     kind: str  # "launch" | "gemm" | "attention" | "elementwise" | "collective" | "p2p"
     category: str  # "compute" | "memory" | "communication" | "launch_overhead" | "host"

@@ -20,13 +20,14 @@ from typing import Any
 from tpsim.core.records import Record
 
 #: Thread id of each stream inside a rank's process in the trace.
-STREAM_TIDS: dict[str, int] = {"cpu": 1, "compute": 2, "comm": 3}
+STREAM_TIDS: dict[str, int] = {"cpu": 1, "compute": 2, "comm": 3, "p2p": 4}
 
 #: Thread names shown by Perfetto / chrome://tracing.
 STREAM_LABELS: dict[str, str] = {
     "cpu": "CPU launch",
     "compute": "compute stream",
     "comm": "comm stream",
+    "p2p": "pipeline sends",
 }
 
 #: Column order of :func:`records_csv` (the Record fields, in declaration order).

@@ -39,8 +39,12 @@ def title(s: dict[str, Any]) -> str:
     where = c["topology"]
     if c["nodes"] > 1 and not where.endswith(f"x{c['nodes']}"):
         where += f" x{c['nodes']} nodes"
+    lay = c.get("layout", {})
+    split = f"TP {c['tp']}" + "".join(
+        f" x {k.upper()} {lay[k]}" for k in ("pp", "dp") if lay.get(k, 1) > 1
+    )
     return (
-        f"{c['model']['name']} on {where}, TP {c['tp']}, {w['phase']} batch {w['batch']}, "
+        f"{c['model']['name']} on {where}, {split}, {w['phase']} batch {w['batch']}, "
         f"{lengths}, {c['options']['dtype']}, launch {c['options']['launch']}"
         + (f", engine {c['options']['engine']}" if c["options"]["engine"] != "ideal" else "")
     )
@@ -121,7 +125,32 @@ def summary_text(s: dict[str, Any], assumptions: Mapping[str, str] | None = None
             f"{size(v['bytes_sent_per_gpu']):>10} sent in "
             f"all ({size(each)} each), {seconds(v['time_s']):>10}"
         )
+    if "layout" in c:
+        lines += layout_lines(s)
     return "\n".join(lines)
+
+
+def layout_lines(s: dict[str, Any]) -> list[str]:
+    """The layout of a run with stages or replicas: degrees, per-replica throughput, memory
+    per stage and which GPU each (dp, pp, tp) rank runs on."""
+    c, lay = s["config"], s["config"]["layout"]
+    out = [
+        f"  layout        TP {lay['tp']} x PP {lay['pp']} x DP {lay['dp']}, "
+        f"{lay['micro_batches']} micro-batch(es); layers per stage "
+        + ",".join(map(str, lay["pp_layers"])),
+        f"  per replica   {s['tokens_per_s_per_replica']:,.0f} tokens/s "
+        f"(x{lay['dp']} replicas = {s['tokens_per_s']:,.0f})",
+    ]
+    for k, m in enumerate(s.get("memory_per_stage", [])):
+        out.append(
+            f"    stage {k:<3} {m['total_bytes_per_gpu'] / 1e9:7.2f} GB per GPU "
+            f"(weights {m['weights_bytes_per_gpu'] / 1e9:.2f}, "
+            f"KV {m['kv_cache_bytes_per_gpu'] / 1e9:.2f})"
+        )
+    out.append("  placement     rank: (dp, pp, tp) -> GPU")
+    for p in c["placement"]:
+        out.append(f"    {p['rank']:>4}: ({p['dp']}, {p['pp']}, {p['tp']}) -> {p['gpu']}")
+    return out
 
 
 #: What the collective table's header says each ``--algo`` choice means.

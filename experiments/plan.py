@@ -1,0 +1,240 @@
+"""Capacity planning: which TP x PP x DP layout of N GPUs serves a model best.
+
+Every layout that uses all the GPUs (``tp * pp * dp = G``) and fits in memory is a
+candidate; obviously dominated ones are left out (more pipeline stages than 8, or a TP
+group that crosses hosts while stages or replicas could keep it inside one). For each, the
+largest power-of-2 batch per replica that fits (up to ``batch_max``) is simulated as one
+decode step (TPOT; the pipeline runs ``pp`` micro-batches), halved until the TPOT SLO
+holds, and one request's prefill of ``prompt_len`` tokens gives the TTFT. Layouts are
+simulated in parallel (one process per layout). Ranked: SLOs met first, then total
+tokens/s, then TPOT.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from tpsim.core.api import simulate
+from tpsim.core.config import Layout, Options, Workload, tp_problem
+from tpsim.core.errors import ConfigError
+from tpsim.core.layout import stage_layers
+from tpsim.core.memory import memory_per_stage
+from tpsim.models.catalog import get_model
+from tpsim.topologies.io import get_topology
+
+MAX_PP = 8
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    model: str
+    topology: str
+    nodes: int = 1
+    gpus: int = 0  # 0: every GPU of the nodes
+    batch_max: int = 64
+    prompt_len: int = 1024
+    context_len: int = 2048
+    slo_ttft_ms: float | None = None
+    slo_tpot_ms: float | None = None
+    gpu_hour_usd: float | None = None
+    engine: str = "vllm"
+    ideal: bool = False
+
+
+@dataclass(frozen=True)
+class Row:
+    tp: int
+    pp: int
+    dp: int
+    batch: int  # sequences per replica
+    ttft_s: float
+    tpot_s: float
+    tokens_per_s: float  # all replicas
+    tokens_per_s_per_gpu: float
+    headroom_bytes: int  # free HBM on the fullest GPU
+    regime: str
+    ttft_ok: bool
+    tpot_ok: bool
+    usd_per_mtok: float | None
+
+    @property
+    def label(self) -> str:
+        return f"TP {self.tp} x PP {self.pp} x DP {self.dp}"
+
+    @property
+    def slo_ok(self) -> bool:
+        return self.ttft_ok and self.tpot_ok
+
+
+def layouts(req: PlanRequest) -> list[tuple[int, int, int]]:
+    """(tp, pp, dp) with tp * pp * dp = G that split the heads and the layers."""
+    spec = get_model(req.model)
+    graph = get_topology(req.topology, req.nodes)
+    total = sum(1 for _, k in graph.nodes(data="kind") if k == "gpu")
+    g = req.gpus or total
+    if g > total:
+        raise ConfigError(f"gpus={g}: more than the {total} GPUs of {req.nodes} node(s)")
+    per_host = int(graph.graph.get("gpus_per_host", total)) or total
+    out = []
+    for tp in range(1, g + 1):
+        if g % tp or tp_problem(tp, spec.num_heads, spec.num_kv_heads):
+            continue
+        for pp in range(1, min(MAX_PP, spec.num_layers, g // tp) + 1):
+            if (g // tp) % pp:
+                continue
+            dp = g // (tp * pp)
+            if tp > per_host and (pp > 1 or dp > 1):
+                continue  # dominated: TP across hosts when stages or replicas could be
+            out.append((tp, pp, dp))
+    return out
+
+
+def fitting_batches(req: PlanRequest, tp: int, pp: int) -> list[int]:
+    """Powers of 2 up to ``batch_max`` whose decode and prefill fit every stage."""
+    spec = get_model(req.model)
+    graph = get_topology(req.topology, 1)
+    gpu = next(d["gpu"] for _, d in graph.nodes(data=True) if d.get("kind") == "gpu")
+    opts = Options(ideal=req.ideal, engine=req.engine)
+    stages = stage_layers(spec.num_layers, pp)
+    out, b = [], 1
+    while b <= req.batch_max:
+        w = Workload(b, "decode", req.prompt_len, req.context_len)
+        fits = all(
+            memory_per_stage(spec, tp, w, opts, gpu, layers=r, first=s == 0,
+                             last=s == pp - 1, micro_batches=min(pp, b)).fits
+            for s, r in enumerate(stages)
+        )  # fmt: skip
+        if not fits:
+            break
+        out.append(b)
+        b *= 2
+    return out
+
+
+def _headroom(summary: dict[str, Any]) -> int:
+    stages = summary.get("memory_per_stage") or [summary["memory"]]
+    return min(m["capacity_bytes_per_gpu"] - m["total_bytes_per_gpu"] for m in stages)
+
+
+def evaluate(req: PlanRequest, tp: int, pp: int, dp: int) -> Row | None:
+    """The layout at its best batch: the largest fitting one meeting the TPOT SLO (or 1)."""
+    batches = fitting_batches(req, tp, pp)
+    if not batches:
+        return None
+    opts = Options(ideal=req.ideal, engine=req.engine)
+    prefill = simulate(req.model, req.topology, Layout(tp, pp=pp, dp=dp),
+                       Workload(1, "prefill", req.prompt_len, req.context_len), opts,
+                       nodes=req.nodes).summary  # fmt: skip
+    ttft = prefill["latency_s"]
+    for b in reversed(batches):
+        lay = Layout(tp, pp=pp, dp=dp, micro_batches=min(pp, b))
+        s = simulate(req.model, req.topology, lay,
+                     Workload(b, "decode", req.prompt_len, req.context_len), opts,
+                     nodes=req.nodes).summary  # fmt: skip
+        tpot = s["latency_s"]
+        tpot_ok = req.slo_tpot_ms is None or tpot * 1e3 <= req.slo_tpot_ms
+        if tpot_ok or b == batches[0]:
+            break
+    gpus = tp * pp * dp
+    rate = s["tokens_per_s"]
+    usd = None
+    if req.gpu_hour_usd is not None and rate > 0:
+        usd = gpus * req.gpu_hour_usd / 3600 / rate * 1e6
+    return Row(
+        tp, pp, dp, b, ttft, tpot, rate, rate / gpus, _headroom(s), s["regime"],
+        req.slo_ttft_ms is None or ttft * 1e3 <= req.slo_ttft_ms, tpot_ok, usd,
+    )  # fmt: skip
+
+
+def _evaluate(args: tuple[PlanRequest, int, int, int]) -> Row | None:
+    try:
+        return evaluate(*args)
+    except ConfigError:  # a layout refused (memory, records): not a candidate
+        return None
+
+
+def plan(req: PlanRequest, jobs: int = 0) -> list[Row]:
+    """Every candidate layout evaluated, ranked (see the module doc)."""
+    cands = layouts(req)
+    if not cands:
+        raise ConfigError(f"model={req.model}: no TP x PP x DP layout splits it over these GPUs")
+    args = [(req, *c) for c in cands]
+    jobs = jobs or min(len(args), os.cpu_count() or 1)
+    if jobs <= 1:
+        rows = [_evaluate(a) for a in args]
+    else:
+        with ProcessPoolExecutor(jobs) as pool:
+            rows = list(pool.map(_evaluate, args))
+    found = [r for r in rows if r is not None]
+    if not found:
+        raise ConfigError(f"model={req.model}: no layout fits in memory on these GPUs")
+    return sorted(found, key=lambda r: (not r.slo_ok, -r.tokens_per_s, r.tpot_s, r.tp, r.pp))
+
+
+def table(rows: list[Row], req: PlanRequest) -> str:
+    """The ranked table, then the recommendation."""
+    head = (
+        f"{'#':>2}  {'layout':<20} {'batch':>5} {'TTFT ms':>9} {'TPOT ms':>9} "
+        f"{'tok/s':>9} {'tok/s/GPU':>9} {'free GB':>8}  {'regime':<20} SLO"
+    )
+    if req.gpu_hour_usd is not None:
+        head += "   $/Mtok"
+    lines = [head]
+    for k, r in enumerate(rows, 1):
+        slo = "met" if r.slo_ok else ("TTFT missed" if r.tpot_ok else "TPOT missed")
+        line = (
+            f"{k:>2}  {r.label:<20} {r.batch:>5} {r.ttft_s * 1e3:>9.2f} {r.tpot_s * 1e3:>9.2f} "
+            f"{r.tokens_per_s:>9,.0f} {r.tokens_per_s_per_gpu:>9,.1f} "
+            f"{r.headroom_bytes / 1e9:>8.1f}  {r.regime:<20} {slo}"
+        )
+        if r.usd_per_mtok is not None:
+            line += f"  {r.usd_per_mtok:>7.3f}"
+        lines.append(line)
+    lines.append("")
+    lines.append(recommendation(rows))
+    return "\n".join(lines)
+
+
+def recommendation(rows: list[Row]) -> str:
+    best = rows[0]
+    what = (
+        f"Recommended: {best.label} at batch {best.batch} per replica, "
+        f"{best.tokens_per_s:,.0f} tokens/s in total ({best.tokens_per_s_per_gpu:,.1f} per GPU) "
+        f"at TPOT {best.tpot_s * 1e3:.1f} ms and TTFT {best.ttft_s * 1e3:.1f} ms"
+        + (", meeting the SLOs" if best.slo_ok else ", though no layout meets the SLOs")
+    )
+    if len(rows) < 2:
+        return what + "."
+    second = rows[1]
+    why = _why(best, second)
+    return (
+        f"{what}; {why}. Runner-up: {second.label} at batch {second.batch}, "
+        f"{second.tokens_per_s:,.0f} tokens/s at TPOT {second.tpot_s * 1e3:.1f} ms."
+    )
+
+
+def _why(best: Row, other: Row) -> str:
+    ratio = best.tokens_per_s / other.tokens_per_s if other.tokens_per_s else float("inf")
+    if best.slo_ok and not other.slo_ok:
+        return f"the runner-up misses an SLO ({'TPOT' if not other.tpot_ok else 'TTFT'})"
+    reasons = []
+    if best.dp > other.dp:
+        reasons.append("independent replicas need no communication between them")
+    if best.pp < other.pp:
+        reasons.append("fewer pipeline stages leave less bubble")
+    if best.tp < other.tp:
+        reasons.append("smaller TP groups spend less time in all-reduces")
+    if best.batch > other.batch:
+        reasons.append("more memory headroom lets it run a larger batch")
+    reason = "; ".join(reasons) or f"its step is {best.regime}"
+    return f"it gives {ratio:.2f}x the runner-up's tokens/s ({reason})"
+
+
+def to_dicts(rows: list[Row]) -> list[dict[str, Any]]:
+    return [asdict(r) for r in rows]
+
+
+__all__ = ["PlanRequest", "Row", "layouts", "plan", "recommendation", "table", "to_dicts"]

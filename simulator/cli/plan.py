@@ -1,0 +1,58 @@
+"""``tpsim plan``: rank the TP x PP x DP layouts of N GPUs for a model (experiments/plan.py).
+
+Thin: parses the flags, calls the planner, prints its table and recommendation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from tpsim.core.config import check_nodes
+from tpsim.core.errors import ConfigError
+
+
+def add_plan_parser(sub: Any) -> None:
+    p = sub.add_parser("plan", help="rank TP x PP x DP layouts of the GPUs for a model")
+    p.add_argument("--model", required=True)
+    p.add_argument("--topology", required=True)
+    p.add_argument("--nodes", type=int, default=1)
+    p.add_argument("--gpus", type=int, default=0, help="GPUs to use (default: all)")
+    p.add_argument("--batch-max", type=int, default=64, help="largest batch per replica")
+    p.add_argument("--prompt-len", type=int, default=1024)
+    p.add_argument("--context-len", type=int, default=2048)
+    p.add_argument("--slo-ttft-ms", type=float)
+    p.add_argument("--slo-tpot-ms", type=float)
+    p.add_argument("--gpu-hour-usd", type=float, help="price of one GPU-hour: adds $/Mtok")
+    p.add_argument("--engine", default="vllm")
+    p.add_argument("--ideal", action="store_true")
+    p.add_argument("--jobs", type=int, default=0, help="processes (default: one per core)")
+    p.add_argument("--json", action="store_true")
+
+
+def _plan(a: argparse.Namespace) -> int:
+    from tpsim.experiments.plan import PlanRequest, plan, table, to_dicts
+
+    check_nodes(a.nodes)
+    for flag in ("gpus", "jobs"):
+        if getattr(a, flag) < 0:
+            raise ConfigError(f"--{flag}={getattr(a, flag)}: must be 0 (all) or more")
+    if a.batch_max < 1:
+        raise ConfigError(f"--batch-max={a.batch_max}: must be at least 1")
+    for flag in ("slo_ttft_ms", "slo_tpot_ms", "gpu_hour_usd"):
+        v = getattr(a, flag)
+        if v is not None and not v > 0:
+            raise ConfigError(f"--{flag.replace('_', '-')}={v}: must be positive")
+    req = PlanRequest(a.model, a.topology, a.nodes, a.gpus, a.batch_max, a.prompt_len,
+                      a.context_len, a.slo_ttft_ms, a.slo_tpot_ms, a.gpu_hour_usd, a.engine,
+                      a.ideal)  # fmt: skip
+    rows = plan(req, a.jobs)
+    if a.json:
+        print(json.dumps({"layouts": to_dicts(rows)}, indent=2))
+    else:
+        print(table(rows, req))
+    return 0
+
+
+PLAN_COMMANDS = {"plan": _plan}
