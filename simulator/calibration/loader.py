@@ -22,6 +22,7 @@ from tpsim.calibration.model import (
     Calibration,
     Collectives,
     Coordination,
+    CustomKernel,
     Engine,
     HostCost,
     Kernels,
@@ -234,6 +235,13 @@ def _collectives(d: Mapping[str, Any]) -> Collectives:
             raise CalibrationError(f"{f}: needs exactly stagger_us, call_us, about")
         us = _numbers({k: spec[k] for k in ("stagger_us", "call_us")}, f, -6)
         launchers[str(name)] = Launcher(str(name), us["stagger_us"], us["call_us"], spec["about"])
+    kernels = _custom_kernels(_table(custom.get("kernels"), f"{w}.custom_allreduce.kernels"))
+    implementation = entry(custom, "implementation", w)
+    if implementation not in kernels:
+        raise CalibrationError(
+            f"{w}.custom_allreduce.implementation={implementation!r}: "
+            f"must be one of {', '.join(kernels)}"
+        )
     try:
         payload = PayloadShares(**shares)
     except TypeError as e:
@@ -248,12 +256,63 @@ def _collectives(d: Mapping[str, Any]) -> Collectives:
         nvls_default_efficiency=number(
             entry(nvls, "default_efficiency", f"{w}.nvls"), "nvls.default_efficiency"
         ),
-        custom_base_s=scale(number(entry(custom, "base_us", w), "custom.base_us"), -6),
         custom_hop_s=scale(number(entry(custom, "hop_us", w), "custom.hop_us"), -6),
+        custom_load_latency_s=scale(
+            number(entry(custom, "load_latency_us", w), "custom.load_latency_us"), -6
+        ),
+        custom_barrier_peer_s=scale(
+            number(entry(custom, "barrier_per_peer_us", w), "custom.barrier_per_peer_us"), -6
+        ),
         custom_max_bytes=int(number(entry(custom, "max_MiB", w), "custom.max_MiB") * 2**20),
+        custom_kernels=kernels,
+        custom_implementation=implementation,
+        custom_switch=_switch(entry(custom, "switch", w)),
         comm_sms=int(entry(d, "comm_sms", w)),
         launchers=launchers,
     )
+
+
+def _switch(value: object) -> bool:
+    if value not in ("engine", "fastest"):
+        raise CalibrationError(f"nccl.yaml.custom_allreduce.switch={value!r}: engine or fastest")
+    return value == "engine"
+
+
+_KERNEL_KEYS = {"base_us", "host_us", "grid_threads", "serial_gather", "oneshot_below", "copy"}
+
+
+def _custom_kernels(d: Mapping[str, Any]) -> dict[str, CustomKernel]:
+    """``custom_allreduce.kernels``: one entry per implementation."""
+    out = {}
+    for name in d:
+        f = f"nccl.yaml.custom_allreduce.kernels.{name}"
+        spec = _table(entry(d, name, "nccl.yaml.custom_allreduce.kernels"), f)
+        if set(spec) != _KERNEL_KEYS:
+            raise CalibrationError(f"{f}: needs exactly {', '.join(sorted(_KERNEL_KEYS))}")
+        rule = []
+        for upto, below in sorted(_table(spec["oneshot_below"], f"{f}.oneshot_below").items()):
+            if isinstance(upto, bool) or not isinstance(upto, int) or upto < 2:
+                raise CalibrationError(f"{f}.oneshot_below: key {upto!r} is not a rank count")
+            rule.append((upto, None if below is None else number(below, f"{f}.oneshot_below")))
+        if spec["copy"] not in ("memcpy", "in_kernel"):
+            raise CalibrationError(f"{f}.copy={spec['copy']!r}: must be memcpy or in_kernel")
+        threads = spec["grid_threads"]
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise CalibrationError(f"{f}.grid_threads={threads!r}: a positive integer")
+        if not isinstance(spec["serial_gather"], bool):
+            raise CalibrationError(f"{f}.serial_gather={spec['serial_gather']!r}: true or false")
+        out[str(name)] = CustomKernel(
+            name=str(name),
+            base_s=scale(number(spec["base_us"], f"{f}.base_us"), -6),
+            host_s=scale(number(spec["host_us"], f"{f}.host_us"), -6),
+            grid_threads=threads,
+            serial_gather=spec["serial_gather"],
+            oneshot_below=tuple(rule),
+            copy=spec["copy"],
+        )
+    if not out:
+        raise CalibrationError("nccl.yaml.custom_allreduce.kernels: needs at least one")
+    return out
 
 
 def _links(d: Mapping[str, Any]) -> Links:

@@ -9,6 +9,7 @@ another set of overrides of the same object.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -170,6 +171,31 @@ class Launcher:
     about: str
 
 
+@dataclass(frozen=True, slots=True)
+class CustomKernel:
+    """One serving engine's peer-memory all-reduce kernels (one-shot and two-shot): what its
+    code fixes (grid size, the one-shot/two-shot switch, how eager calls get the input into
+    the shared buffer) and what was fitted to measurements (fixed device and host costs)."""
+
+    name: str
+    base_s: float  # device: kernel start and the entry barrier (a flag to and from each peer)
+    host_s: float  # host time of one eager call (Python, dispatch, its launches)
+    grid_threads: int  # threads of the grid, each with one 16-byte load per peer in flight
+    serial_gather: bool  # two-shot's all-gather loads one peer at a time (stores between)
+    #: ``(ranks up to, bytes)``: one-shot below that many bytes, two-shot from there (None:
+    #: one-shot at any size); empty: no rule (``auto`` runs the faster of the two).
+    oneshot_below: tuple[tuple[int, float | None], ...]
+    copy: str  # eager input into the shared buffer: "memcpy" (a copy kernel) | "in_kernel"
+
+    def oneshot_limit(self, ranks: int) -> float | None:
+        """Bytes from which the engine runs two-shot on ``ranks`` GPUs (inf: never; None: no
+        rule)."""
+        for upto, below in self.oneshot_below:
+            if ranks <= upto:
+                return math.inf if below is None else below
+        return None if not self.oneshot_below else 0.0
+
+
 @dataclass(frozen=True)
 class Collectives:
     """NCCL's tuning constants and the peer-memory all-reduce of serving engines."""
@@ -181,11 +207,34 @@ class Collectives:
     nvls_latency_s: float
     nvls_efficiency: Mapping[str, float]  # per scale-up kind
     nvls_default_efficiency: float
-    custom_base_s: float
-    custom_hop_s: float
+    custom_hop_s: float  # a flag over NVLink: a barrier between two steps
+    custom_load_latency_s: float  # one 16-byte load from a peer's memory, issue to data
+    custom_barrier_peer_s: float  # a barrier's cost per peer it waits for
     custom_max_bytes: int
+    custom_kernels: Mapping[str, CustomKernel]
+    custom_implementation: str  # the engine's kernels, one of custom_kernels
+    #: Whether ``auto`` follows the kernels' one-shot/two-shot switch (a serving engine's
+    #: code) or runs the faster of the two (the ideal engine).
+    custom_switch: bool
     comm_sms: int  # SMs a collective kernel holds while it runs
     launchers: Mapping[str, Launcher]
+
+    @property
+    def custom(self) -> CustomKernel:
+        """The peer-memory all-reduce kernels the engine runs."""
+        return self.custom_kernels[self.custom_implementation]
+
+    def custom_oneshot_limit(self, ranks: int) -> float | None:
+        """Bytes from which ``auto`` runs two-shot (inf: never; None: the faster runs)."""
+        return self.custom.oneshot_limit(ranks) if self.custom_switch else None
+
+    @property
+    def custom_base_s(self) -> float:
+        return self.custom.base_s
+
+    def custom_barrier_s(self, ranks: int) -> float:
+        """One barrier of the peer-memory kernels over ``ranks`` GPUs beyond a flag's hop."""
+        return self.custom_barrier_peer_s * (ranks - 1)
 
     def payload_share(self, proto: str, algorithm: str, op: str, multi_host: bool) -> float:
         if self.shares is None:
@@ -318,8 +367,14 @@ class Calibration:
                 nvls_latency_s=0.0,
                 nvls_efficiency={},
                 nvls_default_efficiency=1.0,
-                custom_base_s=0.0,
                 custom_hop_s=0.0,
+                custom_load_latency_s=0.0,
+                custom_barrier_peer_s=0.0,
+                custom_switch=False,
+                custom_kernels={
+                    k: replace(v, base_s=0.0, host_s=0.0, oneshot_below=())
+                    for k, v in c.custom_kernels.items()
+                },
                 comm_sms=0,
                 launchers={
                     n: replace(la, stagger_s=0.0, call_s=0.0) for n, la in c.launchers.items()

@@ -70,6 +70,9 @@ def make_planner(fab: Fabric, order: Sequence[int], *, algo: str = "auto") -> Pl
             limit = entry.auto_max_bytes
             if algo == "auto" and limit is not None and call.nbytes > limit(fab):
                 continue  # a serving engine hands large messages to NCCL
+            low = entry.auto_min_bytes
+            if algo == "auto" and low is not None and call.nbytes < low(fab):
+                continue  # the engine's kernels run one-shot at this size
             out.extend(entry.build(ctx, call))
         return out
 

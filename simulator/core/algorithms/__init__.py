@@ -55,6 +55,8 @@ class Algorithm:
     max_steps: Callable[[int], int]  # most steps one rank takes, for p ranks
     #: Largest message ``auto`` gives it (serving engines hand larger ones to NCCL); None: any.
     auto_max_bytes: Callable[[Fabric], int] | None = None
+    #: Smallest message ``auto`` gives it (a serving engine's two-shot above its one-shot).
+    auto_min_bytes: Callable[[Fabric], int] | None = None
 
 
 def _discover() -> dict[str, Algorithm]:

@@ -3,22 +3,22 @@
 from __future__ import annotations
 
 from tpsim.core.algorithms import Algorithm, Context
-from tpsim.core.algorithms._peer import PEER, why_not
+from tpsim.core.algorithms._peer import auto_oneshot_max, read, why_not
 from tpsim.core.engine import Schedule
 from tpsim.core.fabric import Fabric
 from tpsim.core.program import CollectiveCall
-from tpsim.core.schedules import send, steps
+from tpsim.core.schedules import steps
 
 
 def oneshot(fab: Fabric, nbytes: int) -> Schedule:
-    """Every rank reads the whole buffer of each peer and reduces locally: one step,
-    ``(p-1) n`` bytes into each rank."""
+    """After the entry barrier (the base), every rank reads the whole buffer of each peer and
+    reduces locally: one step, ``(p-1) n`` bytes into each rank, each thread with one load
+    per peer in flight (vLLM's ``packed_reduce`` loads every peer before adding)."""
     p = fab.ranks
-    proto, hop = PEER, fab.tuning.custom_hop_s
-    sends = [
-        [[send(fab, t, u, nbytes, proto, hop_s=hop) for u in range(p) if u != t]] for t in range(p)
-    ]
-    return Schedule("oneshot", "p2p", fab.tuning.custom_base_s, steps(sends, [[p - 1]] * p))
+    first = fab.tuning.custom_load_latency_s
+    sends = [[[read(fab, t, u, nbytes, first, 1) for u in range(p) if u != t]] for t in range(p)]
+    base = fab.tuning.custom_base_s + fab.tuning.custom_barrier_s(p)
+    return Schedule("oneshot", "p2p", base, steps(sends, [[p - 1]] * p))
 
 
 def _build(ctx: Context, call: CollectiveCall) -> list[Schedule]:
@@ -34,5 +34,5 @@ ALGORITHM = Algorithm(
     why_not=why_not,
     build=_build,
     max_steps=lambda p: 1,
-    auto_max_bytes=lambda fab: fab.tuning.custom_max_bytes,
+    auto_max_bytes=auto_oneshot_max,
 )

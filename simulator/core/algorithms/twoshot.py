@@ -3,26 +3,35 @@
 from __future__ import annotations
 
 from tpsim.core.algorithms import Algorithm, Context
-from tpsim.core.algorithms._peer import PEER, why_not
+from tpsim.core.algorithms._peer import auto_twoshot_min, read, why_not
 from tpsim.core.engine import Schedule
 from tpsim.core.fabric import Fabric
 from tpsim.core.program import CollectiveCall
-from tpsim.core.schedules import chunk_sizes, send, steps
+from tpsim.core.schedules import chunk_sizes, steps
 
 
 def twoshot(fab: Fabric, nbytes: int) -> Schedule:
-    """Reduce-scatter then all-gather through peer memory: two steps of ``(p-1) n/p``."""
+    """Reduce-scatter then all-gather through peer memory: two steps of ``(p-1) n/p`` into
+    each rank. The reduce-scatter loads every peer's part at once; after a barrier (a flag
+    per peer) the all-gather copies each peer's reduced part: with ``serial_gather`` one
+    load in flight per thread, so its first data waits a load per peer."""
     p = fab.ranks
-    proto, hop = PEER, fab.tuning.custom_hop_s
+    tuning = fab.tuning
+    load = tuning.custom_load_latency_s
+    serial = tuning.custom.serial_gather
+    barrier = tuning.custom_hop_s + tuning.custom_barrier_s(p)
+    gather_first = barrier + load * ((p - 1) if serial else 1)
+    gather_peers = p - 1 if serial else 1
     chunks = chunk_sizes(nbytes, p)
     sends = [
         [
-            [send(fab, t, u, chunks[u], proto, hop_s=hop) for u in range(p) if u != t],
-            [send(fab, t, u, chunks[t], proto, hop_s=hop) for u in range(p) if u != t],
+            [read(fab, t, u, chunks[u], load, 1) for u in range(p) if u != t],
+            [read(fab, t, u, chunks[t], gather_first, gather_peers) for u in range(p) if u != t],
         ]
         for t in range(p)
     ]
-    return Schedule("twoshot", "p2p", fab.tuning.custom_base_s, steps(sends, [[p - 1, p - 1]] * p))
+    base = tuning.custom_base_s + tuning.custom_barrier_s(p)
+    return Schedule("twoshot", "p2p", base, steps(sends, [[p - 1, p - 1]] * p))
 
 
 def _build(ctx: Context, call: CollectiveCall) -> list[Schedule]:
@@ -39,4 +48,5 @@ ALGORITHM = Algorithm(
     build=_build,
     max_steps=lambda p: 2,
     auto_max_bytes=lambda fab: fab.tuning.custom_max_bytes,
+    auto_min_bytes=auto_twoshot_min,
 )
