@@ -60,7 +60,8 @@ def test_in_node_vs_cross_node() -> None:
     assert all(r > 1.5 for r in s["comm_ratio_tp8_cross_over_in_node"].values())
     # TP 16 over two nodes: twice the GPUs for at most a few percent more tokens/s
     assert all(g < 1.1 for g in s["tp16_cross_gain_over_tp8_in_node"].values())
-    assert s["tp16_cross_slower_than_tp8_in_node"][32]
+    # (at batch 32 TP 16 may win or lose outright by a few percent: a near tie that moves
+    # with the all-reduce kernels' calibration, so no claim on its sign)
     assert {r["hosts"] for r in study.rows} == {1, 2}
 
 
