@@ -7,18 +7,22 @@ SVG backend. Files are written atomically; the same records give the same PNG/SV
 
 from __future__ import annotations
 
+import html
+import io
 import math
+import re
 from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from matplotlib import rc_context
 from matplotlib.figure import Figure
-from matplotlib.patches import Patch
+from matplotlib.patches import Patch, Rectangle
 from matplotlib.transforms import blended_transform_factory
 from tpsim.core.records import Record
-from tpsim.outputs.export import atomic_output
+from tpsim.outputs.export import atomic_output, write_text
 
 #: Bar colour per record kind (Okabe–Ito palette, colour-blind friendly).
 KIND_COLORS: dict[str, str] = {
@@ -39,6 +43,13 @@ ROWS: tuple[tuple[str, str], ...] = (("cpu", "CPU"), ("compute", "compute"), ("c
 MAX_DEFAULT_RANKS = 8  # draw every rank up to this many, else ranks 0, 1 and the last
 MAX_LAYER_LINES = 40  # draw layer boundaries only when fewer layers are visible
 DENSE_BARS_PER_ROW = 300  # above this many bars per row (on average), drop the bar edges
+RAIL = 0.15  # height of the critical-path rail under a bar (a row is 1)
+AXES_WIDTH = 0.78  # the plot area's share of the figure width (room for labels and legend)
+LABEL_GAP_PX = 22  # layer labels closer than this to the previous one are left out
+NAME_PX_PER_CHAR = 4.2  # an op name fits in a bar at about this many pixels per character
+MAX_BAR_NAMES = 600  # op names written on bars at most (the rest: zoom in, or the SVG's tooltips)
+MAX_SVG_TOOLTIPS = 20_000  # bars given a hover tooltip in an SVG at most
+DARK_KINDS = frozenset({"gemm", "host", "attention"})  # bars dark enough for white text
 FORMATS = {".png": "png", ".svg": "svg"}
 
 
@@ -139,11 +150,42 @@ def gantt(
     ``layers=(a, b)`` zooms the time axis to the compute/comm records of layers a..b
     inclusive (their launches only when the layers have no GPU records);
     ``ranks`` picks the ranks drawn (default: all up to 8, else 0, 1 and the last);
-    records whose id is in ``critical`` are outlined in black (on charts too dense for
-    outlines, underlined by a black rail instead). The file is written
-    atomically; the same input gives the same bytes.
+    records whose id is in ``critical`` are underlined by a black rail; op names are
+    written on bars wide enough to hold them, and an SVG gives every bar a hover tooltip
+    (name, detail, bytes, start, duration). The file is written atomically; the same input
+    gives the same bytes.
     """
     _format(path)  # refuse a bad suffix before drawing
+    chart = gantt_figure(
+        records, title=title, ranks=ranks, layers=layers, critical=critical, rank_labels=rank_labels
+    )
+    if _format(path) == "svg":
+        _save_svg_with_tooltips(chart, path)
+    else:
+        save_figure(chart.fig, path)
+
+
+@dataclass(frozen=True)
+class GanttChart:
+    """A drawn Gantt: the figure, its axes, and each bar drawn (record, row, (x, width))."""
+
+    fig: Figure
+    ax: Any
+    bars: tuple[tuple[Record, int, tuple[float, float]], ...]
+    height: float
+
+
+def gantt_figure(
+    records: Sequence[Record],
+    *,
+    title: str = "",
+    ranks: Sequence[int] | None = None,
+    layers: tuple[int, int] | None = None,
+    critical: Collection[int] = (),
+    rank_labels: Mapping[int, str] | None = None,
+) -> GanttChart:
+    """The Gantt chart of :func:`gantt`, drawn but not saved."""
+
     view = gantt_view(records, ranks=ranks, layers=layers)
     labels = rank_labels or {}
     crit = frozenset(critical)
@@ -161,6 +203,7 @@ def gantt(
     bars: dict[tuple[int, str], list[tuple[float, float]]] = defaultdict(list)
     outlines: dict[int, list[tuple[float, float]]] = defaultdict(list)
     kinds_seen: set[str] = set()
+    shown: list[tuple[Record, int, tuple[float, float]]] = []
     for r in records:
         row = row_y.get((r.rank, "comm" if r.stream == "p2p" else r.stream))  # sends: comm row
         if row is None or r.end_s < t0 or r.start_s > t1:
@@ -168,6 +211,7 @@ def gantt(
         xy = (r.start_s * scale, max(r.end_s - r.start_s, 0.0) * scale)
         bars[(row, KIND_COLORS.get(r.kind, OTHER_COLOR))].append(xy)
         kinds_seen.add(r.kind)
+        shown.append((r, row, xy))
         if r.id in crit:
             outlines[row].append(xy)
 
@@ -181,13 +225,10 @@ def gantt(
     edge = {"linewidth": 0} if dense else {"edgecolors": "white", "linewidth": 0.5}
     for (y, color), xs in sorted(bars.items()):
         ax.broken_barh(xs, (y - height / 2, height), facecolors=color, **edge)
+    # The critical path is a black rail along the foot of its bars: outlines would paint
+    # narrow or back-to-back bars (a full pass, PCIe collectives) solid black.
     for y, xs in sorted(outlines.items()):
-        if dense:  # outlines would paint the whole row black: mark a rail along the bar foot
-            ax.broken_barh(xs, (y + height / 2 - 0.15, 0.15), facecolors="black", linewidth=0)
-        else:
-            ax.broken_barh(
-                xs, (y - height / 2, height), facecolors="none", edgecolors="black", linewidth=1.0
-            )
+        ax.broken_barh(xs, (y + height / 2 - RAIL, RAIL), facecolors="black", linewidth=0)
 
     ticks = sorted(row_y.items(), key=lambda kv: kv[1])
     ax.set_yticks([y for _, y in ticks])
@@ -202,16 +243,36 @@ def gantt(
         ax.axhline(g * group - 1, color="#cccccc", linewidth=0.8)
     ax.set_ylim(n_rows - 0.4, -0.6)  # GPU 0 on top
     pad = 0.01 * span * scale
-    ax.set_xlim(t0 * scale - pad, t1 * scale + pad)
+    ax.set_xlim(t0 * scale - pad, t1 * scale + pad)  # x_lo, x_hi below
     ax.set_xlabel(f"time ({unit})")
     ax.grid(axis="x", color="#eeeeee", linewidth=0.6)
     ax.set_axisbelow(True)
 
+    x_lo, x_hi = t0 * scale - pad, t1 * scale + pad
+    per_px = (x_hi - x_lo) / (fig.get_figwidth() * fig.dpi * AXES_WIDTH)  # data units per pixel
+    _bar_names(ax, shown, per_px, height)
+    for rank in view.ranks:  # a CPU row with nothing in the window says why
+        y = row_y[(rank, "cpu")]
+        if not any(row == y for _, row, _ in shown):
+            ax.text(
+                x_lo + 4 * per_px,
+                y,
+                "no host work in this window (the CPU ran ahead: launches or a CUDA graph "
+                "replay happen before it)",
+                fontsize=7,
+                color="#666666",
+                va="center",
+            )
+
     boundaries = _layer_starts(records, 0 if 0 in view.ranks else view.ranks[0], t0, t1)
     if 0 < len(boundaries) < MAX_LAYER_LINES:
         top = blended_transform_factory(ax.transData, ax.transAxes)
+        last_label = -math.inf
         for layer, t in boundaries.items():
             ax.axvline(t * scale, color="#888888", linewidth=0.6, linestyle=":", zorder=0)
+            if (t * scale - last_label) / per_px < LABEL_GAP_PX:
+                continue  # too close to the label before it: the line alone marks it
+            last_label = t * scale
             ax.text(
                 t * scale,
                 1.005,
@@ -231,16 +292,63 @@ def gantt(
     if kinds_seen - KIND_COLORS.keys():
         handles.append(Patch(facecolor=OTHER_COLOR, label="other"))
     if outlines:
-        handles.append(
-            Patch(facecolor="black" if dense else "none", edgecolor="black", label="critical path")
-        )
+        handles.append(Patch(facecolor="black", edgecolor="black", label="critical path"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8)
     full_title = "; ".join(s for s in (title, view.note) if s)
     if full_title:
         ax.set_title(full_title, fontsize=10, pad=12)
     fig.tight_layout()
 
-    save_figure(fig, path)
+    return GanttChart(fig, ax, tuple(shown), height)
+
+
+def _bar_names(
+    ax: Any, shown: Sequence[tuple[Record, int, tuple[float, float]]], per_px: float, height: float
+) -> None:
+    """Write each op's name inside its bar where the bar is wide enough to hold it."""
+    written = 0
+    for r, y, (x, w) in shown:
+        if w / per_px < NAME_PX_PER_CHAR * len(r.name) + 4 or r.kind in ("launch", "dispatch"):
+            continue
+        ax.text(
+            x + w / 2,
+            y - height / 2 + 0.08,
+            r.name,
+            fontsize=5.5,
+            color="white" if r.kind in DARK_KINDS else "black",
+            ha="center",
+            va="top",
+            clip_on=True,
+        )
+        written += 1
+        if written >= MAX_BAR_NAMES:
+            break
+
+
+def _save_svg_with_tooltips(chart: GanttChart, path: str | Path) -> None:
+    """SVG with a hover tooltip (``<title>``) on every bar: name, detail, bytes, start and
+    duration. Transparent hit boxes carry the ids; their titles are added to the SVG text."""
+    fig, ax, height = chart.fig, chart.ax, chart.height
+    tips = {}
+    for r, y, (x, w) in chart.bars[:MAX_SVG_TOOLTIPS]:
+        gid = f"tpsim-rec-{r.id}"
+        box = Rectangle((x, y - height / 2), w, height, facecolor="black", alpha=0.0, linewidth=0)
+        box.set_gid(gid)
+        ax.add_patch(box)
+        tips[gid] = (
+            f"{r.name}: {r.detail or r.kind}; {r.bytes:,} B; start {r.start_s * 1e6:,.2f} us; "
+            f"duration {(r.end_s - r.start_s) * 1e6:,.2f} us"
+        )
+    buf = io.StringIO()
+    with rc_context({"svg.hashsalt": "tpsim", "svg.fonttype": "none"}):
+        fig.savefig(buf, format="svg", metadata={"Date": None})
+    fig.clear()
+    text = re.sub(
+        r'<g id="(tpsim-rec-\d+)">',
+        lambda m: f'<g id="{m.group(1)}"><title>{html.escape(tips[m.group(1)])}</title>',
+        buf.getvalue(),
+    )
+    write_text(path, text)
 
 
 def _format(path: str | Path) -> str:

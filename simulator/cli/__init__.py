@@ -320,7 +320,7 @@ def _run(a: argparse.Namespace) -> int:
                 a.gantt,
                 ranks=a.gantt_ranks,
                 layers=a.gantt_layers,
-                title=title,
+                title=report.chart_title(result.summary),
                 critical=result.critical_path,
                 rank_labels=result.rank_labels,
             )

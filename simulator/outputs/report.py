@@ -88,6 +88,12 @@ def regime_text(summary: Mapping[str, Any]) -> str:
     return text + ")"
 
 
+def chart_title(s: dict[str, Any]) -> str:
+    """A chart's title: the run's :func:`title`, its latency and its regime with share."""
+    per = "step" if s["config"]["workload"]["phase"] == "decode" else "pass"
+    return f"{title(s)}\n{seconds(s['latency_s'])} per {per}, {regime_text(s)}"
+
+
 def summary_text(s: dict[str, Any], assumptions: Mapping[str, str] | None = None) -> str:
     c, mem, comm, split = s["config"], s["memory"], s["communication"], s["model_split"]
     per = "step" if c["workload"]["phase"] == "decode" else "prefill"
