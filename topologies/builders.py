@@ -378,8 +378,8 @@ def _check_p2p(g: nx.DiGraph, where: str) -> None:
     hosts_with_cpu = {d.get("host", 0) for _, d in g.nodes(data=True) if d["kind"] == "cpu"}
     for node, d in g.nodes(data=True):
         if d["kind"] == "gpu" and d["host"] not in hosts_with_cpu:
-            msg = "without P2P copies go through host memory: add a cpu node on its host"
-            raise _verr(f"nodes[{node!r}]", where, msg)
+            msg = f"{node} has no cpu node on its host; without P2P copies go through host memory"
+            raise _verr("p2p", where, msg, p2p) if not p2p else _verr("p2p_pairs", where, msg)
 
 
 def _check_reachable(g: nx.DiGraph, where: str) -> None:
