@@ -42,10 +42,13 @@ def test_gpu_catalog_figures():
         "a100-sxm-80gb",
         "h100-sxm",
         "h100-pcie",
+        "h100-nvl",
+        "a100-pcie-80gb",
         "h200-sxm",
         "b200",
         "l40s",
         "rtx-4090",
+        "rtx-6000-ada",
         "mi300x",
     }
     a100 = get_gpu("A100-SXM-80GB")
@@ -121,13 +124,14 @@ def test_rtx4090_every_copy_bounces_through_a_cpu():
         kinds = kinds_on_path(g, routes, a, b)
         assert "cpu" in kinds, (a, b)
         assert routes.bandwidth_Bps(a, b) == 31.5e9
-    # same switch: up to the CPU and back down; PCIe 4 hops x 0.5 µs
+    # same switch: up to the CPU's host memory and back down; PCIe 4 hops x 0.5 µs
     assert routes.path(0, 1) == (
-        ("gpu0", "psw0.up"),
-        ("psw0.up", "cpu0"),
-        ("cpu0", "psw0.down"),
-        ("psw0.down", "gpu1"),
+        ("gpu0", "psw0"),
+        ("psw0", "cpu0"),
+        ("cpu0", "psw0"),
+        ("psw0", "gpu1"),
     )
+    assert routes.transport(0, 1) == "shm"
     assert routes.latency_s(0, 1) == pytest.approx(2e-6)
 
 

@@ -1,10 +1,14 @@
 """Catalog topologies: one-host builders and the multi-host join.
 
 Graph conventions (every builder and the file loader produce exactly this), nx.DiGraph:
-  graph attrs: name, nvls (in-switch reduction), hosts, gpus_per_host
+  graph attrs: name, nvls (in-switch reduction), hosts, gpus_per_host; optional p2p
+               (PCIe peer-to-peer between GPUs allowed; absent: True) and p2p_pairs
+               ({(gpu a, gpu b) sorted: bool}, exceptions to p2p for single pairs)
   node attrs:  kind in NODE_KINDS, host; gpu nodes also gpu (GPUSpec) and rank (host-major)
-  edge attrs:  bandwidth_Bps (per direction), latency_s, link in LINK_KINDS
+  edge attrs:  bandwidth_Bps (per direction), latency_s, link in LINK_KINDS; an
+               nvlink_bridge edge may carry bridges (how many bridges it stands for)
 Edges carry raw hardware figures; the simulator applies achievable-fraction efficiencies.
+Without P2P a pair's traffic goes through host memory (tpsim.topologies.routing).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ __all__ = [
     "LINK_KINDS",
     "NODE_KINDS",
     "TOPOLOGIES",
+    "bridge_bandwidth_Bps",
     "build",
     "join_hosts",
     "nic_bandwidth_Bps",
@@ -30,7 +35,7 @@ __all__ = [
 ]
 
 NODE_KINDS = ("gpu", "nvswitch", "switch", "pcie_switch", "cpu", "nic")
-LINK_KINDS = ("nvlink", "xgmi", "pcie", "upi", "infiniband")
+LINK_KINDS = ("nvlink", "xgmi", "pcie", "upi", "infiniband", "nvlink_bridge")
 MAX_NODES = 1024
 #: Nodes plus links of a multi-host join (1024 DGX H100 hosts make about 67,000).
 MAX_JOINED_ITEMS = 1_000_000
@@ -55,8 +60,19 @@ def nic_bandwidth_Bps(spec: GPUSpec) -> float:
     return links.infiniband_Bps[links.nic[spec.scaleup_kind]]
 
 
-def _graph(name: str, nvls: bool, gpus: int) -> nx.DiGraph:
-    return nx.DiGraph(name=name, nvls=nvls, hosts=1, gpus_per_host=gpus)
+def bridge_bandwidth_Bps(spec: GPUSpec, bridges: int) -> float:
+    """Raw bandwidth per direction of ``bridges`` NVLink bridges between two ``spec`` cards."""
+    links = _links()
+    if spec.nvlink_bridge not in links.nvlink_bridge_Bps:
+        raise TopologyError(f"gpu={show(spec.name)}: has no NVLink bridge connector")
+    top = links.nvlink_bridges_per_gpu
+    if not isinstance(bridges, int) or isinstance(bridges, bool) or not 1 <= bridges <= top:
+        raise TopologyError(f"bridges={show(bridges)}: must be an integer in 1..{top}")
+    return bridges * links.nvlink_bridge_Bps[spec.nvlink_bridge]
+
+
+def _graph(name: str, nvls: bool, gpus: int, p2p: bool = True) -> nx.DiGraph:
+    return nx.DiGraph(name=name, nvls=nvls, hosts=1, gpus_per_host=gpus, p2p=p2p, p2p_pairs={})
 
 
 def _link(g: nx.DiGraph, a: str, b: str, bw: float, lat: float, link: str) -> None:
@@ -99,17 +115,18 @@ def dgx_b200() -> nx.DiGraph:
     return _nvswitch_box("dgx-b200", "b200", nvls=True)
 
 
-def _pcie_box(name: str, gpu: str, p2p: bool) -> nx.DiGraph:
+def _pcie_box(name: str, gpu: str, p2p: bool, bridges: int = 0) -> nx.DiGraph:
     """2 sockets joined by UPI; each socket has 2 PCIe switches with 2 GPUs each.
 
-    Without P2P every GPU-to-GPU transfer bounces through the CPU, so each switch is two
-    one-way nodes, psw{i}.up (gpu -> cpu) and psw{i}.down (cpu -> gpu), and no route can
-    turn around inside a switch.
+    ``p2p``: whether the driver lets GPUs write to each other over PCIe. Without it every
+    GPU-to-GPU transfer goes through host memory (the routes turn at a CPU, never inside a
+    switch: tpsim.topologies.routing). ``bridges``: NVLink bridges joining the two GPUs of
+    each switch (0: none).
     """
     spec = get_gpu(gpu)
     bw = pcie_bandwidth_Bps(spec.pcie_gen)
     links = _links()
-    g = _graph(name, False, 8)
+    g = _graph(name, False, 8, p2p=p2p)
     gpus = _add_gpus(g, spec, 8)
     for cpu in ("cpu0", "cpu1"):
         g.add_node(cpu, kind="cpu", host=0)
@@ -117,21 +134,15 @@ def _pcie_box(name: str, gpu: str, p2p: bool) -> nx.DiGraph:
     for i in range(4):
         cpu = f"cpu{i // 2}"
         members = gpus[2 * i : 2 * i + 2]
-        if p2p:
-            sw = f"psw{i}"
-            g.add_node(sw, kind="pcie_switch", host=0)
-            _link(g, sw, cpu, bw, links.pcie_hop_s, "pcie")
-            for node in members:
-                _link(g, node, sw, bw, links.pcie_hop_s, "pcie")
-            continue
-        up, down = f"psw{i}.up", f"psw{i}.down"
-        g.add_node(up, kind="pcie_switch", host=0)
-        g.add_node(down, kind="pcie_switch", host=0)
-        g.add_edge(up, cpu, bandwidth_Bps=bw, latency_s=links.pcie_hop_s, link="pcie")
-        g.add_edge(cpu, down, bandwidth_Bps=bw, latency_s=links.pcie_hop_s, link="pcie")
+        sw = f"psw{i}"
+        g.add_node(sw, kind="pcie_switch", host=0)
+        _link(g, sw, cpu, bw, links.pcie_hop_s, "pcie")
         for node in members:
-            g.add_edge(node, up, bandwidth_Bps=bw, latency_s=links.pcie_hop_s, link="pcie")
-            g.add_edge(down, node, bandwidth_Bps=bw, latency_s=links.pcie_hop_s, link="pcie")
+            _link(g, node, sw, bw, links.pcie_hop_s, "pcie")
+        if bridges:
+            a, b = members
+            _link(g, a, b, bridge_bandwidth_Bps(spec, bridges), links.nvlink_hop_s, "nvlink_bridge")
+            g.edges[a, b]["bridges"] = g.edges[b, a]["bridges"] = bridges
     return g
 
 
@@ -141,6 +152,22 @@ def pcie_l40s() -> nx.DiGraph:
 
 def pcie_rtx4090() -> nx.DiGraph:
     return _pcie_box("pcie-rtx4090", "rtx-4090", p2p=False)
+
+
+def pcie_rtx4090_p2p() -> nx.DiGraph:
+    return _pcie_box("pcie-rtx4090-p2p", "rtx-4090", p2p=True)
+
+
+def pcie_rtx6000ada() -> nx.DiGraph:
+    return _pcie_box("pcie-rtx6000ada", "rtx-6000-ada", p2p=True)
+
+
+def pcie_h100_nvl() -> nx.DiGraph:
+    return _pcie_box("pcie-h100-nvl", "h100-nvl", p2p=True, bridges=3)
+
+
+def pcie_a100_bridged() -> nx.DiGraph:
+    return _pcie_box("pcie-a100-bridged", "a100-pcie-80gb", p2p=True, bridges=3)
 
 
 def mi300x() -> nx.DiGraph:
@@ -161,6 +188,10 @@ TOPOLOGIES: dict[str, Callable[[], nx.DiGraph]] = {
     "pcie-l40s": pcie_l40s,
     "pcie-rtx4090": pcie_rtx4090,
     "mi300x": mi300x,
+    "pcie-rtx4090-p2p": pcie_rtx4090_p2p,
+    "pcie-rtx6000ada": pcie_rtx6000ada,
+    "pcie-h100-nvl": pcie_h100_nvl,
+    "pcie-a100-bridged": pcie_a100_bridged,
 }
 
 DESCRIPTIONS: dict[str, str] = {
@@ -171,6 +202,10 @@ DESCRIPTIONS: dict[str, str] = {
     "pcie-l40s": "8x L40S, PCIe gen4 switches on 2 sockets joined by UPI, P2P allowed",
     "pcie-rtx4090": "8x RTX 4090, PCIe gen4 on 2 sockets, no P2P (every copy via the CPU)",
     "mi300x": "8x MI300X, xGMI full mesh, 64 GB/s per direction per peer link",
+    "pcie-rtx4090-p2p": "8x RTX 4090 as pcie-rtx4090, P2P enabled (patched driver)",
+    "pcie-rtx6000ada": "8x RTX 6000 Ada, PCIe gen4 switches on 2 sockets, P2P allowed",
+    "pcie-h100-nvl": "8x H100 NVL, PCIe gen5 switches on 2 sockets, pairs with 3 NVLink bridges",
+    "pcie-a100-bridged": "8x A100 80GB PCIe, PCIe gen4 switches, pairs with 3 NVLink bridges",
 }
 
 
@@ -211,6 +246,12 @@ def join_hosts(host: nx.DiGraph, nodes: int) -> nx.DiGraph:
         nvls=host.graph.get("nvls", False),
         hosts=nodes,
         gpus_per_host=per_host,
+        p2p=host.graph.get("p2p", True),
+        p2p_pairs={
+            (f"n{h}.{a}", f"n{h}.{b}"): ok
+            for h in range(nodes)
+            for (a, b), ok in host.graph.get("p2p_pairs", {}).items()
+        },
     )
     g.add_node("ib_switch", kind="switch", host=0)
     links = _links()
@@ -294,7 +335,51 @@ def validate(g: nx.DiGraph, where: str) -> None:
             raise _verr(
                 f"{f}.link", where, f"must be one of {', '.join(LINK_KINDS)}", d.get("link")
             )
+        if d["link"] == "nvlink_bridge":
+            _check_bridge(g, a, b, f, where)
+    _check_p2p(g, where)
     _check_reachable(g, where)
+
+
+def _check_bridge(g: nx.DiGraph, a: str, b: str, f: str, where: str) -> None:
+    """An NVLink bridge joins two GPUs of one bridge generation."""
+    for node in (a, b):
+        d = g.nodes[node]
+        if d["kind"] != "gpu":
+            raise _verr(f, where, f"an nvlink_bridge joins two GPUs; {node} is a {d['kind']}")
+        if d["gpu"].nvlink_bridge == "none":
+            msg = f"{node} ({d['gpu'].name}) has no NVLink bridge connector"
+            raise _verr(f, where, msg)
+    if g.nodes[a]["gpu"].nvlink_bridge != g.nodes[b]["gpu"].nvlink_bridge:
+        raise _verr(f, where, "an nvlink_bridge joins GPUs of the same NVLink generation")
+
+
+def _check_p2p(g: nx.DiGraph, where: str) -> None:
+    """graph.p2p is a bool; graph.p2p_pairs maps sorted pairs of GPUs of one host to bools;
+    if any pair may lack P2P, each GPU has a CPU on its host for host-memory copies."""
+    p2p = g.graph.get("p2p", True)
+    if not isinstance(p2p, bool):
+        raise _verr("graph.p2p", where, "must be a bool", p2p)
+    pairs = g.graph.get("p2p_pairs", {})
+    if not isinstance(pairs, dict):
+        raise _verr("graph.p2p_pairs", where, "must be a dict of GPU pairs", pairs)
+    for key, ok in pairs.items():
+        f = f"graph.p2p_pairs[{key!r}]"
+        if not (isinstance(key, tuple) and len(key) == 2 and list(key) == sorted(set(key))):
+            raise _verr(f, where, "keys must be sorted pairs of two GPU ids")
+        if not all(g.nodes.get(n, {}).get("kind") == "gpu" for n in key):
+            raise _verr(f, where, "keys must name GPU nodes")
+        if g.nodes[key[0]]["host"] != g.nodes[key[1]]["host"]:
+            raise _verr(f, where, "the GPUs must be on one host")
+        if not isinstance(ok, bool):
+            raise _verr(f, where, "must be a bool", ok)
+    if p2p and all(pairs.values()):
+        return
+    hosts_with_cpu = {d.get("host", 0) for _, d in g.nodes(data=True) if d["kind"] == "cpu"}
+    for node, d in g.nodes(data=True):
+        if d["kind"] == "gpu" and d["host"] not in hosts_with_cpu:
+            msg = f"{node} has no cpu node on its host; without P2P copies go through host memory"
+            raise _verr("p2p", where, msg, p2p) if not p2p else _verr("p2p_pairs", where, msg)
 
 
 def _check_reachable(g: nx.DiGraph, where: str) -> None:

@@ -19,6 +19,8 @@ from tpsim.topologies.errors import TopologyError, did_you_mean, show
 __all__ = ["GPUS", "SCALEUP_KINDS", "GPUSpec", "get_gpu", "gpu_from_dict", "gpu_to_dict"]
 
 SCALEUP_KINDS = ("nvlink3", "nvlink4", "nvlink5", "xgmi", "none")
+#: NVLink generations of bridge connectors (links.yaml nvlink_bridge); "none": no bridge.
+BRIDGE_KINDS = ("nvlink3", "nvlink4", "none")
 #: GPU architectures the calibration has kernel tiles for; "default" for any other.
 ARCHS = ("ampere", "ada", "hopper", "blackwell", "cdna3", "default")
 
@@ -40,6 +42,7 @@ class GPUSpec:
     hbm_efficiency: float  # measured STREAM / peak (midpoint of the measured range)
     kernel_overhead_s: float  # fixed GPU-side cost per kernel
     arch: str = "default"  # architecture: picks the GEMM tile (calibration kernels.yaml)
+    nvlink_bridge: str = "none"  # NVLink generation of its bridge connector (BRIDGE_KINDS)
 
 
 class _Catalog(Mapping[str, GPUSpec]):
@@ -103,6 +106,7 @@ GPU_FILE_DEFAULTS: dict[str, Any] = {
     "hbm_efficiency": _dflt.hbm_efficiency,
     "kernel_overhead_us": scale(_dflt.kernel_overhead_s, 6),
     "arch": None,  # the catalog GPU's of the same name, else "default"
+    "nvlink_bridge": None,  # the catalog GPU's of the same name, else "none"
 }
 GPU_FILE_FIELDS = ("name", *_REQUIRED, *GPU_FILE_DEFAULTS)
 
@@ -165,6 +169,14 @@ def gpu_from_dict(d: dict, where: str) -> GPUSpec:
         raise TopologyError(
             f"{prefix}.arch={show(arch)}{suffix}: must be one of {', '.join(ARCHS)}"
         )
+    bridge = f["nvlink_bridge"]
+    if bridge is None:
+        bridge = GPUS[name].nvlink_bridge if name in GPUS else "none"
+    elif bridge not in BRIDGE_KINDS:
+        raise TopologyError(
+            f"{prefix}.nvlink_bridge={show(bridge)}{suffix}: must be one of "
+            f"{', '.join(BRIDGE_KINDS)}"
+        )
     si: dict[str, Any] = {}
     for key, (field, exponent) in _SCALED.items():
         if key == "fp8_tflops" and f[key] is None:
@@ -181,6 +193,7 @@ def gpu_from_dict(d: dict, where: str) -> GPUSpec:
         sm_count=_integer(f["sm_count"], f"{prefix}.sm_count", suffix, 1, 100_000),
         scaleup_kind=kind,
         arch=arch,
+        nvlink_bridge=bridge,
         # the generations whose x16 bandwidth tpsim.topologies.builders knows (NIC links use it)
         pcie_gen=_integer(f["pcie_gen"], f"{prefix}.pcie_gen", suffix, 3, 6),
         **si,
@@ -199,4 +212,5 @@ def gpu_to_dict(spec: GPUSpec) -> dict[str, Any]:
     d["matmul_efficiency"] = spec.matmul_efficiency
     d["hbm_efficiency"] = spec.hbm_efficiency
     d["arch"] = spec.arch
+    d["nvlink_bridge"] = spec.nvlink_bridge
     return d

@@ -1,8 +1,8 @@
 """Topology files (YAML or JSON): loading with strict validation, saving, lookup.
 
 Format (README, "Topology files"): top-level keys name, gpus, nodes, links and the
-optional nvls. Bandwidth in GB/s (1e9 B/s) per direction, latency in µs. Every error is a
-one-line TopologyError naming the field path, the value and the file.
+optional nvls, p2p and p2p_pairs. Bandwidth in GB/s (1e9 B/s) per direction, latency in
+µs. Every error is a one-line TopologyError naming the field path, the value and the file.
 """
 
 from __future__ import annotations
@@ -15,11 +15,13 @@ from typing import Any
 
 import networkx as nx
 import yaml
+from tpsim.calibration.hardware import link_figures
 from tpsim.topologies.builders import (
     LINK_KINDS,
     MAX_NODES,
     NODE_KINDS,
     TOPOLOGIES,
+    bridge_bandwidth_Bps,
     build,
     join_hosts,
     validate,  # part of this module's API
@@ -35,9 +37,10 @@ MAX_DEPTH = 50
 MAX_BANDWIDTH_GBPS = 1e6
 MAX_LATENCY_US = 1e6
 MAX_FILE_ITEMS = 100_000  # nodes, and links, in one file (a host of a multi-host join)
-TOP_FIELDS = ("name", "gpus", "nodes", "links", "nvls")
+TOP_FIELDS = ("name", "gpus", "nodes", "links", "nvls", "p2p", "p2p_pairs")
 NODE_FIELDS = ("id", "kind", "type", "rank", "host")
-LINK_FIELDS = ("src", "dst", "bandwidth_GBps", "latency_us", "duplex", "link")
+LINK_FIELDS = ("src", "dst", "bandwidth_GBps", "latency_us", "duplex", "link", "bridges")
+P2P_PAIR_FIELDS = ("gpus", "p2p")
 _MISSING = object()
 
 
@@ -283,9 +286,10 @@ def _links(items: object, nodes: dict[str, dict], file: str) -> list[tuple[str, 
         raise _err("links", file, f"{len(items)} entries: at most {MAX_FILE_ITEMS}")
     out: list[tuple[str, str, dict]] = []
     first: dict[tuple[str, str], int] = {}
+    bridged: dict[frozenset[str], int] = {}  # bridges per GPU pair, to count connectors
     for i, item in enumerate(items):
         f = f"links[{i}]"
-        d = _fields(item, LINK_FIELDS, ("src", "dst", "bandwidth_GBps", "latency_us"), f, file)
+        d = _fields(item, LINK_FIELDS, ("src", "dst"), f, file)
         ends = []
         for key in ("src", "dst"):
             node = _str(d[key], f"{f}.{key}", file)
@@ -299,17 +303,112 @@ def _links(items: object, nodes: dict[str, dict], file: str) -> list[tuple[str, 
         link = _choice(
             d.get("link", "nvlink" if both_gpu else "pcie"), LINK_KINDS, f"{f}.link", file
         )
-        duplex = d.get("duplex", False)
+        bridge = link == "nvlink_bridge"
+        duplex = d.get("duplex", bridge)  # a bridge carries both directions unless told
         if not isinstance(duplex, bool):
             raise _err(f"{f}.duplex", file, "must be true or false", duplex)
-        bw = _num(d["bandwidth_GBps"], f"{f}.bandwidth_GBps", file, True, MAX_BANDWIDTH_GBPS)
-        lat = _num(d["latency_us"], f"{f}.latency_us", file, False, MAX_LATENCY_US)
-        attrs = {"bandwidth_Bps": scale(bw, 9), "latency_s": scale(lat, -6), "link": link}
+        attrs: dict[str, Any]
+        if bridge:
+            attrs = _bridge(d, nodes[src], nodes[dst], bridged, (src, dst), f, file)
+        else:
+            if "bridges" in d:
+                raise _err(f"{f}.bridges", file, "only nvlink_bridge links have bridges")
+            for key in ("bandwidth_GBps", "latency_us"):
+                if key not in d:
+                    raise _err(f"{f}.{key}", file, "missing field")
+            attrs = {}
+        if "bridges" not in attrs:
+            bw = _num(d["bandwidth_GBps"], f"{f}.bandwidth_GBps", file, True, MAX_BANDWIDTH_GBPS)
+            attrs["bandwidth_Bps"] = scale(bw, 9)
+        if "latency_us" in d or not bridge:
+            lat = _num(d["latency_us"], f"{f}.latency_us", file, False, MAX_LATENCY_US)
+            attrs["latency_s"] = scale(lat, -6)
+        attrs["link"] = link
         for a, b in [(src, dst), (dst, src)] if duplex else [(src, dst)]:
             if (a, b) in first:
                 raise _err(f, file, f"duplicate link {a} -> {b} (first at links[{first[a, b]}])")
             first[a, b] = i
             out.append((a, b, attrs))
+    return out
+
+
+def _bridge(
+    d: dict,
+    a: dict,
+    b: dict,
+    bridged: dict[frozenset[str], int],
+    ends: tuple[str, str],
+    f: str,
+    file: str,
+) -> dict[str, Any]:
+    """Attributes of an nvlink_bridge link: between two GPUs with bridge connectors of one
+    NVLink generation; ``bridges: N`` gives N bridges' bandwidth (links.yaml), or an explicit
+    bandwidth_GBps; latency_us defaults to one NVLink traversal."""
+    for end, node in zip(ends, (a, b), strict=True):
+        if node["kind"] != "gpu":
+            msg = f"an nvlink_bridge joins two GPUs; {end} is a {node['kind']}"
+            raise _err(f"{f}.link", file, msg, "nvlink_bridge")
+        if node["gpu"].nvlink_bridge == "none":
+            msg = f"{end} ({node['gpu'].name}) has no NVLink bridge connector"
+            raise _err(f"{f}.link", file, msg, "nvlink_bridge")
+    if a["gpu"].nvlink_bridge != b["gpu"].nvlink_bridge:
+        msg = f"{ends[0]} and {ends[1]} have bridges of different NVLink generations"
+        raise _err(f"{f}.link", file, msg, "nvlink_bridge")
+    attrs: dict[str, Any] = {"latency_s": link_figures().nvlink_hop_s}
+    if "bridges" in d:
+        if "bandwidth_GBps" in d:
+            msg = "give bridges or bandwidth_GBps, not both (bridges sets the bandwidth)"
+            raise _err(f"{f}.bandwidth_GBps", file, msg, d["bandwidth_GBps"])
+        n = d["bridges"]
+        try:
+            attrs["bandwidth_Bps"] = bridge_bandwidth_Bps(a["gpu"], n)
+        except TopologyError:
+            top = link_figures().nvlink_bridges_per_gpu
+            raise _err(f"{f}.bridges", file, f"must be an integer in 1..{top}", n) from None
+        attrs["bridges"] = n
+        pair = frozenset(ends)
+        bridged[pair] = max(bridged.get(pair, 0), n)
+        top = link_figures().nvlink_bridges_per_gpu
+        for end in ends:
+            used = sum(k for p, k in bridged.items() if end in p)
+            if used > top:
+                msg = f"{end} would have {used} bridges; a card has {top} connectors"
+                raise _err(f"{f}.bridges", file, msg, n)
+    elif "bandwidth_GBps" not in d:
+        raise _err(f"{f}.bridges", file, "missing field (or give bandwidth_GBps)")
+    return attrs
+
+
+def _p2p_pairs(items: object, nodes: dict[str, dict], file: str) -> dict[tuple[str, str], bool]:
+    """Per-pair exceptions to the file's p2p: [{gpus: [a, b], p2p: true|false}, ...]."""
+    if not isinstance(items, list):
+        raise _err("p2p_pairs", file, "must be a list of {gpus: [a, b], p2p: true|false}", items)
+    out: dict[tuple[str, str], bool] = {}
+    first: dict[tuple[str, str], int] = {}
+    for i, item in enumerate(items):
+        f = f"p2p_pairs[{i}]"
+        d = _fields(item, P2P_PAIR_FIELDS, P2P_PAIR_FIELDS, f, file)
+        pair = d["gpus"]
+        if not (isinstance(pair, list) and len(pair) == 2):
+            raise _err(f"{f}.gpus", file, "must be a list of two GPU node ids", pair)
+        for node in pair:
+            if not isinstance(node, str) or node not in nodes:
+                hint = _hint(node, list(nodes)) if isinstance(node, str) else ""
+                raise _err(f"{f}.gpus", file, f"unknown node {show(node)}{hint}", pair)
+            if nodes[node]["kind"] != "gpu":
+                raise _err(f"{f}.gpus", file, f"{node} is a {nodes[node]['kind']}, not a gpu", pair)
+        a, b = sorted(pair)
+        if a == b:
+            raise _err(f"{f}.gpus", file, "names one GPU twice", pair)
+        if nodes[a]["host"] != nodes[b]["host"]:
+            raise _err(f"{f}.gpus", file, "GPUs of different hosts talk over the network", pair)
+        if (a, b) in first:
+            msg = f"duplicate pair (first at p2p_pairs[{first[a, b]}])"
+            raise _err(f"{f}.gpus", file, msg, pair)
+        if not isinstance(d["p2p"], bool):
+            raise _err(f"{f}.p2p", file, "must be true or false", d["p2p"])
+        first[a, b] = i
+        out[a, b] = d["p2p"]
     return out
 
 
@@ -322,11 +421,22 @@ def _from_data(data: object, file: str) -> nx.DiGraph:
     nvls = d.get("nvls", False)
     if not isinstance(nvls, bool):
         raise _err("nvls", file, "must be true or false", nvls)
+    p2p = d.get("p2p", True)
+    if not isinstance(p2p, bool):
+        raise _err("p2p", file, "must be true or false", p2p)
     nodes = _nodes(d["nodes"], _gpus(d.get("gpus", {}), file), file)
     links = _links(d["links"], dict(nodes), file)
+    pairs = _p2p_pairs(d.get("p2p_pairs", []), dict(nodes), file)
     hosts = 1 + max(a["host"] for _, a in nodes if a["kind"] == "gpu")
     n_gpus = sum(1 for _, a in nodes if a["kind"] == "gpu")
-    g = nx.DiGraph(name=name, nvls=nvls, hosts=hosts, gpus_per_host=n_gpus // hosts)
+    g = nx.DiGraph(
+        name=name,
+        nvls=nvls,
+        hosts=hosts,
+        gpus_per_host=n_gpus // hosts,
+        p2p=p2p,
+        p2p_pairs=pairs,
+    )
     g.add_nodes_from(nodes)
     g.add_edges_from(links)
     return g
@@ -369,20 +479,25 @@ def _to_data(g: nx.DiGraph) -> dict[str, Any]:
     for a, b, d in g.edges(data=True):
         if (a, b) in done:
             continue
-        entry = {
-            "src": a,
-            "dst": b,
-            "bandwidth_GBps": scale(d["bandwidth_Bps"], -9),
-            "latency_us": scale(d["latency_s"], 6),
-            "link": d["link"],
-        }
+        entry = {"src": a, "dst": b}
+        if "bridges" in d:
+            entry["bridges"] = d["bridges"]
+        else:
+            entry["bandwidth_GBps"] = scale(d["bandwidth_Bps"], -9)
+        entry["latency_us"] = scale(d["latency_s"], 6)
+        entry["link"] = d["link"]
         done.add((a, b))
         if g.has_edge(b, a) and (b, a) not in done and g.edges[b, a] == d:
             entry["duplex"] = True
             done.add((b, a))
+        elif d["link"] == "nvlink_bridge":
+            entry["duplex"] = False  # a bridge is read as duplex unless told
         links.append(entry)
-    out = {"name": g.graph["name"], "nvls": g.graph["nvls"], "gpus": gpus}
-    return {**out, "nodes": nodes, "links": links}
+    out = {"name": g.graph["name"], "nvls": g.graph["nvls"], "p2p": g.graph.get("p2p", True)}
+    pairs = g.graph.get("p2p_pairs", {})
+    if pairs:
+        out["p2p_pairs"] = [{"gpus": list(k), "p2p": v} for k, v in sorted(pairs.items())]
+    return {**out, "gpus": gpus, "nodes": nodes, "links": links}
 
 
 def save_topology(g: nx.DiGraph, path: str | Path) -> None:

@@ -6,6 +6,14 @@ different order tie exactly), then the fewest hops, then the lexicographically s
 sequence of node ids. It is found in two searches per pair, both stopping at the target:
 a widest-path search gives the best bottleneck B*, then a Dijkstra over the edges with
 bandwidth >= B* orders paths by (latency, hops, node ids). Results are cached per pair.
+
+Transport between two GPUs of one host, as NCCL chooses it (src/graph/paths.cc,
+ncclTopoCheckP2p and ncclTopoComputePaths): P2P (the GPU writes into its peer's memory
+along the route) when the route is all NVLink-class links, or when it crosses only PCIe
+switches (NCCL's default P2P level, PXB) and the topology allows PCIe P2P for the pair
+(graph attrs p2p, p2p_pairs). Otherwise SHM: the traffic is diverted through host memory
+at the CPU nearest the receiving GPU, so the route is (sender -> that CPU) + (that CPU ->
+receiver), each leg chosen as above. GPUs of different hosts talk over the network.
 """
 
 from __future__ import annotations
@@ -17,9 +25,12 @@ from collections.abc import Sequence
 import networkx as nx
 from tpsim.topologies.errors import TopologyError, show
 
-__all__ = ["Routes", "ring_order"]
+__all__ = ["PEER_LINKS", "Routes", "ring_order"]
 
 _EXHAUSTIVE_MAX = 8  # ranks per host searched exhaustively by ring_order
+#: Link kinds that join GPUs directly (NCCL's path types NVL/NVB): P2P over a route made of
+#: them needs no PCIe peer access, so the topology's p2p setting does not apply.
+PEER_LINKS = frozenset({"nvlink", "nvlink_bridge", "xgmi"})
 
 
 def _ps(latency_s: float) -> int:
@@ -46,6 +57,10 @@ class Routes:
             for n in g.nodes
         }
         self._cache: dict[tuple[int, int], tuple[tuple[str, str], ...]] = {}
+        self._p2p: bool = g.graph.get("p2p", True)
+        self._p2p_pairs: dict[tuple[str, str], bool] = g.graph.get("p2p_pairs", {})
+        self._node_routes: dict[tuple[str, str], tuple[tuple[str, str], ...]] = {}
+        self._local_cpus: dict[str, str] = {}
 
     def _check(self, rank: int) -> int:
         if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < self.num_ranks:
@@ -64,8 +79,59 @@ class Routes:
         """Directed edges from src to dst (empty when src == dst)."""
         key = (self._check(src), self._check(dst))
         if key not in self._cache:
-            self._cache[key] = self._route(self._nodes[src], self._nodes[dst])
+            self._cache[key] = self._pair_route(self._nodes[src], self._nodes[dst])
         return self._cache[key]
+
+    def transport(self, src: int, dst: int) -> str:
+        """NCCL's transport from src to dst: "p2p", "shm" (through host memory) or "net"
+        (between hosts); "p2p" when src == dst."""
+        s, t = self.node(src), self.node(dst)
+        if self._hosts[src] != self._hosts[dst]:
+            return "net"
+        return "p2p" if s == t or self._peer(s, t, self._route(s, t)) else "shm"
+
+    def p2p_allowed(self, a: str, b: str) -> bool:
+        """Whether the topology allows PCIe P2P between GPU nodes a and b (its p2p, or the
+        pair's exception in p2p_pairs)."""
+        return self._p2p_pairs.get((min(a, b), max(a, b)), self._p2p)
+
+    def _pair_route(self, s: str, t: str) -> tuple[tuple[str, str], ...]:
+        direct = self._route(s, t)
+        g = self.graph
+        if g.nodes[s].get("host", 0) != g.nodes[t].get("host", 0) or self._peer(s, t, direct):
+            return direct
+        cpu = self._local_cpu(t)
+        return self._route(s, cpu) + self._route(cpu, t)
+
+    def _peer(self, s: str, t: str, edges: tuple[tuple[str, str], ...]) -> bool:
+        """Whether NCCL's P2P transport carries s -> t along ``edges`` (same host)."""
+        g = self.graph
+        kinds = {g.edges[e]["link"] for e in edges}
+        if kinds <= PEER_LINKS:
+            return True  # NVLink: path NVL (or NVB through a GPU), always P2P
+        if "upi" in kinds or any(g.nodes[v].get("kind") == "cpu" for _, v in edges[:-1]):
+            return False  # through a CPU (PHB) or across sockets (SYS): beyond level PXB
+        return self.p2p_allowed(s, t)
+
+    def _local_cpu(self, gpu: str) -> str:
+        """The CPU nearest to ``gpu`` on its host (fewest hops to it, then node id): where
+        NCCL's SHM transport stages data bound for ``gpu``."""
+        if gpu not in self._local_cpus:
+            g = self.graph
+            host = g.nodes[gpu].get("host", 0)
+            hops = nx.single_source_shortest_path_length(g.reverse(copy=False), gpu)
+            cpus = [
+                (n_hops, n)
+                for n, n_hops in hops.items()
+                if g.nodes[n].get("kind") == "cpu" and g.nodes[n].get("host", 0) == host
+            ]
+            if not cpus:
+                raise TopologyError(
+                    f"{gpu}: no cpu node on its host reaches it in {g.graph.get('name')!r}; "
+                    "without P2P its copies go through host memory"
+                )
+            self._local_cpus[gpu] = min(cpus)[1]
+        return self._local_cpus[gpu]
 
     def bandwidth_Bps(self, src: int, dst: int) -> float:
         """Bottleneck bandwidth of the path (inf when src == dst)."""
@@ -101,6 +167,12 @@ class Routes:
         raise TopologyError(f"{t} cannot be reached from {s} in {self.graph.graph.get('name')!r}")
 
     def _route(self, s: str, t: str) -> tuple[tuple[str, str], ...]:
+        """The best path from node s to node t along the graph (no transport rules)."""
+        if (s, t) not in self._node_routes:
+            self._node_routes[s, t] = self._search(s, t)
+        return self._node_routes[s, t]
+
+    def _search(self, s: str, t: str) -> tuple[tuple[str, str], ...]:
         if s == t:
             return ()
         floor = self._widest(s, t)

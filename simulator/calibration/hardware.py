@@ -6,7 +6,7 @@ as plain SI values (this layer knows nothing of graphs or GPU objects).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
@@ -25,6 +25,7 @@ _GPU_FIELDS = {
     "scaleup_GBps": True,
     "scaleup_kind": True,
     "pcie_gen": True,
+    "nvlink_bridge": False,
     "stream_TBps": False,
     "best_matmul_tflops": False,
     "source": True,
@@ -107,6 +108,8 @@ def gpu_catalog() -> dict[str, dict[str, Any]]:
             ),
             "hbm_efficiency": hbm_eff,
             "kernel_overhead_s": dflt.kernel_overhead_s,
+            # the NVLink generation of its bridge connector ("none": no bridge)
+            "nvlink_bridge": str(row.get("nvlink_bridge", "none")),
         }
     return out
 
@@ -125,6 +128,9 @@ class LinkFigures:
     pcie_hop_s: float
     upi_hop_s: float
     infiniband_hop_s: float
+    #: One NVLink bridge, per direction, by the NVLink generation of the cards it joins.
+    nvlink_bridge_Bps: dict[str, float] = field(default_factory=dict)
+    nvlink_bridges_per_gpu: int = 0  # bridge connectors on a card
 
 
 @cache
@@ -153,4 +159,9 @@ def link_figures() -> LinkFigures:
         pcie_hop_s=us("pcie_hop"),
         upi_hop_s=us("upi_hop"),
         infiniband_hop_s=us("infiniband_hop"),
+        nvlink_bridge_Bps={
+            str(k): scale(number(v, f"{w}.nvlink_bridge"), 9)
+            for k, v in entry(bw, "nvlink_bridge", w).items()
+        },
+        nvlink_bridges_per_gpu=int(number(entry(d, "nvlink_bridges_per_gpu", w), "bridges")),
     )

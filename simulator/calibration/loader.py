@@ -322,6 +322,7 @@ def _links(d: Mapping[str, Any]) -> Links:
         nvlink_efficiency=_numbers(entry(eff, "nvlink", w), f"{w}.efficiency.nvlink"),
         efficiency=_numbers(entry(eff, "other", w), f"{w}.efficiency.other"),
         default_efficiency=number(entry(eff, "default", w), "links.efficiency.default"),
+        bridge_efficiency=_numbers(entry(eff, "nvlink_bridge", w), f"{w}.efficiency.nvlink_bridge"),
     )
 
 

@@ -243,7 +243,11 @@ class Collectives:
 
     def protocols_for(self, scaleup_kind: str) -> list[Protocol]:
         """The protocols NCCL may use on a GPU with this scale-up fabric."""
-        nvlink = scaleup_kind.startswith("nvlink")
+        return self.protocols_over(scaleup_kind.startswith("nvlink"))
+
+    def protocols_over(self, nvlink: bool) -> list[Protocol]:
+        """The protocols NCCL may use on a group whose GPUs of one host talk over NVLink
+        (``nvlink``) or not."""
         return [p for p in self.protocols.values() if nvlink or not p.nvlink_only]
 
     def nvls_efficiency_of(self, scaleup_kind: str) -> float:
@@ -258,11 +262,18 @@ class Links:
     efficiency: Mapping[str, float]  # per other link kind (pcie, upi, xgmi, infiniband)
     default_efficiency: float
     nvlink_default_kind: str = "nvlink4"
+    #: NVLink bridges, per NVLink generation of the bridged cards (nvlink3, nvlink4)
+    bridge_efficiency: Mapping[str, float] = field(default_factory=dict)
 
     def efficiency_of(self, link: str, scaleup_kind: str) -> float:
+        """The achievable fraction of a ``link``; ``scaleup_kind`` is the GPU's scale-up
+        fabric, or for an ``nvlink_bridge`` the NVLink generation of the bridge."""
         if link == "nvlink":
             eff = self.nvlink_efficiency
             return eff.get(scaleup_kind, eff[self.nvlink_default_kind])
+        if link == "nvlink_bridge":
+            eff = self.bridge_efficiency
+            return eff.get(scaleup_kind, eff.get(self.nvlink_default_kind, self.default_efficiency))
         return self.efficiency.get(link, self.default_efficiency)
 
 
@@ -385,6 +396,7 @@ class Calibration:
                 nvlink_efficiency=dict.fromkeys(self.links.nvlink_efficiency, 1.0),
                 efficiency=dict.fromkeys(self.links.efficiency, 1.0),
                 default_efficiency=1.0,
+                bridge_efficiency=dict.fromkeys(self.links.bridge_efficiency, 1.0),
             ),
             memory=self.memory,
             engine=replace(

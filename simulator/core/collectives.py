@@ -54,7 +54,8 @@ def make_planner(fab: Fabric, order: Sequence[int], *, algo: str = "auto") -> Pl
         if problem:
             raise ConfigError(f"algo={algo}: {problem}")
     choosing = algo in ("auto", "nccl")
-    ctx = Context(fab, order, fab.tuning.protocols_for(fab.gpu.scaleup_kind), choosing)
+    protocols = fab.tuning.protocols_over(fab.nvlink_within_hosts(order))
+    ctx = Context(fab, order, protocols, choosing)
     pool = algorithms.candidates(algo)
     cache: dict[CollectiveCall, Schedule] = {}
 

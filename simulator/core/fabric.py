@@ -18,6 +18,8 @@ from tpsim.topologies.routing import Routes
 
 #: NCCL's link classes, fastest first: a path is as slow as its slowest class.
 CLASS_ORDER = ("nvlink", "pci", "net")
+#: NVIDIA NVLink link kinds: the links NCCL enables LL128 over.
+NVLINK_KINDS = ("nvlink", "nvlink_bridge")
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,21 @@ class Fabric:
     def multi_host(self) -> bool:
         return len(set(self.hosts)) > 1
 
+    def nvlink_within_hosts(self, order: Sequence[int]) -> bool:
+        """Whether every hop between consecutive TP ranks of ``order`` on one host runs over
+        NVLink, on a GPU that has NVLink (NCCL's typeIntra <= NVB: the condition on which
+        it enables LL128, tuning.cc)."""
+        if not (self.gpu.scaleup_kind.startswith("nvlink") or self.gpu.nvlink_bridge != "none"):
+            return False
+        g = self.routes.graph
+        for a, b in zip(order, [*order[1:], *order[:1]], strict=True):
+            if a == b or self.hosts[a] != self.hosts[b]:
+                continue
+            edges = self.routes.path(self.gpu_ranks[a], self.gpu_ranks[b])
+            if any(g.edges[e]["link"] not in NVLINK_KINDS for e in edges):
+                return False
+        return True
+
 
 def build_fabric(
     routes: Routes, gpu_ranks: Sequence[int], gpu: GPUSpec, calib: Calibration
@@ -76,8 +93,9 @@ def build_fabric(
     caps = []
     lats = [g.edges[e]["latency_s"] for e in edges]
     for e in edges:
-        raw = g.edges[e]["bandwidth_Bps"]
-        caps.append(raw * calib.links.efficiency_of(g.edges[e]["link"], gpu.scaleup_kind))
+        raw, link = g.edges[e]["bandwidth_Bps"], g.edges[e]["link"]
+        kind = gpu.nvlink_bridge if link == "nvlink_bridge" else gpu.scaleup_kind
+        caps.append(raw * calib.links.efficiency_of(link, kind))
     hosts = tuple(routes.host(r) for r in gpu_ranks)
     return Fabric(
         ranks=len(gpu_ranks),
