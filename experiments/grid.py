@@ -31,6 +31,7 @@ from tpsim.core.config import (
     Layout,
     Options,
     Workload,
+    parse_tokens,
 )
 from tpsim.core.errors import INPUT_ERRORS, ConfigError
 from tpsim.models.catalog import MODELS, get_model
@@ -175,10 +176,13 @@ def _bool(field: str) -> Callable[[object], bool]:
 
 
 def _via(field: str, make: Callable[[int], object]) -> Callable[[object], int]:
-    """An integer the config dataclasses check themselves (their message names the field)."""
+    """An integer the config dataclasses check themselves (their message names the field);
+    token lengths as text may carry a K/M suffix (4K = 4096)."""
     as_int = _int(field, 1)
 
     def check(value: object) -> int:
+        if isinstance(value, str) and field.endswith("_len"):
+            value = parse_tokens(value, field)
         v = as_int(value)
         make(v)
         return v

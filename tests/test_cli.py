@@ -209,7 +209,7 @@ BAD = [
             "--context-len",
             "-5",
         ],
-        "context_len=-5",
+        "--context-len: '-5'",
     ),
     (
         ["run", "--model", "llama-2-7b", "--topology", "dgx-h100", "--tp", "2", "--nodes", "0"],

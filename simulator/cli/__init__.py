@@ -17,6 +17,7 @@ from tpsim import calibration
 from tpsim.cli.compare import COMPARE_COMMANDS, add_compare_parser
 from tpsim.cli.plan import PLAN_COMMANDS, add_plan_parser
 from tpsim.cli.studies import STUDY_COMMANDS, add_study_parsers
+from tpsim.cli.types import tokens
 from tpsim.core.collectives import ALGORITHMS, OPS
 from tpsim.core.config import (
     ALLREDUCE_ALGOS,
@@ -30,6 +31,12 @@ from tpsim.core.config import (
 )
 from tpsim.core.errors import INPUT_ERRORS, ConfigError
 from tpsim.outputs import report
+
+#: The one line ``tpsim --help`` opens with (no markup).
+PURPOSE = (
+    "tpsim: simulate a tensor-parallel transformer forward pass (GPUs, links, kernels, "
+    "collectives, host overhead) and say where the time goes"
+)
 
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 
@@ -88,13 +95,80 @@ def parse_layers(text: str) -> tuple[int, int]:
     return lo, hi
 
 
+def warn(message: str) -> None:
+    """One line on stderr that does not stop the command."""
+    print(f"tpsim: warning: {message}", file=sys.stderr)
+
+
+class _Help(argparse.HelpFormatter):
+    """Every option's help ends with its default, when it has one worth saying."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            "default" in text
+            or default in ((), "")
+            or not action.option_strings
+            or default in (None, False, argparse.SUPPRESS)
+            or action.nargs == 0
+        ):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Help)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:
         raise ConfigError(f"{self.prog}: {message}")
 
 
+#: Help for flags that several sub-commands share, filled in where a parser gave none.
+COMMON_HELP = {
+    "model": "catalog name (tpsim list models) or a Hugging Face config.json",
+    "topology": "catalog name (tpsim list topologies) or a topology file (.yaml/.json)",
+    "nodes": "hosts joined over the network (copies of a catalog node)",
+    "tp": "tensor-parallel degree",
+    "ranks": "GPUs taking part in the collective",
+    "gpus_per_node": "GPUs of the group on each host (0: fill each host first)",
+    "batch": "sequences per step",
+    "phase": "prefill (one pass over the prompts) or decode (one new token per sequence)",
+    "prompt_len": "prefill: tokens per sequence (K = 1024: 2K)",
+    "context_len": "decode: keys each new token attends to (K = 1024: 4K)",
+    "dtype": "weights and activations (default: the model's)",
+    "kv_dtype": "KV cache (default: --dtype)",
+    "launch": "eager: one host launch per kernel; graph: CUDA graph replay; compiled: "
+    "torch.compile with graphs (fewer, fused kernels)",
+    "allreduce_algo": "all-reduce algorithm: auto (the engine decides), nccl, or one by name",
+    "op": "the collective",
+    "min_bytes": "smallest size; sizes double up to --max-bytes",
+    "max_bytes": "largest size",
+    "ideal": "first principles: every efficiency 1, every fixed overhead 0",
+    "json": "print JSON instead of text",
+    "what": "which catalog to list",
+    "out": "where to write the outputs",
+    "name": "the study to run",
+    "engine": "serving engine profile (tpsim list engines) or a profile file .yaml",
+    "slo_ttft_ms": "time-to-first-token target (ms): layouts that miss it are marked",
+    "slo_tpot_ms": "time-per-output-token target (ms): the batch is cut until it holds",
+}
+
+
+def _fill_help(parser: argparse.ArgumentParser) -> None:
+    """Give every flag of every sub-command a help line (COMMON_HELP where it has none)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _fill_help(sub)
+        elif not action.help:
+            action.help = COMMON_HELP.get(action.dest, action.dest.replace("_", " "))
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="tpsim", description=__doc__.splitlines()[0])
+    p = _Parser(prog="tpsim", description=PURPOSE)
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     run = sub.add_parser("run", help="simulate one forward pass")
@@ -116,8 +190,16 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--pp-layers", type=parse_counts, default=(), help="layers per stage: 40,40")
     run.add_argument("--batch", type=int, default=1)
     run.add_argument("--phase", choices=PHASES, default="decode")
-    run.add_argument("--prompt-len", type=int, default=512, help="prefill tokens per sequence")
-    run.add_argument("--context-len", type=int, default=1024, help="decode: keys attended")
+    run.add_argument(
+        "--prompt-len",
+        type=tokens("--prompt-len"),
+        help="prefill: tokens per sequence (2K = 2048)",
+    )
+    run.add_argument(
+        "--context-len",
+        type=tokens("--context-len"),
+        help="decode: keys each new token attends to (4K = 4096)",
+    )
     run.add_argument("--dtype", choices=("bf16", "fp16", "fp8"))
     run.add_argument("--kv-dtype", choices=("bf16", "fp16", "fp8"))
     run.add_argument("--launch", choices=LAUNCH_MODES, default="graph")
@@ -218,6 +300,7 @@ def _parser() -> argparse.ArgumentParser:
     add_study_parsers(sub)
     add_compare_parser(sub, run)
     add_plan_parser(sub)
+    _fill_help(p)
     return p
 
 
@@ -247,7 +330,17 @@ def _name_max(folder: Path) -> int:
 def run_inputs(a: argparse.Namespace) -> tuple[Layout, Workload, Options]:
     """The layout, workload and options of ``run``'s flags (also ``compare``'s, one
     configuration at a time); bad values are refused here with the field named."""
-    workload = Workload(a.batch, a.phase, a.prompt_len, a.context_len)
+    ignored = "--prompt-len" if a.phase == "decode" else "--context-len"
+    if (a.prompt_len if a.phase == "decode" else a.context_len) is not None:
+        uses = "--context-len" if a.phase == "decode" else "--prompt-len"
+        warn(f"{ignored} does not apply to {a.phase} (it uses {uses}); ignored")
+    defaults = Workload()
+    workload = Workload(
+        a.batch,
+        a.phase,
+        defaults.prompt_len if a.prompt_len is None else a.prompt_len,
+        defaults.context_len if a.context_len is None else a.context_len,
+    )
     options = Options(
         launch=a.launch,
         overlap=a.overlap,

@@ -9,6 +9,7 @@ import argparse
 import json
 from typing import Any
 
+from tpsim.cli.types import tokens
 from tpsim.core.config import check_nodes
 from tpsim.core.errors import ConfigError
 
@@ -20,8 +21,8 @@ def add_plan_parser(sub: Any) -> None:
     p.add_argument("--nodes", type=int, default=1)
     p.add_argument("--gpus", type=int, default=0, help="GPUs to use (default: all)")
     p.add_argument("--batch-max", type=int, default=64, help="largest batch per replica")
-    p.add_argument("--prompt-len", type=int, default=1024)
-    p.add_argument("--context-len", type=int, default=2048)
+    p.add_argument("--prompt-len", type=tokens("--prompt-len"), default=1024)
+    p.add_argument("--context-len", type=tokens("--context-len"), default=2048)
     p.add_argument("--slo-ttft-ms", type=float)
     p.add_argument("--slo-tpot-ms", type=float)
     p.add_argument("--gpu-hour-usd", type=float, help="price of one GPU-hour: adds $/Mtok")

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tpsim.cli.types import tokens
 from tpsim.core.config import PHASES, Layout, Workload, check_nodes
 from tpsim.core.errors import ConfigError
 
@@ -63,8 +64,8 @@ def add_study_parsers(sub: Any) -> None:
     cc.add_argument("--gpus-per-node", type=int, default=0)
     cc.add_argument("--batch", type=int, default=1)
     cc.add_argument("--phase", choices=PHASES, default="decode")
-    cc.add_argument("--prompt-len", type=int, default=512)
-    cc.add_argument("--context-len", type=int, default=1024)
+    cc.add_argument("--prompt-len", type=tokens("--prompt-len"), default=512)
+    cc.add_argument("--context-len", type=tokens("--context-len"), default=1024)
     cc.add_argument("--dtype", choices=("bf16", "fp16", "fp8"))
     cc.add_argument("--kv-dtype", choices=("bf16", "fp16", "fp8"))
     cc.add_argument("--tokens-per-s", type=float, required=True, help="the claimed throughput")

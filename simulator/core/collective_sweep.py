@@ -57,7 +57,10 @@ def collective_sweep(
     gpus = sum(1 for _, kind in graph.nodes(data="kind") if kind == "gpu")
     if ranks > gpus:
         name = graph.graph.get("name", "topology")
-        raise ConfigError(f"ranks={ranks}: larger than the {gpus} GPUs of {name} (add --nodes)")
+        raise ConfigError(
+            f"ranks={ranks}: larger than the {gpus} GPUs of {name} "
+            "(add hosts: --nodes, or nodes= in the API)"
+        )
     comms = connect(graph, ranks, calib=calib, algo=algo)
     planner = comms.planner  # an algorithm the group cannot run is refused before any size
     how = launchers[launcher]

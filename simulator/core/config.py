@@ -39,6 +39,25 @@ def _choice(field: str, value: object, allowed: tuple[str, ...]) -> None:
         raise ConfigError(f"{field}={value!r}: must be one of {', '.join(allowed)}")
 
 
+_TOKEN_UNITS = {"": 1, "K": 1024, "M": 1024**2}
+
+
+def parse_tokens(text: str, field: str = "length") -> int:
+    """A token count: ``4096``, ``4K`` or ``4k`` (K = 1024, M = 1024²), a whole number >= 1."""
+    t = str(text).strip()
+    unit = t[-1:].upper() if t[-1:].upper() in ("K", "M") else ""
+    number = t[: len(t) - len(unit)] if unit else t
+    try:
+        value = float(number) * _TOKEN_UNITS[unit] if unit else int(number)
+    except (ValueError, OverflowError):
+        raise ConfigError(
+            f"{field}={text!r}: must be a whole number of tokens (e.g. 4096, 4K)"
+        ) from None
+    if not 1 <= value <= 1 << 40 or value != int(value):
+        raise ConfigError(f"{field}={text!r}: must be a whole number of tokens >= 1")
+    return int(value)
+
+
 @dataclass(frozen=True)
 class Layout:
     """How the model is split: ``tp`` GPUs in one tensor-parallel group; ``pp`` such groups

@@ -54,7 +54,8 @@ def tp_group(topology: nx.DiGraph, size: int, per_host: int = 0) -> Group:
     name = topology.graph.get("name", "topology")
     if size > routes.num_ranks:
         raise ConfigError(
-            f"tp={size}: larger than the {routes.num_ranks} GPUs of {name} (add hosts with --nodes)"
+            f"tp={size}: larger than the {routes.num_ranks} GPUs of {name} "
+            "(add hosts: --nodes, or nodes= in the API)"
         )
     if per_host:
         hosts: dict[int, list[int]] = {}
@@ -68,7 +69,7 @@ def tp_group(topology: nx.DiGraph, size: int, per_host: int = 0) -> Group:
         if size // per_host > len(hosts):
             raise ConfigError(
                 f"tp={size} with gpus_per_node={per_host} needs {size // per_host} hosts; "
-                f"{name} has {len(hosts)} (add hosts with --nodes)"
+                f"{name} has {len(hosts)} (add hosts: --nodes, or nodes= in the API)"
             )
         gpu_ranks = tuple(r for h in sorted(hosts)[: size // per_host] for r in hosts[h][:per_host])
     else:

@@ -77,7 +77,7 @@ def place(routes: Routes, tp: int, pp: int, dp: int, per_host: int = 0) -> tuple
     if need > len(order):
         raise ConfigError(
             f"tp*pp*dp={tp}*{pp}*{dp}={need}: more than the {len(order)} GPUs of {name} "
-            "(add hosts with --nodes)"
+            "(add hosts: --nodes, or nodes= in the API)"
         )
     return tuple(order[:need])
 
