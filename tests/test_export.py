@@ -218,7 +218,7 @@ def test_rounding_never_overlaps_neighbours() -> None:
 
 def test_flows_link_launch_to_first_kernel() -> None:
     trace = chrome_trace(tiny(), title="t")
-    flows = [e for e in trace["traceEvents"] if e["ph"] in ("s", "f")]
+    flows = [e for e in trace["traceEvents"] if e["ph"] in ("s", "f") and e["cat"] == "launch"]
     by_id: dict[int, dict[str, dict]] = {}
     for e in flows:
         by_id.setdefault(e["id"], {})[e["ph"]] = e
@@ -369,3 +369,33 @@ def test_gantt_handles_50k_records(tmp_path: Path) -> None:
     gantt(records, tmp_path / "big.png", critical=range(0, len(records), 7))
     assert time.perf_counter() - t < 10.0
     assert (tmp_path / "big.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_dependency_arrows_cross_streams_and_graph_mode_has_them() -> None:
+    """A graph-mode pass has no per-kernel launches: its arrows are the dependencies (the
+    replay to the first kernel, a GEMM to the all-reduce after it, and back)."""
+    from tpsim import Layout, Options, Workload, simulate
+
+    r = simulate("llama-3.1-8b", "dgx-h100", Layout(2), Workload(1), Options(launch="graph"))
+    trace = chrome_trace(r.records, title="g")
+    assert check_trace_structure(trace) == []
+    deps: dict[int, dict[str, dict]] = {}
+    for e in trace["traceEvents"]:
+        if e["ph"] in ("s", "f") and e["cat"] == "dependency":
+            deps.setdefault(e["id"], {})[e["ph"]] = e
+    assert deps and all(set(v) == {"s", "f"} for v in deps.values())
+    assert all(
+        v["s"]["tid"] != v["f"]["tid"] and v["s"]["pid"] == v["f"]["pid"] for v in deps.values()
+    )
+    tids = {(v["s"]["tid"], v["f"]["tid"]) for v in deps.values()}
+    assert {(1, 2), (2, 3), (3, 2)} <= tids  # cpu -> compute, compute -> comm, comm -> compute
+
+
+def test_link_counters_are_not_pid_0_and_never_repeat() -> None:
+    samples = [(0.0, "a->b", 1e9), (0.0, "a->b", 2e9), (1e-6, "a->b", 2e9), (2e-6, "a->b", 0.0)]
+    trace = chrome_trace(tiny(), title="t", link_usage=samples)
+    counters = [e for e in trace["traceEvents"] if e["ph"] == "C"]
+    assert all(e["pid"] > 0 for e in trace["traceEvents"])
+    assert [(e["ts"], e["args"]["GB/s"]) for e in counters] == [(0.0, 2.0), (2.0, 0.0)]
+    gpu_pids = {e["pid"] for e in trace["traceEvents"] if e["ph"] == "X"}
+    assert counters[0]["pid"] not in gpu_pids

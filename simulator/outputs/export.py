@@ -127,6 +127,40 @@ def _flows(records: Sequence[Record]) -> list[dict[str, Any]]:
     return events
 
 
+#: Flow ids of dependency arrows start here (launch arrows use the launch's record id).
+DEPENDENCY_FLOW_BASE = 1 << 40
+
+
+def _dependency_flows(records: Sequence[Record]) -> list[dict[str, Any]]:
+    """One s/f flow pair from each record to the record on another stream of its rank that
+    its end released (``cause``): the graph replay to the first kernel, a GEMM to the
+    collective after it, a collective to the kernel waiting for it. Launch arrows are drawn
+    by :func:`_flows` and not repeated here."""
+    by_id = {r.id: r for r in records}
+    events: list[dict[str, Any]] = []
+    for r in sorted(records, key=lambda r: r.id):
+        cause = by_id.get(r.cause)
+        if cause is None or cause.rank != r.rank or cause.stream == r.stream:
+            continue
+        if cause.kind == "launch" and cause.op == r.op:
+            continue  # the launch arrow of this op
+        for ph, end in (("s", cause), ("f", r)):
+            start, stop = _ns(end.start_s), _ns(end.end_s)
+            event: dict[str, Any] = {
+                "ph": ph,
+                "name": "dependency",
+                "cat": "dependency",
+                "id": DEPENDENCY_FLOW_BASE + r.id,
+                "pid": _pid(end.rank),
+                "tid": _tid(end),
+                "ts": _us(start + max(0, stop - start) // 2),
+            }
+            if ph == "f":
+                event["bp"] = "e"
+            events.append(event)
+    return events
+
+
 def _slice(record: Record, critical: frozenset[int] | None) -> tuple[tuple[Any, ...], dict]:
     start, end = _ns(record.start_s), _ns(record.end_s)
     dur = max(0, end - start)  # both ends rounded first: neighbours on a thread never overlap
@@ -171,10 +205,14 @@ def chrome_trace(
     One process per rank (pid = rank + 1, named "GPU r" plus the label if given), one thread
     per stream (cpu = 1, compute = 2, comm = 3). Each record becomes a complete ("X") event
     with ts and dur in microseconds at nanosecond resolution; every launch gets a flow arrow
-    to the first record of its op on another stream. ``args.on_critical_path`` is present
-    only when ``critical`` is non-empty. ``link_usage`` ((time, link, B/s) samples) becomes
-    one counter track per link ("C" events, GB/s) in a process named "Links". Event order is
-    fixed, so equal inputs give equal JSON.
+    to the first record of its op on another stream, and every record released by a record
+    on another stream of its rank gets a dependency arrow from it (a CUDA graph replay to
+    its first kernel, a GEMM to its all-reduce, the all-reduce to the next kernel).
+    ``args.on_critical_path`` is present only when ``critical`` is non-empty. ``link_usage``
+    ((time, link, B/s) samples) becomes one counter track per link ("C" events, GB/s, one
+    value per time and only when it changes) in a process named "Links" (pid
+    :data:`LINKS_PID`, after every GPU's). Event order is fixed, so equal inputs give equal
+    JSON.
     """
     crit = frozenset(critical) if critical else None
     slices = sorted((_slice(r, crit) for r in records), key=lambda kv: kv[0])
@@ -183,6 +221,7 @@ def chrome_trace(
             *_metadata(records, rank_labels or {}),
             *(event for _, event in slices),
             *_flows(records),
+            *_dependency_flows(records),
             *_counters(link_usage),
         ],
         "displayTimeUnit": "ns",
@@ -190,7 +229,9 @@ def chrome_trace(
     }
 
 
-LINKS_PID = 0  # the process that holds one counter track per link
+#: The process that holds one counter track per link: a positive pid (Perfetto treats pid 0
+#: as the idle process) above every GPU's (rank + 1).
+LINKS_PID = 1 << 30
 
 
 def _counters(samples: Sequence[tuple[float, str, float]]) -> list[dict[str, Any]]:
@@ -214,15 +255,28 @@ def _counters(samples: Sequence[tuple[float, str, float]]) -> list[dict[str, Any
             "args": {"sort_index": 1 << 20},
         },
     ]
+    # one value per (link, time): the last sample at that time; then only changes
+    last_at: dict[tuple[str, int], float] = {}
+    order: list[tuple[str, int]] = []
     for t, link, bps in samples:
+        key = (link, _ns(t))
+        if key not in last_at:
+            order.append(key)
+        last_at[key] = round(bps / 1e9, 6)
+    shown: dict[str, float] = {}
+    for link, t_ns in order:
+        value = last_at[(link, t_ns)]
+        if shown.get(link) == value:
+            continue
+        shown[link] = value
         out.append(
             {
                 "ph": "C",
                 "name": link,
                 "pid": LINKS_PID,
                 "tid": 0,
-                "ts": _us(_ns(t)),
-                "args": {"GB/s": round(bps / 1e9, 6)},
+                "ts": _us(t_ns),
+                "args": {"GB/s": value},
             }
         )
     return out
