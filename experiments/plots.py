@@ -46,6 +46,7 @@ DENSE_BARS_PER_ROW = 300  # above this many bars per row (on average), drop the 
 RAIL = 0.15  # height of the critical-path rail under a bar (a row is 1)
 AXES_WIDTH = 0.78  # the plot area's share of the figure width (room for labels and legend)
 LABEL_GAP_PX = 22  # layer labels closer than this to the previous one are left out
+LABEL_PX_PER_CHAR = 8  # width of a layer label's character (7 pt at 150 dpi), with margin
 NAME_PX_PER_CHAR = 4.2  # an op name fits in a bar at about this many pixels per character
 MAX_BAR_NAMES = 600  # op names written on bars at most (the rest: zoom in, or the SVG's tooltips)
 MAX_SVG_TOOLTIPS = 20_000  # bars given a hover tooltip in an SVG at most
@@ -183,8 +184,10 @@ def gantt_figure(
     layers: tuple[int, int] | None = None,
     critical: Collection[int] = (),
     rank_labels: Mapping[int, str] | None = None,
+    lane_titles: Mapping[int, str] | None = None,
 ) -> GanttChart:
-    """The Gantt chart of :func:`gantt`, drawn but not saved."""
+    """The Gantt chart of :func:`gantt`, drawn but not saved. ``lane_titles`` replaces the
+    "GPU r (label)" name of a rank's rows (a comparison names its configurations)."""
 
     view = gantt_view(records, ranks=ranks, layers=layers)
     labels = rank_labels or {}
@@ -230,13 +233,16 @@ def gantt_figure(
     for y, xs in sorted(outlines.items()):
         ax.broken_barh(xs, (y + height / 2 - RAIL, RAIL), facecolors="black", linewidth=0)
 
+    lane_names = {
+        rank: (lane_titles or {}).get(
+            rank, f"GPU {rank}{f' ({labels[rank]})' if rank in labels else ''}"
+        )
+        for rank in view.ranks
+    }
     ticks = sorted(row_y.items(), key=lambda kv: kv[1])
     ax.set_yticks([y for _, y in ticks])
     ax.set_yticklabels(
-        [
-            f"GPU {rank}{f' ({labels[rank]})' if rank in labels else ''} · {dict(ROWS)[stream]}"
-            for (rank, stream), _ in ticks
-        ],
+        [f"{lane_names[rank]} · {dict(ROWS)[stream]}" for (rank, stream), _ in ticks],
         fontsize=8,
     )
     for g in range(1, len(view.ranks)):
@@ -265,18 +271,21 @@ def gantt_figure(
             )
 
     boundaries = _layer_starts(records, 0 if 0 in view.ranks else view.ranks[0], t0, t1)
+    if lane_titles:  # a comparison: each run has its own layer times, mark none
+        boundaries = {}
     if 0 < len(boundaries) < MAX_LAYER_LINES:
         top = blended_transform_factory(ax.transData, ax.transAxes)
-        last_label = -math.inf
+        last_label, last_width = -math.inf, 0.0
         for layer, t in boundaries.items():
             ax.axvline(t * scale, color="#888888", linewidth=0.6, linestyle=":", zorder=0)
-            if (t * scale - last_label) / per_px < LABEL_GAP_PX:
-                continue  # too close to the label before it: the line alone marks it
-            last_label = t * scale
+            text = "emb" if layer < 0 else f"L{layer}"
+            if (t * scale - last_label) / per_px < max(LABEL_GAP_PX, last_width):
+                continue  # it would touch the label before it: the line alone marks it
+            last_label, last_width = t * scale, LABEL_PX_PER_CHAR * len(text) + 4
             ax.text(
                 t * scale,
                 1.005,
-                "emb" if layer < 0 else f"L{layer}",
+                text,
                 transform=top,
                 fontsize=7,
                 color="#555555",
@@ -366,3 +375,37 @@ def save_figure(fig: Figure, path: str | Path) -> None:
         metadata = {"Software": None} if fmt == "png" else {"Date": None}
         fig.savefig(tmp, format=fmt, metadata=metadata)
     fig.clear()
+
+
+def gantt_compare(
+    runs: Sequence[tuple[str, Sequence[Record], Collection[int]]],
+    path: str | Path,
+    *,
+    title: str = "",
+    layers: tuple[int, int] | None = None,
+) -> None:
+    """Several runs' GPU 0 timelines one above the other on one time axis (``compare
+    --gantt``): each run is (label, records, critical path ids)."""
+    _format(path)
+    merged: list[Record] = []
+    critical: set[int] = set()
+    stride = 1 + max((r.id for _, recs, _ in runs for r in recs), default=0)
+    for i, (_, recs, crit) in enumerate(runs):
+        first = min(r.rank for r in recs)
+        for r in recs:
+            if r.rank == first:
+                cause = r.cause + i * stride if r.cause >= 0 else -1
+                merged.append(r._replace(id=r.id + i * stride, rank=i, cause=cause))
+        critical.update(c + i * stride for c in crit)
+    chart = gantt_figure(
+        merged,
+        title=title,
+        ranks=list(range(len(runs))),
+        layers=layers,
+        critical=critical,
+        lane_titles={i: label for i, (label, _, _) in enumerate(runs)},
+    )
+    if _format(path) == "svg":
+        _save_svg_with_tooltips(chart, path)
+    else:
+        save_figure(chart.fig, path)

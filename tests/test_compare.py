@@ -93,3 +93,17 @@ def test_regime_comes_with_its_share_and_a_near_runner_up() -> None:
     assert regime_shares(over)[0] == ("overhead-bound", pytest.approx(0.6))
     edge = _summary({"memory": 0.5 + NEAR_TIE / 2, "compute": 0.5 - NEAR_TIE / 2}, "memory-bound")
     assert "; compute" in regime_text(edge)
+
+
+def test_compare_gantt_puts_configurations_on_one_time_axis(
+    tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tpsim.experiments.plots import gantt_compare, gantt_figure  # noqa: F401
+
+    out = tmp_path / "cmp.svg"
+    assert main([*QUESTION_GRAPHS, "--gantt", str(out)]) == 0
+    assert f"wrote {out}" in capsys.readouterr().out
+    svg = out.read_text()
+    assert "eager launch · CPU" in svg and "graph launch · CPU" in svg  # lanes by configuration
+    assert svg.count("<title>") > 100  # tooltips on the bars of both
+    assert main([*QUESTION_GRAPHS, "--gantt", str(tmp_path / "x.txt")]) == 2

@@ -17,7 +17,7 @@ from tpsim import calibration
 from tpsim.cli.compare import COMPARE_COMMANDS, add_compare_parser
 from tpsim.cli.plan import PLAN_COMMANDS, add_plan_parser
 from tpsim.cli.studies import STUDY_COMMANDS, add_study_parsers
-from tpsim.cli.types import tokens
+from tpsim.cli.types import parse_layers, tokens
 from tpsim.core.collectives import ALGORITHMS, OPS
 from tpsim.core.config import (
     ALLREDUCE_ALGOS,
@@ -81,18 +81,6 @@ def parse_counts(text: str) -> tuple[int, ...]:
     if any(n < 1 for n in out):
         raise argparse.ArgumentTypeError(f"{text!r}: every stage needs at least one layer")
     return out
-
-
-def parse_layers(text: str) -> tuple[int, int]:
-    a, sep, b = text.strip().partition("-") if not text.startswith("-") else (text, "", "")
-    try:
-        lo = int(a)
-        hi = int(b) if sep else lo
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid layers {text!r} (e.g. 0-1 or 3)") from None
-    if hi < lo:
-        raise argparse.ArgumentTypeError(f"invalid layers {text!r}: empty range")
-    return lo, hi
 
 
 def warn(message: str) -> None:

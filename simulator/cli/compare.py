@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tpsim.cli.types import parse_layers
 from tpsim.core.errors import ConfigError
 
 #: run's flags that do not apply to a comparison (outputs of one run).
@@ -72,6 +73,15 @@ def add_compare_parser(sub: Any, run: argparse.ArgumentParser) -> None:
     )
     _add_run_lists(cmp, run, required=True)
     cmp.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    cmp.add_argument(
+        "--gantt",
+        type=Path,
+        help="also draw the configurations' GPU 0 timelines one above the other on one time "
+        "axis (.png or .svg)",
+    )
+    cmp.add_argument(
+        "--gantt-layers", type=parse_layers, help="layers to zoom on, e.g. 0-1 or 3 (-1: embedding)"
+    )
 
     rep = sub.add_parser(
         "report",
@@ -158,10 +168,22 @@ def _simulate(a: argparse.Namespace, minimum: int) -> list[Any]:
 
 
 def _compare(a: argparse.Namespace) -> int:
+    from tpsim.cli import check_output
     from tpsim.experiments.compare import comparison, table, verdict
     from tpsim.outputs import report
 
-    entries = [entry for entry, _ in _simulate(a, 2)]
+    check_output(a.gantt, "--gantt", (".png", ".svg"))
+    ran = _simulate(a, 2)
+    entries = [entry for entry, _ in ran]
+    if a.gantt:
+        from tpsim.experiments.plots import gantt_compare
+
+        gantt_compare(
+            [(e.label, r.records, r.critical_path) for e, r in ran],
+            a.gantt,
+            title=verdict(entries).split(" (")[0],
+            layers=a.gantt_layers,
+        )
     if a.json:
         print(json.dumps(comparison(entries), indent=2, allow_nan=False))
         return 0
@@ -169,6 +191,8 @@ def _compare(a: argparse.Namespace) -> int:
     print(table(entries))
     print()
     print(verdict(entries))
+    if a.gantt:
+        print(f"wrote {a.gantt}")
     return 0
 
 

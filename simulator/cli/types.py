@@ -19,3 +19,15 @@ def tokens(flag: str) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(str(e).partition("=")[2]) from None
 
     return parse
+
+
+def parse_layers(text: str) -> tuple[int, int]:
+    a, sep, b = text.strip().partition("-") if not text.startswith("-") else (text, "", "")
+    try:
+        lo = int(a)
+        hi = int(b) if sep else lo
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid layers {text!r} (e.g. 0-1 or 3)") from None
+    if hi < lo:
+        raise argparse.ArgumentTypeError(f"invalid layers {text!r}: empty range")
+    return lo, hi
