@@ -125,6 +125,9 @@ class LinkFigures:
     pcie_hop_s: float
     upi_hop_s: float
     infiniband_hop_s: float
+    #: Catalog networks of multi-host joins by name: file fields (nic_gbps, nics_per_node,
+    #: latency_us), checked by ``tpsim.topologies.network``.
+    networks: dict[str, dict[str, Any]]
 
 
 @cache
@@ -153,4 +156,14 @@ def link_figures() -> LinkFigures:
         pcie_hop_s=us("pcie_hop"),
         upi_hop_s=us("upi_hop"),
         infiniband_hop_s=us("infiniband_hop"),
+        networks=_networks(d.get("networks"), w),
     )
+
+
+def _networks(d: object, w: str) -> dict[str, dict[str, Any]]:
+    if d is None:
+        return {}
+    value = entry({"networks": d}, "networks", w)
+    if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
+        raise CalibrationError(f"{w}.networks: must be a table of networks")
+    return {str(k): dict(v) for k, v in value.items()}

@@ -88,6 +88,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--model", required=True, help="catalog name or path to a config.json")
     run.add_argument("--topology", required=True, help="catalog name or topology file")
     run.add_argument("--nodes", type=int, default=1, help="hosts joined over the network")
+    _network_flags(run)
     run.add_argument("--tp", type=int, required=True, help="tensor-parallel degree")
     run.add_argument(
         "--gpus-per-node",
@@ -170,6 +171,7 @@ def _parser() -> argparse.ArgumentParser:
     coll = sub.add_parser("collective", help="nccl-tests-like table of one collective")
     coll.add_argument("--topology", required=True)
     coll.add_argument("--nodes", type=int, default=1)
+    _network_flags(coll)
     coll.add_argument("--ranks", type=int, required=True)
     coll.add_argument("--op", choices=OPS, default="all_reduce")
     coll.add_argument(
@@ -198,6 +200,38 @@ def _parser() -> argparse.ArgumentParser:
 
     add_study_parsers(sub)
     return p
+
+
+def _network_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--nic-gbps",
+        type=float,
+        metavar="G",
+        help="bandwidth of one NIC of the multi-host join, Gb/s per direction "
+        "(default: the topology's network, else the NIC paired with its GPUs)",
+    )
+    p.add_argument(
+        "--nics-per-node",
+        type=int,
+        metavar="K",
+        help="NICs per host, shared by its GPUs in turn (default: the topology's, else one a GPU)",
+    )
+
+
+def _topology(a: argparse.Namespace) -> Any:
+    """``--topology`` as given (a name or path), or its graph joined over the network that
+    ``--nic-gbps`` / ``--nics-per-node`` describe."""
+    from tpsim.topologies.io import get_topology
+    from tpsim.topologies.network import Network, check_nic_gbps, check_nics_per_node
+
+    gbps = check_nic_gbps(a.nic_gbps)
+    count = check_nics_per_node(a.nics_per_node)
+    if gbps is None and count is None:
+        return a.topology
+    check_nodes(a.nodes)
+    return get_topology(
+        a.topology, a.nodes, Network(None if gbps is None else gbps * 1e9 / 8, count)
+    )
 
 
 def _check_output(path: Path | None, flag: str, suffixes: tuple[str, ...]) -> None:
@@ -251,7 +285,7 @@ def _run(a: argparse.Namespace) -> int:
     layout = Layout(a.tp, a.gpus_per_node)
     result = simulate(
         a.model,
-        a.topology,
+        _topology(a),
         layout,
         workload,
         options,
@@ -321,7 +355,7 @@ def _collective(a: argparse.Namespace) -> int:
             sizes.append(n)
             n *= 2
     rows = collective_sweep(
-        a.topology,
+        _topology(a),
         a.ranks,
         sizes,
         op=a.op,
