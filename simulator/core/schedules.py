@@ -33,19 +33,27 @@ def send(
     notify: tuple[int, ...] | None = None,
     hop_s: float | None = None,
     share: float = 1.0,
+    family: str = "ring",
 ) -> Send:
     """One transfer under ``proto``: its wire bytes, its hop latency, and its rate cap (the
-    protocol's busbw limit, and ``share`` of the path's bandwidth for the payload)."""
+    protocol's busbw limit, and ``share`` of the path's bandwidth for the payload).
+
+    The hop latency is the protocol's for an algorithm ``family`` over the path's link
+    class (or ``hop_s``). Over NVLink or PCIe it is a measured end-to-end step and includes
+    the wire (the longer of the two counts); across hosts it is the software's cost of a
+    network step (proxy, post, poll) and the network's own latency comes on top, as NCCL
+    adds the net device's latency to its network hop."""
     path = fab.path(src, dst)
-    hop = proto.hop_s[path.link_class] if hop_s is None else hop_s
+    hop = proto.hop(family, path.link_class) if hop_s is None else hop_s
     cap = proto.max_busbw_Bps.get(fab.gpu.scaleup_kind, math.inf) * proto.wire_factor
     if share < 1.0:
         cap = min(cap, share * path.bandwidth_Bps * proto.wire_factor)
+    latency = hop + path.latency_s if path.link_class == "net" else max(path.latency_s, hop)
     return Send(
         links=path.links,
         payload=payload,
         wire=payload * proto.wire_factor,
-        latency_s=max(path.latency_s, hop),
+        latency_s=latency,
         cap_Bps=cap,
         notify=(dst,) if notify is None else notify,
         peer=dst,
