@@ -34,7 +34,9 @@ MAX_NIC_GBPS = 100_000.0
 MAX_NICS_PER_NODE = 1024
 MAX_NETWORK_LATENCY_US = 1e6
 #: File fields (units in the name), in the order they are written.
-NETWORK_FIELDS = ("nic_gbps", "nics_per_node", "latency_us")
+NETWORK_FIELDS = ("nic_gbps", "nics_per_node", "latency_us", "nccl_protocols")
+#: NCCL's protocols, which a platform's NCCL configuration may restrict (NCCL_PROTO).
+NCCL_PROTOCOLS = ("LL", "LL128", "Simple")
 
 
 @dataclass(frozen=True)
@@ -44,12 +46,14 @@ class Network:
     ``nic_Bps``: one NIC's bandwidth per direction. ``nics_per_node``: NICs per host, shared
     by its GPUs in turn (GPU i uses NIC ``i * K // g``). ``latency_s``: one-way NIC-to-NIC
     latency of a message (the wire, the switches and the NIC's own processing), split
-    evenly over the two NIC-switch links.
+    evenly over the two NIC-switch links. ``protocols``: the NCCL protocols the platform's
+    NCCL configuration allows (``NCCL_PROTO``; None: all).
     """
 
     nic_Bps: float | None = None
     nics_per_node: int | None = None
     latency_s: float | None = None
+    protocols: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         check_nic_gbps(None if self.nic_Bps is None else self.nic_Bps * 8 / 1e9, "nic_Bps")
@@ -67,15 +71,17 @@ class Network:
         given = {f.name: getattr(self, f.name) for f in fields(self)}
         return replace(base, **{k: v for k, v in given.items() if v is not None})
 
-    def to_dict(self) -> dict[str, float | int]:
+    def to_dict(self) -> dict[str, float | int | list[str]]:
         """The file form (``nic_gbps``, ``nics_per_node``, ``latency_us``) of the set fields."""
-        out: dict[str, float | int] = {}
+        out: dict[str, float | int | list[str]] = {}
         if self.nic_Bps is not None:
             out["nic_gbps"] = _round(self.nic_Bps * 8 / 1e9)
         if self.nics_per_node is not None:
             out["nics_per_node"] = self.nics_per_node
         if self.latency_s is not None:
             out["latency_us"] = _round(self.latency_s * 1e6)
+        if self.protocols is not None:
+            out["nccl_protocols"] = list(self.protocols)
         return out
 
 
@@ -127,10 +133,22 @@ def network_from_dict(d: object, where: str) -> Network:
             f"network.latency_us={show(lat)} in {where}: must be a non-negative number of "
             f"microseconds up to {MAX_NETWORK_LATENCY_US:g}"
         )
+    protos = d.get("nccl_protocols")
+    if protos is not None and (
+        not isinstance(protos, list)
+        or not protos
+        or any(p not in NCCL_PROTOCOLS for p in protos)
+        or len(set(protos)) != len(protos)
+    ):
+        raise TopologyError(
+            f"network.nccl_protocols={show(protos)} in {where}: must be a list of distinct "
+            f"protocols among {', '.join(NCCL_PROTOCOLS)}"
+        )
     return Network(
         None if gbps is None else scale(gbps, 9) / 8,
         count,
         None if lat is None else scale(float(lat), -6),
+        None if protos is None else tuple(protos),
     )
 
 

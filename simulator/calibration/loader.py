@@ -196,9 +196,10 @@ def _launch(d: Mapping[str, Any]) -> dict[str, LaunchCost]:
 
 def _protocol(name: str, d: Mapping[str, Any], field: str) -> Protocol:
     keys = {"base_us", "hop_us", "wire_factor", "max_busbw_GBps", "nvlink_only"}
-    if not isinstance(d, dict) or not keys <= set(d) <= keys | {"tree_hop_us"}:
+    if not isinstance(d, dict) or not keys <= set(d) <= keys | {"tree_hop_us", "net_flush"}:
         raise CalibrationError(
-            f"{field}: needs exactly {', '.join(sorted(keys))} (and optionally tree_hop_us)"
+            f"{field}: needs exactly {', '.join(sorted(keys))} "
+            "(and optionally tree_hop_us, net_flush)"
         )
     base = _numbers(d["base_us"], f"{field}.base_us", -6)
     hop = _numbers(d["hop_us"], f"{field}.hop_us", -6)
@@ -217,6 +218,7 @@ def _protocol(name: str, d: Mapping[str, Any], field: str) -> Protocol:
         _numbers(d["max_busbw_GBps"], f"{field}.max_busbw_GBps", 9),
         bool(d["nvlink_only"]),
         tree_hop,
+        bool(d.get("net_flush", False)),
     )
 
 
@@ -267,7 +269,7 @@ def _collectives(d: Mapping[str, Any]) -> Collectives:
         nvls_tree_net_hop_s=scale(
             number(entry(nvls_tree, "net_hop_us", f"{w}.nvls_tree"), "nvls_tree.net_hop_us"), -6
         ),
-        nvls_tree_slots=int(number(entry(nvls_tree, "slots", f"{w}.nvls_tree"), "nvls_tree.slots")),
+        pipeline_slots=int(number(entry(d, "pipeline_slots", w), "pipeline_slots")),
         nvls_channels=int(number(entry(nvls, "channels", f"{w}.nvls"), "nvls.channels")),
         ll_multi_host_max_busbw_Bps=tuple(
             scale(number(x, f"{w}.ll_multi_host_max_busbw_GBps"), 9)

@@ -127,6 +127,9 @@ class Protocol:
     #: per link class: one tree step's latency (NCCL prices tree hops apart from ring hops);
     #: empty: the ring's ``hop_s``
     tree_hop_s: Mapping[str, float] = field(default_factory=dict)
+    #: a network step also waits for a flush of the received data (GPUDirect RDMA), one more
+    #: network latency (NCCL adds the net device's latency twice for Simple)
+    net_flush: bool = False
 
     def hop(self, family: str, link_class: str) -> float:
         """One step's latency over a path of ``link_class`` in an algorithm ``family``."""
@@ -204,7 +207,7 @@ class Collectives:
     nvls_tree_net_hop_s: float = 0.0  # NVLSTree: software latency of one network step
     #: pieces a pipelined network connection keeps in flight (NCCL_STEPS): after the first,
     #: a piece's network latency overlaps with the ones before it
-    nvls_tree_slots: int = 1
+    pipeline_slots: int = 1
     nvls_channels: int = 0  # NVLS channels (SMs); NVLSTree gives one to the network; 0: none
     #: LL across hosts: the whole collective's busbw cap (B/s) on 2 and on 4+ hosts; empty:
     #: the one-host cap of the GPU

@@ -18,7 +18,7 @@ from tpsim.core.algorithms.tree import binary_tree
 from tpsim.core.engine import Schedule, Send
 from tpsim.core.fabric import Fabric
 from tpsim.core.program import CollectiveCall
-from tpsim.core.schedules import chunk_sizes, predict, send, steps
+from tpsim.core.schedules import best_pieces, chunk_sizes, send, step_costs, steps
 
 #: Most pieces the pipeline cuts the data into (as the tree).
 MAX_PIECES = 64
@@ -66,8 +66,8 @@ def nvlstree(fab: Fabric, nbytes: int, order: Sequence[int], pieces: int | None 
     it); the NVLS part's latency is paid once, before the first step.
     """
     if pieces is None:
-        cands = sorted({1, 2, 4, 8, 16, 32, MAX_PIECES})
-        return min((nvlstree(fab, nbytes, order, k) for k in cands), key=lambda s: predict(fab, s))
+        costs = step_costs(fab, nvlstree(fab, nbytes, order, 1))
+        pieces = best_pieces(costs, fab.tuning.pipeline_slots, MAX_PIECES)
     links = switch_links(fab)
     assert links is not None
     tun = fab.tuning
@@ -114,7 +114,7 @@ def nvlstree(fab: Fabric, nbytes: int, order: Sequence[int], pieces: int | None 
                     for s, a, b in ((up, child, head), (down, head, child)):
                         snd = send(fab, a, b, round(half), proto, hop_s=tun.nvls_tree_net_hop_s)
                         if k > 0:  # overlapped with the pieces in flight before it
-                            snd = replace(snd, latency_s=snd.latency_s / tun.nvls_tree_slots)
+                            snd = replace(snd, latency_s=snd.latency_s / tun.pipeline_slots)
                         net[a][s].append(snd)
                         expects[b][s] += 1
     sends: list[list[list[Send]]] = [[[] for _ in range(nsteps)] for _ in range(p)]

@@ -10,7 +10,14 @@ from tpsim.core.algorithms import Algorithm, Context
 from tpsim.core.engine import Schedule, Send
 from tpsim.core.fabric import Fabric
 from tpsim.core.program import CollectiveCall
-from tpsim.core.schedules import chunk_sizes, send, share, step_costs, steps
+from tpsim.core.schedules import (
+    best_pieces,
+    chunk_sizes,
+    send,
+    share,
+    step_costs,
+    steps,
+)
 
 #: Pieces the tree pipeline may cut each half into (NCCL pipelines a tree in chunks).
 MAX_PIECES = 64
@@ -91,15 +98,24 @@ def tree(
     frac = share(fab, proto, "tree", "all_reduce")
     hosts = len(set(fab.hosts))
     cap = fab.tuning.tree_channel_cap(proto.name, fab.gpu.scaleup_kind, hosts)
-    if proto.name == "LL":  # across hosts LL's whole busbw is capped; algbw is half of it
-        cap = min(cap, fab.tuning.ll_multi_host_cap(hosts) / 2 / (2 * len(channels)))
-    cap *= proto.wire_factor
+    net_cap = cap
+    if proto.name == "LL":  # LL across hosts: the whole busbw capped (the host's proxy
+        # moves its lines); a tree's algbw is half its busbw, shared by its 2 trees a channel
+        net_cap = min(cap, fab.tuning.ll_multi_host_cap(hosts) / 2 / (2 * len(channels)))
     sends: list[list[list[Send]]] = [[[] for _ in range(nsteps)] for _ in range(p)]
     expects = [[0] * nsteps for _ in range(p)]
 
-    def edge(a: int, b: int, size: int) -> Send:
+    slots = fab.tuning.pipeline_slots
+
+    def edge(a: int, b: int, size: int, piece: int) -> Send:
         snd = send(fab, a, b, size, proto, share=frac, family="tree")
-        return snd if snd.cap_Bps <= cap else replace(snd, cap_Bps=cap)
+        net = fab.path(a, b).link_class == "net"
+        limit = (net_cap if net else cap) * proto.wire_factor
+        if snd.cap_Bps > limit:
+            snd = replace(snd, cap_Bps=limit)
+        if net and piece > 0 and slots > 1:  # overlapped with the pieces in flight before it
+            snd = replace(snd, latency_s=snd.latency_s / slots)
+        return snd
 
     for trees, halves in zip(channels, parts, strict=True):
         for t, half in zip(trees, halves, strict=True):
@@ -109,10 +125,10 @@ def tree(
                     continue
                 for c, size in enumerate(pieces):
                     up = depth - d + c  # nodes below send chunk c before their parent does
-                    sends[node][up].append(edge(node, parent, size))
+                    sends[node][up].append(edge(node, parent, size, c))
                     expects[parent][up] += 1
                     down = bcast0 + (d - 1) + c
-                    sends[parent][down].append(edge(parent, node, size))
+                    sends[parent][down].append(edge(parent, node, size, c))
                     expects[node][down] += 1
     return Schedule("tree", proto.name, proto.base("tree"), steps(sends, expects))
 
@@ -124,6 +140,9 @@ def tree_chunks(fab: Fabric, half: int, depth: int, proto: Protocol, order: Sequ
     if depth <= 1 or half <= 0:
         return 1
     channels = len(tree_channels(fab, order))
+    if fab.multi_host:  # network steps' latency overlaps across pieces in flight
+        costs = step_costs(fab, tree(fab, 2 * half * channels, proto, order, chunks=1))
+        return best_pieces(costs, fab.tuning.pipeline_slots, MAX_PIECES)
     costs = step_costs(fab, tree(fab, 2 * half * channels, proto, order, chunks=1))
     alpha = max(lat for lat, _ in costs)
     busy = max(b for _, b in costs)
