@@ -4,11 +4,15 @@
 
 Prints, for each published curve, simulated against measured time per size and the
 geometric-mean error, the Hopper ring and NVLS peaks, and writes ``collective_busbw.png``
-(measured and simulated busbw over size, log axes).
+(measured and simulated busbw over size, log axes); then the three 2-node x 8-GPU nccl-tests
+tables (H100 over InfiniBand, H100 on GCP A3 Mega over TCPXO, B200 over InfiniBand): per
+table the geomean error, the worst size and ``multinode_<table>.png``.
 
 Each measurement is simulated the way it was taken: the 8x A100 sweep with nccl-tests
 ``-g 8`` (one thread launches all GPUs: launcher ``threads``), the 8x H100 latencies through
-torch.distributed (launcher ``torch``); NCCL's own algorithms only (``--algo nccl``).
+torch.distributed (launcher ``torch``), the 2-node tables with one process per GPU
+(``mpirun -N 8 ... -g 1``: launcher ``mpi``, out-of-place times); NCCL's own algorithms
+only (``--algo nccl``).
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from matplotlib.figure import Figure
 from tpsim.calibration import measured
 from tpsim.core.collective_sweep import collective_sweep
 from tpsim.experiments.plots import save_figure
+from tpsim.topologies.io import get_topology
+from tpsim.topologies.network import network_named
 
 
 def data_dir() -> Path:
@@ -74,6 +80,103 @@ def compare(curve: Curve, data: Path) -> tuple[list[dict[str, float | str]], flo
         )
     err = geomean_error([(float(o["simulated_us"]), float(o["measured_us"])) for o in out])
     return out, err
+
+
+@dataclass(frozen=True)
+class MultiNode:
+    """One 2-node table of ``nccltests_multinode_allreduce.csv``: the rows whose system
+    contains ``key``, simulated on ``topology`` over 2 nodes."""
+
+    name: str
+    key: str
+    topology: str
+    slug: str
+    network: str | None = None  # a catalog network (links.yaml) the hosts join over
+    bound: float = 0.15
+
+
+MULTINODE_FILE = "nccltests_multinode_allreduce.csv"
+MULTINODE = (
+    MultiNode("2x8 H100, InfiniBand (Nebius)", "Nebius", "dgx-h100", "h100_ib"),
+    MultiNode("2x8 H100, GCP A3 Mega (TCPXO)", "A3 Mega", "a3-mega", "h100_a3mega"),
+    MultiNode("2x8 B200, InfiniBand (Lambda)", "B200", "dgx-b200", "b200_ib", "lambda-ib"),
+)
+
+
+def read_multinode(path: Path, key: str) -> list[tuple[int, float]]:
+    """(bytes, out-of-place microseconds) of the rows of one system of a 2-node table."""
+    lines = [ln for ln in path.read_text().splitlines() if ln and not ln.startswith("#")]
+    rows = [r for r in csv.DictReader(lines) if key in r["system"]]
+    return [(int(r["size_bytes"]), float(r["oop_time_us"])) for r in rows]
+
+
+def compare_multinode(
+    curve: MultiNode, data: Path
+) -> tuple[list[dict[str, float | str]], float, dict[str, float | str]]:
+    """Rows as :func:`compare`, the geomean error and the worst row."""
+    measured = read_multinode(data / MULTINODE_FILE, curve.key)
+    net = network_named(curve.network) if curve.network else None
+    rows = collective_sweep(
+        get_topology(curve.topology, 2, net),
+        16,
+        [n for n, _ in measured],
+        nodes=2,
+        algo="nccl",
+        launcher="mpi",
+    )
+    out: list[dict[str, float | str]] = [
+        {
+            "bytes": n,
+            "measured_us": t_us,
+            "simulated_us": r["time_s"] * 1e6,
+            "choice": f"{r['algorithm']}/{r['protocol']}",
+        }
+        for (n, t_us), r in zip(measured, rows, strict=True)
+    ]
+    pairs = [(float(o["simulated_us"]), float(o["measured_us"])) for o in out]
+    worst = max(
+        out, key=lambda o: abs(math.log(float(o["simulated_us"]) / float(o["measured_us"])))
+    )
+    return out, geomean_error(pairs), worst
+
+
+def _multinode_report(out: Path, data: Path) -> Iterator[str]:
+    for curve in MULTINODE:
+        rows, err, worst = compare_multinode(curve, data)
+        over = f" over network {curve.network}" if curve.network else ""
+        yield f"{curve.name} on {curve.topology} x2{over} (16 ranks, launcher mpi):"
+        yield f"  {'bytes':>12} {'measured us':>12} {'simulated us':>13} {'error':>7}  choice"
+        for r in rows:
+            e = float(r["simulated_us"]) / float(r["measured_us"]) - 1
+            yield (
+                f"  {r['bytes']:>12} {r['measured_us']:>12.1f} {r['simulated_us']:>13.1f} "
+                f"{e:>+7.1%}  {r['choice']}"
+            )
+        verdict = "within" if err < curve.bound else "OUTSIDE"
+        w = float(worst["simulated_us"]) / float(worst["measured_us"]) - 1
+        yield (
+            f"  geomean error {err:.1%} ({verdict} the {curve.bound:.0%} target); "
+            f"worst {worst['bytes']} B ({w:+.1%})"
+        )
+        fig = Figure(figsize=(6.4, 4.8))
+        ax = fig.subplots()
+        sizes = [int(r["bytes"]) for r in rows]
+        factor = 2 * 15 / 16 / 1e3  # busbw GB/s from bytes / us, 16 ranks
+        meas = [int(r["bytes"]) / float(r["measured_us"]) * factor for r in rows]
+        sim = [int(r["bytes"]) / float(r["simulated_us"]) * factor for r in rows]
+        ax.plot(sizes, meas, "o-", color="#000000", label="measured (nccl-tests, out of place)")
+        ax.plot(sizes, sim, "s--", color="#D55E00", label=f"tpsim (geomean error {err:.0%})")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("message size (bytes)")
+        ax.set_ylabel("all-reduce busbw (GB/s)")
+        ax.set_title(f"{curve.name}: 2 nodes x 8 GPUs", fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = out / f"multinode_{curve.slug}.png"
+        save_figure(fig, path)
+        yield f"wrote {path}"
 
 
 def measured_peaks() -> dict[str, float]:
@@ -137,6 +240,7 @@ def run(out: Path) -> Iterator[str]:
     fig.tight_layout()
     save_figure(fig, out / "collective_busbw.png")
     yield f"wrote {out / 'collective_busbw.png'}"
+    yield from _multinode_report(out, data)
 
 
 def main(argv: list[str] | None = None) -> int:

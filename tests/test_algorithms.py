@@ -19,14 +19,23 @@ from tpsim.topologies.io import get_topology
 
 MiB = 1024**2
 #: A group each algorithm can run on (an 8x H100 node, or two of them across the network).
-WHERE = {"hierarchical": ("dgx-h100", 2, 16)}
+WHERE = {"hierarchical": ("dgx-h100", 2, 16), "nvlstree": ("dgx-h100", 2, 16)}
 
 
 def test_the_registry_lists_every_algorithm_once_in_order() -> None:
     names = list(REGISTRY)
-    assert names == ["ring", "multiring", "tree", "oneshot", "twoshot", "nvls", "hierarchical"]
+    assert names == [
+        "ring",
+        "multiring",
+        "tree",
+        "oneshot",
+        "twoshot",
+        "nvls",
+        "nvlstree",
+        "hierarchical",
+    ]
     assert all(isinstance(a, Algorithm) and a.name == n for n, a in REGISTRY.items())
-    assert NCCL_ALGORITHMS == ("ring", "multiring", "tree", "nvls")
+    assert NCCL_ALGORITHMS == ("ring", "multiring", "tree", "nvls", "nvlstree")
 
 
 def test_choices_everywhere_come_from_the_registry() -> None:

@@ -20,6 +20,7 @@ import networkx as nx
 from tpsim.calibration.hardware import LinkFigures, link_figures
 from tpsim.topologies.errors import TopologyError, did_you_mean, show
 from tpsim.topologies.gpus import GPUSpec, get_gpu
+from tpsim.topologies.network import Network, network_named
 
 __all__ = [
     "DESCRIPTIONS",
@@ -115,6 +116,13 @@ def dgx_b200() -> nx.DiGraph:
     return _nvswitch_box("dgx-b200", "b200", nvls=True)
 
 
+def a3_mega() -> nx.DiGraph:
+    """GCP A3 Mega: an 8x H100 NVSwitch host whose hosts join over GPUDirect-TCPXO."""
+    g = _nvswitch_box("a3-mega", "h100-sxm", nvls=True)
+    g.graph["network"] = network_named("gcp-tcpxo")
+    return g
+
+
 def _pcie_box(name: str, gpu: str, p2p: bool, bridges: int = 0) -> nx.DiGraph:
     """2 sockets joined by UPI; each socket has 2 PCIe switches with 2 GPUs each.
 
@@ -185,6 +193,7 @@ TOPOLOGIES: dict[str, Callable[[], nx.DiGraph]] = {
     "dgx-h100": dgx_h100,
     "hgx-h200": hgx_h200,
     "dgx-b200": dgx_b200,
+    "a3-mega": a3_mega,
     "pcie-l40s": pcie_l40s,
     "pcie-rtx4090": pcie_rtx4090,
     "mi300x": mi300x,
@@ -199,6 +208,7 @@ DESCRIPTIONS: dict[str, str] = {
     "dgx-h100": "8x H100 SXM on NVSwitch (NVLS), 450 GB/s per direction per GPU",
     "hgx-h200": "8x H200 SXM on NVSwitch (NVLS), 450 GB/s per direction per GPU",
     "dgx-b200": "8x B200 on NVSwitch (NVLS), 900 GB/s per direction per GPU",
+    "a3-mega": "GCP A3 Mega: 8x H100 SXM on NVSwitch; hosts join over TCPXO, 8x 200 Gb/s NICs",
     "pcie-l40s": "8x L40S, PCIe gen4 switches on 2 sockets joined by UPI, P2P allowed",
     "pcie-rtx4090": "8x RTX 4090, PCIe gen4 on 2 sockets, no P2P (every copy via the CPU)",
     "mi300x": "8x MI300X, xGMI full mesh, 64 GB/s per direction per peer link",
@@ -209,20 +219,26 @@ DESCRIPTIONS: dict[str, str] = {
 }
 
 
-def build(name: str, nodes: int = 1) -> nx.DiGraph:
-    """A catalog topology (name case-insensitive), joined over `nodes` hosts."""
+def build(name: str, nodes: int = 1, network: Network | None = None) -> nx.DiGraph:
+    """A catalog topology (name case-insensitive), joined over `nodes` hosts (over `network`
+    where given, else the catalog join's)."""
     key = name.lower() if isinstance(name, str) else name
     if key not in TOPOLOGIES:
         hint = did_you_mean(key, list(TOPOLOGIES))
         raise TopologyError(
             f"topology={show(name)}: unknown topology{hint}; known: {', '.join(TOPOLOGIES)}"
         )
-    return join_hosts(TOPOLOGIES[key](), nodes)
+    return join_hosts(TOPOLOGIES[key](), nodes, network)
 
 
-def join_hosts(host: nx.DiGraph, nodes: int) -> nx.DiGraph:
-    """`nodes` copies of a one-host graph, one NIC per GPU, all NICs on one "ib_switch".
+def join_hosts(host: nx.DiGraph, nodes: int, network: Network | None = None) -> nx.DiGraph:
+    """`nodes` copies of a one-host graph, their NICs all on one "ib_switch".
 
+    The network is `network` over the host's own (graph attribute ``network``, from its
+    file) over the catalog join's: one NIC per GPU of the generation paired with its GPU
+    (``links.yaml`` ``nic``), InfiniBand's hop latency on each side. With K NICs per host
+    GPU i of g uses NIC ``i * K // g`` (its PCIe link to the NIC is its own); with more NICs
+    than GPUs each GPU's K/g NICs are one link of K/g times the bandwidth.
     Node ids get the prefix "n{h}."; ranks are host-major. nodes=1 returns `host` itself.
     """
     if not isinstance(nodes, int) or isinstance(nodes, bool) or not 1 <= nodes <= MAX_NODES:
@@ -255,6 +271,9 @@ def join_hosts(host: nx.DiGraph, nodes: int) -> nx.DiGraph:
     )
     g.add_node("ib_switch", kind="switch", host=0)
     links = _links()
+    net = network.over(host.graph.get("network")) if network else host.graph.get("network")
+    nics = (net.nics_per_node if net else None) or per_host
+    nic_lat = links.infiniband_hop_s if net is None or net.latency_s is None else net.latency_s / 2
     for h in range(nodes):
         prefix = f"n{h}."
         for node, data in host.nodes(data=True):
@@ -268,14 +287,18 @@ def join_hosts(host: nx.DiGraph, nodes: int) -> nx.DiGraph:
             if data["kind"] != "gpu":
                 continue
             spec: GPUSpec = data["gpu"]
-            nic = f"{prefix}nic{data['rank']}"
-            g.add_node(nic, kind="nic", host=h)
+            nic = f"{prefix}nic{data['rank'] * nics // per_host}"
+            first = nic not in g
+            if first:
+                g.add_node(nic, kind="nic", host=h)
             _link(
                 g, prefix + node, nic, pcie_bandwidth_Bps(spec.pcie_gen), links.pcie_hop_s, "pcie"
             )
-            _link(
-                g, nic, "ib_switch", nic_bandwidth_Bps(spec), links.infiniband_hop_s, "infiniband"
-            )
+            if first:  # more NICs than GPUs: each GPU's share of them pooled on one link
+                bw = nic_bandwidth_Bps(spec) if net is None or net.nic_Bps is None else net.nic_Bps
+                _link(g, nic, "ib_switch", bw * max(1.0, nics / per_host), nic_lat, "infiniband")
+    if net is not None:
+        g.graph["network"] = net
     return g
 
 

@@ -29,6 +29,7 @@ from tpsim.topologies.builders import (
 from tpsim.topologies.errors import TopologyError, show
 from tpsim.topologies.errors import did_you_mean as _hint
 from tpsim.topologies.gpus import GPUS, GPUSpec, get_gpu, gpu_from_dict, gpu_to_dict, scale
+from tpsim.topologies.network import Network, network_from_dict
 
 __all__ = ["get_topology", "load_topology", "save_topology", "validate"]
 
@@ -37,7 +38,7 @@ MAX_DEPTH = 50
 MAX_BANDWIDTH_GBPS = 1e6
 MAX_LATENCY_US = 1e6
 MAX_FILE_ITEMS = 100_000  # nodes, and links, in one file (a host of a multi-host join)
-TOP_FIELDS = ("name", "gpus", "nodes", "links", "nvls", "p2p", "p2p_pairs")
+TOP_FIELDS = ("name", "gpus", "nodes", "links", "nvls", "p2p", "p2p_pairs", "network")
 NODE_FIELDS = ("id", "kind", "type", "rank", "host")
 LINK_FIELDS = ("src", "dst", "bandwidth_GBps", "latency_us", "duplex", "link", "bridges")
 P2P_PAIR_FIELDS = ("gpus", "p2p")
@@ -437,6 +438,8 @@ def _from_data(data: object, file: str) -> nx.DiGraph:
         p2p=p2p,
         p2p_pairs=pairs,
     )
+    if "network" in d:  # the network its hosts join over (--nodes)
+        g.graph["network"] = network_from_dict(d["network"], file)
     g.add_nodes_from(nodes)
     g.add_edges_from(links)
     return g
@@ -497,7 +500,11 @@ def _to_data(g: nx.DiGraph) -> dict[str, Any]:
     pairs = g.graph.get("p2p_pairs", {})
     if pairs:
         out["p2p_pairs"] = [{"gpus": list(k), "p2p": v} for k, v in sorted(pairs.items())]
-    return {**out, "gpus": gpus, "nodes": nodes, "links": links}
+    out["gpus"] = gpus
+    net = g.graph.get("network")
+    if isinstance(net, Network) and net.to_dict():
+        out["network"] = net.to_dict()
+    return {**out, "nodes": nodes, "links": links}
 
 
 def save_topology(g: nx.DiGraph, path: str | Path) -> None:
@@ -515,17 +522,18 @@ def save_topology(g: nx.DiGraph, path: str | Path) -> None:
         raise _err("file", str(path), f"cannot write ({e.strerror or e})") from None
 
 
-def get_topology(name_or_path: str, nodes: int = 1) -> nx.DiGraph:
-    """A catalog topology (name case-insensitive) or a topology file, over `nodes` hosts."""
+def get_topology(name_or_path: str, nodes: int = 1, network: Network | None = None) -> nx.DiGraph:
+    """A catalog topology (name case-insensitive) or a topology file, over `nodes` hosts
+    (joined over `network` where given: it overrides the topology's own, field by field)."""
     if isinstance(name_or_path, str) and name_or_path.lower() in TOPOLOGIES:
-        return build(name_or_path, nodes)
+        return build(name_or_path, nodes, network)
     p = Path(name_or_path)
     try:
         exists = p.exists()
     except OSError:  # e.g. a name longer than the file system allows
         exists = False
     if exists or p.suffix.lower() in (".yaml", ".yml", ".json") or len(p.parts) > 1:
-        return join_hosts(load_topology(p), nodes)
+        return join_hosts(load_topology(p), nodes, network)
     raise TopologyError(
         f"topology={show(name_or_path)}: neither a catalog name"
         f"{_hint(str(name_or_path).lower(), list(TOPOLOGIES))} nor an existing file; "

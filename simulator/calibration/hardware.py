@@ -131,6 +131,9 @@ class LinkFigures:
     #: One NVLink bridge, per direction, by the NVLink generation of the cards it joins.
     nvlink_bridge_Bps: dict[str, float] = field(default_factory=dict)
     nvlink_bridges_per_gpu: int = 0  # bridge connectors on a card
+    #: Catalog networks of multi-host joins by name: file fields (nic_gbps, nics_per_node,
+    #: latency_us), checked by ``tpsim.topologies.network``.
+    networks: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @cache
@@ -164,4 +167,14 @@ def link_figures() -> LinkFigures:
             for k, v in entry(bw, "nvlink_bridge", w).items()
         },
         nvlink_bridges_per_gpu=int(number(entry(d, "nvlink_bridges_per_gpu", w), "bridges")),
+        networks=_networks(d.get("networks"), w),
     )
+
+
+def _networks(d: object, w: str) -> dict[str, dict[str, Any]]:
+    if d is None:
+        return {}
+    value = entry({"networks": d}, "networks", w)
+    if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
+        raise CalibrationError(f"{w}.networks: must be a table of networks")
+    return {str(k): dict(v) for k, v in value.items()}

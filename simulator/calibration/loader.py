@@ -197,10 +197,14 @@ def _launch(d: Mapping[str, Any]) -> dict[str, LaunchCost]:
 
 def _protocol(name: str, d: Mapping[str, Any], field: str) -> Protocol:
     keys = {"base_us", "hop_us", "wire_factor", "max_busbw_GBps", "nvlink_only"}
-    if not isinstance(d, dict) or set(d) != keys:
-        raise CalibrationError(f"{field}: needs exactly {', '.join(sorted(keys))}")
+    if not isinstance(d, dict) or not keys <= set(d) <= keys | {"tree_hop_us", "net_flush"}:
+        raise CalibrationError(
+            f"{field}: needs exactly {', '.join(sorted(keys))} "
+            "(and optionally tree_hop_us, net_flush)"
+        )
     base = _numbers(d["base_us"], f"{field}.base_us", -6)
     hop = _numbers(d["hop_us"], f"{field}.hop_us", -6)
+    tree_hop = _numbers(d.get("tree_hop_us", {}), f"{field}.tree_hop_us", -6)
     for family in ("ring", "tree"):
         if family not in base:
             raise CalibrationError(f"{field}.base_us: no base latency for {family}")
@@ -214,6 +218,8 @@ def _protocol(name: str, d: Mapping[str, Any], field: str) -> Protocol:
         number(d["wire_factor"], f"{field}.wire_factor"),
         _numbers(d["max_busbw_GBps"], f"{field}.max_busbw_GBps", 9),
         bool(d["nvlink_only"]),
+        tree_hop,
+        bool(d.get("net_flush", False)),
     )
 
 
@@ -228,6 +234,7 @@ def _collectives(d: Mapping[str, Any]) -> Collectives:
         raise CalibrationError(f"{w}.probe_protocol={probe!r}: not one of the protocols")
     shares = _numbers(entry(d, "payload_share", w), f"{w}.payload_share")
     nvls, custom = _table(d.get("nvls"), f"{w}.nvls"), _table(d.get("custom_allreduce"), w)
+    nvls_tree = _table(d.get("nvls_tree"), f"{w}.nvls_tree")
     launchers = {}
     for name, spec in _table(entry(d, "launchers", w), f"{w}.launchers").items():
         f = f"{w}.launchers.{name}"
@@ -269,6 +276,21 @@ def _collectives(d: Mapping[str, Any]) -> Collectives:
         custom_switch=_switch(entry(custom, "switch", w)),
         comm_sms=int(entry(d, "comm_sms", w)),
         launchers=launchers,
+        tree_channel_max_Bps={
+            str(proto): {str(k): _scales(v, f"{w}.tree_channel_max_GBps") for k, v in t.items()}
+            for proto, t in _table(
+                entry(d, "tree_channel_max_GBps", w), f"{w}.tree_channel_max_GBps"
+            ).items()
+        },
+        nvls_tree_net_hop_s=scale(
+            number(entry(nvls_tree, "net_hop_us", f"{w}.nvls_tree"), "nvls_tree.net_hop_us"), -6
+        ),
+        pipeline_slots=int(number(entry(d, "pipeline_slots", w), "pipeline_slots")),
+        nvls_channels=int(number(entry(nvls, "channels", f"{w}.nvls"), "nvls.channels")),
+        ll_multi_host_max_busbw_Bps=tuple(
+            scale(number(x, f"{w}.ll_multi_host_max_busbw_GBps"), 9)
+            for x in entry(d, "ll_multi_host_max_busbw_GBps", w)
+        ),
     )
 
 
@@ -313,6 +335,13 @@ def _custom_kernels(d: Mapping[str, Any]) -> dict[str, CustomKernel]:
     if not out:
         raise CalibrationError("nccl.yaml.custom_allreduce.kernels: needs at least one")
     return out
+
+
+def _scales(v: object, field: str) -> tuple[float, ...]:
+    """Three GB/s figures (one host, two, four or more) in B/s."""
+    if not isinstance(v, list) or len(v) != 3:
+        raise CalibrationError(f"{field}={v!r}: needs three figures (1, 2, 4+ hosts)")
+    return tuple(scale(number(x, field), 9) for x in v)
 
 
 def _links(d: Mapping[str, Any]) -> Links:

@@ -124,6 +124,18 @@ class Protocol:
     wire_factor: float  # bytes on the wire per payload byte
     max_busbw_Bps: Mapping[str, float]  # per scale-up kind: the protocol's busbw cap
     nvlink_only: bool = False  # NCCL enables it only over NVLink (LL128)
+    #: per link class: one tree step's latency (NCCL prices tree hops apart from ring hops);
+    #: empty: the ring's ``hop_s``
+    tree_hop_s: Mapping[str, float] = field(default_factory=dict)
+    #: a network step also waits for a flush of the received data (GPUDirect RDMA), one more
+    #: network latency (NCCL adds the net device's latency twice for Simple)
+    net_flush: bool = False
+
+    def hop(self, family: str, link_class: str) -> float:
+        """One step's latency over a path of ``link_class`` in an algorithm ``family``."""
+        if family == "tree" and link_class in self.tree_hop_s:
+            return self.tree_hop_s[link_class]
+        return self.hop_s[link_class]
 
     def base(self, family: str) -> float:
         """Fixed latency of one collective of an algorithm family; an unknown family is a
@@ -218,6 +230,19 @@ class Collectives:
     custom_switch: bool
     comm_sms: int  # SMs a collective kernel holds while it runs
     launchers: Mapping[str, Launcher]
+    #: per protocol, per scale-up kind: one tree channel's payload rate cap (B/s) for 1, 2
+    #: and 4+ hosts; a protocol or kind not listed: no cap
+    tree_channel_max_Bps: Mapping[str, Mapping[str, tuple[float, ...]]] = field(
+        default_factory=dict
+    )
+    nvls_tree_net_hop_s: float = 0.0  # NVLSTree: software latency of one network step
+    #: pieces a pipelined network connection keeps in flight (NCCL_STEPS): after the first,
+    #: a piece's network latency overlaps with the ones before it
+    pipeline_slots: int = 1
+    nvls_channels: int = 0  # NVLS channels (SMs); NVLSTree gives one to the network; 0: none
+    #: LL across hosts: the whole collective's busbw cap (B/s) on 2 and on 4+ hosts; empty:
+    #: the one-host cap of the GPU
+    ll_multi_host_max_busbw_Bps: tuple[float, ...] = ()
 
     @property
     def custom(self) -> CustomKernel:
@@ -252,6 +277,26 @@ class Collectives:
 
     def nvls_efficiency_of(self, scaleup_kind: str) -> float:
         return self.nvls_efficiency.get(scaleup_kind, self.nvls_default_efficiency)
+
+    def tree_channel_cap(self, proto: str, scaleup_kind: str, hosts: int) -> float:
+        """One tree channel's payload rate cap (B/s; inf: none) on ``hosts`` hosts."""
+        caps = self.tree_channel_max_Bps.get(proto, {}).get(scaleup_kind)
+        return _by_scale(caps, hosts)
+
+    def ll_multi_host_cap(self, hosts: int) -> float:
+        """LL's busbw cap (B/s; inf: none) for a collective across ``hosts`` hosts."""
+        caps = self.ll_multi_host_max_busbw_Bps
+        if hosts < 2 or not caps:
+            return math.inf
+        return caps[0] if hosts == 2 else caps[-1]
+
+
+def _by_scale(caps: tuple[float, ...] | None, hosts: int) -> float:
+    """NCCL's tuning scales: one host, two hosts, four or more (0 or missing: no cap)."""
+    if not caps:
+        return math.inf
+    cap = caps[0 if hosts <= 1 else 1 if hosts == 2 else 2]
+    return cap if cap > 0 else math.inf
 
 
 @dataclass(frozen=True)
@@ -387,6 +432,10 @@ class Calibration:
                     for k, v in c.custom_kernels.items()
                 },
                 comm_sms=0,
+                tree_channel_max_Bps={},
+                nvls_tree_net_hop_s=0.0,
+                nvls_channels=0,
+                ll_multi_host_max_busbw_Bps=(),
                 launchers={
                     n: replace(la, stagger_s=0.0, call_s=0.0) for n, la in c.launchers.items()
                 },

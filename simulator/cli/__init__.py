@@ -163,6 +163,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--model", required=True, help="catalog name or path to a config.json")
     run.add_argument("--topology", required=True, help="catalog name or topology file")
     run.add_argument("--nodes", type=int, default=1, help="hosts joined over the network")
+    _network_flags(run)
     run.add_argument("--tp", type=int, required=True, help="tensor-parallel degree")
     run.add_argument(
         "--gpus-per-node",
@@ -259,6 +260,7 @@ def _parser() -> argparse.ArgumentParser:
     coll = sub.add_parser("collective", help="nccl-tests-like table of one collective")
     coll.add_argument("--topology", required=True)
     coll.add_argument("--nodes", type=int, default=1)
+    _network_flags(coll)
     coll.add_argument("--ranks", type=int, required=True)
     coll.add_argument("--op", choices=OPS, default="all_reduce")
     coll.add_argument(
@@ -290,6 +292,38 @@ def _parser() -> argparse.ArgumentParser:
     add_plan_parser(sub)
     _fill_help(p)
     return p
+
+
+def _network_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--nic-gbps",
+        type=float,
+        metavar="G",
+        help="bandwidth of one NIC of the multi-host join, Gb/s per direction "
+        "(default: the topology's network, else the NIC paired with its GPUs)",
+    )
+    p.add_argument(
+        "--nics-per-node",
+        type=int,
+        metavar="K",
+        help="NICs per host, shared by its GPUs in turn (default: the topology's, else one a GPU)",
+    )
+
+
+def run_topology(a: argparse.Namespace) -> Any:
+    """The graph of ``--topology`` on ``--nodes`` hosts, joined over the network that
+    ``--nic-gbps`` / ``--nics-per-node`` describe when given (else the topology's own)."""
+    from tpsim.topologies.io import get_topology
+    from tpsim.topologies.network import Network, check_nic_gbps, check_nics_per_node
+
+    gbps = check_nic_gbps(a.nic_gbps)
+    count = check_nics_per_node(a.nics_per_node)
+    check_nodes(a.nodes)
+    if gbps is None and count is None:
+        return get_topology(a.topology, a.nodes)
+    return get_topology(
+        a.topology, a.nodes, Network(None if gbps is None else gbps * 1e9 / 8, count)
+    )
 
 
 def check_output(path: Path | None, flag: str, suffixes: tuple[str, ...]) -> None:
@@ -362,9 +396,10 @@ def _run(a: argparse.Namespace) -> int:
     if a.gantt_ranks and max(a.gantt_ranks) >= a.tp * a.pp * a.dp:
         last = a.tp * a.pp * a.dp - 1
         raise ConfigError(f"--gantt-ranks={max(a.gantt_ranks)}: the group has ranks 0-{last}")
+    graph = run_topology(a)
     result = simulate(
         a.model,
-        a.topology,
+        graph,
         layout,
         workload,
         options,
@@ -414,9 +449,7 @@ def _run(a: argparse.Namespace) -> int:
         print(json.dumps(result.summary, indent=2))
     else:
         from tpsim.experiments.compare import assumptions
-        from tpsim.topologies.io import get_topology
 
-        graph = get_topology(a.topology, a.nodes)
         print(report.summary_text(result.summary, assumptions(graph, result.summary)))
         for flag, path in (("gantt", a.gantt), ("trace", a.trace)):
             if path:
@@ -437,8 +470,9 @@ def _collective(a: argparse.Namespace) -> int:
         while n <= a.max_bytes:
             sizes.append(n)
             n *= 2
+    graph = run_topology(a)
     rows = collective_sweep(
-        a.topology,
+        graph,
         a.ranks,
         sizes,
         op=a.op,

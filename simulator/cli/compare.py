@@ -153,15 +153,14 @@ def configurations(a: argparse.Namespace, minimum: int = 2) -> list[tuple[str, a
 
 def _simulate(a: argparse.Namespace, minimum: int) -> list[Any]:
     """Simulate each configuration: (entry, result) pairs."""
-    from tpsim.cli import run_inputs
+    from tpsim.cli import run_inputs, run_topology
     from tpsim.core.api import simulate
     from tpsim.experiments.compare import Entry, assumptions
-    from tpsim.topologies.io import get_topology
 
     out = []
     for label, ns in configurations(a, minimum):
         layout, workload, options = run_inputs(ns)
-        graph = get_topology(ns.topology, ns.nodes)
+        graph = run_topology(ns)
         result = simulate(ns.model, graph, layout, workload, options, nodes=ns.nodes)
         out.append((Entry(label, result.summary, assumptions(graph, result.summary)), result))
     return out

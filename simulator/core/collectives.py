@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from tpsim.calibration import Protocol
 from tpsim.core import algorithms
 from tpsim.core.algorithms import REGISTRY, Context
 from tpsim.core.engine import Planner, Schedule
@@ -41,6 +42,17 @@ def why_not(fab: Fabric, algo: str, op: str) -> str | None:
     return entry.why_not(fab, op)
 
 
+def _protocols(fab: Fabric, order: Sequence[int]) -> list[Protocol]:
+    """The protocols NCCL may use on the group (LL128 only where the GPUs of a host talk
+    over NVLink), less those the network's NCCL configuration leaves out
+    (``nccl_protocols`` of a multi-host join); the ideal calibration's one."""
+    protocols = fab.tuning.protocols_over(fab.nvlink_within_hosts(order))
+    net = fab.routes.graph.graph.get("network")
+    allowed = getattr(net, "protocols", None) if fab.multi_host else None
+    kept = [p for p in protocols if allowed is None or p.name in allowed]
+    return kept or protocols
+
+
 def make_planner(fab: Fabric, order: Sequence[int], *, algo: str = "auto") -> Planner:
     """A planner for collectives over the fabric's group along ring ``order`` (TP ranks).
 
@@ -54,8 +66,7 @@ def make_planner(fab: Fabric, order: Sequence[int], *, algo: str = "auto") -> Pl
         if problem:
             raise ConfigError(f"algo={algo}: {problem}")
     choosing = algo in ("auto", "nccl")
-    protocols = fab.tuning.protocols_over(fab.nvlink_within_hosts(order))
-    ctx = Context(fab, order, protocols, choosing)
+    ctx = Context(fab, order, _protocols(fab, order), choosing)
     pool = algorithms.candidates(algo)
     cache: dict[CollectiveCall, Schedule] = {}
 

@@ -33,19 +33,31 @@ def send(
     notify: tuple[int, ...] | None = None,
     hop_s: float | None = None,
     share: float = 1.0,
+    family: str = "ring",
 ) -> Send:
     """One transfer under ``proto``: its wire bytes, its hop latency, and its rate cap (the
-    protocol's busbw limit, and ``share`` of the path's bandwidth for the payload)."""
+    protocol's busbw limit, and ``share`` of the path's bandwidth for the payload).
+
+    The hop latency is the protocol's for an algorithm ``family`` over the path's link
+    class (or ``hop_s``). Over NVLink or PCIe it is a measured end-to-end step and includes
+    the wire (the longer of the two counts); across hosts it is the software's cost of a
+    network step (proxy, post, poll) and the network's own latency comes on top, as NCCL
+    adds the net device's latency to its network hop (twice for a protocol that flushes
+    the received data, ``net_flush``)."""
     path = fab.path(src, dst)
-    hop = proto.hop_s[path.link_class] if hop_s is None else hop_s
+    hop = proto.hop(family, path.link_class) if hop_s is None else hop_s
     cap = proto.max_busbw_Bps.get(fab.gpu.scaleup_kind, math.inf) * proto.wire_factor
     if share < 1.0:
         cap = min(cap, share * path.bandwidth_Bps * proto.wire_factor)
+    if path.link_class == "net":
+        latency = hop + path.latency_s * (2 if proto.net_flush else 1)
+    else:
+        latency = max(path.latency_s, hop)
     return Send(
         links=path.links,
         payload=payload,
         wire=payload * proto.wire_factor,
-        latency_s=max(path.latency_s, hop),
+        latency_s=latency,
         cap_Bps=cap,
         notify=(dst,) if notify is None else notify,
         peer=dst,
@@ -120,3 +132,16 @@ def step_costs(fab: Fabric, sched: Schedule) -> list[tuple[float, float]]:
         busy = max((b / fab.capacities[k] for k, b in load.items()), default=0.0)
         out.append((latency, max(busy, capped)))
     return out
+
+
+def best_pieces(costs: Sequence[tuple[float, float]], slots: int, most: int) -> int:
+    """The piece count (1 to ``most``) that a pipeline of these stages runs fastest, from
+    its stages' (latency, busy time) with the data in one piece: every stage once for the
+    first piece, then the slowest stage for each further one, whose latency overlaps
+    ``slots`` ways with the pieces in flight before it (NCCL_STEPS)."""
+
+    def time_s(k: int) -> float:
+        fill = sum(lat + busy / k for lat, busy in costs)
+        return fill + (k - 1) * max(lat / slots + busy / k for lat, busy in costs)
+
+    return min(range(1, most + 1), key=lambda k: (time_s(k), k))
