@@ -15,6 +15,7 @@ from typing import Any
 
 import networkx as nx
 import yaml
+from tpsim.calibration.bounded import ReadRefused, read_text, yaml_load
 from tpsim.topologies.builders import (
     LINK_KINDS,
     MAX_NODES,
@@ -51,18 +52,9 @@ def _err(field: str, file: str, msg: str, value: object = _MISSING) -> TopologyE
 
 def _read_text(path: Path, file: str) -> str:
     try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise _err("file", file, f"larger than {MAX_FILE_BYTES} bytes")
-        with path.open("rb") as fh:
-            raw = fh.read(MAX_FILE_BYTES + 1)
-    except OSError as e:
-        raise _err("file", file, f"cannot read ({e.strerror or e})") from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise _err("file", file, f"larger than {MAX_FILE_BYTES} bytes")
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise _err("file", file, f"not UTF-8 text (bad byte at offset {e.start})") from None
+        return read_text(path, MAX_FILE_BYTES)
+    except ReadRefused as e:
+        raise _err("file", file, str(e)) from None
 
 
 _JSON_STRING = re.compile(r'"(?:\\.|[^"\\])*"')
@@ -135,7 +127,9 @@ def _parse(text: str, path: Path, file: str) -> Any:
         return _parse_json(text, file)
     try:
         _scan_yaml(text, file)  # before building any tree
-        return yaml.safe_load(text)  # the safe loader: no tag is ever evaluated
+        return yaml_load(text, max_depth=MAX_DEPTH)  # safe: no tag is ever evaluated
+    except ReadRefused as e:
+        raise _err("file", file, str(e)) from None
     except yaml.YAMLError as e:
         raise _yaml_error(e, file) from None
     except TopologyError:
