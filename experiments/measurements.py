@@ -77,8 +77,10 @@ def read_points(path: Path) -> list[Point]:
     try:  # bounded: a regular file, at most MAX_BYTES; a spreadsheet's byte-order mark is no column
         text = read_text(path, MAX_BYTES)
     except ReadRefused as e:
-        why = str(e).replace("cannot read (no such file)", "no such file")
-        if why.endswith("a folder)"):
+        why = str(e)
+        if why.startswith(("cannot read (no such", "cannot read (not a regular")):
+            why = why.removeprefix("cannot read (").removesuffix(")")
+        if why.endswith("a folder"):
             why = "is a folder, not a CSV file"
         raise ConfigError(f"{shorten(name, 100)}: {why}") from None
     lines = [
