@@ -174,6 +174,8 @@ def _int(value: object, field: str, file: str, hi: int) -> int:
 
 def _num(value: Any, field: str, file: str, positive: bool, hi: float) -> float:
     number = isinstance(value, int | float) and not isinstance(value, bool)
+    if number and isinstance(value, int) and value.bit_length() > 1000:
+        raise _err(field, file, f"implausibly large (limit {hi:g})", value)  # no float holds it
     if not number or not math.isfinite(value) or value < 0 or (positive and value == 0):
         need = "positive" if positive else "non-negative"
         raise _err(field, file, f"must be a {need} finite number", value)

@@ -67,10 +67,16 @@ def engines() -> list[str]:
 
 def _profile_text(name_or_path: str) -> tuple[str, str]:
     """(the profile's text, where it comes from) for a shipped name or a file path."""
+    if len(name_or_path) > 1000:
+        raise CalibrationError(f"engine={show(name_or_path)}: name too long")
     folder = resources.files("tpsim.calibration").joinpath(ENGINES)
     shipped = folder.joinpath(f"{name_or_path}.yaml")
     if "/" not in name_or_path and not name_or_path.endswith((".yaml", ".yml")):
-        if not shipped.is_file():
+        try:
+            found = shipped.is_file()
+        except OSError:  # a name longer than the file system allows
+            found = False
+        if not found:
             raise CalibrationError(
                 f"engine={name_or_path!r}: unknown engine; known: {', '.join(engines())} "
                 "(or a profile file .yaml)"

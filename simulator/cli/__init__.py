@@ -388,8 +388,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         _silence_stdout()
         return 0
     except OSError as exc:  # an output the commands' own checks could not foresee
-        where = str(exc.filename) if exc.filename is not None else "stdout"
-        _error(f"{where}: cannot write ({exc.strerror or exc})")
+        if exc.filename is None:
+            _error(f"stdout: cannot write ({exc.strerror or exc})")
+        else:
+            _error(f"{exc.filename}: {exc.strerror or exc}")
         if exc.filename is None:
             _silence_stdout()
         return 2
