@@ -135,8 +135,9 @@ def parse_line(line: str, fmt: str) -> dict[str, Any]:
     return _typed(dict(zip(COLUMNS, cells, strict=True)))
 
 
-#: A results file of MAX_POINTS rows is about 200 MB; a file past this is no results file.
-MAX_RESULTS_BYTES = 1 << 30
+#: A results file of MAX_POINTS rows is about 200 MB; one past 512 MiB is no results file.
+MAX_RESULTS_BYTES = 512 << 20
+_SIMULATED = ("tokens_per_s", "tokens_per_s_per_gpu", "hosts", "regime")
 _POSITIVE = frozenset({"nodes", "tp", "batch", "prompt_len", "context_len", "hosts"})
 
 
@@ -183,6 +184,10 @@ def _checked(row: dict[str, Any]) -> dict[str, Any]:
                 raise ValueError(f"{c}={show(v)}: must be true or false")
         elif not isinstance(v, str):
             raise ValueError(f"{c}={show(v)}: must be a string")
+    if not row["error"] and row["fits"] is True and row["latency_s"]:  # a simulated point
+        for c in _SIMULATED:
+            if not row[c]:
+                raise ValueError(f"{c}={show(row[c])}: a simulated row needs a value above 0")
     return row
 
 

@@ -11,14 +11,19 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
-from tpsim.calibration.bounded import show
+from tpsim.calibration.bounded import ReadRefused, read_text, show, yaml_load
 from tpsim.cli import main
+from tpsim.experiments.grid import grid_from_yaml
 
 DATA = Path(__file__).parent / "data"
 GOOD_TOPOLOGY = DATA / "topologies" / "pair.yaml"
@@ -344,6 +349,17 @@ def build_cases(tmp: Path) -> list[Case]:
         "tp a string": (put("r_tp_str.jsonl", _row(tp="8")), "tp="),
         "latency a list": (put("r_lat_list.jsonl", _row(latency_s=[1])), "latency_s="),
         "fits a number": (put("r_fits.jsonl", _row(fits=1)), "fits="),
+        "a simulated row without tokens/s per GPU": (
+            put("r_partial.jsonl", _row()),
+            "tokens_per_s_per_gpu=",
+        ),
+        "a simulated row with tokens/s 0": (
+            put(
+                "r_zero.jsonl",
+                _row(tokens_per_s=0.0, tokens_per_s_per_gpu=0.0, hosts=1, regime="x"),
+            ),
+            "tokens_per_s=",
+        ),
         "a row of 5000-digit number": (
             put("r_huge.jsonl", _row().replace('"tp": 1', f'"tp": {HUGE}')),
             "not a row",
@@ -545,3 +561,165 @@ def test_refused_in_one_short_line(
     assert seconds < 30, seconds
     assert sorted(tmp.rglob("*")) == before  # no output, not even a partial one
     assert not (work / "pwned").exists()
+
+
+def _tpsim(argv: list[str] | str, cwd: Path, **kw: object) -> subprocess.CompletedProcess[str]:
+    """``python -m tpsim`` in a subprocess limited to 1 GiB of address space and 60 s."""
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    shell = isinstance(argv, str)
+    cmd = argv if shell or argv[0] == "bash" else [sys.executable, "-m", "tpsim", *argv]
+    return subprocess.run(  # type: ignore[call-overload, no-any-return]
+        cmd,
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=cwd,
+        timeout=60,
+        preexec_fn=limit,
+        shell=shell,
+        **kw,
+    )
+
+
+def _one_line(p: subprocess.CompletedProcess[str], rc: int = 2) -> str:
+    assert p.returncode == rc, (p.returncode, p.stderr[-500:])
+    assert p.stderr.count("\n") == 1 and "Traceback" not in p.stderr, p.stderr[-500:]
+    assert len(p.stderr) < 300, p.stderr
+    return p.stderr
+
+
+def test_endless_and_huge_inputs_in_1_gib_and_a_fifo_with_no_writer(tmp_path: Path) -> None:
+    fifo = tmp_path / "t.yaml"
+    os.mkfifo(fifo)
+    huge = _sparse(tmp_path / "r.jsonl", 8 << 30)
+    cases = [
+        (["sweep", "--grid", "/dev/zero", "--out", "o.csv"], "not a regular file"),
+        (["plot", str(huge)], "larger than"),
+        ([*RUN, "--kernel-table", "/dev/zero"], "not a regular file"),
+        (_run("--topology", str(fifo)), "pipe"),
+        (["sweep", "--grid", str(fifo), "--out", "o.csv"], "pipe"),
+        (_run("--model", "/dev/urandom"), "not a regular file"),
+    ]
+    for argv, needle in cases:
+        assert needle in _one_line(_tpsim(argv, tmp_path)), argv
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.jsonl", "t.yaml"]
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
+def test_stdout_on_a_full_disk(tmp_path: Path) -> None:
+    py = f"{sys.executable} -m tpsim"
+    for cmd in ("list models", "run --model llama-2-7b --topology dgx-h100 --tp 2 --json"):
+        err = _one_line(_tpsim(f"{py} {cmd} > /dev/full", tmp_path))
+        assert err == "tpsim: error: stdout: cannot write (No space left on device)\n", err
+
+
+def test_a_reader_that_stops_early_is_no_error(tmp_path: Path) -> None:
+    p = _tpsim(f"{sys.executable} -m tpsim list models | head -1", tmp_path)
+    assert p.returncode == 0 and p.stderr == "" and p.stdout.startswith("name")
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
+def test_process_substitution_is_refused_with_the_way_out(tmp_path: Path) -> None:
+    """``<(...)`` is a pipe: refused (never read in part or blocked on), naming the fix."""
+    py = f"{sys.executable} -m tpsim"
+    for flag in ("--model", "--topology", "--kernel-table"):
+        src = GOOD_MODEL if flag == "--model" else GOOD_TOPOLOGY
+        cmd = f"{py} run --model llama-2-7b --topology dgx-h100 --tp 2 {flag} <(cat {src})"
+        err = _one_line(_tpsim(["bash", "-c", cmd], tmp_path))
+        assert "process substitution" in err and "save it to a file" in err, err
+
+
+SLOW_RUN = ["run", "--model", "llama-3.1-70b", "--topology", "dgx-h100", "--tp", "8"]
+SLOW_RUN += ["--phase", "prefill", "--overlap", "chunked", "--batch", "4"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "wait_s"),
+    [
+        (
+            [*SLOW_RUN, "--trace", "t.json", "--gantt", "g.png"],
+            3.0,
+        ),
+        (["demo", "--out", "d"], 3.0),
+    ],
+    ids=["run", "demo"],
+)
+def test_ctrl_c_is_one_line_and_leaves_no_output(
+    tmp_path: Path, argv: list[str], wait_s: float
+) -> None:
+    p = subprocess.Popen(
+        [sys.executable, "-m", "tpsim", *argv],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # Ctrl-C reaches the whole process group, workers included
+    )
+    time.sleep(wait_s)
+    os.killpg(p.pid, signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    if p.returncode == 0:  # finished before the signal (a very fast machine): nothing to see
+        pytest.skip("the command finished before Ctrl-C")
+    assert p.returncode == 130 and err == "tpsim: interrupted; no output written\n", err
+    assert [f for f in tmp_path.rglob("*") if f.is_file()] == []
+
+
+def test_the_bounded_reader_directly(tmp_path: Path) -> None:
+    f = tmp_path / "f.txt"
+    f.write_bytes(b"\xef\xbb\xbfabc")
+    assert read_text(f, 10) == "abc" and read_text(f, 10, bom=False) == "\ufeffabc"
+    with pytest.raises(ReadRefused, match="larger than 5 bytes"):
+        read_text(f, 5)
+    with pytest.raises(ReadRefused, match="a folder"):
+        read_text(tmp_path, 10)
+    assert show(10**5000).startswith("<int of 16610 bits")
+    assert show("a\x1b[31mb") == repr("a\\x1b[31mb")[1:-1] or "\\x1b" in show("a\x1b[31mb")
+
+
+def test_yaml_aliases_are_counted_before_building() -> None:
+    laughs = "a: &a [1,1,1,1,1,1,1,1,1,1]\n" + "".join(
+        f"{c}: &{c} [{','.join(['*' + p] * 10)}]\n"
+        for p, c in zip("abcdefgh", "bcdefghi", strict=True)
+    )
+    start = time.perf_counter()
+    with pytest.raises(ReadRefused, match="aliases expand"):
+        yaml_load(laughs)
+    assert time.perf_counter() - start < 1
+    assert yaml_load("a: &x [1, 2]\nb: *x\n") == {"a": [1, 2], "b": [1, 2]}
+
+
+def test_grid_files_accept_merge_keys_as_topology_files_do(tmp_path: Path) -> None:
+    g = tmp_path / "g.yaml"
+    g.write_text(
+        "- &base {model: llama-2-7b, topology: dgx-h100, tp: 1}\n- {<<: *base, tp: 2}\n",
+        encoding="utf-8",
+    )
+    assert [p.tp for p in grid_from_yaml(g)] == [1, 2]
+
+
+def test_control_characters_in_a_config_name_are_printed_escaped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = json.loads(GOOD_MODEL.read_text()) | {"_name_or_path": "org/evil\x1b[2J\x07name"}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert (
+        main(
+            [
+                "run",
+                "--model",
+                str(tmp_path / "config.json"),
+                "--topology",
+                "dgx-h100",
+                "--tp",
+                "2",
+                "--json",
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out
+    assert json.loads(out)["config"]["model"]["name"] == "evil\\x1b[2J\\x07name"
