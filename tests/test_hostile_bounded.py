@@ -125,9 +125,10 @@ def build_cases(tmp: Path) -> list[Case]:
             put("bw_huge.json", json.dumps(yaml.safe_load(_topology())).replace("300", HUGE)),
             "unreadable number",
         ),
-        "bandwidth denormal": (put("bw_denormal.yaml", _topology(_link("5e-324"))), "bandwidth"),
-        "bandwidth 1e-30": (put("bw_tiny.yaml", _topology(_link("1e-30"))), "bandwidth"),
+        "bandwidth denormal": (put("bw_denormal.yaml", _topology(_link("5.0e-324"))), "bandwidth"),
+        "bandwidth 1e-30": (put("bw_tiny.yaml", _topology(_link("1.0e-30"))), "bandwidth"),
         "latency 10**400": (put("lat_big.yaml", _topology(_link(lat=BIG))), "latency_us="),
+        "latency denormal": (put("lat_dn.yaml", _topology(_link(lat="5.0e-324"))), "latency_us="),
         "latency inf": (put("lat_inf.yaml", _topology(_link(lat=".inf"))), "latency_us="),
         "latency nan": (put("lat_nan.yaml", _topology(_link(lat=".nan"))), "latency_us="),
         "tflops 400 digits": (
@@ -135,7 +136,7 @@ def build_cases(tmp: Path) -> list[Case]:
             "tflops",
         ),
         "tflops denormal": (
-            put("tflops_dn.yaml", _topology(gpus=_gpu("fp8_tflops", "5e-324"))),
+            put("tflops_dn.yaml", _topology(gpus=_gpu("fp8_tflops", "5.0e-324"))),
             "tflops",
         ),
         "HBM TB/s inf": (
@@ -161,7 +162,7 @@ def build_cases(tmp: Path) -> list[Case]:
             "name=",
         ),
         "name of 200,000 characters": (
-            put("longname.yaml", _topology().replace("name: t", "name: [" + "x," * 100_000 + "]")),
+            put("longname.yaml", _topology().replace("name: t", "name: [" + "x" * 200_000 + "]")),
             "name=",
         ),
     }
@@ -723,3 +724,34 @@ def test_control_characters_in_a_config_name_are_printed_escaped(
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\x07" not in out
     assert json.loads(out)["config"]["model"]["name"] == "evil\\x1b[2J\\x07name"
+
+
+def _strict(text: str) -> object:
+    """JSON as RFC 8259 has it: NaN, Infinity and -Infinity are no JSON."""
+
+    def refuse(token: str) -> object:
+        raise AssertionError(f"{token} in JSON output")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+CLAIM = ["check-claim", "--model", "llama-2-7b", "--topology", "dgx-h100", "--tp", "1"]
+
+
+def test_every_json_output_parses_strictly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    commands = [
+        [*RUN, "--json", "--trace", "t.json"],
+        ["collective", "--topology", "dgx-h100", "--ranks", "8", "--sizes", "8,1M", "--json"],
+        [*CLAIM, "--tokens-per-s", "1e9", "--json"],
+        ["study", "worked_examples", "--json", "--out", "s"],
+    ]
+    for argv in commands:
+        assert main(argv) == 0, argv
+        _strict(capsys.readouterr().out)
+    files = [*tmp_path.rglob("*.json")]
+    assert len(files) >= 2, files
+    for f in files:
+        _strict(f.read_text(encoding="utf-8"))

@@ -120,6 +120,7 @@ def _number(value: object, field: str, suffix: str, lo: float, hi: float, lo_ok:
         except OverflowError:  # an integer too large for a float
             v = math.inf
         ok = math.isfinite(v) and (v >= lo if lo_ok else v > lo) and v <= hi
+        ok = ok and not 0 < v < 1e-9  # a denormal: no GPU figure is that small
     if not ok:
         bound = ">= " if lo_ok else "> "
         raise TopologyError(
