@@ -395,6 +395,58 @@ def build_cases(tmp: Path) -> list[Case]:
                 )
             )
 
+    # --- engine profiles and measurements CSVs ---------------------------------------------------
+    prof = "name: p\nabout: x\nextends: vllm\noverrides:\n  engine:\n"
+    engine = {
+        "FIFO": (str(fifo), "pipe"),
+        "/dev/zero as a .yaml": (str(zero_yaml), "not a regular file"),
+        "sparse 8 GB": (sparse_yaml, "larger than"),
+        "a value of 10**400": (
+            put(
+                "p_big.yaml",
+                prof + f"    step_host_us: {{value: {{schedule: [{BIG}, 2]}}, source: x}}\n",
+            ),
+            "step_host_us",
+        ),
+        "an alias bomb": (
+            put(
+                "p_laughs.yaml",
+                "x: &a [1,1,1,1,1,1,1,1,1,1]\n"
+                + "".join(
+                    f"{c}: &{c} [{','.join(['*' + q] * 10)}]\n"
+                    for q, c in zip("abcdef", "bcdefg", strict=True)
+                ),
+            ),
+            "aliases expand",
+        ),
+    }
+    for what, (path, needle) in engine.items():
+        cases.append((f"engine profile {what}", _run("--engine", path), (needle,)))
+    mhead = "model,topology,nodes,tp,batch,phase,prompt_len,context_len,dtype,measured_ms\n"
+    meas = {
+        "FIFO": (str(fifo_csv), "pipe"),
+        "/dev/zero as a .csv": (str(zero_csv), "not a regular file"),
+        "sparse 8 GB": (sparse_csv, "larger than"),
+        "batch of 400 digits": (
+            put("m_batch.csv", mhead + f"llama-2-7b,dgx-h100,1,2,{BIG},decode,,1024,,5\n"),
+            "batch=",
+        ),
+        "time of 400 digits": (
+            put("m_time.csv", mhead + f"llama-2-7b,dgx-h100,1,2,1,decode,,1024,,{BIG}\n"),
+            "measured_ms=",
+        ),
+        "not UTF-8": (
+            put(
+                "m_latin1.csv",
+                (mhead + "ll\xe9ma,dgx-h100,1,2,1,decode,,1024,,5\n").encode("latin-1"),
+            ),
+            "not UTF-8",
+        ),
+    }
+    for what, (path, needle) in meas.items():
+        argv = ["calibrate", path, "--engine", "vllm", "--out", str(tmp / "fit.yaml")]
+        cases.append((f"calibrate, measurements {what}", argv, (needle,)))
+
     # --- outputs that are files, or places that cannot be written ------------------------------
     for cmd in (["demo"], ["study", "worked_examples"], ["bench", "--quick"]):
         cases.append((f"{cmd[0]} --out a file", [*cmd, "--out", a_file], ("is a file",)))
