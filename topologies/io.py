@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ MAX_FILE_BYTES = 10 * 10**6
 MAX_DEPTH = 50
 MAX_BANDWIDTH_GBPS = 1e6
 MAX_LATENCY_US = 1e6
-MIN_POSITIVE = 1e-9  # GB/s or µs: below this no number describes a link
+MIN_POSITIVE = 1e-9  # GB/s: below this no number describes a link
 MAX_FILE_ITEMS = 100_000  # nodes, and links, in one file (a host of a multi-host join)
 TOP_FIELDS = ("name", "gpus", "nodes", "links", "nvls")
 NODE_FIELDS = ("id", "kind", "type", "rank", "host")
@@ -182,8 +183,10 @@ def _num(value: Any, field: str, file: str, positive: bool, hi: float) -> float:
         raise _err(field, file, f"must be a {need} finite number", value)
     if value > hi:
         raise _err(field, file, f"implausibly large (limit {hi:g})", value)
-    if 0 < value < MIN_POSITIVE:  # a denormal, or a link of bytes per year
-        raise _err(field, file, f"implausibly small (0 or at least {MIN_POSITIVE:g})", value)
+    if positive and value < MIN_POSITIVE:  # a denormal, or a link of bytes per year
+        raise _err(field, file, f"implausibly small (at least {MIN_POSITIVE:g})", value)
+    if 0 < value < sys.float_info.min:  # a denormal latency: not a number any clock measures
+        raise _err(field, file, "a denormal number (0, or a normal float)", value)
     return float(value)
 
 
