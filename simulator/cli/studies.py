@@ -120,7 +120,7 @@ def _demo(a: argparse.Namespace) -> int:
 
 def _sweep(a: argparse.Namespace) -> int:
     from tpsim.experiments.grid import AXES, describe, grid_from_flags, grid_from_yaml
-    from tpsim.experiments.results import check_output
+    from tpsim.experiments.results import check_output, read_rows
     from tpsim.experiments.sweep import run_sweep
 
     flags = {key: getattr(a, key) for key in AXES}
@@ -133,6 +133,8 @@ def _sweep(a: argparse.Namespace) -> int:
     else:
         points = grid_from_flags(flags)
     check_output(a.out, resume=a.resume, overwrite=a.overwrite)
+    if a.resume and a.out.exists():  # a damaged file is refused before anything is printed
+        read_rows(a.out)
     if a.plots:
         check_folder(a.plots, "--plots")
     print(f"tpsim sweep: {describe(points)} -> {a.out}", file=sys.stderr)
