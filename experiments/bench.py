@@ -32,6 +32,7 @@ from typing import Any
 import simpy
 from tpsim import Options, Workload, simulate
 from tpsim.models.catalog import get_model
+from tpsim.outputs.export import write_json
 
 CASES: dict[str, dict[str, Any]] = {
     "70b-tp8-decode": dict(model="llama-3.1-70b", topology="dgx-h100", tp=8, nodes=1,
@@ -150,7 +151,7 @@ def run(out: Path, quick: bool = False) -> Iterator[str]:
                f"{r['peak_rss_MB']:.0f} MB, {r['records']:,} records")  # fmt: skip
     report = {"bare_simpy_events_per_s": bare, "cases": results, "sweep": s,
               "scaling": scaling}  # fmt: skip
-    (out / "bench.json").write_text(json.dumps(report, indent=2) + "\n")
+    write_json(out / "bench.json", report, indent=2)  # atomic; NaN refused
     yield f"wrote {out / 'bench.json'}"
     if scaling:
         _plot(scaling, out / "scaling.png")
@@ -202,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--chunks", type=int, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.child:
-        print(json.dumps(run_case(a.child, a.layers, a.tp, a.chunks)))
+        print(json.dumps(run_case(a.child, a.layers, a.tp, a.chunks), allow_nan=False))
         return 0
     os.environ.setdefault("PYTHONHASHSEED", "0")
     for line in run(a.out, a.quick):

@@ -20,6 +20,7 @@ for any implementation of the stated model, layout and dtype.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -213,10 +214,21 @@ class Verdict:
         }
 
 
+#: Claims outside these are no throughput of any deployment (a denormal, 10**30 tokens/s).
+MIN_CLAIM, MAX_CLAIM = 1e-6, 1e15
+
+
 def check_claim(claimed_tokens_per_s: float, bound: Bound) -> Verdict:
     """``impossible`` when the claim beats the bound or the weights do not fit in HBM."""
-    if not claimed_tokens_per_s > 0:
-        raise ConfigError(f"tokens_per_s={claimed_tokens_per_s!r}: must be positive")
+    if not (math.isfinite(claimed_tokens_per_s) and claimed_tokens_per_s > 0):
+        raise ConfigError(
+            f"tokens_per_s={claimed_tokens_per_s!r}: must be a finite positive number"
+        )
+    if not MIN_CLAIM <= claimed_tokens_per_s <= MAX_CLAIM:
+        raise ConfigError(
+            f"tokens_per_s={claimed_tokens_per_s!r}: implausible claim "
+            f"(between {MIN_CLAIM:g} and {MAX_CLAIM:g} tokens/s)"
+        )
     possible = bound.fits and claimed_tokens_per_s <= bound.tokens_per_s
     return Verdict("plausible" if possible else "impossible", claimed_tokens_per_s, bound)
 

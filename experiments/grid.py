@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import Any
 
 import yaml
 from tpsim.calibration import CalibrationError, profile
+from tpsim.calibration.bounded import ReadRefused, read_text, shorten, show, yaml_load
 from tpsim.core.config import (
     ALLREDUCE_ALGOS,
     COMPUTE_DTYPES,
@@ -41,6 +43,9 @@ from tpsim.topologies.io import get_topology
 #: At most this many points in one sweep (a typo like ``--batch 1,2,...`` x 6 axes).
 MAX_POINTS = 200_000
 MAX_NODES = 1024
+#: A grid file is a few lines; its values (aliases expanded) a few thousand at most.
+MAX_GRID_BYTES = 10 * 10**6
+MAX_GRID_NODES = 100_000
 
 
 @dataclass(frozen=True)
@@ -112,7 +117,7 @@ def _name(kind: str, catalog: Iterable[str]) -> Callable[[object], str]:
 
     def check(value: object) -> str:
         if not isinstance(value, str) or not value.strip():
-            raise ConfigError(f"{kind}={value!r}: must be a catalog name or a path")
+            raise ConfigError(f"{kind}={show(value)}: must be a catalog name or a path")
         if kind == "model":
             get_model(value)
         else:
@@ -128,13 +133,13 @@ def _int(field: str, lo: int, hi: int | None = None) -> Callable[[object], int]:
             try:
                 value = int(value.strip())
             except ValueError:
-                raise ConfigError(f"{field}={value!r}: must be an integer") from None
+                raise ConfigError(f"{field}={show(value)}: must be an integer") from None
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{field}={value!r}: must be an integer")
+            raise ConfigError(f"{field}={show(value)}: must be an integer")
         if hi is None and value < lo:
-            raise ConfigError(f"{field}={value!r}: must be a positive integer")
+            raise ConfigError(f"{field}={show(value)}: must be a positive integer")
         if hi is not None and not lo <= value <= hi:
-            raise ConfigError(f"{field}={value!r}: must be an integer in {lo}..{hi}")
+            raise ConfigError(f"{field}={show(value)}: must be an integer in {lo}..{hi}")
         return value
 
     return check
@@ -145,7 +150,7 @@ def _choice(field: str, allowed: tuple[str, ...], optional: bool = False) -> Cal
         if optional and value in (None, "", "auto", "model"):
             return None
         if value not in allowed:
-            raise ConfigError(f"{field}={value!r}: must be one of {', '.join(allowed)}")
+            raise ConfigError(f"{field}={show(value)}: must be one of {', '.join(allowed)}")
         return str(value)
 
     return check
@@ -154,7 +159,7 @@ def _choice(field: str, allowed: tuple[str, ...], optional: bool = False) -> Cal
 def _engine(value: object) -> str:
     """An engine profile: a shipped name or a profile file (loaded once here to check it)."""
     if not isinstance(value, str) or not value.strip():
-        raise ConfigError(f"engine={value!r}: must name an engine or a profile file")
+        raise ConfigError(f"engine={show(value)}: must name an engine or a profile file")
     try:
         profile(value.strip())
     except CalibrationError as e:
@@ -169,7 +174,7 @@ def _bool(field: str) -> Callable[[object], bool]:
         if isinstance(value, str) and value.strip().lower() in words:
             return words[value.strip().lower()]
         if not isinstance(value, bool):
-            raise ConfigError(f"{field}={value!r}: must be true or false")
+            raise ConfigError(f"{field}={show(value)}: must be true or false")
         return value
 
     return check
@@ -215,9 +220,14 @@ REQUIRED = ("model", "topology", "tp")
 
 def expand(grid: Mapping[str, Any], where: str = "sweep grid") -> list[Point]:
     """The points of one grid: each axis a value or a list of values (checked here)."""
+    return _product(_axes(grid, where), where)
+
+
+def _axes(grid: Mapping[str, Any], where: str) -> list[list[Any]]:
+    """The checked values of each axis of one grid (nothing expanded yet)."""
     unknown = sorted(set(grid) - set(AXES), key=str)
     if unknown:
-        raise ConfigError(f"{where}: unknown key {unknown[0]!r}; keys: {', '.join(AXES)}")
+        raise ConfigError(f"{where}: unknown key {show(unknown[0])}; keys: {', '.join(AXES)}")
     for key in REQUIRED:
         if grid.get(key) in (None, []):
             raise ConfigError(f"{where}: {key} is required")
@@ -230,12 +240,20 @@ def expand(grid: Mapping[str, Any], where: str = "sweep grid") -> list[Point]:
         checked = []
         for v in values:
             if isinstance(v, dict | list):
-                raise ConfigError(f"{where}: {key}={v!r}: must be a value or a list of values")
+                raise ConfigError(f"{where}: {key}={show(v)}: must be a value or a list of values")
             try:
                 checked.append(check(v))
             except INPUT_ERRORS as exc:
                 raise ConfigError(f"{where}: {exc}") from None
         axes.append(list(dict.fromkeys(checked)))
+    return axes
+
+
+def _size(axes: list[list[Any]]) -> int:
+    return math.prod(len(a) for a in axes)
+
+
+def _product(axes: list[list[Any]], where: str) -> list[Point]:
     size = 1
     for a in axes:
         size *= len(a)
@@ -277,10 +295,12 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 def _mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
     seen: set[Any] = set()
     for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # <<: *base, as topology files accept
+            continue
         key = loader.construct_object(key_node)
         if key in seen:
             line = key_node.start_mark.line + 1
-            raise ConfigError(f"key {key!r} appears twice (line {line})")
+            raise ConfigError(f"key {show(key)} appears twice (line {line})")
         seen.add(key)
     return loader.construct_mapping(node)
 
@@ -290,33 +310,40 @@ _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 
 def grid_from_yaml(path: str | Path) -> list[Point]:
     """Points of a YAML grid file: one mapping, or a list of mappings (concatenated)."""
-    where = f"grid file {path}"
+    where = f"grid file {shorten(str(path), 100)}"
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{where}: cannot read: {exc.__class__.__name__}") from None
+        text = read_text(path, MAX_GRID_BYTES)
+    except ReadRefused as exc:
+        raise ConfigError(f"{where}: {exc}") from None
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)
-    except ConfigError as exc:
+        data = yaml_load(text, _UniqueKeyLoader, max_nodes=MAX_GRID_NODES)
+    except (ConfigError, ReadRefused) as exc:
         raise ConfigError(f"{where}: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f" at line {mark.line + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or "not valid YAML"
-        raise ConfigError(f"{where}: malformed YAML{line}: {problem}") from None
+        raise ConfigError(f"{where}: malformed YAML{line}: {shorten(problem)}") from None
+    except ValueError as exc:  # an integer past Python's 4300-digit limit
+        raise ConfigError(f"{where}: unreadable number ({shorten(str(exc))})") from None
     grids = data if isinstance(data, list) else [data]
     if not grids:
         raise ConfigError(f"{where}: empty list of grids")
-    points: list[Point] = []
+    checked: list[tuple[str, list[list[Any]]]] = []
+    total = 0
     for i, grid in enumerate(grids):
         label = where if len(grids) == 1 else f"{where} (grid {i + 1})"
         if not isinstance(grid, dict):
             raise ConfigError(
                 f"{label}: must be a mapping of keys to values, got {type(grid).__name__}"
             )
-        points += expand(grid, label)
-    if len(points) > MAX_POINTS:
-        raise ConfigError(f"{where}: {len(points)} points: at most {MAX_POINTS} in one sweep")
+        checked.append((label, _axes(grid, label)))
+        total += _size(checked[-1][1])  # counted before anything is expanded
+        if total > MAX_POINTS:
+            raise ConfigError(f"{where}: {total}+ points: at most {MAX_POINTS} in one sweep")
+    points: list[Point] = []
+    for label, axes in checked:
+        points += _product(axes, label)
     return _dedupe(points)
 
 

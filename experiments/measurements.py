@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import networkx as nx
+from tpsim.calibration.bounded import ReadRefused, read_text, shorten
 from tpsim.core.config import COMPUTE_DTYPES, PHASES, Workload, check_nodes, tp_problem
 from tpsim.core.errors import INPUT_ERRORS, ConfigError
 from tpsim.core.group import tp_group
@@ -73,20 +74,15 @@ class Point:
 def read_points(path: Path) -> list[Point]:
     """The measurements in ``path``, validated (models, topologies and TP degrees resolved)."""
     name = str(path)
-    try:
-        if path.is_dir():
-            raise ConfigError(f"{name}: is a folder, not a CSV file")
-        if path.exists() and not path.is_file():
-            raise ConfigError(f"{name}: not a regular file")
-        if path.stat().st_size > MAX_BYTES:
-            raise ConfigError(f"{name}: larger than {MAX_BYTES >> 20} MiB; not a measurements CSV")
-        text = path.read_text("utf-8-sig")  # a spreadsheet's byte-order mark is no column
-    except FileNotFoundError:
-        raise ConfigError(f"{name}: no such file") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{name}: not UTF-8 text") from None
-    except OSError as e:
-        raise ConfigError(f"{name}: cannot read ({e.strerror or e})") from None
+    try:  # bounded: a regular file, at most MAX_BYTES; a spreadsheet's byte-order mark is no column
+        text = read_text(path, MAX_BYTES)
+    except ReadRefused as e:
+        why = str(e)
+        if why.startswith(("cannot read (no such", "cannot read (not a regular")):
+            why = why.removeprefix("cannot read (").removesuffix(")")
+        if why.endswith("a folder"):
+            why = "is a folder, not a CSV file"
+        raise ConfigError(f"{shorten(name, 100)}: {why}") from None
     lines = [
         (n, line)
         for n, line in enumerate(text.splitlines(), 1)

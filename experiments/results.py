@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
+from tpsim.calibration.bounded import ReadRefused, read_text, shorten, show
 from tpsim.core.errors import ConfigError
 from tpsim.experiments.grid import POINT_FIELDS
 
@@ -134,36 +135,75 @@ def parse_line(line: str, fmt: str) -> dict[str, Any]:
     return _typed(dict(zip(COLUMNS, cells, strict=True)))
 
 
+#: A results file of MAX_POINTS rows is about 200 MB; one past 512 MiB is no results file.
+MAX_RESULTS_BYTES = 512 << 20
+_SIMULATED = ("tokens_per_s", "tokens_per_s_per_gpu", "hosts", "regime")
+_POSITIVE = frozenset({"nodes", "tp", "batch", "prompt_len", "context_len", "hosts"})
+
+
 def _lines(path: Path, fmt: str) -> Iterator[tuple[int, str]]:
     """(line number, text) of every complete line, header excluded, blank lines skipped."""
-    with path.open(encoding="utf-8", newline="") as f:
-        for number, line in enumerate(f, 1):
-            if not line.endswith("\n"):
-                return  # a partial last line: not a row
-            line = line.rstrip("\r\n")
-            if number == 1 and fmt == "csv":
-                if line != csv_header():
-                    raise ConfigError(
-                        f"results file {path}: its header is not this version's columns "
-                        "(start a new file)"
-                    )
-                continue
-            if line.strip():
-                yield number, line
+    try:  # bounded: a regular file, at most MAX_RESULTS_BYTES, UTF-8
+        text = read_text(path, MAX_RESULTS_BYTES, bom=False)
+    except ReadRefused as exc:
+        raise ConfigError(f"results file {shorten(str(path), 100)}: {exc}") from None
+    for number, line in enumerate(io.StringIO(text, newline=""), 1):
+        if not line.endswith("\n"):
+            return  # a partial last line: not a row
+        line = line.rstrip("\r\n")
+        if number == 1 and fmt == "csv":
+            if line != csv_header():
+                raise ConfigError(
+                    f"results file {path}: its header is not this version's columns "
+                    "(start a new file)"
+                )
+            continue
+        if line.strip():
+            yield number, line
+
+
+def _checked(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` if every cell has its column's type and a sane value (ValueError naming the
+    column otherwise): plots and --resume then never meet a NaN, a list or tp=10**30."""
+    if not isinstance(row["point_id"], str):
+        raise ValueError(f"point_id={show(row['point_id'])}: must be a string")
+    for c, v in row.items():
+        if v is None:
+            continue
+        if c in INT_COLUMNS:
+            low = 1 if c in _POSITIVE else 0
+            if isinstance(v, bool) or not isinstance(v, int) or not low <= v < 2**53:
+                raise ValueError(f"{c}={show(v)}: must be an integer in {low}..2**53")
+        elif c in FLOAT_COLUMNS:
+            ok = isinstance(v, int | float) and not isinstance(v, bool)
+            if not ok or not (math.isfinite(v) and 0 <= v < 1e30):
+                raise ValueError(f"{c}={show(v)}: must be a finite number >= 0")
+            row[c] = float(v)
+        elif c in BOOL_COLUMNS:
+            if not isinstance(v, bool):
+                raise ValueError(f"{c}={show(v)}: must be true or false")
+        elif not isinstance(v, str):
+            raise ValueError(f"{c}={show(v)}: must be a string")
+    if not row["error"] and row["fits"] is True and row["latency_s"]:  # a simulated point
+        for c in _SIMULATED:
+            if not row[c]:
+                raise ValueError(f"{c}={show(row[c])}: a simulated row needs a value above 0")
+    return row
 
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
     """Every whole row of a results file, in file order (a partial last line is ignored)."""
     p = Path(path)
     fmt = result_format(p)
-    if not p.is_file():
+    if not p.exists():
         raise ConfigError(f"results file {path}: no such file")
     rows = []
     for number, line in _lines(p, fmt):
         try:
-            rows.append(parse_line(line, fmt))
-        except (ValueError, KeyError) as exc:
-            raise ConfigError(f"results file {path}: line {number} is not a row ({exc})") from None
+            rows.append(_checked(parse_line(line, fmt)))
+        except (ValueError, KeyError, RecursionError) as exc:
+            why = shorten(str(exc)) if not isinstance(exc, RecursionError) else "nested too deeply"
+            raise ConfigError(f"results file {path}: line {number} is not a row ({why})") from None
     return rows
 
 
@@ -229,7 +269,10 @@ def open_results(
 
 
 def _truncate_partial_line(path: Path) -> None:
-    data = path.read_bytes()
+    try:
+        data = read_text(path, MAX_RESULTS_BYTES, bom=False).encode()
+    except ReadRefused as exc:
+        raise ConfigError(f"results file {shorten(str(path), 100)}: {exc}") from None
     keep = data.rfind(b"\n") + 1
     if keep < len(data):
         log.warning("%s: dropping a partial last line (%d bytes)", path, len(data) - keep)

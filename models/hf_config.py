@@ -29,6 +29,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tpsim.calibration.bounded import ReadRefused, read_text, shorten
 from tpsim.models.errors import ModelError
 from tpsim.models.spec import MAX_MODEL_DIM, MAX_POSITIONS, ModelSpec
 
@@ -309,8 +310,8 @@ def _model_name(cfg: Any, path: Path) -> str:
         hinted = cfg.get("_name_or_path")
         if isinstance(hinted, str):
             last = hinted.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1].strip()
-            if last:
-                return last
+            if last:  # control characters escaped: the name is printed to a terminal
+                return shorten(last, 80)
     if path.name == "config.json" and path.parent.name:
         return path.parent.name
     return path.stem or "model"
@@ -328,18 +329,13 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     if is_dir and not file.is_file():
         raise ModelError(f"model={_show(str(given))}: directory has no config.json")
     try:
-        with file.open("rb") as fh:
-            raw = fh.read(MAX_CONFIG_BYTES + 1)
-    except FileNotFoundError:
-        raise ModelError(f"model={_show(str(file))}: no such file") from None
-    except OSError as exc:
-        raise ModelError(f"model={_show(str(file))}: cannot read ({exc.strerror})") from None
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise ModelError(f"{where}: larger than {MAX_CONFIG_BYTES} bytes; not a config.json")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ModelError(f"{where}: not UTF-8 text (bad byte at offset {exc.start})") from None
+        text = read_text(file, MAX_CONFIG_BYTES, bom=False)
+    except ReadRefused as exc:
+        reason = str(exc)
+        if reason.startswith("larger than"):
+            reason += "; not a config.json"
+        head = where if reason.startswith(("larger", "not UTF-8")) else f"model={_show(str(file))}"
+        raise ModelError(f"{head}: {reason}") from None
     try:
         cfg = json.loads(text, parse_constant=_NonFinite)
     except json.JSONDecodeError as exc:

@@ -119,8 +119,12 @@ def _split_where(where: str) -> tuple[str, str]:
 def _number(value: object, field: str, suffix: str, lo: float, hi: float, lo_ok: bool) -> float:
     ok = isinstance(value, int | float) and not isinstance(value, bool)
     if ok:
-        v = float(value)  # type: ignore[arg-type]
+        try:
+            v = float(value)  # type: ignore[arg-type]
+        except OverflowError:  # an integer too large for a float
+            v = math.inf
         ok = math.isfinite(v) and (v >= lo if lo_ok else v > lo) and v <= hi
+        ok = ok and not 0 < v < 1e-9  # a denormal: no GPU figure is that small
     if not ok:
         bound = ">= " if lo_ok else "> "
         raise TopologyError(

@@ -10,11 +10,13 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
 import networkx as nx
 import yaml
+from tpsim.calibration.bounded import ReadRefused, read_text, yaml_load
 from tpsim.calibration.hardware import link_figures
 from tpsim.topologies.builders import (
     LINK_KINDS,
@@ -37,6 +39,7 @@ MAX_FILE_BYTES = 10 * 10**6
 MAX_DEPTH = 50
 MAX_BANDWIDTH_GBPS = 1e6
 MAX_LATENCY_US = 1e6
+MIN_POSITIVE = 1e-9  # GB/s: below this no number describes a link
 MAX_FILE_ITEMS = 100_000  # nodes, and links, in one file (a host of a multi-host join)
 TOP_FIELDS = ("name", "gpus", "nodes", "links", "nvls", "p2p", "p2p_pairs", "network")
 NODE_FIELDS = ("id", "kind", "type", "rank", "host")
@@ -55,18 +58,9 @@ def _err(field: str, file: str, msg: str, value: object = _MISSING) -> TopologyE
 
 def _read_text(path: Path, file: str) -> str:
     try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise _err("file", file, f"larger than {MAX_FILE_BYTES} bytes")
-        with path.open("rb") as fh:
-            raw = fh.read(MAX_FILE_BYTES + 1)
-    except OSError as e:
-        raise _err("file", file, f"cannot read ({e.strerror or e})") from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise _err("file", file, f"larger than {MAX_FILE_BYTES} bytes")
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise _err("file", file, f"not UTF-8 text (bad byte at offset {e.start})") from None
+        return read_text(path, MAX_FILE_BYTES)
+    except ReadRefused as e:
+        raise _err("file", file, str(e)) from None
 
 
 _JSON_STRING = re.compile(r'"(?:\\.|[^"\\])*"')
@@ -139,7 +133,9 @@ def _parse(text: str, path: Path, file: str) -> Any:
         return _parse_json(text, file)
     try:
         _scan_yaml(text, file)  # before building any tree
-        return yaml.safe_load(text)  # the safe loader: no tag is ever evaluated
+        return yaml_load(text, max_depth=MAX_DEPTH)  # safe: no tag is ever evaluated
+    except ReadRefused as e:
+        raise _err("file", file, str(e)) from None
     except yaml.YAMLError as e:
         raise _yaml_error(e, file) from None
     except TopologyError:
@@ -184,11 +180,17 @@ def _int(value: object, field: str, file: str, hi: int) -> int:
 
 def _num(value: Any, field: str, file: str, positive: bool, hi: float) -> float:
     number = isinstance(value, int | float) and not isinstance(value, bool)
+    if number and isinstance(value, int) and value.bit_length() > 1000:
+        raise _err(field, file, f"implausibly large (limit {hi:g})", value)  # no float holds it
     if not number or not math.isfinite(value) or value < 0 or (positive and value == 0):
         need = "positive" if positive else "non-negative"
         raise _err(field, file, f"must be a {need} finite number", value)
     if value > hi:
         raise _err(field, file, f"implausibly large (limit {hi:g})", value)
+    if positive and value < MIN_POSITIVE:  # a denormal, or a link of bytes per year
+        raise _err(field, file, f"implausibly small (at least {MIN_POSITIVE:g})", value)
+    if 0 < value < sys.float_info.min:  # a denormal latency: not a number any clock measures
+        raise _err(field, file, "a denormal number (0, or a normal float)", value)
     return float(value)
 
 

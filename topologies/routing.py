@@ -249,6 +249,10 @@ def _greedy_order(routes: Routes, members: list[int], start: int) -> list[int]:
     return order
 
 
+#: Route-search steps the greedy ring order may take (block size² x links; about 10 s).
+MAX_ORDER_WORK = 10**7
+
+
 def ring_order(routes: Routes, ranks: Sequence[int]) -> list[int]:
     """An order of `ranks` for a ring, starting with the smallest rank.
 
@@ -268,6 +272,14 @@ def ring_order(routes: Routes, ranks: Sequence[int]) -> list[int]:
     for r in sorted(members):
         by_host.setdefault(routes.host(r), []).append(r)
     blocks = sorted(by_host.values())  # by smallest rank
+    big = max(len(b) for b in blocks)
+    work = big * big * routes.graph.number_of_edges()  # greedy: a route search per pair
+    if big > _EXHAUSTIVE_MAX and work > MAX_ORDER_WORK:
+        raise TopologyError(
+            f"ranks={len(members)}: ordering a ring of {big} GPUs on one host of "
+            f"{routes.graph.graph.get('name')!r} takes about {work:.1e} route steps (minutes "
+            f"to hours); at most {MAX_ORDER_WORK:.0e}: use fewer ranks or split them over hosts"
+        )
     cycle = len(blocks) == 1
     order: list[int] = []
     for i, block in enumerate(blocks):

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from tpsim.calibration.bounded import show
 from tpsim.calibration.model import (
     Calibration,
     Collectives,
@@ -52,8 +53,14 @@ def number(value: object, field: str) -> float:
         if b == 0:
             raise CalibrationError(f"{field}={value!r}: division by zero")
         return a / b
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise CalibrationError(f"{field}={value!r}: must be a finite number or a ratio a/b")
+    huge = isinstance(value, int) and value.bit_length() > 1000  # no float holds it
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or huge
+        or not math.isfinite(value)
+    ):
+        raise CalibrationError(f"{field}={show(value)}: must be a finite number or a ratio a/b")
     return value
 
 

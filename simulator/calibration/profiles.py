@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from tpsim.calibration.bounded import ReadRefused, read_text, shorten, show, yaml_load
 from tpsim.calibration.loader import FILES, CalibrationError, build, default, read_all
 from tpsim.calibration.model import Calibration
 
@@ -66,22 +67,28 @@ def engines() -> list[str]:
 
 def _profile_text(name_or_path: str) -> tuple[str, str]:
     """(the profile's text, where it comes from) for a shipped name or a file path."""
+    if len(name_or_path) > 1000:
+        raise CalibrationError(f"engine={show(name_or_path)}: name too long")
     folder = resources.files("tpsim.calibration").joinpath(ENGINES)
     shipped = folder.joinpath(f"{name_or_path}.yaml")
     if "/" not in name_or_path and not name_or_path.endswith((".yaml", ".yml")):
-        if not shipped.is_file():
+        try:
+            found = shipped.is_file()
+        except OSError:  # a name longer than the file system allows
+            found = False
+        if not found:
             raise CalibrationError(
                 f"engine={name_or_path!r}: unknown engine; known: {', '.join(engines())} "
                 "(or a profile file .yaml)"
             )
         return shipped.read_text("utf-8"), f"engines/{name_or_path}.yaml"
     path = Path(name_or_path)
-    if not path.is_file():
-        raise CalibrationError(f"engine={name_or_path!r}: no such profile file")
-    try:
-        return path.read_text("utf-8"), str(path)
-    except (OSError, UnicodeDecodeError) as e:
-        raise CalibrationError(f"engine={name_or_path!r}: cannot read ({e})") from None
+    if not path.exists():
+        raise CalibrationError(f"engine={show(name_or_path)}: no such profile file")
+    try:  # bounded: a regular file of at most 1 MB, UTF-8
+        return read_text(path, 10**6), str(path)
+    except ReadRefused as e:
+        raise CalibrationError(f"engine={show(name_or_path)}: {e}") from None
 
 
 PROFILE_KEYS = ("name", "about", "extends", "overrides")
@@ -99,7 +106,9 @@ def _overrides(name_or_path: str, depth: int = 0) -> tuple[str, list[tuple[str, 
         raise CalibrationError(f"engine={name_or_path!r}: extends more than {MAX_EXTENDS} deep")
     text, where = _profile_text(name_or_path)
     try:
-        data = yaml.safe_load(text)
+        data = yaml_load(text, max_nodes=100_000)
+    except (ReadRefused, ValueError) as e:  # aliases past the bound, a 5000-digit number
+        raise CalibrationError(f"{where}: {shorten(str(e))}") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark is not None else ""

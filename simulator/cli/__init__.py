@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from tpsim import calibration
+from tpsim.calibration.bounded import shorten
 from tpsim.cli.compare import COMPARE_COMMANDS, add_compare_parser
 from tpsim.cli.plan import PLAN_COMMANDS, add_plan_parser
 from tpsim.cli.studies import STUDY_COMMANDS, add_study_parsers
@@ -446,7 +447,7 @@ def _run(a: argparse.Namespace) -> int:
         flag, path = ("--gantt", a.gantt) if written or not a.trace else ("--trace", a.trace)
         raise ConfigError(f"{flag}={path}: cannot write ({e.strerror or e})") from None
     if a.json:
-        print(json.dumps(result.summary, indent=2))
+        print(json.dumps(result.summary, indent=2, allow_nan=False))
     else:
         from tpsim.experiments.compare import assumptions
 
@@ -482,7 +483,7 @@ def _collective(a: argparse.Namespace) -> int:
         launcher=a.launcher,
     )
     if a.json:
-        print(json.dumps({"results": rows}, indent=2))
+        print(json.dumps({"results": rows}, indent=2, allow_nan=False))
     else:
         print(report.collective_table(rows, a.op, a.ranks, algo=a.algo, launcher=a.launcher))
     return 0
@@ -503,15 +504,58 @@ COMMANDS = {
 }
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+#: The longest error line printed (a message quoting a huge value is cut short).
+MAX_MESSAGE = 290
+
+
+def _error(text: str) -> None:
+    lines = text.splitlines() or [""]
+    print(f"tpsim: error: {shorten(lines[0], MAX_MESSAGE - 14)}", file=sys.stderr)
+
+
+def _silence_stdout() -> None:
+    """Point the stdout file descriptor at /dev/null, so that the interpreter's last flush
+    of what could not be written fails no second time (with a traceback) at exit."""
     try:
-        args: Any = _parser().parse_args(argv)
-        return COMMANDS[args.command](args)
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+    except (OSError, ValueError, AttributeError):  # no real stdout (captured in a test)
+        pass
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command. Bad input, an output that cannot be written (stdout included) and
+    a file that cannot be read: one line, exit 2; Ctrl-C: one line, exit 130. A command that
+    fails leaves none of its output files behind."""
+    from tpsim.outputs.export import all_or_nothing
+
+    try:
+        with all_or_nothing():
+            args: Any = _parser().parse_args(argv)
+            rc = COMMANDS[args.command](args)
+            sys.stdout.flush()  # a full disk or /dev/full shows here, not at exit
+        return rc
     except INPUT_ERRORS as exc:
-        print(f"tpsim: error: {exc}".splitlines()[0], file=sys.stderr)
+        _error(str(exc))
         return 2
-    except BrokenPipeError:
+    except KeyboardInterrupt:
+        print("tpsim: interrupted; no output written", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `tpsim list models | head -1`: the reader has what it wanted
+        _silence_stdout()
         return 0
+    except OSError as exc:  # an output the commands' own checks could not foresee
+        if exc.filename is None:
+            _error(f"stdout: cannot write ({exc.strerror or exc})")
+        else:
+            _error(f"{exc.filename}: {exc.strerror or exc}")
+        if exc.filename is None:
+            _silence_stdout()
+        return 2
+    except MemoryError:
+        _error("out of memory: the input is too large for this machine")
+        return 2
 
 
 if __name__ == "__main__":

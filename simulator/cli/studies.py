@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
+from tpsim.calibration.bounded import shorten
 from tpsim.cli.types import tokens
 from tpsim.core.config import PHASES, Layout, Workload, check_nodes
 from tpsim.core.errors import ConfigError
@@ -93,9 +95,25 @@ def add_study_parsers(sub: Any) -> None:
     ca.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
+def check_folder(path: Path, flag: str) -> None:
+    """An output folder: it exists and is writable, or its parent does and is."""
+    shown = shorten(str(path), 120)
+    try:
+        if path.exists() and not path.is_dir():
+            raise ConfigError(f"{flag}={shown}: is a file, not a folder")
+        where = path if path.is_dir() else path.parent
+        if not where.is_dir():
+            raise ConfigError(f"{flag}={shown}: folder {shorten(str(where), 80)} does not exist")
+    except OSError as e:  # a name too long for the file system
+        raise ConfigError(f"{flag}={shown}: {e.strerror or e}") from None
+    if not os.access(where, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag}={shown}: folder {shorten(str(where), 80)} is not writable")
+
+
 def _demo(a: argparse.Namespace) -> int:
     from tpsim.experiments.demo import run_demo
 
+    check_folder(a.out, "--out")
     for line in run_demo(a.out):
         print(line)
     return 0
@@ -103,7 +121,7 @@ def _demo(a: argparse.Namespace) -> int:
 
 def _sweep(a: argparse.Namespace) -> int:
     from tpsim.experiments.grid import AXES, describe, grid_from_flags, grid_from_yaml
-    from tpsim.experiments.results import check_output
+    from tpsim.experiments.results import check_output, read_rows
     from tpsim.experiments.sweep import run_sweep
 
     flags = {key: getattr(a, key) for key in AXES}
@@ -116,8 +134,10 @@ def _sweep(a: argparse.Namespace) -> int:
     else:
         points = grid_from_flags(flags)
     check_output(a.out, resume=a.resume, overwrite=a.overwrite)
-    if a.plots and not a.plots.parent.is_dir():
-        raise ConfigError(f"--plots={a.plots}: folder {a.plots.parent} does not exist")
+    if a.resume and a.out.exists():  # a damaged file is refused before anything is printed
+        read_rows(a.out)
+    if a.plots:
+        check_folder(a.plots, "--plots")
     print(f"tpsim sweep: {describe(points)} -> {a.out}", file=sys.stderr)
     try:
         done = run_sweep(
@@ -155,8 +175,7 @@ def _plot_files(results: Path, out: Path, gantt: str | None) -> None:
 
 
 def _plot(a: argparse.Namespace) -> int:
-    if not a.out.parent.is_dir():
-        raise ConfigError(f"--out={a.out}: folder {a.out.parent} does not exist")
+    check_folder(a.out, "--out")
     _plot_files(a.results, a.out, a.gantt)
     return 0
 
@@ -175,7 +194,7 @@ def _check_claim(a: argparse.Namespace) -> int:
         kv_dtype=a.kv_dtype,
         nodes=a.nodes,
     )
-    verdict = check_claim(a.tokens_per_s, bound)
+    verdict = check_claim(a.tokens_per_s, bound)  # refuses inf, NaN and denormals
     if a.json:
         print(json.dumps(verdict.to_dict(), indent=2, allow_nan=False))
     else:
@@ -189,12 +208,18 @@ def _study(a: argparse.Namespace) -> int:
 
     if a.jobs is not None and not 1 <= a.jobs <= 1024:
         raise ConfigError(f"--jobs={a.jobs}: must be between 1 and 1024")
-    if a.out and not a.out.parent.is_dir():
-        raise ConfigError(f"--out={a.out}: folder {a.out.parent} does not exist")
+    if a.out:
+        check_folder(a.out, "--out")
     study = STUDIES[a.name](a.out, jobs=a.jobs or default_jobs())
     if a.json:
         plots = [str(p) for p in study.plots]
-        print(json.dumps({"study": study.name, "summary": study.summary, "plots": plots}, indent=2))
+        print(
+            json.dumps(
+                {"study": study.name, "summary": study.summary, "plots": plots},
+                indent=2,
+                allow_nan=False,
+            )
+        )
     else:
         print("\n".join(study.lines))
         for path in study.plots:
@@ -205,8 +230,7 @@ def _study(a: argparse.Namespace) -> int:
 def _bench(a: argparse.Namespace) -> int:
     from tpsim.experiments.bench import run
 
-    if not a.out.parent.is_dir():
-        raise ConfigError(f"--out={a.out}: folder {a.out.parent} does not exist")
+    check_folder(a.out, "--out")
     for line in run(a.out, a.quick):
         print(line, flush=True)
     return 0

@@ -27,6 +27,12 @@ BUS_FACTOR = {
 }
 
 
+#: The simulation of one size costs about this much per rank pair (measured: 128 ranks over
+#: 16 DGX H100, 20 s per size), and a sweep may simulate at most MAX_WORK pairs (~10 min).
+SECONDS_PER_PAIR = 1.2e-3
+MAX_WORK = 500_000
+
+
 def collective_sweep(
     topology: nx.DiGraph | str,
     ranks: int,
@@ -53,6 +59,13 @@ def collective_sweep(
         raise ConfigError(f"launcher={launcher!r}: must be one of {', '.join(launchers)}")
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 2:
         raise ConfigError(f"ranks={ranks!r}: a collective needs at least 2 ranks")
+    work = len(sizes) * ranks * ranks
+    if work > MAX_WORK:  # refused before the topology is built (8000 ranks: 1000 hosts)
+        raise ConfigError(
+            f"ranks={ranks}: {len(sizes)} sizes x {ranks}² rank pairs = {work:,} to simulate "
+            f"(about {work * SECONDS_PER_PAIR / 60:,.0f} min); at most {MAX_WORK:,}: "
+            "lower --ranks or give fewer --sizes"
+        )
     graph = get_topology(topology, nodes) if isinstance(topology, str) else topology
     gpus = sum(1 for _, kind in graph.nodes(data="kind") if kind == "gpu")
     if ranks > gpus:

@@ -36,6 +36,7 @@ from pathlib import Path
 from statistics import median
 
 from tpsim import calibration
+from tpsim.calibration.bounded import ReadRefused, read_text, shorten
 from tpsim.core.errors import ConfigError
 from tpsim.core.table_formats import (
     ATTENTION_OPS,
@@ -170,14 +171,22 @@ def _shipped_names() -> list[str]:
     return sorted(p.name.removesuffix(".csv") for p in shipped().glob("*.csv"))
 
 
+def _exists(name: str) -> bool:
+    """Something is at ``name`` (a pipe or a device too: reading it is then refused)."""
+    try:
+        return Path(name).exists()
+    except (OSError, ValueError):
+        return False
+
+
 def resolve(spec: str) -> list[Path]:
     """The files a ``--kernel-table`` value names: a file, a shipped table's name, or a
     comma-separated list of them."""
-    if Path(spec).is_file():
+    if _exists(spec):
         return [Path(spec)]
     out = []
     for part in (p.strip() for p in spec.split(",")):
-        if Path(part).is_file():
+        if _exists(part):
             out.append(Path(part))
         elif part and "/" not in part and not part.endswith(".csv") and shipped(part).is_file():
             out.append(shipped(part))
@@ -189,11 +198,15 @@ def resolve(spec: str) -> list[Path]:
     return out
 
 
+#: A kernel table is at most a few MB (Vidur's largest profile is about 2 MB).
+MAX_TABLE_BYTES = 64 * 10**6
+
+
 def _read(path: Path) -> str:
     try:
-        return path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"kernel_table={str(path)!r}: cannot read ({exc})") from None
+        return read_text(path, MAX_TABLE_BYTES)
+    except ReadRefused as exc:
+        raise ConfigError(f"kernel_table={shorten(str(path), 100)!r}: {exc}") from None
 
 
 def load(spec: str | Path) -> KernelTable:

@@ -26,6 +26,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from tpsim.calibration.bounded import shorten
 from tpsim.core.errors import ConfigError
 
 GEMM_COLUMNS = ("gpu", "op", "dtype", "m", "n", "k", "time_us")
@@ -98,8 +99,23 @@ class OpPoint:
     seconds: float
 
 
+#: Bounds of any measured kernel: a GPU clock tick to an hour; a dimension past 2**40 is no
+#: tensor (and its FLOPs would not fit a float).
+MIN_SECONDS, MAX_SECONDS, MAX_DIM = 1e-10, 3600.0, 2**40
+
+
 def bad(path: str, line: int, field: str, value: object, why: str) -> ConfigError:
-    return ConfigError(f"kernel table {path} row {line}: {field}={value!r}: {why}")
+    shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+    return ConfigError(f"kernel table {shorten(path, 80)} row {line}: {field}={shown}: {why}")
+
+
+def _cells(path: str, line: int, text: str) -> list[str]:
+    """The fields of one CSV line; an unterminated quote or a field past the csv module's
+    limit is refused, never read as something else."""
+    try:
+        return next(csv.reader([text], strict=True))
+    except csv.Error as e:
+        raise bad(path, line, "row", text, f"not a CSV line ({e})") from None
 
 
 class _Rows:
@@ -115,7 +131,7 @@ class _Rows:
                 f"{','.join(OPS_COLUMNS)} expected)"
             )
         self.header_line, header = self.lines[0]
-        self.cols = [c.strip() for c in next(csv.reader([header]))]
+        self.cols = [c.strip() for c in _cells(path, self.header_line, header)]
         if len(set(self.cols)) != len(self.cols):
             raise bad(path, self.header_line, "column", header, "a column appears twice")
 
@@ -130,7 +146,7 @@ class _Rows:
 
     def __iter__(self) -> Iterator[tuple[int, dict[str, str]]]:
         for line, text in self.lines[1:]:
-            values = [v.strip() for v in next(csv.reader([text]))]
+            values = [v.strip() for v in _cells(self.path, line, text)]
             if len(values) != len(self.cols):
                 why = f"has {len(values)} fields, expected {len(self.cols)}"
                 raise bad(self.path, line, "row", text, why)
@@ -144,6 +160,8 @@ class _Rows:
         if v < least:
             kind = "positive" if least == 1 else "non-negative"
             raise bad(self.path, line, field, value, f"must be a {kind} integer")
+        if v > MAX_DIM:
+            raise bad(self.path, line, field, value, f"implausibly large (at most {MAX_DIM})")
         return v
 
     def seconds(self, line: int, field: str, value: str, per_second: float) -> float:
@@ -153,6 +171,9 @@ class _Rows:
             t = math.nan
         if not (math.isfinite(t) and t > 0):
             raise bad(self.path, line, field, value, "must be a positive number")
+        if not MIN_SECONDS <= t / per_second <= MAX_SECONDS:
+            why = f"implausible kernel time (between {MIN_SECONDS:g} and {MAX_SECONDS:g} s)"
+            raise bad(self.path, line, field, value, why)
         return t / per_second
 
     def choice(self, line: int, field: str, value: str, choices: tuple[str, ...]) -> str:

@@ -14,6 +14,7 @@ import os
 import secrets
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -297,6 +298,10 @@ def records_csv(records: Sequence[Record]) -> str:
     return buf.getvalue()
 
 
+#: The files written so far by the command in progress (see :func:`all_or_nothing`).
+_WRITTEN: ContextVar[list[Path] | None] = ContextVar("tpsim_written", default=None)
+
+
 @contextmanager
 def atomic_output(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path beside ``path`` (same suffix); on success, move it onto ``path``.
@@ -308,8 +313,28 @@ def atomic_output(path: str | Path) -> Iterator[Path]:
     try:
         yield tmp
         os.replace(tmp, target)
+        written = _WRITTEN.get()
+        if written is not None:
+            written.append(target)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+@contextmanager
+def all_or_nothing() -> Iterator[list[Path]]:
+    """Around one command: if it fails or is interrupted (any exception, Ctrl-C included),
+    the files it has already written atomically are removed, so it leaves all its outputs
+    or none."""
+    written: list[Path] = []
+    token = _WRITTEN.set(written)
+    try:
+        yield written
+    except BaseException:
+        for path in written:
+            path.unlink(missing_ok=True)
+        raise
+    finally:
+        _WRITTEN.reset(token)
 
 
 def write_text(path: str | Path, text: str) -> None:

@@ -1,0 +1,161 @@
+"""Bounded reading of input files, for every layer (this is the bottom one).
+
+``read_text`` reads a regular file only, at most ``limit`` bytes, as UTF-8: a FIFO, a
+device, a directory or a pipe (process substitution ``<(...)`` gives one) is refused before
+any byte is read, so nothing blocks and nothing grows without bound. ``yaml_load`` builds a
+YAML document only after counting the nodes its aliases expand to. Both raise
+``ReadRefused`` with a short reason (no path); callers wrap it in their own one-line error
+naming the field and the file.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = ["MAX_YAML_NODES", "ReadRefused", "read_text", "shorten", "show", "yaml_load"]
+
+#: Nodes a YAML document may expand to, aliases counted at each use (a billion laughs has 1e9).
+MAX_YAML_NODES = 1_000_000
+_KINDS = {
+    stat.S_IFIFO: "a pipe or FIFO (process substitution <(...) gives one): save it to a file",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFDIR: "a folder",
+    stat.S_IFSOCK: "a socket",
+}
+
+
+class ReadRefused(ValueError):
+    """An input file that is not read: its reason, one short line without the path."""
+
+
+def shorten(text: str, limit: int = 120) -> str:
+    """``text`` on one line, control characters escaped, at most ``limit`` characters."""
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
+
+
+def read_text(path: str | Path, limit: int, *, bom: bool = True) -> str:
+    """The UTF-8 text of the regular file ``path`` (at most ``limit`` bytes); ReadRefused if
+    it is missing, not a regular file, larger, growing past the limit, or not UTF-8."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise ReadRefused("cannot read (no such file)") from None
+    except OSError as e:
+        if e.errno == errno.ENAMETOOLONG:
+            raise ReadRefused("cannot read (file name too long)") from None
+        raise ReadRefused(f"cannot read ({e.strerror or e})") from None
+    except (ValueError, TypeError) as e:  # a NUL byte in the name
+        raise ReadRefused(f"cannot read ({e})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = _KINDS.get(stat.S_IFMT(st.st_mode), "not a regular file")
+            raise ReadRefused(f"cannot read (not a regular file: {kind})")
+        if st.st_size > limit:
+            raise ReadRefused(f"larger than {limit} bytes")
+        chunks, got = [], 0
+        while got <= limit:  # a file growing while read stops at the limit too
+            chunk = os.read(fd, min(1 << 20, limit + 1 - got))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+    except OSError as e:
+        raise ReadRefused(f"cannot read ({e.strerror or e})") from None
+    finally:
+        os.close(fd)
+    if got > limit:
+        raise ReadRefused(f"larger than {limit} bytes")
+    try:
+        return b"".join(chunks).decode("utf-8-sig" if bom else "utf-8")
+    except UnicodeDecodeError as e:
+        raise ReadRefused(f"not UTF-8 text (bad byte at offset {e.start})") from None
+
+
+def _expanded_size(root: yaml.Node, limit: int) -> int:
+    """Nodes of ``root`` with every alias expanded, counted without expanding (memoised on
+    the shared node objects an alias refers to); stops early past ``limit``."""
+    sizes: dict[int, int] = {}
+    # iterative post-order walk: a 5000-deep document must not exhaust the Python stack
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if id(node) in sizes:
+            continue
+        children: list[yaml.Node] = []
+        if isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        if done:
+            total = 1 + sum(sizes[id(c)] for c in children)
+            sizes[id(node)] = min(total, limit + 1)
+            continue
+        stack.append((node, True))
+        stack.extend((c, False) for c in children if id(c) not in sizes)
+    return sizes[id(root)]
+
+
+def _depth(root: yaml.Node, limit: int) -> int:
+    seen: set[int] = set()
+    stack: list[tuple[yaml.Node, int]] = [(root, 1)]
+    deepest = 0
+    while stack:
+        node, d = stack.pop()
+        deepest = max(deepest, d)
+        if deepest > limit or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            stack.extend((c, d + 1) for c in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            stack.extend((c, d + 1) for pair in node.value for c in pair)
+    return deepest
+
+
+def yaml_load(
+    text: str,
+    loader: type[yaml.SafeLoader] = yaml.SafeLoader,
+    *,
+    max_nodes: int = MAX_YAML_NODES,
+    max_depth: int = 50,
+) -> Any:
+    """One YAML document built by ``loader``, after checking that its aliases expand to at
+    most ``max_nodes`` nodes and that it nests at most ``max_depth`` deep (ReadRefused);
+    syntax errors propagate as yaml.YAMLError."""
+    ld = loader(text)
+    try:
+        try:
+            root = ld.get_single_node()
+        except RecursionError:
+            raise ReadRefused(f"nested deeper than {max_depth} levels") from None
+        if root is None:
+            return None
+        if _depth(root, max_depth) > max_depth:
+            raise ReadRefused(f"nested deeper than {max_depth} levels")
+        if _expanded_size(root, max_nodes) > max_nodes:
+            raise ReadRefused(
+                f"its aliases expand to more than {max_nodes:,} values (a billion laughs?)"
+            )
+        return ld.construct_document(root)
+    finally:
+        ld.dispose()
+
+
+def show(value: object, limit: int = 60) -> str:
+    """repr of ``value`` for a one-line message: short, control characters escaped, and
+    safe for integers past Python's digit limit and for deeply nested lists."""
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):  # a 5000-digit int, a 5000-deep list
+        size = f" of {value.bit_length()} bits" if isinstance(value, int) else ""
+        text = f"<{type(value).__name__}{size}, too large to show>"
+    return shorten(text, limit)
