@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -40,6 +41,8 @@ from tpsim.topologies.io import get_topology
 #: At most this many points in one sweep (a typo like ``--batch 1,2,...`` x 6 axes).
 MAX_POINTS = 200_000
 MAX_NODES = 1024
+#: Characters no value may hold: a row of the results file is one line.
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True)
@@ -227,6 +230,10 @@ def expand(grid: Mapping[str, Any], where: str = "sweep grid") -> list[Point]:
         for v in values:
             if isinstance(v, dict | list):
                 raise ConfigError(f"{where}: {key}={v!r}: must be a value or a list of values")
+            if isinstance(v, str) and CONTROL.search(v):
+                raise ConfigError(
+                    f"{where}: {key}={v!r}: contains a line break or control character"
+                )
             try:
                 checked.append(check(v))
             except INPUT_ERRORS as exc:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,13 @@ def add_study_parsers(sub: Any) -> None:
     sw.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     sw.add_argument("--jobs", type=int, help="worker processes (default: CPUs, at most 8)")
     sw.add_argument("--scheduler", help="run on a Dask cluster: tcp://HOST:PORT")
+    sw.add_argument(
+        "--wait-workers",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="Dask: stop when the cluster has had no workers this long (default 30)",
+    )
     sw.add_argument("--plots", type=Path, help="also write the plots to this folder")
     sw.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -103,7 +111,7 @@ def _demo(a: argparse.Namespace) -> int:
 def _sweep(a: argparse.Namespace) -> int:
     from tpsim.experiments.grid import AXES, describe, grid_from_flags, grid_from_yaml
     from tpsim.experiments.results import check_output
-    from tpsim.experiments.sweep import run_sweep
+    from tpsim.experiments.sweep import EXIT_INCOMPLETE, run_sweep
 
     flags = {key: getattr(a, key) for key in AXES}
     if a.grid:
@@ -118,6 +126,8 @@ def _sweep(a: argparse.Namespace) -> int:
     if a.plots and not a.plots.parent.is_dir():
         raise ConfigError(f"--plots={a.plots}: folder {a.plots.parent} does not exist")
     print(f"tpsim sweep: {describe(points)} -> {a.out}", file=sys.stderr)
+    if a.scheduler:  # a lost scheduler or worker is reported here, in one line, not logged
+        logging.getLogger("distributed").setLevel(logging.CRITICAL)
     try:
         done = run_sweep(
             points,
@@ -127,6 +137,7 @@ def _sweep(a: argparse.Namespace) -> int:
             resume=a.resume,
             overwrite=a.overwrite,
             progress=not a.quiet,
+            wait_workers_s=a.wait_workers,
         )
     except KeyboardInterrupt:
         print(
@@ -139,6 +150,13 @@ def _sweep(a: argparse.Namespace) -> int:
         f"{done.ran} points simulated ({done.skipped} already in the file), {done.errors} "
         f"errors, {done.not_fitting} not fitting in memory: {done.path}"
     )
+    if done.remaining:
+        print(
+            f"tpsim: sweep incomplete: {done.remaining} points not done ({done.why}); "
+            f"rerun with --resume to run them",
+            file=sys.stderr,
+        )
+        return EXIT_INCOMPLETE
     if a.plots:
         _plot_files(done.path, a.plots, None)
     return 0
