@@ -18,11 +18,11 @@ runs the points not done.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import math
 import multiprocessing
 import os
+import select
 import signal
 import socket
 import sys
@@ -52,7 +52,6 @@ MAX_BATCH = 8  # points per task at most: small enough that a kill loses little
 MAX_TRIES = 3  # runs of a point whose worker or task is lost, before it is left not done
 BACKOFF_S = 0.25  # wait before retry k: BACKOFF_S * 2**(k - 1)
 WORKER_DIED = "worker process died while simulating this point"
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
 PROBE_S = 3.0  # a scheduler answers a TCP connection at once with its handshake
 CONNECT_S = 10.0
 WAIT_WORKERS_S = 30.0  # default: give up on a Dask cluster that has had no workers this long
@@ -100,34 +99,43 @@ def run_batch(evaluate: Evaluate, points: Sequence[Point]) -> list[Row]:
     return [_safe(evaluate, p) for p in points]
 
 
-def _worker_init() -> None:
+def _worker_init(sweep: int) -> None:
     """Workers leave Ctrl-C to the parent (which stops the pool and keeps the file whole),
-    and die with their parent process (:func:`die_with_parent`)."""
+    and die with the sweep process (:func:`die_with`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    die_with_parent()
+    die_with(sweep)
 
 
-def die_with_parent() -> None:
-    """End this process when its parent dies: ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` on Linux,
-    else a thread that polls ``os.getppid()``. A pool worker's parent is the forkserver,
-    which exits when the sweep does (EOF on its pipe), however the sweep ends."""
-    parent = os.getppid()
-    if sys.platform.startswith("linux"):
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0:
-                if os.getppid() != parent:  # it died before the call
-                    os._exit(1)
-                return
-        except (OSError, AttributeError):
-            pass
-    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+def die_with(pid: int) -> None:
+    """End this process (``os._exit``) as soon as process ``pid`` ends, however it ends.
+
+    A pool worker's parent is the forkserver, not the sweep, and the forkserver outlives the
+    sweep while workers hold its pipe, so ``PR_SET_PDEATHSIG`` would not fire: a daemon
+    thread waits on a pidfd of the sweep (Linux), or polls it every 0.2 s elsewhere."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):  # not Linux >= 5.3, or already gone
+        fd = -1
+    threading.Thread(target=_watch, args=(pid, fd), daemon=True, name="die-with-sweep").start()
 
 
-def _watch_parent(parent: int) -> None:
-    while os.getppid() == parent:
-        time.sleep(0.5)
+def _watch(pid: int, fd: int) -> None:
+    if fd >= 0:
+        select.select([fd], [], [])  # readable when the process has ended
+    else:
+        while _alive(pid):
+            time.sleep(0.2)
     os._exit(1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _batches(points: Sequence[Point], workers: int) -> list[list[Point]]:
@@ -140,7 +148,9 @@ def _new_pool(workers: int) -> ProcessPoolExecutor:
     (no fork of this possibly multi-threaded process, and cheap worker starts)."""
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(["tpsim.experiments.sweep"])
-    return ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init)
+    return ProcessPoolExecutor(
+        max_workers=workers, mp_context=ctx, initializer=_worker_init, initargs=(os.getpid(),)
+    )
 
 
 def _stop(pool: ProcessPoolExecutor) -> None:
@@ -256,6 +266,18 @@ def _probe(address: str) -> None:
         raise ConfigError(
             f"--scheduler={address}: not a Dask scheduler (no Dask handshake in {PROBE_S:g} s)"
         )
+
+
+def quiet_dask() -> None:
+    """Silence Dask's own loggers (which set their levels when ``distributed`` is imported):
+    a lost scheduler or worker is reported by the sweep in one line, not as tracebacks."""
+    try:
+        import distributed  # noqa: F401
+    except ImportError:
+        return
+    for name in list(logging.root.manager.loggerDict):
+        if name == "distributed" or name.startswith("distributed."):
+            logging.getLogger(name).setLevel(logging.CRITICAL + 1)
 
 
 def connect(address: str) -> Any:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -111,7 +110,7 @@ def _demo(a: argparse.Namespace) -> int:
 def _sweep(a: argparse.Namespace) -> int:
     from tpsim.experiments.grid import AXES, describe, grid_from_flags, grid_from_yaml
     from tpsim.experiments.results import check_output
-    from tpsim.experiments.sweep import EXIT_INCOMPLETE, run_sweep
+    from tpsim.experiments.sweep import EXIT_INCOMPLETE, quiet_dask, run_sweep
 
     flags = {key: getattr(a, key) for key in AXES}
     if a.grid:
@@ -127,7 +126,7 @@ def _sweep(a: argparse.Namespace) -> int:
         raise ConfigError(f"--plots={a.plots}: folder {a.plots.parent} does not exist")
     print(f"tpsim sweep: {describe(points)} -> {a.out}", file=sys.stderr)
     if a.scheduler:  # a lost scheduler or worker is reported here, in one line, not logged
-        logging.getLogger("distributed").setLevel(logging.CRITICAL)
+        quiet_dask()
     try:
         done = run_sweep(
             points,
