@@ -164,7 +164,14 @@ class LocalDask:
 
     def start_scheduler(self) -> None:
         self.scheduler, _ = self._spawn(
-            "scheduler", "scheduler", "--host", "127.0.0.1", "--port", str(self.port)
+            "scheduler",
+            "scheduler",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--dashboard-address",
+            "127.0.0.1:0",  # (--no-dashboard alone still binds 8787)
         )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

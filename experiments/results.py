@@ -116,8 +116,9 @@ def format_row(row: Mapping[str, Any], fmt: str) -> str:
     if fmt == "jsonl":
         return json.dumps(row, separators=(",", ":"), allow_nan=False)
     buf = io.StringIO()
-    csv.writer(buf, lineterminator="").writerow([_cell(row[c]) for c in COLUMNS])
-    return buf.getvalue()
+    # "\r\n" as the terminator makes the writer quote a cell holding either (then cut off)
+    csv.writer(buf, lineterminator="\r\n").writerow([_cell(row[c]) for c in COLUMNS])
+    return buf.getvalue().removesuffix("\r\n")
 
 
 def csv_header() -> str:
