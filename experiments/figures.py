@@ -23,6 +23,7 @@ from tpsim.outputs.report import title as run_title
 from tpsim.topologies.io import get_topology
 
 Row = dict[str, Any]
+MAX_SERIES = 50  # figures are drawn per series: more is a mistake, not a report
 SERIES = (
     "model",
     "topology",
@@ -94,6 +95,11 @@ def plot_results(
     groups: dict[tuple[Any, ...], list[Row]] = {}
     for r in sorted(rows, key=lambda r: (tuple(map(str, _key(r))), _order(r))):
         groups.setdefault(_key(r), []).append(r)
+    if len(groups) > MAX_SERIES:
+        raise ConfigError(
+            f"plot: the rows form {len(groups)} series (every column but tp, batch and the "
+            f"placement equal); at most {MAX_SERIES} are drawn: plot a smaller results file"
+        )
     varying = [k for i, k in enumerate(SERIES) if len({g[i] for g in groups}) > 1]
     written: list[Path] = []
     for group in groups.values():

@@ -16,6 +16,7 @@ import hashlib
 import itertools
 import json
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -46,6 +47,8 @@ MAX_NODES = 1024
 #: A grid file is a few lines; its values (aliases expanded) a few thousand at most.
 MAX_GRID_BYTES = 10 * 10**6
 MAX_GRID_NODES = 100_000
+#: Characters no value may hold: a row of the results file is one line.
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True)
@@ -241,6 +244,10 @@ def _axes(grid: Mapping[str, Any], where: str) -> list[list[Any]]:
         for v in values:
             if isinstance(v, dict | list):
                 raise ConfigError(f"{where}: {key}={show(v)}: must be a value or a list of values")
+            if isinstance(v, str) and CONTROL.search(v):
+                raise ConfigError(
+                    f"{where}: {key}={show(v)}: contains a line break or control character"
+                )
             try:
                 checked.append(check(v))
             except INPUT_ERRORS as exc:

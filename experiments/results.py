@@ -2,26 +2,36 @@
 
 A row is the point's parameters (with its ``point_id``), then what the simulation gave
 (:data:`RESULT_COLUMNS`) or an ``error``. Rows hold no wall-clock figures, so the same point
-gives the same row text in every run. Each row is one line, written and flushed at once: a
-killed sweep leaves whole rows and at most one partial last line, which :func:`open_results`
-cuts off when resuming.
+gives the same row text in every run.
+
+The file is a ledger: a row means the point is done (a result, or an error of the point
+itself). A failure of the machinery (a worker killed, a Dask task lost) is never written;
+rows that older versions wrote for such failures (:func:`infrastructure_error`) count as
+not done, and resuming drops them. One process writes a file at a time: it holds an
+exclusive lock on ``<file>.lock`` (released by the OS when it exits, however it exits).
+Each row is one line, written with one ``write`` and flushed (fsync every
+:data:`FSYNC_EVERY` rows and at the end): a killed sweep leaves whole rows and at most one
+partial last line, which :func:`open_results` cuts off when resuming.
 """
 
 from __future__ import annotations
 
 import csv
+import fcntl
 import io
 import json
 import logging
 import math
 import os
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from tpsim.calibration.bounded import ReadRefused, read_text, shorten, show
 from tpsim.core.errors import ConfigError
-from tpsim.experiments.grid import POINT_FIELDS
+from tpsim.experiments.grid import CONTROL, POINT_FIELDS
+from tpsim.outputs.export import write_text
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +70,16 @@ FLOAT_COLUMNS = frozenset(
 )
 BOOL_COLUMNS = frozenset({"sequence_parallel", "ideal", "fits"})
 FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
+FSYNC_EVERY = 256  # rows between fsyncs (and at least every FSYNC_S seconds)
+FSYNC_S = 5.0
+#: Error texts of failures of the machinery, not of the point (older files hold them).
+INFRASTRUCTURE_ERRORS = ("worker process died", "dask task failed")
+
+
+def infrastructure_error(row: Mapping[str, Any]) -> bool:
+    """A row whose error is the machinery's (a lost worker or task): the point is not done."""
+    error = row.get("error")
+    return isinstance(error, str) and error.startswith(INFRASTRUCTURE_ERRORS)
 
 
 def result_format(path: str | Path) -> str:
@@ -76,8 +96,8 @@ def full_row(values: Mapping[str, Any]) -> dict[str, Any]:
         v = row[c]
         if isinstance(v, float) and not math.isfinite(v):
             row[c] = None
-    if isinstance(row["error"], str):
-        row["error"] = " ".join(row["error"].split())  # one line, whatever the message was
+    if isinstance(row["error"], str):  # one line, whatever the message was
+        row["error"] = " ".join(CONTROL.sub(" ", row["error"]).split())
     return row
 
 
@@ -97,8 +117,9 @@ def format_row(row: Mapping[str, Any], fmt: str) -> str:
     if fmt == "jsonl":
         return json.dumps(row, separators=(",", ":"), allow_nan=False)
     buf = io.StringIO()
-    csv.writer(buf, lineterminator="").writerow([_cell(row[c]) for c in COLUMNS])
-    return buf.getvalue()
+    # "\r\n" as the terminator makes the writer quote a cell holding either (then cut off)
+    csv.writer(buf, lineterminator="\r\n").writerow([_cell(row[c]) for c in COLUMNS])
+    return buf.getvalue().removesuffix("\r\n")
 
 
 def csv_header() -> str:
@@ -142,15 +163,16 @@ _POSITIVE = frozenset({"nodes", "tp", "batch", "prompt_len", "context_len", "hos
 
 
 def _lines(path: Path, fmt: str) -> Iterator[tuple[int, str]]:
-    """(line number, text) of every complete line, header excluded, blank lines skipped."""
+    """(line number, text) of every complete line, header excluded, blank lines skipped.
+
+    Lines end at a newline only: a carriage return inside a quoted cell stays in its row."""
     try:  # bounded: a regular file, at most MAX_RESULTS_BYTES, UTF-8
         text = read_text(path, MAX_RESULTS_BYTES, bom=False)
     except ReadRefused as exc:
         raise ConfigError(f"results file {shorten(str(path), 100)}: {exc}") from None
-    for number, line in enumerate(io.StringIO(text, newline=""), 1):
-        if not line.endswith("\n"):
-            return  # a partial last line: not a row
-        line = line.rstrip("\r\n")
+    *whole, _partial = text.split("\n")  # what follows the last newline is not a row
+    for number, line in enumerate(whole, 1):
+        line = line.removesuffix("\r")
         if number == 1 and fmt == "csv":
             if line != csv_header():
                 raise ConfigError(
@@ -208,25 +230,65 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
 
 
 class ResultsWriter:
-    """Appends rows to a results file, one flushed line each."""
+    """Appends rows to a results file: each one line in one ``write``, flushed; fsync every
+    :data:`FSYNC_EVERY` rows or :data:`FSYNC_S` seconds and on close. Closing releases the
+    lock."""
 
-    def __init__(self, path: Path, fmt: str, f: IO[str]) -> None:
-        self.path, self.fmt, self._f = path, fmt, f
+    def __init__(self, path: Path, fmt: str, fd: int, lock: int) -> None:
+        self.path, self.fmt, self._fd, self._lock = path, fmt, fd, lock
         self.written = 0
+        self._synced_at = (0, time.monotonic())
 
     def write(self, row: Mapping[str, Any]) -> None:
-        self._f.write(format_row(row, self.fmt) + "\n")
-        self._f.flush()
+        data = (format_row(row, self.fmt) + "\n").encode("utf-8")
+        if os.write(self._fd, data) != len(data):  # a regular file takes it whole, or raises
+            raise OSError(f"{self.path}: short write")
         self.written += 1
+        rows, when = self._synced_at
+        if self.written - rows >= FSYNC_EVERY or time.monotonic() - when >= FSYNC_S:
+            self.sync()
+
+    def sync(self) -> None:
+        os.fsync(self._fd)
+        self._synced_at = (self.written, time.monotonic())
 
     def close(self) -> None:
-        self._f.close()
+        if self._fd < 0:
+            return
+        try:
+            self.sync()
+        finally:
+            os.close(self._fd)
+            os.close(self._lock)  # releases the lock
+            self._fd = self._lock = -1
 
     def __enter__(self) -> ResultsWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def lock_path(path: str | Path) -> Path:
+    p = Path(path)
+    return p.with_name(p.name + ".lock")
+
+
+def _lock(path: Path) -> int:
+    """Hold ``<path>.lock`` exclusively (ConfigError at once if another process holds it)."""
+    name = lock_path(path)
+    try:
+        fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise ConfigError(f"--out={path}: cannot create its lock file {name}: {exc}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise ConfigError(
+            f"--out={path}: another sweep is writing this file (it holds {name})"
+        ) from None
+    return fd
 
 
 def check_output(path: str | Path, *, resume: bool, overwrite: bool) -> None:
@@ -246,26 +308,49 @@ def check_output(path: str | Path, *, resume: bool, overwrite: bool) -> None:
 def open_results(
     path: str | Path, *, resume: bool, overwrite: bool = False
 ) -> tuple[ResultsWriter, set[str]]:
-    """Open ``path`` for appending and return the writer and the point ids already in it.
+    """Lock ``path``, open it for appending and return the writer and the point ids done.
 
-    Resuming cuts a partial last line (left by a killed sweep) off the file first.
+    Resuming cuts a partial last line (left by a killed sweep) off the file first, and
+    rewrites it (atomically) without rows that are not done (:func:`infrastructure_error`)
+    and without repeated point ids, keeping each point's first done row.
     """
     p = Path(path)
     fmt = result_format(p)
     check_output(p, resume=resume, overwrite=overwrite)
-    done: set[str] = set()
-    fresh = not (resume and p.exists())
-    if not fresh:
-        _truncate_partial_line(p)
-        if p.stat().st_size == 0:
-            fresh = True
-        else:
-            done = {r["point_id"] for r in read_rows(p)}
-    f = p.open("w" if fresh else "a", encoding="utf-8", newline="")
+    lock = _lock(p)
+    try:
+        done: set[str] = set()
+        fresh = not (resume and p.exists())
+        if not fresh:
+            _truncate_partial_line(p)
+            if p.stat().st_size == 0:
+                fresh = True
+            else:
+                done = _keep_done(p, fmt)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_CREAT
+        fd = os.open(p, flags | (os.O_TRUNC if fresh else 0), 0o644)
+    except BaseException:
+        os.close(lock)
+        raise
     if fresh and fmt == "csv":
-        f.write(csv_header() + "\n")
-        f.flush()
-    return ResultsWriter(p, fmt, f), done
+        os.write(fd, (csv_header() + "\n").encode())
+    return ResultsWriter(p, fmt, fd, lock), done
+
+
+def _keep_done(path: Path, fmt: str) -> set[str]:
+    """The point ids done in ``path``; rows that are not done or repeat a point go."""
+    done: set[str] = set()
+    kept: list[dict[str, Any]] = []
+    rows = read_rows(path)
+    for r in rows:
+        if not infrastructure_error(r) and r["point_id"] not in done:
+            done.add(r["point_id"])
+            kept.append(r)
+    if len(kept) < len(rows):
+        dropped = len(rows) - len(kept)
+        log.warning("%s: %d rows not done or repeated; their points run again", path, dropped)
+        write_text(path, results_text(kept, fmt))
+    return done
 
 
 def _truncate_partial_line(path: Path) -> None:

@@ -4,11 +4,16 @@
 
 Points run in batches on a ``concurrent.futures`` process pool (``jobs`` workers; ``jobs=1``
 runs in this process) or on an existing Dask cluster. Rows are written as batches finish, so
-the file order follows completion, but each row's text depends on its point only. A point
-that raises gives a row with an ``error``; a worker process that dies takes down its pool,
+the file order follows completion, but each row's text depends on its point only.
+
+The file is a ledger (see results.py): a row is written only when the point is done, with
+a result or an ``error`` of the point itself (a point that raises). A failure of the
+machinery is retried, and never written: a worker process that dies takes down its pool,
 which is restarted, and the points it was running are retried one at a time in a fresh
-worker, so only the point that kills a worker gets the error row. ``resume=True`` skips the
-points already in the file.
+worker (up to :data:`MAX_TRIES` times each, with backoff); a Dask task that fails or is
+cancelled is submitted again the same way. A point still without a row is left out, the
+report counts it as ``remaining`` and the CLI exits :data:`EXIT_INCOMPLETE`; ``resume=True``
+runs the points not done.
 """
 
 from __future__ import annotations
@@ -17,8 +22,12 @@ import logging
 import math
 import multiprocessing
 import os
+import select
 import signal
+import socket
 import sys
+import threading
+import time
 from collections import deque
 from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -30,7 +39,7 @@ from typing import Any
 from tpsim.core.api import simulate
 from tpsim.core.errors import INPUT_ERRORS, ConfigError
 from tpsim.experiments.grid import Point
-from tpsim.experiments.results import BREAKDOWN, MEMORY, open_results
+from tpsim.experiments.results import BREAKDOWN, MEMORY, infrastructure_error, open_results
 from tpsim.topologies.io import get_topology
 from tqdm import tqdm
 
@@ -40,7 +49,15 @@ Row = dict[str, Any]
 Evaluate = Callable[[Point], Row]
 
 MAX_BATCH = 8  # points per task at most: small enough that a kill loses little
+MAX_TRIES = 3  # runs of a point whose worker or task is lost, before it is left not done
+BACKOFF_S = 0.25  # wait before retry k: BACKOFF_S * 2**(k - 1)
 WORKER_DIED = "worker process died while simulating this point"
+PROBE_S = 3.0  # a scheduler answers a TCP connection at once with its handshake
+CONNECT_S = 10.0
+WAIT_WORKERS_S = 30.0  # default: give up on a Dask cluster that has had no workers this long
+POLL_S = 0.05
+#: Exit code of a sweep that ended with points not done (rerun with --resume).
+EXIT_INCOMPLETE = 3
 
 
 def run_point(point: Point) -> Row:
@@ -82,9 +99,43 @@ def run_batch(evaluate: Evaluate, points: Sequence[Point]) -> list[Row]:
     return [_safe(evaluate, p) for p in points]
 
 
-def _ignore_sigint() -> None:
-    """Workers leave Ctrl-C to the parent, which stops the pool and keeps the file whole."""
+def _worker_init(sweep: int) -> None:
+    """Workers leave Ctrl-C to the parent (which stops the pool and keeps the file whole),
+    and die with the sweep process (:func:`die_with`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with(sweep)
+
+
+def die_with(pid: int) -> None:
+    """End this process (``os._exit``) as soon as process ``pid`` ends, however it ends.
+
+    A pool worker's parent is the forkserver, not the sweep, and the forkserver outlives the
+    sweep while workers hold its pipe, so ``PR_SET_PDEATHSIG`` would not fire: a daemon
+    thread waits on a pidfd of the sweep (Linux), or polls it every 0.2 s elsewhere."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):  # not Linux >= 5.3, or already gone
+        fd = -1
+    threading.Thread(target=_watch, args=(pid, fd), daemon=True, name="die-with-sweep").start()
+
+
+def _watch(pid: int, fd: int) -> None:
+    if fd >= 0:
+        select.select([fd], [], [])  # readable when the process has ended
+    else:
+        while _alive(pid):
+            time.sleep(0.2)
+    os._exit(1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _batches(points: Sequence[Point], workers: int) -> list[list[Point]]:
@@ -97,7 +148,9 @@ def _new_pool(workers: int) -> ProcessPoolExecutor:
     (no fork of this possibly multi-threaded process, and cheap worker starts)."""
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(["tpsim.experiments.sweep"])
-    return ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_ignore_sigint)
+    return ProcessPoolExecutor(
+        max_workers=workers, mp_context=ctx, initializer=_worker_init, initargs=(os.getpid(),)
+    )
 
 
 def _stop(pool: ProcessPoolExecutor) -> None:
@@ -109,6 +162,15 @@ def _stop(pool: ProcessPoolExecutor) -> None:
             p.terminate()
     for p in processes:
         p.join(timeout=5)
+
+
+def _lost(points: Sequence[Point], why: str) -> list[Row]:
+    """Rows for points the machinery lost: not done, never written (see results.py)."""
+    return [p.params() | {"error": why} for p in points]
+
+
+def _backoff(attempt: int) -> float:
+    return float(BACKOFF_S * 2 ** (attempt - 1))
 
 
 def _pool_rows(points: Sequence[Point], jobs: int, evaluate: Evaluate) -> Iterator[list[Row]]:
@@ -150,54 +212,160 @@ def _pool_rows(points: Sequence[Point], jobs: int, evaluate: Evaluate) -> Iterat
 
 
 def _isolated(points: Sequence[Point], evaluate: Evaluate) -> Iterator[list[Row]]:
-    """Run each point alone in a one-worker pool, so a death names the point that caused it."""
+    """Run each point alone in a one-worker pool, up to :data:`MAX_TRIES` times with backoff
+    while its worker dies; a point that still has no row is lost (not done)."""
     pool = _new_pool(1)
     try:
         for p in points:
-            try:
-                yield pool.submit(run_batch, evaluate, [p]).result()
-            except BrokenProcessPool:
-                yield [p.params() | {"error": WORKER_DIED}]
-                _stop(pool)
-                pool = _new_pool(1)
+            rows = _lost([p], f"{WORKER_DIED} ({MAX_TRIES} tries)")
+            for attempt in range(1, MAX_TRIES + 1):
+                try:
+                    rows = pool.submit(run_batch, evaluate, [p]).result()
+                    break
+                except BrokenProcessPool:
+                    _stop(pool)
+                    if attempt < MAX_TRIES:
+                        time.sleep(_backoff(attempt))
+                    pool = _new_pool(1)
+            yield rows
     finally:
         _stop(pool)
 
 
+def _address(address: str) -> tuple[str, str, int]:
+    """(scheme, host, port) of a scheduler address (ConfigError if it is not one)."""
+    scheme, sep, rest = address.partition("://")
+    if not sep:
+        scheme, rest = "tcp", address
+    host, colon, port = rest.rpartition(":")
+    if scheme not in ("tcp", "tls") or not colon or not host or not port.isdigit():
+        raise ConfigError(f"--scheduler={address}: must be tcp://HOST:PORT (or tls://)")
+    if not 0 < int(port) < 65536:
+        raise ConfigError(f"--scheduler={address}: port {port} is not in 1..65535")
+    return scheme, host.strip("[]"), int(port)
+
+
+def _probe(address: str) -> None:
+    """Refuse within seconds an address where nothing listens, or where something that is
+    not a Dask scheduler does (a Dask scheduler speaks first: its handshake frames)."""
+    if address.startswith("inproc://"):  # a scheduler in this process (tests)
+        return
+    scheme, host, port = _address(address)
+    try:
+        with socket.create_connection((host, port), timeout=PROBE_S) as sock:
+            if scheme != "tcp":
+                return
+            sock.settimeout(PROBE_S)
+            try:
+                head = sock.recv(8)
+            except TimeoutError:
+                head = b""
+    except OSError as exc:
+        raise ConfigError(f"--scheduler={address}: cannot connect ({exc})") from None
+    if len(head) < 8 or int.from_bytes(head, "little") >= 2**32:  # frames, not text
+        raise ConfigError(
+            f"--scheduler={address}: not a Dask scheduler (no Dask handshake in {PROBE_S:g} s)"
+        )
+
+
+def quiet_dask() -> None:
+    """Silence Dask's own loggers (which set their levels when ``distributed`` is imported):
+    a lost scheduler or worker is reported by the sweep in one line, not as tracebacks."""
+    try:
+        import distributed  # noqa: F401
+    except ImportError:
+        return
+    for name in list(logging.root.manager.loggerDict):
+        if name == "distributed" or name.startswith("distributed."):
+            logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+
+
 def connect(address: str) -> Any:
-    """A Dask client of the scheduler at ``address`` (ConfigError if Dask or it is missing)."""
+    """A Dask client of the scheduler at ``address`` (ConfigError within seconds if Dask is
+    missing, the address is not a scheduler's or it does not answer)."""
     try:
         from distributed import Client
     except ImportError:
         raise ConfigError(
             f"--scheduler={address}: needs Dask; install tpsim[dask] (dask[distributed])"
         ) from None
+    _probe(address)
     try:
-        return Client(address, timeout=20, set_as_default=False)
-    except (OSError, ValueError, TypeError) as exc:
-        raise ConfigError(f"--scheduler={address}: cannot connect ({exc})") from None
+        return Client(address, timeout=CONNECT_S, set_as_default=False)
+    except Exception as exc:  # OSError, TimeoutError, or a protocol error of the peer
+        raise ConfigError(f"--scheduler={address}: cannot connect ({exc!r})") from None
 
 
-def _dask_rows(points: Sequence[Point], scheduler: Any, evaluate: Evaluate) -> Iterator[list[Row]]:
+def _n_workers(client: Any) -> int | None:
+    """Workers the scheduler had at its last report (the client refreshes it every 2 s)."""
+    identity = getattr(client, "_scheduler_identity", None) or {}
+    n = identity.get("n_workers", len(identity.get("workers", {})))
+    return n if isinstance(n, int) else None
+
+
+def _dask_rows(
+    points: Sequence[Point], scheduler: Any, evaluate: Evaluate, wait_workers_s: float
+) -> Iterator[list[Row]]:
     """Batches as Dask tasks; ``scheduler`` is an address (connected and closed here) or a
-    client (left open)."""
-    from distributed import as_completed
-
+    client (left open). A task that fails (after Dask's own retries) or is cancelled is
+    submitted again, up to :data:`MAX_TRIES` times with backoff. When the scheduler is lost,
+    or the cluster has had no workers for ``wait_workers_s``, nothing more is submitted and
+    every unfinished point is lost (not done)."""
     client = connect(scheduler) if isinstance(scheduler, str) else scheduler
     try:
         workers = max(1, sum(client.nthreads().values()))
-        batches = _batches(points, workers)
-        futures = {client.submit(run_batch, evaluate, b, pure=False): b for b in batches}
-        for f in as_completed(list(futures), loop=client.loop):
-            try:
-                rows = f.result()
-            except Exception as exc:  # KilledWorker after Dask's own retries, or a lost task
-                rows = [p.params() | {"error": f"dask task failed: {exc!r}"} for p in futures[f]]
-            yield rows
-            f.release()
+        pending: dict[Any, tuple[list[Point], int]] = {}
+        later: list[tuple[float, list[Point], int]] = []  # (when, batch, attempt)
+
+        def submit(batch: list[Point], attempt: int) -> None:
+            f = client.submit(run_batch, evaluate, batch, pure=False)
+            pending[f] = (batch, attempt)
+
+        for b in _batches(points, workers):
+            submit(b, 1)
+        why = ""
+        idle_since: float | None = None
+        while (pending or later) and not why:
+            now = time.monotonic()
+            if client.status != "running":
+                why = "dask task failed: lost the connection to the scheduler"
+                break
+            n = _n_workers(client)
+            idle_since = (idle_since or now) if n == 0 else None
+            if idle_since is not None and now - idle_since >= wait_workers_s:
+                why = f"dask task failed: no workers for {wait_workers_s:g} s"
+                break
+            for when, batch, attempt in [x for x in later if x[0] <= now]:
+                later.remove((when, batch, attempt))
+                submit(batch, attempt)
+            finished = [f for f in pending if f.status != "pending"]
+            for f in finished:
+                batch, attempt = pending.pop(f)
+                if f.status == "finished":
+                    try:
+                        rows = f.result()
+                    except Exception as exc:  # lost between the status and the result
+                        rows = _lost(batch, f"dask task failed: {exc!r}")
+                else:
+                    rows = _lost(batch, f"dask task failed: {f.status}")
+                f.release()
+                if not rows or not infrastructure_error(rows[0]):
+                    yield rows
+                elif attempt < MAX_TRIES:
+                    log.warning("dask task %s; retrying %d points", rows[0]["error"], len(batch))
+                    later.append((now + _backoff(attempt), batch, attempt + 1))
+                else:
+                    yield rows
+            if not finished:
+                time.sleep(POLL_S)
+        if why:
+            left = [p for batch, _ in pending.values() for p in batch]
+            left += [p for _, batch, _ in later for p in batch]
+            client.cancel(list(pending), force=True)
+            yield _lost(left, why)
     finally:
         if client is not scheduler:
-            client.close()
+            client.close(timeout=CONNECT_S)
 
 
 def iter_rows(
@@ -206,13 +374,15 @@ def iter_rows(
     jobs: int = 1,
     scheduler: Any = None,
     evaluate: Evaluate = run_point,
+    wait_workers_s: float = WAIT_WORKERS_S,
 ) -> Generator[list[Row], None, None]:
     """Rows of ``points`` in batches, as they finish (completion order). ``scheduler``: a
-    Dask scheduler address or client; else a process pool of ``jobs`` (1: this process)."""
+    Dask scheduler address or client; else a process pool of ``jobs`` (1: this process).
+    A point the machinery lost has a row whose error is an ``infrastructure_error``."""
     if not points:
         return
     if scheduler:
-        yield from _dask_rows(points, scheduler, evaluate)
+        yield from _dask_rows(points, scheduler, evaluate, wait_workers_s)
     elif jobs <= 1:
         for p in points:
             yield run_batch(evaluate, [p])
@@ -225,9 +395,15 @@ class SweepReport:
     path: Path
     points: int  # in the grid
     skipped: int  # already in the file (resume)
-    ran: int
+    ran: int  # done in this run (written)
     errors: int
     not_fitting: int
+    remaining: int = 0  # lost by the machinery: not written, --resume runs them
+    why: str = ""  # what lost them (the last such failure)
+
+
+class SweepIncomplete(RuntimeError):
+    """Points the machinery lost after its retries (a study cannot go on without them)."""
 
 
 def default_jobs() -> int:
@@ -244,10 +420,13 @@ def run_sweep(
     overwrite: bool = False,
     progress: bool = True,
     evaluate: Evaluate = run_point,
+    wait_workers_s: float = WAIT_WORKERS_S,
 ) -> SweepReport:
-    """Run the points not yet in ``out`` and append their rows as they finish."""
+    """Run the points not yet done in ``out`` and append their rows as they finish."""
     if jobs is not None and not 1 <= jobs <= 1024:
         raise ConfigError(f"--jobs={jobs}: must be between 1 and 1024")
+    if not 0 < wait_workers_s <= 86_400:
+        raise ConfigError(f"--wait-workers={wait_workers_s:g}: must be in (0, 86400] seconds")
     client = connect(scheduler) if scheduler else None  # before any file is created
     try:
         writer, done = open_results(out, resume=resume, overwrite=overwrite)
@@ -256,7 +435,8 @@ def run_sweep(
             client.close()
         raise
     todo = [p for p in points if p.point_id not in done]
-    errors = not_fitting = 0
+    ran = errors = not_fitting = remaining = 0
+    why = ""
     bar = tqdm(
         total=len(points),
         initial=len(points) - len(todo),
@@ -265,29 +445,43 @@ def run_sweep(
         disable=not progress,
         dynamic_ncols=True,
     )
-    batches = iter_rows(todo, jobs=jobs or default_jobs(), scheduler=client, evaluate=evaluate)
+    batches = iter_rows(
+        todo,
+        jobs=jobs or default_jobs(),
+        scheduler=client,
+        evaluate=evaluate,
+        wait_workers_s=wait_workers_s,
+    )
     with writer, bar:
         try:
             for rows in batches:
                 for row in rows:
+                    if infrastructure_error(row):
+                        remaining += 1
+                        why = row["error"]
+                        continue
                     writer.write(row)
+                    ran += 1
                     errors += bool(row.get("error"))
                     not_fitting += row.get("fits") is False
                 bar.update(len(rows))
         finally:
             batches.close()  # stops the workers now, also on Ctrl-C
             if client is not None:
-                client.close()
-    return SweepReport(
-        Path(out), len(points), len(points) - len(todo), len(todo), errors, not_fitting
-    )
+                client.close(timeout=CONNECT_S)
+    skipped = len(points) - len(todo)
+    return SweepReport(Path(out), len(points), skipped, ran, errors, not_fitting, remaining, why)
 
 
 def run_points(
     points: Sequence[Point], *, jobs: int = 1, scheduler: str | None = None
 ) -> list[Row]:
-    """Rows of ``points`` in the points' order (for studies: no file, no progress bar)."""
+    """Rows of ``points`` in the points' order (for studies: no file, no progress bar).
+    Raises :class:`SweepIncomplete` if the machinery lost points after its retries."""
     by_id: dict[str, Row] = {}
     for rows in iter_rows(points, jobs=jobs, scheduler=scheduler):
         by_id.update((r["point_id"], r) for r in rows)
+    lost = [r for r in by_id.values() if infrastructure_error(r)]
+    if lost:
+        raise SweepIncomplete(f"{len(lost)} points not simulated: {lost[0]['error']}")
     return [by_id[p.point_id] for p in points]

@@ -50,6 +50,13 @@ def add_study_parsers(sub: Any) -> None:
     sw.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     sw.add_argument("--jobs", type=int, help="worker processes (default: CPUs, at most 8)")
     sw.add_argument("--scheduler", help="run on a Dask cluster: tcp://HOST:PORT")
+    sw.add_argument(
+        "--wait-workers",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="Dask: stop when the cluster has had no workers this long (default 30)",
+    )
     sw.add_argument("--plots", type=Path, help="also write the plots to this folder")
     sw.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -122,7 +129,7 @@ def _demo(a: argparse.Namespace) -> int:
 def _sweep(a: argparse.Namespace) -> int:
     from tpsim.experiments.grid import AXES, describe, grid_from_flags, grid_from_yaml
     from tpsim.experiments.results import check_output, read_rows
-    from tpsim.experiments.sweep import run_sweep
+    from tpsim.experiments.sweep import EXIT_INCOMPLETE, quiet_dask, run_sweep
 
     flags = {key: getattr(a, key) for key in AXES}
     if a.grid:
@@ -139,6 +146,8 @@ def _sweep(a: argparse.Namespace) -> int:
     if a.plots:
         check_folder(a.plots, "--plots")
     print(f"tpsim sweep: {describe(points)} -> {a.out}", file=sys.stderr)
+    if a.scheduler:  # a lost scheduler or worker is reported here, in one line, not logged
+        quiet_dask()
     try:
         done = run_sweep(
             points,
@@ -148,6 +157,7 @@ def _sweep(a: argparse.Namespace) -> int:
             resume=a.resume,
             overwrite=a.overwrite,
             progress=not a.quiet,
+            wait_workers_s=a.wait_workers,
         )
     except KeyboardInterrupt:
         print(
@@ -160,6 +170,13 @@ def _sweep(a: argparse.Namespace) -> int:
         f"{done.ran} points simulated ({done.skipped} already in the file), {done.errors} "
         f"errors, {done.not_fitting} not fitting in memory: {done.path}"
     )
+    if done.remaining:
+        print(
+            f"tpsim: sweep incomplete: {done.remaining} points not done ({done.why}); "
+            f"rerun with --resume to run them",
+            file=sys.stderr,
+        )
+        return EXIT_INCOMPLETE
     if a.plots:
         _plot_files(done.path, a.plots, None)
     return 0
