@@ -556,6 +556,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MemoryError:
         _error("out of memory: the input is too large for this machine")
         return 2
+    except Exception as exc:  # a study or demo whose points the sweep machinery lost
+        from tpsim.experiments.sweep import EXIT_INCOMPLETE, SweepIncomplete
+
+        if not isinstance(exc, SweepIncomplete):
+            raise
+        _error(f"incomplete: {exc}; run it again")
+        return EXIT_INCOMPLETE
 
 
 if __name__ == "__main__":
