@@ -203,7 +203,7 @@ def test_good_corpus_template_loads(tmp_path):
 
 
 def test_unreadable_files(tmp_path):
-    with pytest.raises(TopologyError, match=r"^file in .*missing\.yaml: cannot read"):
+    with pytest.raises(TopologyError, match=r"^topology file .*missing\.yaml: cannot read"):
         load_topology(tmp_path / "missing.yaml")
     (tmp_path / "latin1.yaml").write_bytes(b"name: caf\xe9\n")
     with pytest.raises(TopologyError, match="not UTF-8"):

@@ -60,7 +60,7 @@ def _read_text(path: Path, file: str) -> str:
     try:
         return read_text(path, MAX_FILE_BYTES)
     except ReadRefused as e:
-        raise _err("file", file, str(e)) from None
+        raise TopologyError(f"topology file {file}: {e}") from None
 
 
 _JSON_STRING = re.compile(r'"(?:\\.|[^"\\])*"')
