@@ -51,6 +51,8 @@ def _rate(bps: float) -> str:
 def _crosses_hosts(config: Mapping[str, Any]) -> bool:
     """Whether one replica's GPUs (its TP group and pipeline stages) sit on more than one
     host, so that its traffic crosses the network (replicas on hosts of their own do not)."""
+    if "spans_hosts" in config:  # a summary rebuilt from a results row
+        return bool(config["spans_hosts"])
     placement = config.get("placement")
     if not placement:
         gpus = config.get("gpus", [])[: int(config["tp"])]
@@ -178,10 +180,20 @@ def _cause(win: Entry, lose: Entry) -> str:
             f"{PART_WORDS[part]} ({_ms(bw.get(part, 0.0))} against {_ms(bl.get(part, 0.0))}{note})"
         )
 
-    text = f"less {words(gain)}"
-    if diff[loss] < 0 and -diff[loss] >= 0.25 * diff[gain]:
-        text += f", offset in part by more {words(loss)}"
-    return text
+    lat_w, lat_l = win.summary["latency_s"], lose.summary["latency_s"]
+    per_w = win.summary["tokens_per_s"] * lat_w  # tokens per step: batch, x replicas
+    per_l = lose.summary["tokens_per_s"] * lat_l
+    parts = []
+    if per_w > per_l * 1.001:  # it wins on work per step (batch, replicas)
+        parts.append(f"more tokens per step ({per_w:,.0f} against {per_l:,.0f})")
+    if lat_w < lat_l:
+        text = f"less {words(gain)}"
+        if diff[loss] < 0 and -diff[loss] >= 0.25 * diff[gain]:
+            text += f", offset in part by more {words(loss)}"
+        parts.append(text)
+    elif lat_w > lat_l:
+        parts.append(f"despite a step longer by {_ms(lat_w - lat_l)}, mostly more {words(loss)}")
+    return ", ".join(parts) or "the same step time and tokens per step"
 
 
 def verdict(entries: Sequence[Entry]) -> str:
@@ -226,3 +238,42 @@ def comparison(entries: Sequence[Entry]) -> dict[str, Any]:
             }
         )
     return {"configurations": out, "verdict": verdict(entries)}
+
+
+def summary_from_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The parts of a run summary a comparison reads, rebuilt from a sweep results row
+    (``compare --results FILE --rows ID,ID``). Raises ValueError for a row without a result."""
+    if row.get("error") or not row.get("latency_s"):
+        reason = row.get("error") or "no result"
+        raise ValueError(f"point_id={row['point_id']}: {reason}")
+    model = str(row["model"])
+    return {
+        "latency_s": row["latency_s"],
+        "tokens_per_s": row["tokens_per_s"],
+        "tokens_per_s_per_gpu": row["tokens_per_s_per_gpu"],
+        "regime": row["regime"],
+        "breakdown_s": {p: float(row.get(f"{p}_s") or 0.0) for p in PARTS},
+        "memory": {
+            "total_bytes_per_gpu": row["total_bytes_per_gpu"] or 0,
+            "capacity_bytes_per_gpu": row["capacity_bytes_per_gpu"] or 0,
+        },
+        "config": {
+            "model": {"name": model.rsplit("/", 1)[-1]},
+            "topology": row["topology"],
+            "nodes": row["nodes"],
+            "gpu": row["gpu"],
+            "tp": row["tp"],
+            "spans_hosts": (row.get("hosts") or 1) > 1,
+            "workload": {
+                "batch": row["batch"],
+                "phase": row["phase"],
+                "prompt_len": row.get("prompt_len"),
+                "context_len": row.get("context_len"),
+            },
+            "options": {
+                "engine": row.get("engine") or "vllm",
+                "launch": row["launch"],
+                "dtype": row.get("dtype") or "model's",
+            },
+        },
+    }

@@ -107,3 +107,27 @@ def test_compare_gantt_puts_configurations_on_one_time_axis(
     assert "eager launch · CPU" in svg and "graph launch · CPU" in svg  # lanes by configuration
     assert svg.count("<title>") > 100  # tooltips on the bars of both
     assert main([*QUESTION_GRAPHS, "--gantt", str(tmp_path / "x.txt")]) == 2
+
+
+def test_compare_rows_of_a_results_file(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    import csv
+
+    out = tmp_path / "s.csv"
+    sweep = ["sweep", "--model", "llama-3.1-8b", "--topology", "dgx-h100", "--tp", "2,4"]
+    assert main([*sweep, "--batch", "8", "--out", str(out), "--quiet", "--jobs", "1"]) == 0
+    capsys.readouterr()
+    rows = list(csv.DictReader(out.open()))
+    ids = ",".join(r["point_id"] for r in rows)
+    j = _json(capsys, ["compare", "--results", str(out), "--rows", ids])
+    assert [c["summary"]["tokens_per_s"] for c in j["configurations"]] == [
+        float(r["tokens_per_s"]) for r in rows
+    ]
+    assert "x the tokens/s of" in j["verdict"]
+    for argv, needle in (
+        (["--rows", ids], "--results and --rows go together"),
+        (["--results", str(out), "--rows", "nope,other"], "point_id='nope' is not in"),
+        (["--results", str(out), "--rows", rows[0]["point_id"]], "two or more different"),
+    ):
+        assert main(["compare", *argv]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and needle in err

@@ -71,7 +71,13 @@ def add_compare_parser(sub: Any, run: argparse.ArgumentParser) -> None:
         "2) and print them side by side with ratios, the assumptions and one sentence "
         "saying which wins, by how much and why.",
     )
-    _add_run_lists(cmp, run, required=True)
+    _add_run_lists(cmp, run, required=False)
+    cmp.add_argument(
+        "--results",
+        type=Path,
+        help="compare rows of a sweep results file instead of simulating (with --rows)",
+    )
+    cmp.add_argument("--rows", help="point_ids of --results to compare: ID,ID[,ID...]")
     cmp.add_argument("--json", action="store_true", help="print the comparison as JSON")
     cmp.add_argument(
         "--gantt",
@@ -166,14 +172,59 @@ def _simulate(a: argparse.Namespace, minimum: int) -> list[Any]:
     return out
 
 
+def _entries_from_rows(a: argparse.Namespace) -> list[Any]:
+    """Comparison entries from rows of a sweep results file (``--results F --rows ID,ID``)."""
+    from tpsim.experiments.compare import Entry, assumptions, summary_from_row
+    from tpsim.experiments.results import read_rows
+    from tpsim.topologies.io import get_topology
+
+    if a.results is None or not a.rows:
+        raise ConfigError(
+            "compare: --results and --rows go together (--results s.csv --rows ID,ID)"
+        )
+    ids = [i.strip() for i in a.rows.split(",") if i.strip()]
+    if len(ids) < 2 or len(set(ids)) < len(ids):
+        raise ConfigError(f"--rows={a.rows}: give two or more different point_ids")
+    by_id = {r["point_id"]: r for r in read_rows(a.results)}
+    entries = []
+    for i in ids:
+        if i not in by_id:
+            raise ConfigError(f"--rows: point_id={i!r} is not in {a.results}")
+        try:
+            summary = summary_from_row(by_id[i])
+        except ValueError as e:
+            raise ConfigError(f"--rows: {e}") from None
+        graph = get_topology(str(by_id[i]["topology"]), int(by_id[i]["nodes"]))
+        r = by_id[i]
+        nodes = f"{r['nodes']} node{'s' if r['nodes'] > 1 else ''}"
+        label = f"{i[:8]}: TP {r['tp']}, {nodes}, batch {r['batch']}"
+        entries.append(Entry(label, summary, assumptions(graph, summary)))
+    return entries
+
+
 def _compare(a: argparse.Namespace) -> int:
     from tpsim.cli import check_output
     from tpsim.experiments.compare import comparison, table, verdict
     from tpsim.outputs import report
 
     check_output(a.gantt, "--gantt", (".png", ".svg"))
-    ran = _simulate(a, 2)
-    entries = [entry for entry, _ in ran]
+    if a.results is not None or a.rows is not None:
+        entries = _entries_from_rows(a)
+        ran = []
+    else:
+        missing = [
+            f
+            for f, v in (("--model", a.model), ("--topology", a.topology), ("--tp", a.tp))
+            if v is None
+        ]
+        if missing:
+            raise ConfigError(
+                f"compare: needs {', '.join(missing)} (or --results FILE --rows ID,ID)"
+            )
+        ran = _simulate(a, 2)
+        entries = [entry for entry, _ in ran]
+    if a.gantt and not ran:
+        raise ConfigError("--gantt: needs simulated configurations, not --results rows")
     if a.gantt:
         from tpsim.experiments.plots import gantt_compare
 
