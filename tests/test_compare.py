@@ -116,7 +116,8 @@ def test_compare_rows_of_a_results_file(tmp_path, capsys: pytest.CaptureFixture[
     sweep = ["sweep", "--model", "llama-3.1-8b", "--topology", "dgx-h100", "--tp", "2,4"]
     assert main([*sweep, "--batch", "8", "--out", str(out), "--quiet", "--jobs", "1"]) == 0
     capsys.readouterr()
-    rows = list(csv.DictReader(out.open()))
+    with out.open() as f:
+        rows = list(csv.DictReader(f))
     ids = ",".join(r["point_id"] for r in rows)
     j = _json(capsys, ["compare", "--results", str(out), "--rows", ids])
     assert [c["summary"]["tokens_per_s"] for c in j["configurations"]] == [
