@@ -139,6 +139,13 @@ def simulate(
             "gpus_per_node": layout.gpus_per_node,
             "gpus": [group.routes.node(g) for g in group.gpu_ranks],
             "ring_order": list(group.ring),
+            "layout": {
+                "tp": layout.tp,
+                "pp": 1,
+                "dp": 1,
+                "micro_batches": 1,
+                "pp_layers": [spec.num_layers],
+            },
             "workload": asdict(workload),
             "options": asdict(options) | {"dtype": dtype, "kv_dtype": options.kv_dtype or dtype},
         },
@@ -148,14 +155,9 @@ def simulate(
         "regime": metrics.regime(parts),
         "breakdown_s": parts,
         "memory": mem.to_dict(),
-        "communication": metrics.communication(records),
-        "model_split": {
-            "heads_per_gpu": split.heads,
-            "kv_heads_per_gpu": split.kv_heads,
-            "kv_replication": split.kv_replication,
-        },
-        "layers": metrics.breakdown_by_layer(path),
-        "engine": {"events": events, "wall_s": wall, "ranks_simulated": ranks},
+        **metrics.pass_details(
+            records, path, split, {"events": events, "wall_s": wall, "ranks_simulated": ranks}
+        ),
     }
     usage = tuple((t, "->".join(comms.fabric.edges[link]), bps) for t, link, bps in log or ())
     return Result(tuple(records), summary, tuple(r.id for r in path), group.labels(), usage)

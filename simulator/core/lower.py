@@ -249,6 +249,30 @@ class _Megatron:
         self.build.collective(mb.index, "all_gather", "lm_head", L, logits)
 
 
+def start_step(
+    model: ModelSpec,
+    tp: int,
+    workload: Workload,
+    options: Options,
+    hw: Hardware,
+    table: KernelTable | None,
+    group: int = 0,
+) -> tuple[_Megatron, OpBuilder, str]:
+    """The lowering of one step of a TP group, up to its first op: prices bound to the
+    model's shape (and ``table``'s measured kernels), the launch mode the engine runs the
+    step in, an op builder for TP group ``group`` with the engine's pre-step host work in
+    it. Returns (the Megatron lowering, its builder, the launch mode)."""
+    if table is not None:  # measured kernels of this model's shape at this TP
+        table = table.bind(model, tp)
+    price = Pricing.of(hw, precision(options, model.dtype, hw.fp8_tensor_cores), table)
+    calib = options.calibration
+    mode = host.step_mode(calib.engine, options.launch, workload.phase, workload.tokens)
+    build = OpBuilder(calib.launch[mode], tp, eager=mode == "eager")
+    build.group = group
+    host.before_step(build, calib.engine, tp, workload.batch)
+    return _Megatron(model, tp, workload, options, price, build), build, mode
+
+
 def lower(
     model: ModelSpec,
     tp: int,
@@ -269,15 +293,8 @@ def lower(
     prologue. LayerNorm models keep separate adds (vLLM's LayerNorm models call the norm
     and the add apart). ``table`` (measured GEMM times) overrides the GEMMs it matches.
     """
-    if table is not None:  # measured kernels of this model's shape at this TP
-        table = table.bind(model, tp)
-    price = Pricing.of(hw, precision(options, model.dtype, hw.fp8_tensor_cores), table)
-    calib = options.calibration
-    engine = calib.engine
-    mode = host.step_mode(engine, options.launch, workload.phase, workload.tokens)
-    build = OpBuilder(calib.launch[mode], tp, eager=mode == "eager")
-    host.before_step(build, engine, tp, workload.batch)
-    lo = _Megatron(model, tp, workload, options, price, build)
+    lo, build, mode = start_step(model, tp, workload, options, hw, table)
+    engine = options.calibration.engine
     slices = [_Slice(0, workload.batch, workload.tokens)]
     if options.overlap == "microbatch":
         if workload.batch < 2:

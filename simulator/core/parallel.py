@@ -139,14 +139,9 @@ def simulate_layout(
         "breakdown_s": parts,
         "memory": mem,
         "memory_per_stage": [m.to_dict() for m in mems],
-        "communication": metrics.communication(records),
-        "model_split": {
-            "heads_per_gpu": split.heads,
-            "kv_heads_per_gpu": split.kv_heads,
-            "kv_replication": split.kv_replication,
-        },
-        "layers": metrics.breakdown_by_layer(path),
-        "engine": {"events": events, "wall_s": wall, "ranks_simulated": ranks},
+        **metrics.pass_details(
+            records, path, split, {"events": events, "wall_s": wall, "ranks_simulated": ranks}
+        ),
     }
     usage = tuple((t, "->".join(fab.edges[link]), bps) for t, link, bps in log or ())
     labels = {r: f"{n} {_where(r, tp, pp, dp)}" for r, n in comms.labels().items()}

@@ -17,12 +17,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tpsim.core import host
-from tpsim.core.config import ConfigError, Options, Workload, precision
+from tpsim.core.config import ConfigError, Options, Workload
 from tpsim.core.costs import Hardware
 from tpsim.core.kernel_table import KernelTable
-from tpsim.core.lower import _Megatron, _Slice
-from tpsim.core.opbuild import OpBuilder
-from tpsim.core.pricing import Pricing
+from tpsim.core.lower import _Slice, start_step
 from tpsim.core.program import Program, Programs
 from tpsim.models.spec import ModelSpec
 
@@ -55,16 +53,8 @@ def stage_program(
     group: int,
 ) -> Program:
     """One TP rank's program of a stage; p2p peers are the placeholders ``_PREV``/``_NEXT``."""
-    if table is not None:
-        table = table.bind(model, tp)
-    price = Pricing.of(hw, precision(options, model.dtype, hw.fp8_tensor_cores), table)
-    calib = options.calibration
-    engine = calib.engine
-    mode = host.step_mode(engine, options.launch, workload.phase, workload.tokens)
-    build = OpBuilder(calib.launch[mode], tp, eager=mode == "eager")
-    build.group = group
-    host.before_step(build, engine, tp, workload.batch)
-    lo = _Megatron(model, tp, workload, options, price, build)
+    lo, build, mode = start_step(model, tp, workload, options, hw, table, group)
+    engine = options.calibration.engine
     slices = micro_slices(workload, micro_batches)
     act = lo.act_b
     chain = 0  # one chain: micro-batch m + 1 follows m on every stream

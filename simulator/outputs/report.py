@@ -131,7 +131,8 @@ def summary_text(s: dict[str, Any], assumptions: Mapping[str, str] | None = None
             f"{size(v['bytes_sent_per_gpu']):>10} sent in "
             f"all ({size(each)} each), {seconds(v['time_s']):>10}"
         )
-    if "layout" in c:
+    lay = c.get("layout", {})
+    if lay.get("pp", 1) > 1 or lay.get("dp", 1) > 1:
         lines += layout_lines(s)
     return "\n".join(lines)
 
@@ -153,10 +154,34 @@ def layout_lines(s: dict[str, Any]) -> list[str]:
             f"(weights {m['weights_bytes_per_gpu'] / 1e9:.2f}, "
             f"KV {m['kv_cache_bytes_per_gpu'] / 1e9:.2f})"
         )
-    out.append("  placement     rank: (dp, pp, tp) -> GPU")
+    out.append("  placement     (replica, stage): GPUs of its TP ranks in order")
+    groups: dict[tuple[int, int], list[str]] = {}
     for p in c["placement"]:
-        out.append(f"    {p['rank']:>4}: ({p['dp']}, {p['pp']}, {p['tp']}) -> {p['gpu']}")
+        groups.setdefault((p["dp"], p["pp"]), []).append(str(p["gpu"]))
+    for (d, k), gpus in groups.items():
+        out.append(f"    dp {d} pp {k}: {gpu_ranges(gpus)}")
     return out
+
+
+def gpu_ranges(gpus: list[str]) -> str:
+    """``n0.gpu0-7, n1.gpu0-3``: consecutive GPUs of one host folded into a range."""
+    runs: list[tuple[str, int, int]] = []
+    for g in gpus:
+        host, _, tail = g.rpartition(".")
+        digits = tail.lstrip("abcdefghijklmnopqrstuvwxyz_")
+        stem = tail[: len(tail) - len(digits)]
+        if not digits.isdigit():
+            runs.append((g, -1, -1))
+            continue
+        n = int(digits)
+        key = f"{host}.{stem}" if host else stem
+        if runs and runs[-1][0] == key and runs[-1][2] == n - 1:
+            runs[-1] = (key, runs[-1][1], n)
+        else:
+            runs.append((key, n, n))
+    return ", ".join(
+        k if lo < 0 else (f"{k}{lo}" if lo == hi else f"{k}{lo}-{hi}") for k, lo, hi in runs
+    )
 
 
 #: What the collective table's header says each ``--algo`` choice means.
