@@ -226,9 +226,9 @@ def draw_regime_map(rows: Sequence[Row], *, title: str) -> Figure:
     regimes = list(REGIME_COLOURS)
     n = len(regimes)
     # Colours: each regime, then its lighter shade (a near tie), then error, then empty.
-    cmap = ListedColormap(
-        [*REGIME_COLOURS.values(), *map(_lighter, REGIME_COLOURS.values()), "#DDDDDD", "#FFFFFF"]
-    )
+    shades: list[str | tuple[float, float, float]] = [*REGIME_COLOURS.values()]
+    shades += [_lighter(c) for c in REGIME_COLOURS.values()]
+    cmap = ListedColormap([*shades, "#DDDDDD", "#FFFFFF"])
     failed, empty = 2 * n, 2 * n + 1
     grid = [[empty] * len(tps) for _ in batches]
     cells = {(r["batch"], r["tp"]): r for r in rows}
