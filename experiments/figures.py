@@ -2,13 +2,15 @@
 
 Rows are grouped into series: everything but ``tp``, ``batch`` and the placement (``nodes``,
 ``gpus_per_node``) equal. Each series gets throughput against TP, a breakdown, a regime map,
-and, when its groups span different numbers of hosts, in-node against cross-node curves.
-Gantt charts are drawn for chosen points (by ``point_id``; default: the fastest fitting
-point of each series), re-simulated from their rows.
+and, when its groups span different numbers of hosts, in-node against cross-node curves;
+several series are also drawn on shared axes (``compare_series.png``). Gantt charts are
+drawn for chosen points (by ``point_id``; default: the fastest fitting point of each
+series), re-simulated from their rows. ``index.html`` lists every figure with its caption.
 """
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -19,6 +21,7 @@ from tpsim.core.errors import ConfigError
 from tpsim.experiments import sweep_plots
 from tpsim.experiments.grid import point_from_row
 from tpsim.experiments.plots import gantt
+from tpsim.outputs.export import write_text
 from tpsim.outputs.report import title as run_title
 from tpsim.topologies.io import get_topology
 
@@ -102,13 +105,22 @@ def plot_results(
         )
     varying = [k for i, k in enumerate(SERIES) if len({g[i] for g in groups}) > 1]
     written: list[Path] = []
+    captions: dict[Path, str] = {}
+    if len(groups) > 1:
+        named = {
+            _slug(g[0], varying).rstrip("_"): _one_per(g, ("tp", "batch")) for g in groups.values()
+        }
+        path = out / "compare_series.png"
+        sweep_plots.series_comparison(named, path, title="tokens/s of every series")
+        written.append(path)
+        captions[path] = "every series on shared axes: tokens/s against TP, a panel per batch"
     for group in groups.values():
         head = series_title(group[0])
         prefix = _slug(group[0], varying) if len(groups) > 1 else ""
         simple = _one_per(group, ("tp", "batch"))
         plots = [
             ("throughput_vs_tp", sweep_plots.throughput_vs_tp, simple, head),
-            ("breakdown", sweep_plots.breakdown_bars, _few_batches(simple), head),
+            ("breakdown", sweep_plots.breakdown_bars, simple, head),
             ("regime_map", sweep_plots.regime_map, simple, f"{head}: regime and tokens/s"),
         ]
         placed = _one_per(group, ("tp", "batch", "hosts"))
@@ -118,24 +130,45 @@ def plot_results(
             path = out / f"{prefix}{name}.png"
             draw(data, path, title=title)
             written.append(path)
+            captions[path] = f"{head}: {CAPTIONS[name]}"
         if gantt_ids is None:
             fitting = [r for r in group if sweep_plots.ok(r)]
             if fitting:
                 best = max(fitting, key=lambda r: (r["tokens_per_s"], r["point_id"]))
                 written.append(draw_gantt(best, out / f"{prefix}gantt_best.png"))
+                captions[written[-1]] = f"{head}: {CAPTIONS['gantt_best']}"
     by_id = {r["point_id"]: r for r in rows}
     for pid in gantt_ids or ():
         if pid not in by_id:
             raise ConfigError(f"--gantt={pid}: no row with that point_id in the results")
         written.append(draw_gantt(by_id[pid], out / f"gantt_{pid}.png"))
-    return written
+        captions[written[-1]] = f"point {pid}: timeline of layers 0-1"
+    index = out / "index.html"
+    write_text(index, index_html(captions, out))
+    return [*written, index]
 
 
-def _few_batches(rows: Sequence[Row]) -> list[Row]:
-    """Rows of at most three batches (the smallest, the middle and the largest that fit)."""
-    batches = sorted({r["batch"] for r in rows if sweep_plots.ok(r)})
-    keep = {batches[0], batches[len(batches) // 2], batches[-1]} if batches else set()
-    return [r for r in rows if r["batch"] in keep]
+CAPTIONS = {
+    "throughput_vs_tp": "tokens/s and tokens/s per GPU against TP, a line per batch",
+    "breakdown": "the critical path of each point by part, a panel per batch",
+    "regime_map": "regime and tokens/s of each point, with the regime's share",
+    "in_node_vs_cross_node": "tokens/s against TP by hosts spanned, with cross-host ratios",
+    "gantt_best": "timeline (layers 0-1) of the fastest point that fits",
+}
+
+
+def index_html(captions: dict[Path, str], out: Path) -> str:
+    """One page listing every figure (relative links) with its caption."""
+    items = "".join(
+        f'<figure><img src="{html.escape(p.relative_to(out).as_posix())}" alt="" '
+        f'style="max-width:100%"><figcaption>{html.escape(p.name)}: '
+        f"{html.escape(c)}</figcaption></figure>\n"
+        for p, c in captions.items()
+    )
+    return (
+        '<!doctype html>\n<html><head><meta charset="utf-8"><title>tpsim plots</title></head>'
+        f"<body>\n<h1>tpsim plots ({len(captions)} figures)</h1>\n{items}</body></html>\n"
+    )
 
 
 def draw_gantt(row: Row, path: Path) -> Path:

@@ -24,6 +24,7 @@ from typing import Any
 from tpsim.experiments.grid import Point, expand
 from tpsim.experiments.results import results_text
 from tpsim.experiments.sweep import run_points
+from tpsim.experiments.sweep_text import row_regime_text
 from tpsim.outputs.export import write_json, write_text
 
 Row = dict[str, Any]
@@ -48,7 +49,9 @@ def _good(r: Row) -> bool:
 
 
 def _table(rows: Sequence[Row], label: Callable[[Row], str]) -> list[str]:
-    lines = [f"  {'':<22} {'step (ms)':>10} {'tokens/s':>10} {'per GPU':>9}  regime"]
+    lines = [
+        f"  {'':<22} {'step (ms)':>10} {'tokens/s':>10} {'per GPU':>9}  regime (share of the path)"
+    ]
     for r in rows:
         if r.get("error"):
             lines.append(f"  {label(r):<22} error: {r['error']}")
@@ -57,7 +60,7 @@ def _table(rows: Sequence[Row], label: Callable[[Row], str]) -> list[str]:
         else:
             lines.append(
                 f"  {label(r):<22} {r['latency_s'] * 1e3:>10.2f} {r['tokens_per_s']:>10,.0f} "
-                f"{r['tokens_per_s_per_gpu']:>9,.0f}  {r['regime']}"
+                f"{r['tokens_per_s_per_gpu']:>9,.0f}  {row_regime_text(r)}"
             )
     return lines
 

@@ -1,21 +1,28 @@
 """Plots of sweep rows (tpsim.experiments.results): throughput and per-GPU throughput against TP,
-stacked latency breakdowns, a regime map (TP x batch) and in-node against cross-node curves.
+stacked latency breakdowns (a panel per batch), a regime map (TP x batch) with each cell's
+margin, in-node against cross-node curves with their ratio, and series compared on shared
+axes.
 
 Rows are the flat dicts of a results file (``tp``, ``batch``, ``hosts``, ``tokens_per_s``,
-``compute_s``, ..., ``fits``, ``error``). Figures are drawn on a bare ``Figure`` (no pyplot)
-and written atomically, byte for byte the same for the same rows.
+``compute_s``, ..., ``fits``, ``error``). Each figure is drawn on a bare ``Figure`` (no pyplot)
+by a ``draw_*`` function (which tests read through the artists) and written atomically by
+the function of the same name without ``draw_``, byte for byte the same for the same rows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from matplotlib.colors import ListedColormap
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import ListedColormap, to_rgb
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
+from matplotlib.ticker import FuncFormatter, NullFormatter
 from tpsim.experiments.plots import save_figure
+from tpsim.experiments.sweep_text import near_tie, regime_margin
 
 Row = dict[str, Any]
 
@@ -37,6 +44,7 @@ REGIME_COLOURS = {
 LINE_COLOURS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000"]
 MARKERS = ["o", "s", "^", "D", "v", "P", "X"]
 FONT = 11  # readable on a slide
+HOST_BOUNDARY = "host-boundary"  # the gid of the line where a TP group leaves its host
 
 
 def ok(row: Row) -> bool:
@@ -46,6 +54,20 @@ def ok(row: Row) -> bool:
 
 def _tps(rows: Sequence[Row]) -> list[int]:
     return sorted({r["tp"] for r in rows})
+
+
+def _figure(width: float, height: float) -> Figure:
+    fig = Figure(figsize=(width, height))
+    FigureCanvasAgg(fig)  # a canvas, so text extents can be measured before saving
+    return fig
+
+
+def compact(x: float, _pos: object = None) -> str:
+    """``15k``, ``1.2M``, ``0.5``: a tick label read at a glance."""
+    for scale, unit in ((1e6, "M"), (1e3, "k")):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g}{unit}"
+    return f"{x:.3g}"
 
 
 def _style(ax: Any, xlabel: str, ylabel: str, tps: list[int] | None = None) -> None:
@@ -59,13 +81,51 @@ def _style(ax: Any, xlabel: str, ylabel: str, tps: list[int] | None = None) -> N
         ax.minorticks_off()
 
 
-def throughput_vs_tp(rows: Sequence[Row], path: str | Path, *, title: str) -> None:
-    """Two panels: tokens/s and tokens/s per GPU against TP degree, one line per batch.
+def _plain_log_y(ax: Any) -> None:
+    """A log y axis labelled 15k, 20k, not 1.5x10^4."""
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FuncFormatter(compact))
+    ax.yaxis.set_minor_formatter(NullFormatter())
 
-    Rows that do not fit or failed are left out (the regime map shows them).
-    """
+
+def host_boundary(rows: Sequence[Row]) -> tuple[int, int] | None:
+    """The largest TP that stays in one host and the next TP drawn, when a larger one spans
+    hosts: where a group crosses into a second host."""
     good = [r for r in rows if ok(r)]
-    fig = Figure(figsize=(12, 5))
+    inside = [r["tp"] for r in good if r.get("hosts") == 1]
+    beyond = sorted(r["tp"] for r in good if (r.get("hosts") or 1) > 1)
+    if not inside or not beyond or beyond[-1] <= max(inside):
+        return None
+    last = max(inside)
+    return last, min(t for t in beyond if t > last)
+
+
+def _mark_hosts(ax: Any, rows: Sequence[Row]) -> None:
+    edge = host_boundary(rows)
+    if edge is None:
+        return
+    x = math.sqrt(edge[0] * edge[1])  # half way on the log2 axis
+    ax.axvline(x, color="#444444", linestyle="--", linewidth=1.2, gid=HOST_BOUNDARY)
+    ax.text(
+        x,
+        0.02,
+        f"TP > {edge[0]}: group over 2+ hosts",
+        transform=ax.get_xaxis_transform(),
+        rotation=90,
+        ha="right",
+        va="bottom",
+        fontsize=FONT - 3,
+        color="#444444",
+    )
+
+
+def _legend_outside(ax: Any, **kw: Any) -> None:
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, **kw)
+
+
+def draw_throughput_vs_tp(rows: Sequence[Row], *, title: str) -> Figure:
+    good = [r for r in rows if ok(r)]
+    fig = _figure(13, 5)
     ax1, ax2 = fig.subplots(1, 2)
     batches = sorted({r["batch"] for r in good})
     for i, batch in enumerate(batches):
@@ -79,76 +139,137 @@ def throughput_vs_tp(rows: Sequence[Row], path: str | Path, *, title: str) -> No
         ax2.plot([p[0] for p in pts], [p[2] for p in pts], "-", **style)
     for ax, label in ((ax1, "tokens/s (whole TP group)"), (ax2, "tokens/s per GPU")):
         _style(ax, "TP degree (GPUs)", label, _tps(good))
-        ax.set_yscale("log")
-        if batches:
-            ax.legend(fontsize=FONT - 2)
+        _plain_log_y(ax)
+        _mark_hosts(ax, good)
+    if batches:
+        _legend_outside(ax2, fontsize=FONT - 2)
     skipped = len(rows) - len(good)
     note = f" ({skipped} points not fitting or failed: not drawn)" if skipped else ""
     fig.suptitle(title + note, fontsize=FONT + 1)
     fig.tight_layout()
-    save_figure(fig, path)
+    return fig
+
+
+def throughput_vs_tp(rows: Sequence[Row], path: str | Path, *, title: str) -> None:
+    """Two panels: tokens/s and tokens/s per GPU against TP degree, one line per batch, the
+    host boundary marked. Rows that do not fit or failed are left out (the map shows them)."""
+    save_figure(draw_throughput_vs_tp(rows, title=title), path)
+
+
+def per_pass(rows: Sequence[Row]) -> str:
+    """``ms per step`` (decode), ``ms per pass`` (prefill), or both named."""
+    phases = {r.get("phase") for r in rows}
+    if phases == {"prefill"}:
+        return "ms per pass (prefill)"
+    if phases == {"decode"}:
+        return "ms per step (decode)"
+    return "ms per step (decode) or per pass (prefill)"
+
+
+def _grid(n: int, cols: int = 4) -> tuple[int, int]:
+    cols = max(1, min(cols, n))
+    return math.ceil(max(1, n) / cols), cols
+
+
+def draw_breakdown_bars(rows: Sequence[Row], *, title: str) -> Figure:
+    good = sorted((r for r in rows if ok(r)), key=lambda r: (r["batch"], r["tp"]))
+    batches = sorted({r["batch"] for r in good})
+    nrows, ncols = _grid(len(batches))
+    fig = _figure(3.6 * ncols + 2.2, 3.4 * nrows + 1.0)
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    used: dict[str, str] = {}
+    for ax, batch in zip(axes, batches, strict=False):
+        at = [r for r in good if r["batch"] == batch]
+        labels = [f"TP {r['tp']}" for r in at]
+        bottoms = [0.0] * len(at)
+        for cat, colour in CATEGORY_COLOURS.items():
+            values = [(r.get(f"{cat}_s") or 0.0) * 1e3 for r in at]
+            if not any(values):
+                continue
+            ax.bar(labels, values, bottom=bottoms, color=colour)
+            used[cat] = colour
+            bottoms = [b + v for b, v in zip(bottoms, values, strict=True)]
+        ax.set_title(f"batch {batch}", fontsize=FONT)
+        ax.set_ylabel(per_pass(at), fontsize=FONT - 1)
+        ax.tick_params(labelsize=FONT - 2)
+        ax.set_ylim(bottom=0)
+        ax.grid(True, axis="y", alpha=0.3)
+    for ax in axes[len(batches) :]:
+        ax.set_visible(False)
+    handles = [Patch(facecolor=c, label=k.replace("_", " ")) for k, c in used.items()]
+    if handles:
+        fig.legend(handles=handles, loc="upper right", fontsize=FONT - 2)
+    fig.suptitle(f"{title}\ncritical path by part; each batch on its own scale", fontsize=FONT)
+    fig.tight_layout(rect=(0, 0, 1 - 1.9 / fig.get_figwidth(), 1))
+    return fig
 
 
 def breakdown_bars(rows: Sequence[Row], path: str | Path, *, title: str) -> None:
-    """Stacked bars of the critical-path breakdown (ms) of each row, labelled TP / batch."""
-    good = sorted((r for r in rows if ok(r)), key=lambda r: (r["batch"], r["tp"]))
-    fig = Figure(figsize=(max(7.0, 0.75 * len(good) + 3), 5))
-    ax = fig.subplots()
-    labels = [f"TP {r['tp']}\nb {r['batch']}" for r in good]
-    bottoms = [0.0] * len(good)
-    for cat, colour in CATEGORY_COLOURS.items():
-        values = [(r.get(f"{cat}_s") or 0.0) * 1e3 for r in good]
-        if not any(values):
-            continue
-        ax.bar(labels, values, bottom=bottoms, color=colour, label=cat.replace("_", " "))
-        bottoms = [b + v for b, v in zip(bottoms, values, strict=True)]
-    ax.set_ylabel("time on the critical path (ms per step)", fontsize=FONT)
-    ax.set_xlabel("TP degree and batch", fontsize=FONT)
-    ax.tick_params(labelsize=FONT - 2)
-    ax.set_title(title, fontsize=FONT)
-    if good:
-        ax.legend(fontsize=FONT - 2)
-    ax.grid(True, axis="y", alpha=0.3)
-    fig.tight_layout()
-    save_figure(fig, path)
+    """Stacked bars of the critical-path breakdown (ms per step or pass) against TP, one
+    panel per batch, each on its own linear scale (so 1 ms bars are not flattened by 25 s
+    ones)."""
+    save_figure(draw_breakdown_bars(rows, title=title), path)
 
 
-def _compact(x: float) -> str:
-    for scale, unit in ((1e6, "M"), (1e3, "k")):
-        if x >= scale:
-            return f"{x / scale:.3g}{unit}"
-    return f"{x:.3g}"
+def _lighter(colour: str, by: float = 0.55) -> tuple[float, float, float]:
+    r, g, b = to_rgb(colour)
+    return (r + (1 - r) * by, g + (1 - g) * by, b + (1 - b) * by)
 
 
-def regime_map(rows: Sequence[Row], path: str | Path, *, title: str) -> None:
-    """TP (x) by batch (y), each cell coloured by its regime and labelled with tokens/s;
-    layouts that do not fit are hatched, failed points grey."""
+def _short(regime: str) -> str:
+    return regime.removesuffix("-bound")
+
+
+def draw_regime_map(rows: Sequence[Row], *, title: str) -> Figure:
     tps = _tps(rows)
     batches = sorted({r["batch"] for r in rows})
     regimes = list(REGIME_COLOURS)
-    cmap = ListedColormap([*REGIME_COLOURS.values(), "#DDDDDD", "#FFFFFF"])
-    empty, failed = len(regimes) + 1, len(regimes)
+    n = len(regimes)
+    # Colours: each regime, then its lighter shade (a near tie), then error, then empty.
+    shades: list[str | tuple[float, float, float]] = [*REGIME_COLOURS.values()]
+    shades += [_lighter(c) for c in REGIME_COLOURS.values()]
+    cmap = ListedColormap([*shades, "#DDDDDD", "#FFFFFF"])
+    failed, empty = 2 * n, 2 * n + 1
     grid = [[empty] * len(tps) for _ in batches]
     cells = {(r["batch"], r["tp"]): r for r in rows}
-    fig = Figure(figsize=(1.3 * len(tps) + 4.5, 0.55 * len(batches) + 2.5))
+    fig = _figure(1.6 * len(tps) + 5.0, 0.75 * len(batches) + 2.5)
     ax = fig.subplots()
+    present: set[str] = set()
+    ties = False
     for (batch, tp), r in cells.items():
         y, x = batches.index(batch), tps.index(tp)
         regime = r.get("regime")
-        grid[y][x] = regimes.index(regime) if regime in regimes else failed
-    ax.imshow(grid, cmap=cmap, vmin=0, vmax=len(regimes) + 1, aspect="auto", origin="lower")
-    for (batch, tp), r in cells.items():
+        if regime in regimes and not r.get("error"):
+            tie = near_tie(r)
+            ties |= tie
+            grid[y][x] = regimes.index(regime) + (n if tie else 0)
+            present.add(regime)
+        else:
+            grid[y][x] = failed
+    ax.imshow(grid, cmap=cmap, vmin=0, vmax=empty, aspect="auto", origin="lower")
+    for (batch, tp), r in sorted(cells.items()):
         y, x = batches.index(batch), tps.index(tp)
+        tie = False
         if r.get("error"):
             text = "error"
         else:
-            text = f"{_compact(r['tokens_per_s'])} tok/s"
+            share, second, share2 = regime_margin(r)
+            tie = near_tie(r)
+            text = f"{compact(r['tokens_per_s'])} tok/s\n{_short(r['regime'])} {share:.0%}"
+            if tie:
+                text += f"\n{_short(second)} {share2:.0%}"
+                ax.add_patch(
+                    Rectangle(
+                        (x - 0.5, y - 0.5), 1, 1, fill=False, hatch="..", linewidth=0, gid="tie"
+                    )
+                )
             if r.get("fits") is False:
                 ax.add_patch(
                     Rectangle((x - 0.5, y - 0.5), 1, 1, fill=False, hatch="///", linewidth=0)
                 )
                 text += "\nno fit"
-        dark = r.get("regime") in ("compute-bound", "communication-bound")
+        dark = r.get("regime") in ("compute-bound", "communication-bound") and not tie
+        plain = r.get("fits") is False or tie
         box = {"facecolor": "white", "alpha": 0.8, "edgecolor": "none", "pad": 1.5}
         ax.text(
             x,
@@ -156,39 +277,69 @@ def regime_map(rows: Sequence[Row], path: str | Path, *, title: str) -> None:
             text,
             ha="center",
             va="center",
-            fontsize=FONT - 2,
+            fontsize=FONT - 3,
             color="white" if dark and r.get("fits") else "black",
-            bbox=box if r.get("fits") is False else None,
+            bbox=box if plain else None,
         )
     ax.set_xticks(range(len(tps)), [str(t) for t in tps])
     ax.set_yticks(range(len(batches)), [str(b) for b in batches])
     ax.set_xlabel("TP degree (GPUs)", fontsize=FONT)
     ax.set_ylabel("batch (sequences)", fontsize=FONT)
     ax.tick_params(labelsize=FONT - 1)
-    handles = [Patch(facecolor=c, label=k) for k, c in REGIME_COLOURS.items()]
-    handles += [
-        Patch(facecolor="white", edgecolor="#444444", hatch="///", label="does not fit"),
-        Patch(facecolor="#DDDDDD", label="error"),
-    ]
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=FONT - 2)
+    handles = [Patch(facecolor=c, label=k) for k, c in REGIME_COLOURS.items() if k in present]
+    if ties:
+        handles.append(
+            Patch(
+                facecolor=_lighter("#777777"),
+                hatch="..",
+                label="lighter, dotted: runner-up\nwithin 15 points",
+            )
+        )
+    if any(r.get("fits") is False for r in rows):
+        handles.append(
+            Patch(facecolor="white", edgecolor="#444444", hatch="///", label="does not fit")
+        )
+    if any(r.get("error") for r in rows):
+        handles.append(Patch(facecolor="#DDDDDD", label="error"))
+    _legend_outside(ax, handles=handles, fontsize=FONT - 2)
     ax.set_title(title, fontsize=FONT)
     fig.tight_layout()
-    save_figure(fig, path)
+    return fig
+
+
+def regime_map(rows: Sequence[Row], path: str | Path, *, title: str) -> None:
+    """TP (x) by batch (y), each cell coloured by its regime and labelled with tokens/s and
+    the regime's share of the critical path; a cell whose runner-up is within 15 points is a
+    lighter, dotted shade naming the runner-up; layouts that do not fit are hatched, failed
+    points grey. The legend lists only what the map shows."""
+    save_figure(draw_regime_map(rows, title=title), path)
 
 
 def hosts_label(hosts: int) -> str:
     return "group in one host" if hosts == 1 else f"group over {hosts} hosts"
 
 
-def in_node_vs_cross_node(rows: Sequence[Row], path: str | Path, *, title: str) -> None:
-    """tokens/s against TP, one line per number of hosts the group spans; one panel per
-    batch (at most four: the smallest, the largest and two between)."""
+def cross_node_ratios(rows: Sequence[Row], batch: int) -> list[tuple[int, int, float, int]]:
+    """``(tp, hosts, ratio, against_tp)`` for each point of ``batch`` whose group spans
+    hosts: its tokens/s over those of the one-host group at the same TP, or else of the
+    largest one-host TP."""
+    good = [r for r in rows if ok(r) and r["batch"] == batch]
+    inside = {r["tp"]: r for r in good if r["hosts"] == 1}
+    out = []
+    for r in sorted(good, key=lambda r: (r["hosts"], r["tp"])):
+        if r["hosts"] == 1 or not inside:
+            continue
+        base = inside.get(r["tp"]) or inside[max(inside)]
+        out.append((r["tp"], r["hosts"], r["tokens_per_s"] / base["tokens_per_s"], base["tp"]))
+    return out
+
+
+def draw_in_node_vs_cross_node(rows: Sequence[Row], *, title: str) -> Figure:
     good = [r for r in rows if ok(r)]
     batches = sorted({r["batch"] for r in good})
-    if len(batches) > 4:
-        batches = [batches[round(i * (len(batches) - 1) / 3)] for i in range(4)]
-    fig = Figure(figsize=(5.2 * max(1, len(batches)), 5))
-    axes = fig.subplots(1, max(1, len(batches)), squeeze=False)[0]
+    nrows, ncols = _grid(len(batches))
+    fig = _figure(4.4 * ncols + 2.4, 4.0 * nrows + 1.0)
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
     hosts = sorted({r["hosts"] for r in good})
     for ax, batch in zip(axes, batches, strict=False):
         for i, h in enumerate(hosts):
@@ -206,9 +357,77 @@ def in_node_vs_cross_node(rows: Sequence[Row], path: str | Path, *, title: str) 
                     marker=MARKERS[i % 7],
                     label=hosts_label(h),
                 )
+        level = {(r["tp"], r["hosts"]): r["tokens_per_s"] for r in good if r["batch"] == batch}
+        for tp, h, ratio, base in cross_node_ratios(good, batch):
+            ax.annotate(
+                f"{ratio:.2f}x TP {base}\nin one host",
+                (tp, level[tp, h]),
+                xytext=(0, -10),
+                textcoords="offset points",
+                ha="center",
+                va="top",
+                fontsize=FONT - 3,
+                gid="ratio",
+            )
         _style(ax, "TP degree (GPUs)", "tokens/s (whole TP group)", _tps(good))
+        ax.yaxis.set_major_formatter(FuncFormatter(compact))
+        ax.set_ylim(bottom=0, top=1.15 * max(level.values(), default=1.0))
+        _mark_hosts(ax, good)
         ax.set_title(f"batch {batch}", fontsize=FONT)
-        ax.legend(fontsize=FONT - 2)
+    for ax in axes[len(batches) :]:
+        ax.set_visible(False)
+    if batches:
+        handles, labels = axes[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="upper right", fontsize=FONT - 2)
     fig.suptitle(title, fontsize=FONT + 1)
-    fig.tight_layout()
-    save_figure(fig, path)
+    fig.tight_layout(rect=(0, 0, 1 - 2.2 / fig.get_figwidth(), 1))
+    return fig
+
+
+def in_node_vs_cross_node(rows: Sequence[Row], path: str | Path, *, title: str) -> None:
+    """tokens/s (from zero) against TP, one line per number of hosts the group spans, a
+    panel per batch (all of them), each cross-host point labelled with its ratio to the
+    one-host group."""
+    save_figure(draw_in_node_vs_cross_node(rows, title=title), path)
+
+
+def draw_series_comparison(series: Mapping[str, Sequence[Row]], *, title: str) -> Figure:
+    names = list(series)
+    batches = sorted({r["batch"] for rs in series.values() for r in rs if ok(r)})
+    nrows, ncols = _grid(len(batches))
+    fig = _figure(4.4 * ncols + 3.6, 3.8 * nrows + 1.0)
+    axes = fig.subplots(nrows, ncols, squeeze=False, sharex=True, sharey=True).ravel()
+    every = [r for rs in series.values() for r in rs if ok(r)]
+    for ax, batch in zip(axes, batches, strict=False):
+        for i, name in enumerate(names):
+            pts = sorted(
+                (r["tp"], r["tokens_per_s"]) for r in series[name] if ok(r) and r["batch"] == batch
+            )
+            if pts:
+                ax.plot(
+                    [p[0] for p in pts],
+                    [p[1] for p in pts],
+                    "-",
+                    color=LINE_COLOURS[i % 7],
+                    marker=MARKERS[i % 7],
+                    label=name,
+                )
+        _style(ax, "TP degree (GPUs)", "tokens/s (whole TP group)", _tps(every))
+        _plain_log_y(ax)
+        ax.set_title(f"batch {batch}", fontsize=FONT)
+    for ax in axes[len(batches) :]:
+        ax.set_visible(False)
+    handles = {
+        label: h for ax in axes for h, label in zip(*ax.get_legend_handles_labels(), strict=True)
+    }
+    if handles:
+        fig.legend(list(handles.values()), list(handles), loc="upper right", fontsize=FONT - 3)
+    fig.suptitle(f"{title}\nseries on shared axes", fontsize=FONT)
+    fig.tight_layout(rect=(0, 0, 1 - 3.4 / fig.get_figwidth(), 1))
+    return fig
+
+
+def series_comparison(series: Mapping[str, Sequence[Row]], path: str | Path, *, title: str) -> None:
+    """tokens/s against TP of several series (named by what tells them apart) on shared
+    axes, a panel per batch: H100 against L40S at a glance."""
+    save_figure(draw_series_comparison(series, title=title), path)

@@ -170,6 +170,7 @@ def _sweep(a: argparse.Namespace) -> int:
         f"{done.ran} points simulated ({done.skipped} already in the file), {done.errors} "
         f"errors, {done.not_fitting} not fitting in memory: {done.path}"
     )
+    _words(done.path)
     if done.remaining:
         print(
             f"tpsim: sweep incomplete: {done.remaining} points not done ({done.why}); "
@@ -180,6 +181,19 @@ def _sweep(a: argparse.Namespace) -> int:
     if a.plots:
         _plot_files(done.path, a.plots, None)
     return 0
+
+
+def _words(results: Path) -> None:
+    """The assumptions of a sweep's configurations and its regimes with their shares."""
+    from tpsim.experiments.results import read_rows
+    from tpsim.experiments.sweep_text import assumption_lines, regime_summary
+
+    rows = read_rows(results)
+    for line in assumption_lines(rows):
+        print(line)
+    summary = regime_summary(rows)
+    if summary:
+        print(summary)
 
 
 def _plot_files(results: Path, out: Path, gantt: str | None) -> None:
@@ -238,7 +252,11 @@ def _study(a: argparse.Namespace) -> int:
             )
         )
     else:
+        from tpsim.experiments.sweep_text import assumption_lines
+
         print("\n".join(study.lines))
+        for line in assumption_lines(study.rows):
+            print(line)
         for path in study.plots:
             print(f"wrote {path}")
     return 0
