@@ -88,7 +88,10 @@ def assumptions(graph: nx.DiGraph, summary: Mapping[str, Any]) -> dict[str, str]
         rate = "/".join(_rate(b) for b in sorted(links["infiniband"]))
         out["network"] = f"{nics // hosts} NICs per host at {rate}"
     elif hosts > 1 and c.get("nodes", 1) > 1:
-        out["network"] = "not used (each replica within one host)"
+        dp = int(c.get("layout", {}).get("dp", 1))
+        out["network"] = (
+            "not used (each replica within one host)" if dp > 1 else "not used (within one host)"
+        )
     else:
         out["network"] = "not used (one host)"
     opts = c["options"]
