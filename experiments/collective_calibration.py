@@ -23,6 +23,7 @@ import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from matplotlib.figure import Figure
 from tpsim.calibration import measured
@@ -140,18 +141,47 @@ def compare_multinode(
     return out, geomean_error(pairs), worst
 
 
+def _point_lines(rows: Sequence[dict[str, float | str]]) -> Iterator[str]:
+    """The per-size table of a measured curve against its simulation."""
+    yield f"  {'bytes':>12} {'measured us':>12} {'simulated us':>13} {'error':>7}  choice"
+    for r in rows:
+        e = float(r["simulated_us"]) / float(r["measured_us"]) - 1
+        yield (
+            f"  {r['bytes']:>12} {r['measured_us']:>12.1f} {r['simulated_us']:>13.1f} "
+            f"{e:>+7.1%}  {r['choice']}"
+        )
+
+
+def _busbw_axes(
+    ax: Any,
+    rows: Sequence[dict[str, float | str]],
+    ranks: int,
+    err: float,
+    measured: str,
+    title: str,
+) -> None:
+    """Measured and simulated all-reduce busbw over size (log axes) on ``ax``."""
+    sizes = [int(r["bytes"]) for r in rows]
+    factor = 2 * (ranks - 1) / ranks / 1e3  # busbw GB/s from bytes / us
+    meas = [int(r["bytes"]) / float(r["measured_us"]) * factor for r in rows]
+    sim = [int(r["bytes"]) / float(r["simulated_us"]) * factor for r in rows]
+    ax.plot(sizes, meas, "o-", color="#000000", label=measured)
+    ax.plot(sizes, sim, "s--", color="#D55E00", label=f"tpsim (geomean error {err:.0%})")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("message size (bytes)")
+    ax.set_ylabel("all-reduce busbw (GB/s)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+
+
 def _multinode_report(out: Path, data: Path) -> Iterator[str]:
     for curve in MULTINODE:
         rows, err, worst = compare_multinode(curve, data)
         over = f" over network {curve.network}" if curve.network else ""
         yield f"{curve.name} on {curve.topology} x2{over} (16 ranks, launcher mpi):"
-        yield f"  {'bytes':>12} {'measured us':>12} {'simulated us':>13} {'error':>7}  choice"
-        for r in rows:
-            e = float(r["simulated_us"]) / float(r["measured_us"]) - 1
-            yield (
-                f"  {r['bytes']:>12} {r['measured_us']:>12.1f} {r['simulated_us']:>13.1f} "
-                f"{e:>+7.1%}  {r['choice']}"
-            )
+        yield from _point_lines(rows)
         verdict = "within" if err < curve.bound else "OUTSIDE"
         w = float(worst["simulated_us"]) / float(worst["measured_us"]) - 1
         yield (
@@ -159,20 +189,10 @@ def _multinode_report(out: Path, data: Path) -> Iterator[str]:
             f"worst {worst['bytes']} B ({w:+.1%})"
         )
         fig = Figure(figsize=(6.4, 4.8))
-        ax = fig.subplots()
-        sizes = [int(r["bytes"]) for r in rows]
-        factor = 2 * 15 / 16 / 1e3  # busbw GB/s from bytes / us, 16 ranks
-        meas = [int(r["bytes"]) / float(r["measured_us"]) * factor for r in rows]
-        sim = [int(r["bytes"]) / float(r["simulated_us"]) * factor for r in rows]
-        ax.plot(sizes, meas, "o-", color="#000000", label="measured (nccl-tests, out of place)")
-        ax.plot(sizes, sim, "s--", color="#D55E00", label=f"tpsim (geomean error {err:.0%})")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("message size (bytes)")
-        ax.set_ylabel("all-reduce busbw (GB/s)")
-        ax.set_title(f"{curve.name}: 2 nodes x 8 GPUs", fontsize=10)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
+        _busbw_axes(
+            fig.subplots(), rows, 16, err, "measured (nccl-tests, out of place)",
+            f"{curve.name}: 2 nodes x 8 GPUs",
+        )  # fmt: skip
         fig.tight_layout()
         path = out / f"multinode_{curve.slug}.png"
         save_figure(fig, path)
@@ -208,28 +228,10 @@ def run(out: Path) -> Iterator[str]:
     for ax, curve in zip(axes, CURVES, strict=True):
         rows, err = compare(curve, data)
         yield f"{curve.name} on {curve.topology} (launcher {curve.launcher}):"
-        yield f"  {'bytes':>12} {'measured us':>12} {'simulated us':>13} {'error':>7}  choice"
-        for r in rows:
-            e = float(r["simulated_us"]) / float(r["measured_us"]) - 1
-            yield (
-                f"  {r['bytes']:>12} {r['measured_us']:>12.1f} {r['simulated_us']:>13.1f} "
-                f"{e:>+7.1%}  {r['choice']}"
-            )
+        yield from _point_lines(rows)
         verdict = "within" if err < curve.bound else "OUTSIDE"
         yield f"  geomean error {err:.1%} ({verdict} the {curve.bound:.0%} target)"
-        sizes = [int(r["bytes"]) for r in rows]
-        factor = 2 * 7 / 8 / 1e3  # busbw GB/s from bytes / us, 8 ranks
-        meas = [int(r["bytes"]) / float(r["measured_us"]) * factor for r in rows]
-        sim = [int(r["bytes"]) / float(r["simulated_us"]) * factor for r in rows]
-        ax.plot(sizes, meas, "o-", color="#000000", label="measured")
-        ax.plot(sizes, sim, "s--", color="#D55E00", label=f"tpsim (geomean error {err:.0%})")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("message size (bytes)")
-        ax.set_ylabel("all-reduce busbw (GB/s)")
-        ax.set_title(curve.name, fontsize=10)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
+        _busbw_axes(ax, rows, 8, err, "measured", curve.name)
     want_peaks = measured_peaks()
     got = peaks(want_peaks)
     for algo, want in want_peaks.items():
