@@ -59,8 +59,12 @@ class Curve:
 
 
 CURVES = (
-    Curve("8x A100 nccl-tests (-g 8)", "dgx-a100", "threads", "nccl_allreduce_a100_8gpu.csv", 0.10),
-    Curve("8x H100 through torch", "dgx-h100", "torch", "nccl_allreduce_h100_8gpu_small.csv", 0.15),
+    # bounds of issue #14: the A100 sweep no worse than #3 left it (11.5%, to the 0.1%),
+    # every single-node file within 12%
+    Curve(
+        "8x A100 nccl-tests (-g 8)", "dgx-a100", "threads", "nccl_allreduce_a100_8gpu.csv", 0.1155
+    ),
+    Curve("8x H100 through torch", "dgx-h100", "torch", "nccl_allreduce_h100_8gpu_small.csv", 0.12),
 )
 
 
