@@ -21,6 +21,7 @@ from matplotlib import rc_context
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.transforms import blended_transform_factory
+from tpsim.core.engine import NET_STEP
 from tpsim.core.records import Record
 from tpsim.outputs.export import atomic_output, write_text
 
@@ -33,8 +34,10 @@ KIND_COLORS: dict[str, str] = {
     "attention": "#CC79A7",  # reddish purple
     "elementwise": "#009E73",  # bluish green
     "collective": "#E69F00",  # orange
+    "collective (network)": "#A6361F",  # brick red: a step whose sends cross hosts
     "p2p": "#56B4E9",  # sky blue
 }
+NET_KIND = "collective (network)"  # collective steps over the network get their own colour
 OTHER_COLOR = "#D55E00"  # vermillion, for a kind not listed above
 
 #: Rows of one rank, top to bottom, with their y-axis labels.
@@ -212,8 +215,9 @@ def gantt_figure(
         if row is None or r.end_s < t0 or r.start_s > t1:
             continue
         xy = (r.start_s * scale, max(r.end_s - r.start_s, 0.0) * scale)
-        bars[(row, KIND_COLORS.get(r.kind, OTHER_COLOR))].append(xy)
-        kinds_seen.add(r.kind)
+        kind = NET_KIND if r.kind == "collective" and r.detail.endswith(NET_STEP) else r.kind
+        bars[(row, KIND_COLORS.get(kind, OTHER_COLOR))].append(xy)
+        kinds_seen.add(kind)
         shown.append((r, row, xy))
         if r.id in crit:
             outlines[row].append(xy)

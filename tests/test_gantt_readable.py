@@ -87,3 +87,17 @@ def test_svg_bars_have_tooltips(graph_decode, tmp_path: Path) -> None:
     again = tmp_path / "again.svg"
     gantt(graph_decode.records, again, layers=(0, 0), critical=graph_decode.critical_path)
     assert again.read_bytes() == out.read_bytes()
+
+
+def test_cross_node_steps_are_distinct_from_nvlink_steps() -> None:
+    from tpsim.core.engine import NET_STEP
+
+    two = simulate("llama-3.1-8b", "dgx-h100", Layout(16), Workload(8), Options(), nodes=2)
+    net = [r for r in two.records if r.kind == "collective" and r.detail.endswith(NET_STEP)]
+    inside = [r for r in two.records if r.kind == "collective" and not r.detail.endswith(NET_STEP)]
+    assert net and inside  # hierarchical: steps in the node, then across the NICs
+    chart = gantt_figure(two.records, layers=(0, 0))
+    labels = [t.get_text() for t in chart.ax.get_legend().get_texts()]
+    assert "collective (network)" in labels and "collective" in labels
+    one = simulate("llama-3.1-8b", "dgx-h100", Layout(8), Workload(8), Options())
+    assert not any(r.detail.endswith(NET_STEP) for r in one.records)

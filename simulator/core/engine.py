@@ -35,6 +35,9 @@ from tpsim.core.recordlog import RecordLog
 from tpsim.core.records import Record
 from tpsim.core.sm_sharing import SMSharing
 
+#: Ends the detail of a collective step whose sends cross the network between hosts.
+NET_STEP = " over the network"
+
 
 @dataclass(frozen=True, slots=True)
 class Send:
@@ -49,6 +52,7 @@ class Send:
     peer: int = -1  # destination rank, for the trace (-1: a switch)
     shift: int = 0  # blocks between sender and receiver, when one block stands for all
     shifts: tuple[int, ...] = ()  # the same per notified rank, for sends seen by several
+    net: bool = False  # it crosses the network between hosts (the trace and Gantt say so)
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,7 +243,10 @@ class _Run:
                 if peer_start > ready:
                     start, by, shift = peer_start, peer_cause, peer_shift
             nbytes = sum(x.payload for x in step.sends)
-            rid = log.op(rank, "comm", i, op, names[s], nbytes, start, env.now, by[0], details[s])
+            detail = details[s]
+            if any(x.net for x in step.sends):
+                detail += NET_STEP
+            rid = log.op(rank, "comm", i, op, names[s], nbytes, start, env.now, by[0], detail)
             if shift:
                 log.cause_shift[rid] = shift
             cause = (rid, env.now)

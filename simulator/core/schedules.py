@@ -61,6 +61,7 @@ def send(
         cap_Bps=cap,
         notify=(dst,) if notify is None else notify,
         peer=dst,
+        net=path.link_class == "net",
     )
 
 

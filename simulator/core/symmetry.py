@@ -137,10 +137,10 @@ def quotient(sym: HostSymmetry, sched: Schedule) -> Schedule:
         notify = tuple(r % g for r in s.notify)
         if len(s.notify) == 1:
             return Send(links, s.payload, s.wire, s.latency_s, s.cap_Bps, notify, s.peer,
-                        s.notify[0] // g)  # fmt: skip
+                        s.notify[0] // g, net=s.net)  # fmt: skip
         # seen by several ranks (NVLS): each arrival remembers its own receiver's block
         return Send(links, s.payload, s.wire, s.latency_s, s.cap_Bps, notify, s.peer, 0,
-                    tuple(r // g for r in s.notify))  # fmt: skip
+                    tuple(r // g for r in s.notify), s.net)  # fmt: skip
 
     steps = tuple(
         tuple(Step(tuple(fold(s) for s in step.sends), step.expect) for step in sched.steps[t])
