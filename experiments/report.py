@@ -61,8 +61,9 @@ def _host(label: str) -> str:
     return label.split(".", 1)[0] if "." in label else ""
 
 
-def gantt_figure(run: Run) -> tuple[go.Figure, int, int]:
-    """The interactive Gantt of one run: (figure, bars drawn, records in the run)."""
+def gantt_figure(run: Run, x_max_us: float | None = None) -> tuple[go.Figure, int, int]:
+    """The interactive Gantt of one run: (figure, bars drawn, records in the run). The time
+    axis runs to ``x_max_us`` when given (the configurations of a report share one scale)."""
     view = gantt_view(run.records)
     shown = list(view.ranks)
     keep = set(shown)
@@ -143,7 +144,11 @@ def gantt_figure(run: Run) -> tuple[go.Figure, int, int]:
         barmode="overlay",
         height=max(320, 26 * len(lanes) + 140),
         margin={"l": 10, "r": 10, "t": 40, "b": 40},
-        xaxis={"title": "time (us)", "rangeslider": {"visible": False}},
+        xaxis={
+            "title": "time (us)",
+            "rangeslider": {"visible": False},
+            **({"range": [0, x_max_us]} if x_max_us else {}),
+        },
         yaxis={
             "categoryorder": "array",
             "categoryarray": list(reversed(lanes)),
@@ -292,14 +297,16 @@ def html_report(
         parts.append(f"<pre>{html.escape(table(entries))}</pre>")
         parts.append("<h2>Critical path</h2>")
         parts.append(fig_html(breakdown_figure(entries), "breakdown"))
+    longest = max((r.end_s for run in runs for r in run.records), default=0.0)
     for i, run in enumerate(runs):
-        fig, drawn, total = gantt_figure(run)
+        fig, drawn, total = gantt_figure(run, _us(longest) * 1.02 if len(runs) > 1 else None)
         parts.append(f"<h2>Timeline: {html.escape(run.entry.label)}</h2>")
         note = (
             f"{drawn:,} records drawn"
             + (f" (the first {drawn:,} of {total:,})" if drawn < total else "")
             + "; bars on the critical path solid, the others faded; drag to zoom, "
-            "double-click to reset, hover a bar for its op."
+            "double-click to reset, hover a bar for its op"
+            + ("; every configuration on the same time scale." if len(runs) > 1 else ".")
         )
         parts.append(f'<p class="note">{html.escape(note)}</p>')
         parts.append(fig_html(fig, f"gantt{i}"))

@@ -15,8 +15,9 @@ REVIEW = [
     "--model", "llama-3.1-70b", "--topology", "dgx-h100", "--tp", "8,16", "--nodes", "1,2",
     "--batch", "8", "--context-len", "2048",
 ]  # fmt: skip
+# the second design-review question: eager against CUDA graphs for an 8B model at TP 4
 EAGER = ["--model", "llama-3.1-8b", "--topology", "dgx-h100", "--tp", "4", "--batch", "8",
-         "--launch", "eager"]  # fmt: skip
+         "--launch", "eager,graph"]  # fmt: skip
 
 
 def _report(tmp_path: Path, argv: list[str], name: str = "r.html") -> Path:
