@@ -244,7 +244,7 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
     fmt = result_format(p)
     if not p.exists():
         raise ConfigError(f"results file {path}: no such file")
-    rows = []
+    rows: list[dict[str, Any]] = []
     for number, line in _lines(p, fmt):
         if fmt == "jsonl" and not rows:
             _check_jsonl_keys(p, line)
