@@ -80,11 +80,8 @@ def place_labels(fig: Figure, ax: object, points: Sequence[Layout]) -> list[Bbox
             for ang in range(0, 360, 30):
                 dx = dist * math.cos(math.radians(ang))
                 dy = dist * math.sin(math.radians(ang))
-                # anchor the label's near corner at the offset
-                if abs(dx) < 1e-6:  # straight above or below: centred
-                    x0 = cx - w / 2
-                else:
-                    x0 = cx + dx - (w if dx < 0 else 0)
+                # the label's near corner at the offset (centred straight above or below)
+                x0 = cx - w / 2 if abs(dx) < 1e-6 else cx + dx - (w if dx < 0 else 0)
                 y0 = cy + dy - (h if dy < -1e-6 else 0)
                 cand = Bbox.from_bounds(x0, y0, w, h)
                 inside = axes_box.containsx(x0) and axes_box.containsx(x0 + w)
