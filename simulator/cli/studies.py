@@ -25,6 +25,7 @@ STUDY_NAMES = (
     "in_node_vs_cross_node",
     "launch_overhead",
     "engines",
+    "tp_vs_pp_vs_dp",
 )
 
 
