@@ -159,6 +159,8 @@ def parse_line(line: str, fmt: str) -> dict[str, Any]:
         obj = json.loads(line)
         if not isinstance(obj, dict):
             raise ValueError("not a JSON object")
+        for k in LAYOUT_AXES:  # a row from before these axes (keys by name): one TP group
+            obj.setdefault(k, 1)
         return full_row(obj)
     (cells,) = list(csv.reader([line]))
     if len(cells) != len(COLUMNS):
@@ -246,28 +248,12 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
         raise ConfigError(f"results file {path}: no such file")
     rows: list[dict[str, Any]] = []
     for number, line in _lines(p, fmt):
-        if fmt == "jsonl" and not rows:
-            _check_jsonl_keys(p, line)
         try:
             rows.append(_checked(parse_line(line, fmt)))
         except (ValueError, KeyError, RecursionError) as exc:
             why = shorten(str(exc)) if not isinstance(exc, RecursionError) else "nested too deeply"
             raise ConfigError(f"results file {path}: line {number} is not a row ({why})") from None
     return rows
-
-
-def _check_jsonl_keys(path: Path, line: str) -> None:
-    """Refuse a JSON Lines file whose rows lack the appended columns (an older tpsim's)."""
-    try:
-        obj = json.loads(line)
-    except (ValueError, RecursionError):
-        return  # read_rows names the line
-    if isinstance(obj, dict):
-        missing = [c for c in APPENDED_COLUMNS if c not in obj]
-        if missing:
-            raise ConfigError(
-                f"results file {path}: " + OLD_FILE.format(missing=", ".join(missing))
-            )
 
 
 class ResultsWriter:

@@ -68,18 +68,11 @@ def test_cli_bad_pp_exits_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) 
     assert len(err) == 1 and "pp=" in err[0] and "0" in err[0]
 
 
-@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
-def test_resume_of_a_file_without_the_new_columns_says_start_anew(
-    suffix: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_resume_of_a_csv_without_the_new_columns_says_start_anew(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    out = tmp_path / f"old{suffix}"
-    (p,) = grid_from_flags(BASE | {"tp": "2"})
-    row = run_point(p)
-    if suffix == ".csv":
-        out.write_text(OLD_HEAD + "\n")
-    else:
-        old = {k: v for k, v in row.items() if k not in ("pp", "dp", "micro_batches", "bubble_s")}
-        out.write_text(json.dumps(old) + "\n")
+    out = tmp_path / "old.csv"
+    out.write_text(OLD_HEAD + "\n")
     args = ["sweep"] + [x for k, v in BASE.items() for x in ("--" + k.replace("_", "-"), v)]
     assert main([*args, "--tp", "2", "--out", str(out), "--resume", "--quiet"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -87,3 +80,16 @@ def test_resume_of_a_file_without_the_new_columns_says_start_anew(
     assert "pp, dp, micro_batches" in err[0]
     with pytest.raises(Exception, match="start a new file"):
         read_rows(out)
+
+
+def test_old_jsonl_rows_read_as_one_tp_group(tmp_path: Path) -> None:
+    """JSON Lines rows name their keys: a row without the layout keys is pp = dp =
+    micro_batches = 1, and its point id is the one the same point has now."""
+    (p,) = grid_from_flags(BASE | {"tp": "2"})
+    row = run_point(p)
+    old = {k: v for k, v in row.items() if k not in ("pp", "dp", "micro_batches", "bubble_s")}
+    out = tmp_path / "old.jsonl"
+    out.write_text(json.dumps(old) + "\n")
+    (back,) = read_rows(out)
+    assert (back["pp"], back["dp"], back["micro_batches"]) == (1, 1, 1)
+    assert point_from_row(back) == p and back["point_id"] == p.point_id
