@@ -73,19 +73,36 @@ class Point:
     sequence_parallel: bool
     ideal: bool
     engine: str
+    #: pipeline stages, data-parallel replicas, micro-batches (tpsim.core.layout); added
+    #: after the others, so their columns come last in the results file
+    pp: int = 1
+    dp: int = 1
+    micro_batches: int = 1
 
     @property
     def point_id(self) -> str:
-        """A stable key derived from the parameters only (the same in every run and file)."""
-        text = json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+        """A stable key derived from the parameters only (the same in every run and file).
+
+        A single TP group (pp = dp = micro_batches = 1) keeps the key it had before those
+        axes existed: they enter the key only when one differs from 1."""
+        values = asdict(self)
+        if all(values[k] == 1 for k in LAYOUT_AXES):
+            for k in LAYOUT_AXES:
+                del values[k]
+        text = json.dumps(values, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def params(self) -> dict[str, Any]:
         """``point_id`` and the parameters, in column order."""
         return {"point_id": self.point_id, **asdict(self)}
 
+    @property
+    def gpus(self) -> int:
+        """GPUs the point runs on: tp * pp * dp."""
+        return self.tp * self.pp * self.dp
+
     def layout(self) -> Layout:
-        return Layout(self.tp, self.gpus_per_node)
+        return Layout(self.tp, self.gpus_per_node, self.pp, self.dp, self.micro_batches)
 
     def workload(self) -> Workload:
         defaults = Workload()
@@ -111,6 +128,8 @@ class Point:
         )
 
 
+#: The axes of a layout of several TP groups (pipeline stages, replicas).
+LAYOUT_AXES: tuple[str, ...] = ("pp", "dp", "micro_batches")
 POINT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Point))
 
 
@@ -217,6 +236,9 @@ AXES: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "sequence_parallel": (_bool("sequence_parallel"), False),
     "ideal": (_bool("ideal"), False),
     "engine": (_engine, Options.engine),
+    "pp": (_via("pp", lambda v: Layout(pp=v)), 1),
+    "dp": (_via("dp", lambda v: Layout(dp=v)), 1),
+    "micro_batches": (_via("micro_batches", lambda v: Layout(micro_batches=v)), 1),
 }
 REQUIRED = ("model", "topology", "tp")
 
@@ -368,4 +390,7 @@ def describe(points: Sequence[Point]) -> str:
 def point_from_row(row: Mapping[str, Any]) -> Point:
     """The point a results row was simulated from (its parameter columns)."""
     values: dict[str, Any] = {name: row.get(name) for name in POINT_FIELDS}
+    for k in LAYOUT_AXES:  # a row of a file from before these axes: one TP group
+        if values[k] is None:
+            values[k] = 1
     return Point(**values)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from tpsim.core.api import simulate
@@ -231,6 +232,32 @@ def _why(best: Row, other: Row) -> str:
         reasons.append("more memory headroom lets it run a larger batch")
     reason = "; ".join(reasons) or f"its step is {best.regime}"
     return f"it gives {ratio:.2f}x the runner-up's tokens/s ({reason})"
+
+
+def short_label(r: Row) -> str:
+    """``TP 4 x DP 2 b64``: the degrees above 1 (TP always) and the batch per replica."""
+    parts = [f"TP {r.tp}"] + [f"{k} {v}" for k, v in (("PP", r.pp), ("DP", r.dp)) if v > 1]
+    return " x ".join(parts) + f" b{r.batch}"
+
+
+def plot_front(rows: list[Row], req: PlanRequest, out: Path) -> Path:
+    """``out/plan_pareto.png``: tokens/s per GPU against TPOT, the front joined, the layouts
+    labelled, the recommendation (``rows[0]``) marked."""
+    from tpsim.experiments.plan_plots import Layout as Point
+    from tpsim.experiments.plan_plots import pareto_plot
+
+    points = [
+        Point(r.tpot_s, r.tokens_per_s_per_gpu, short_label(r), best=k == 0)
+        for k, r in enumerate(rows)
+    ]
+    gpus = rows[0].tp * rows[0].pp * rows[0].dp
+    slo = f", TPOT SLO {req.slo_tpot_ms:g} ms" if req.slo_tpot_ms else ""
+    title = (
+        f"{req.model} on {gpus} GPUs of {req.topology} x{req.nodes}: decode, context "
+        f"{req.context_len}{slo} (ringed: recommended)"
+    )
+    slo_s = req.slo_tpot_ms / 1e3 if req.slo_tpot_ms else None
+    return pareto_plot(points, out / "plan_pareto.png", title=title, slo_x=slo_s)
 
 
 def to_dicts(rows: list[Row]) -> list[dict[str, Any]]:

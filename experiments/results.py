@@ -30,7 +30,7 @@ from typing import Any
 
 from tpsim.calibration.bounded import ReadRefused, read_text, shorten, show
 from tpsim.core.errors import ConfigError
-from tpsim.experiments.grid import CONTROL, POINT_FIELDS
+from tpsim.experiments.grid import CONTROL, LAYOUT_AXES, POINT_FIELDS
 from tpsim.outputs.export import write_text
 
 log = logging.getLogger(__name__)
@@ -58,15 +58,25 @@ RESULT_COLUMNS: tuple[str, ...] = (
     "comm_bytes_per_gpu",
     "error",
 )
-COLUMNS: tuple[str, ...] = ("point_id", *POINT_FIELDS, *RESULT_COLUMNS)
+#: Columns added after the first release of the file, appended so the others keep their
+#: places: the layout axes, and the pipeline bubble of the breakdown.
+APPENDED_COLUMNS: tuple[str, ...] = (*LAYOUT_AXES, "bubble_s")
+COLUMNS: tuple[str, ...] = (
+    "point_id",
+    *(f for f in POINT_FIELDS if f not in LAYOUT_AXES),
+    *RESULT_COLUMNS,
+    *APPENDED_COLUMNS,
+)
 
 INT_COLUMNS = frozenset(
     {"nodes", "gpus_per_node", "tp", "batch", "prompt_len", "context_len", "hosts"}
+    | set(LAYOUT_AXES)
     | set(MEMORY)
     | {"collectives", "comm_bytes_per_gpu"}
 )
 FLOAT_COLUMNS = frozenset(
     {"latency_s", "tokens_per_s", "tokens_per_s_per_gpu", *(f"{c}_s" for c in BREAKDOWN)}
+    | {"bubble_s"}
 )
 BOOL_COLUMNS = frozenset({"sequence_parallel", "ideal", "fits"})
 FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
@@ -149,6 +159,8 @@ def parse_line(line: str, fmt: str) -> dict[str, Any]:
         obj = json.loads(line)
         if not isinstance(obj, dict):
             raise ValueError("not a JSON object")
+        for k in LAYOUT_AXES:  # a row from before these axes (keys by name): one TP group
+            obj.setdefault(k, 1)
         return full_row(obj)
     (cells,) = list(csv.reader([line]))
     if len(cells) != len(COLUMNS):
@@ -159,7 +171,12 @@ def parse_line(line: str, fmt: str) -> dict[str, Any]:
 #: A results file of MAX_POINTS rows is about 200 MB; one past 512 MiB is no results file.
 MAX_RESULTS_BYTES = 512 << 20
 _SIMULATED = ("tokens_per_s", "tokens_per_s_per_gpu", "hosts", "regime")
-_POSITIVE = frozenset({"nodes", "tp", "batch", "prompt_len", "context_len", "hosts"})
+_POSITIVE = frozenset({"nodes", "tp", "batch", "prompt_len", "context_len", "hosts", *LAYOUT_AXES})
+#: What --resume says of a file written before the columns of APPENDED_COLUMNS existed.
+OLD_FILE = (
+    "written by an older tpsim, without the columns {missing}; start a new file "
+    "(or pass --overwrite)"
+)
 
 
 def _lines(path: Path, fmt: str) -> Iterator[tuple[int, str]]:
@@ -175,6 +192,16 @@ def _lines(path: Path, fmt: str) -> Iterator[tuple[int, str]]:
         line = line.removesuffix("\r")
         if number == 1 and fmt == "csv":
             if line != csv_header():
+                names = line.split(",")
+                missing = [c for c in APPENDED_COLUMNS if c not in names]
+                if (
+                    names[: len(COLUMNS) - len(APPENDED_COLUMNS)]
+                    == list(COLUMNS[: len(COLUMNS) - len(APPENDED_COLUMNS)])
+                    and missing
+                ):
+                    raise ConfigError(
+                        f"results file {path}: " + OLD_FILE.format(missing=", ".join(missing))
+                    )
                 raise ConfigError(
                     f"results file {path}: its header is not this version's columns "
                     "(start a new file)"
@@ -219,7 +246,7 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
     fmt = result_format(p)
     if not p.exists():
         raise ConfigError(f"results file {path}: no such file")
-    rows = []
+    rows: list[dict[str, Any]] = []
     for number, line in _lines(p, fmt):
         try:
             rows.append(_checked(parse_line(line, fmt)))

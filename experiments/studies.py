@@ -7,7 +7,9 @@
 - ``launch_overhead``: eager against CUDA graphs against torch.compile, across model sizes;
 - ``worked_examples``: every worked number of the design (tpsim.experiments.worked_examples);
 - ``engines``: one model on the ideal engine and on vLLM V0 and V1 across TP
-  (tpsim.experiments.engine_study).
+  (tpsim.experiments.engine_study);
+- ``tp_vs_pp_vs_dp``: all-TP across nodes against TP x PP and replicas on the same GPUs
+  (tpsim.experiments.layout_study).
 
 A study returns its report lines, a small ``summary`` of facts a reader can check (what the
 golden tests assert), its rows (sweep rows, tpsim.experiments.results) and the plots it wrote.
@@ -295,6 +297,13 @@ def _worked(out: Path | None = None, *, jobs: int = 1) -> Study:
     return worked_examples(out, jobs=jobs)
 
 
+def _tp_vs_pp_vs_dp(out: Path | None = None, *, jobs: int = 1) -> Study:
+    from tpsim.experiments.layout_study import tp_vs_pp_vs_dp
+
+    study: Study = tp_vs_pp_vs_dp(out, jobs=jobs)
+    return study
+
+
 #: Study name -> function; ``tpsim study NAME`` runs one.
 STUDIES: dict[str, Callable[..., Study]] = {
     "worked_examples": _worked,
@@ -302,4 +311,5 @@ STUDIES: dict[str, Callable[..., Study]] = {
     "in_node_vs_cross_node": in_node_vs_cross_node,
     "launch_overhead": launch_overhead,
     "engines": _engines,
+    "tp_vs_pp_vs_dp": _tp_vs_pp_vs_dp,
 }

@@ -79,6 +79,7 @@ def run_point(point: Point) -> Row:
         "tokens_per_s_per_gpu": s["tokens_per_s_per_gpu"],
         "regime": s["regime"],
         **{f"{c}_s": s["breakdown_s"][c] for c in BREAKDOWN},
+        "bubble_s": s["breakdown_s"].get("bubble", 0.0),
         "fits": s["memory"]["fits"],
         **{m: s["memory"][m] for m in MEMORY},
         "collectives": comm["collectives"],

@@ -82,6 +82,7 @@ def test_study_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         "in_node_vs_cross_node",
         "launch_overhead",
         "engines",
+        "tp_vs_pp_vs_dp",
     }
     assert main(["study", "worked_examples", "--out", str(tmp_path), "--json"]) == 0
     j = json.loads(capsys.readouterr().out)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 from tpsim.cli.types import tokens
@@ -30,6 +31,7 @@ def add_plan_parser(sub: Any) -> None:
     p.add_argument("--ideal", action="store_true")
     p.add_argument("--jobs", type=int, default=0, help="processes (default: one per core)")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--plots", type=Path, help="folder for the Pareto plot (plan_pareto.png)")
 
 
 def _plan(a: argparse.Namespace) -> int:
@@ -48,11 +50,22 @@ def _plan(a: argparse.Namespace) -> int:
     req = PlanRequest(a.model, a.topology, a.nodes, a.gpus, a.batch_max, a.prompt_len,
                       a.context_len, a.slo_ttft_ms, a.slo_tpot_ms, a.gpu_hour_usd, a.engine,
                       a.ideal)  # fmt: skip
+    if a.plots is not None:
+        from tpsim.cli.studies import check_folder
+
+        check_folder(a.plots, "--plots")
     rows = plan(req, a.jobs)
     if a.json:
         print(json.dumps({"layouts": to_dicts(rows)}, indent=2))
     else:
         print(table(rows, req))
+    if a.plots is not None:
+        from tpsim.experiments.plan import plot_front
+
+        a.plots.mkdir(exist_ok=True)
+        path = plot_front(rows, req, a.plots)
+        if not a.json:
+            print(f"wrote {path}")
     return 0
 
 

@@ -25,6 +25,7 @@ STUDY_NAMES = (
     "in_node_vs_cross_node",
     "launch_overhead",
     "engines",
+    "tp_vs_pp_vs_dp",
 )
 
 
@@ -45,6 +46,8 @@ def add_study_parsers(sub: Any) -> None:
         sw.add_argument(flag, help=lists)
     for flag in ("--sequence-parallel", "--ideal"):
         sw.add_argument(flag, nargs="?", const="true", help="alone: true; or a list: false,true")
+    for flag in ("--pp", "--dp", "--micro-batches"):  # layouts of several TP groups
+        sw.add_argument(flag, help=lists)
     sw.add_argument("--out", type=Path, required=True, help="results file (.csv or .jsonl)")
     sw.add_argument("--resume", action="store_true", help="skip the points already in --out")
     sw.add_argument("--overwrite", action="store_true", help="replace an existing --out")
