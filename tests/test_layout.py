@@ -197,3 +197,24 @@ def test_plan_ranks_layouts_and_recommends() -> None:
     for layout in ("TP 4 x PP 1 x DP 1", "TP 2 x PP 1 x DP 2", "TP 1 x PP 1 x DP 4"):
         assert layout in text
     assert "Recommended: TP " in text and "Runner-up: TP " in text
+
+
+def test_plan_worked_example_tp4_dp2_beside_tp8_and_tp2_dp4() -> None:
+    """The source notes' example: 8 GPUs serving independent requests as TP 4 x DP 2; plan
+    shows it next to TP 8 and TP 2 x DP 4, each with total tokens/s and latency. With the
+    same batch per replica, replicas multiply tokens/s while TP shortens the step."""
+    import json
+
+    out = subprocess.run(
+        [sys.executable, "-m", "tpsim", "plan", "--model", "llama-2-7b", "--topology",
+         "dgx-h100", "--batch-max", "16", "--ideal", "--jobs", "1", "--json"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    rows = {(r["tp"], r["pp"], r["dp"]): r for r in json.loads(out.stdout)["layouts"]}
+    tp8, tp4dp2, tp2dp4 = rows[8, 1, 1], rows[4, 1, 2], rows[2, 1, 4]
+    for r in (tp8, tp4dp2, tp2dp4):
+        assert r["tokens_per_s"] > 0 and r["tpot_s"] > 0 and r["ttft_s"] > 0
+    if tp8["batch"] == tp4dp2["batch"] == tp2dp4["batch"]:
+        assert tp8["tpot_s"] < tp4dp2["tpot_s"] < tp2dp4["tpot_s"]  # TP shortens the step
+        assert tp8["tokens_per_s"] < tp4dp2["tokens_per_s"] < tp2dp4["tokens_per_s"]
