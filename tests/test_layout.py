@@ -218,3 +218,30 @@ def test_plan_worked_example_tp4_dp2_beside_tp8_and_tp2_dp4() -> None:
     if tp8["batch"] == tp4dp2["batch"] == tp2dp4["batch"]:
         assert tp8["tpot_s"] < tp4dp2["tpot_s"] < tp2dp4["tpot_s"]  # TP shortens the step
         assert tp8["tokens_per_s"] < tp4dp2["tokens_per_s"] < tp2dp4["tokens_per_s"]
+
+
+def test_placement_overrides_the_derived_one(capsys: pytest.CaptureFixture[str]) -> None:
+    """Two TP 2 replicas on the PCIe L40S box: the derived placement keeps each TP pair on
+    one PCIe switch; placing each pair across the sockets is slower (its all-reduce crosses
+    UPI), and bad placements are refused with the field named."""
+    from tpsim.cli import main
+
+    w = Workload(8, "decode", context_len=512)
+    near = simulate("llama-3.1-8b", "pcie-l40s", Layout(2, dp=2), w)
+    far = simulate("llama-3.1-8b", "pcie-l40s",
+                   Layout(2, dp=2, placement=("gpu0", "gpu4", "gpu1", "gpu5")), w)  # fmt: skip
+    assert [p["gpu"] for p in far.summary["config"]["placement"]] == [
+        "gpu0",
+        "gpu4",
+        "gpu1",
+        "gpu5",
+    ]
+    assert (
+        far.summary["breakdown_s"]["communication"] > near.summary["breakdown_s"]["communication"]
+    )
+    base = ["run", "--model", "llama-3.1-8b", "--topology", "pcie-l40s", "--tp", "2"]
+    for bad, needle in (("gpu0,gpux", "'gpux' is not a GPU"), ("gpu0", "1 GPUs, the layout has"),
+                        ("gpu0,gpu0", "a GPU twice")):  # fmt: skip
+        assert main([*base, "--placement", bad]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and needle in err

@@ -178,6 +178,12 @@ def _parser() -> argparse.ArgumentParser:
         "--micro-batches", type=int, default=1, help="micro-batches per step (pipeline)"
     )
     run.add_argument("--pp-layers", type=parse_counts, default=(), help="layers per stage: 40,40")
+    run.add_argument(
+        "--placement",
+        metavar="GPU,GPU,...",
+        help="the GPU of each rank in (dp, pp, tp) order, e.g. n0.gpu0,n0.gpu2,n0.gpu4,n0.gpu6 "
+        "(default: TP inside a host first, then stages, then replicas)",
+    )
     run.add_argument("--batch", type=int, default=1)
     run.add_argument("--phase", choices=PHASES, default="decode")
     run.add_argument(
@@ -381,11 +387,9 @@ def run_inputs(a: argparse.Namespace) -> tuple[Layout, Workload, Options]:
         engine=a.engine,
     )
     check_nodes(a.nodes)
-    return (
-        Layout(a.tp, a.gpus_per_node, a.pp, a.dp, a.micro_batches, a.pp_layers),
-        workload,
-        options,
-    )
+    placement = tuple(x.strip() for x in a.placement.split(",")) if a.placement else ()
+    layout = Layout(a.tp, a.gpus_per_node, a.pp, a.dp, a.micro_batches, a.pp_layers, placement)
+    return layout, workload, options
 
 
 def _run(a: argparse.Namespace) -> int:

@@ -16,6 +16,10 @@ from typing import Any
 from tpsim.cli.types import parse_layers
 from tpsim.core.errors import ConfigError
 
+#: run's flags whose one value is itself a comma list: configurations are separated by
+#: ";" on these (``--pp-layers "40,40;30,50"``).
+LIST_VALUED = ("pp_layers", "placement")
+
 #: run's flags that do not apply to a comparison (outputs of one run).
 NOT_COMPARED = ("help", "gantt", "gantt_ranks", "gantt_layers", "trace", "json")
 
@@ -56,7 +60,11 @@ def _add_run_lists(
             required=action.required and required,
             metavar="V[,V...]",
             help=(action.help or action.dest.replace("_", " "))
-            + " (comma list: one value per configuration, or one for all)",
+            + (
+                " (';' between configurations, or one for all)"
+                if action.dest in LIST_VALUED
+                else " (comma list: one value per configuration, or one for all)"
+            ),
         )
     p.set_defaults(_run_parser=run)
 
@@ -118,7 +126,8 @@ def configurations(a: argparse.Namespace, minimum: int = 2) -> list[tuple[str, a
             continue
         if value is None:
             continue
-        items = [v.strip() for v in str(value).split(",")]
+        sep = ";" if action.dest in LIST_VALUED else ","
+        items = [v.strip() for v in str(value).split(sep)]
         if not all(items):
             raise ConfigError(f"{flag}={value!r}: an empty value in the list")
         lists[action.dest] = (flag, items)

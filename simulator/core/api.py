@@ -80,7 +80,7 @@ def simulate(
     calib = options.calibration  # an unknown engine or bad profile is refused first
     gpu_count = sum(1 for _, k in graph.nodes(data="kind") if k == "gpu")
     _check_layout(spec, layout.tp, gpu_count)
-    if layout.pp * layout.dp * layout.micro_batches > 1 or layout.pp_layers:
+    if layout.pp * layout.dp * layout.micro_batches > 1 or layout.pp_layers or layout.placement:
         from tpsim.core.parallel import simulate_layout  # stages, replicas, micro-batches
 
         result: Result = simulate_layout(

@@ -75,6 +75,9 @@ class Layout:
     dp: int = 1
     micro_batches: int = 1
     pp_layers: tuple[int, ...] = ()
+    #: GPU node names of the layout ranks in (dp, pp, tp) order, overriding the derived
+    #: placement (empty: derived from the graph)
+    placement: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _positive_int("tp", self.tp, 4096)
@@ -90,6 +93,18 @@ class Layout:
                 f"pp_layers={','.join(map(str, self.pp_layers))}: "
                 f"{len(self.pp_layers)} stages, pp={self.pp}"
             )
+        if not isinstance(self.placement, tuple) or not all(
+            isinstance(x, str) and x for x in self.placement
+        ):
+            raise ConfigError(f"placement={self.placement!r}: must be GPU names")
+        need = self.tp * self.pp * self.dp
+        if self.placement and len(self.placement) != need:
+            raise ConfigError(
+                f"placement={','.join(self.placement)[:80]}: {len(self.placement)} GPUs, "
+                f"the layout has tp*pp*dp={need} ranks"
+            )
+        if len(set(self.placement)) < len(self.placement):
+            raise ConfigError(f"placement={','.join(self.placement)[:80]}: a GPU twice")
         g = self.gpus_per_node
         if isinstance(g, bool) or not isinstance(g, int) or g < 0:
             raise ConfigError(f"gpus_per_node={g!r}: must be a non-negative integer")

@@ -56,11 +56,26 @@ def stage_layers(num_layers: int, pp: int, pp_layers: Sequence[int] = ()) -> tup
     return tuple(out)
 
 
-def place(routes: Routes, tp: int, pp: int, dp: int, per_host: int = 0) -> tuple[int, ...]:
-    """GPU rank of each layout rank: GPUs host after host (by rank inside a host), taking
-    ``per_host`` from each host when given; consecutive layout ranks get consecutive GPUs,
-    so a TP group stays inside a host whenever it fits."""
+def place(
+    routes: Routes,
+    tp: int,
+    pp: int,
+    dp: int,
+    per_host: int = 0,
+    placement: Sequence[str] = (),
+) -> tuple[int, ...]:
+    """GPU rank of each layout rank: ``placement`` (GPU node names in layout-rank order)
+    when given; else GPUs host after host (by rank inside a host), taking ``per_host`` from
+    each host when given; consecutive layout ranks get consecutive GPUs, so a TP group stays
+    inside a host whenever it fits."""
     name = routes.graph.graph.get("name", "topology")
+    if placement:
+        by_name = {routes.node(r): r for r in range(routes.num_ranks)}
+        unknown = [p for p in placement if p not in by_name]
+        if unknown:
+            some = ", ".join(sorted(by_name)[:4])
+            raise ConfigError(f"placement: {unknown[0]!r} is not a GPU of {name} (e.g. {some})")
+        return tuple(by_name[p] for p in placement)
     hosts: dict[int, list[int]] = {}
     for r in range(routes.num_ranks):
         hosts.setdefault(routes.host(r), []).append(r)

@@ -47,7 +47,7 @@ def simulate_layout(
     stages = stage_layers(spec.num_layers, pp, layout.pp_layers)
     micro_slices(workload, layout.micro_batches)  # refuses more micro-batches than sequences
     routes = Routes(graph)
-    gpu_ranks = place(routes, tp, pp, dp, layout.gpus_per_node)
+    gpu_ranks = place(routes, tp, pp, dp, layout.gpus_per_node, layout.placement)
     comms = LayoutComms(graph, routes, gpu_ranks, tp, calib, options.collective_algo)
     gpus = {graph.nodes[routes.node(g)]["gpu"] for g in gpu_ranks}
     if len(gpus) > 1:
