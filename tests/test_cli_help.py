@@ -82,3 +82,12 @@ def test_a_flag_the_phase_ignores_is_warned(
     assert f"warning: {flag} does not apply to {phase} (it uses {uses})" in err
     assert main([*argv, "--phase", phase]) == 0
     assert "warning" not in capsys.readouterr().err
+
+
+def test_api_errors_name_the_api_keyword() -> None:
+    """Too few GPUs from the API: the message names nodes= (the keyword), not only --nodes."""
+    from tpsim import Layout, simulate
+    from tpsim.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"nodes= in the API"):
+        simulate("llama-3.1-8b", "dgx-h100", Layout(16))
