@@ -42,6 +42,8 @@ SERIES = (
     "ideal",
 )
 GANTT_LAYERS = (0, 1)
+#: One point of a figure: a TP degree, a layout beyond it (stages, replicas) and a batch.
+POINT = ("tp", "pp", "dp", "micro_batches", "batch")
 
 
 def _key(row: Row) -> tuple[Any, ...]:
@@ -107,9 +109,7 @@ def plot_results(
     written: list[Path] = []
     captions: dict[Path, str] = {}
     if len(groups) > 1:
-        named = {
-            _slug(g[0], varying).rstrip("_"): _one_per(g, ("tp", "batch")) for g in groups.values()
-        }
+        named = {_slug(g[0], varying).rstrip("_"): _one_per(g, POINT) for g in groups.values()}
         path = out / "compare_series.png"
         sweep_plots.series_comparison(named, path, title="tokens/s of every series")
         written.append(path)
@@ -117,13 +117,13 @@ def plot_results(
     for group in groups.values():
         head = series_title(group[0])
         prefix = _slug(group[0], varying) if len(groups) > 1 else ""
-        simple = _one_per(group, ("tp", "batch"))
+        simple = _one_per(group, POINT)
         plots = [
             ("throughput_vs_tp", sweep_plots.throughput_vs_tp, simple, head),
             ("breakdown", sweep_plots.breakdown_bars, simple, head),
             ("regime_map", sweep_plots.regime_map, simple, f"{head}: regime and tokens/s"),
         ]
-        placed = _one_per(group, ("tp", "batch", "hosts"))
+        placed = _one_per(group, (*POINT, "hosts"))
         if len({r["hosts"] for r in placed if sweep_plots.ok(r)}) > 1:
             plots.append(("in_node_vs_cross_node", sweep_plots.in_node_vs_cross_node, placed, head))
         for name, draw, data, title in plots:

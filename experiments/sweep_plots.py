@@ -56,6 +56,24 @@ def _tps(rows: Sequence[Row]) -> list[int]:
     return sorted({r["tp"] for r in rows})
 
 
+def layout_of(r: Row) -> tuple[int, int, int, int]:
+    """(tp, pp, dp, micro_batches) of a results row (older rows: one TP group)."""
+    return (r["tp"], r.get("pp") or 1, r.get("dp") or 1, r.get("micro_batches") or 1)
+
+
+def layout_name(key: tuple[int, int, int, int]) -> str:
+    """``TP 4``, ``TP 4 x PP 2 (4 mb)``, ``TP 2 x DP 2``."""
+    tp, pp, dp, mb = key
+    name = f"TP {tp}" + (f" x PP {pp}" if pp > 1 else "") + (f" x DP {dp}" if dp > 1 else "")
+    return name + (f" ({mb} mb)" if mb > 1 else "")
+
+
+def _extra_layout(key: tuple[int, int, int, int]) -> str:
+    """The part of a layout beyond its TP degree: ``, PP 2 x DP 2`` (empty for plain TP)."""
+    rest = layout_name((1, *key[1:])).removeprefix("TP 1")
+    return f", {rest.removeprefix(' x ')}" if rest else ""
+
+
 def _figure(width: float, height: float) -> Figure:
     fig = Figure(figsize=(width, height))
     FigureCanvasAgg(fig)  # a canvas, so text extents can be measured before saving
@@ -82,10 +100,13 @@ def _style(ax: Any, xlabel: str, ylabel: str, tps: list[int] | None = None) -> N
 
 
 def _plain_log_y(ax: Any) -> None:
-    """A log y axis labelled 15k, 20k, not 1.5x10^4."""
+    """A log y axis labelled 15k, 20k, not 1.5x10^4; within one decade (no major tick in
+    view) the minor ticks carry the labels."""
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(FuncFormatter(compact))
-    ax.yaxis.set_minor_formatter(NullFormatter())
+    lo, hi = ax.get_ylim()
+    narrow = lo > 0 and math.floor(math.log10(hi)) == math.floor(math.log10(lo))
+    ax.yaxis.set_minor_formatter(FuncFormatter(compact) if narrow else NullFormatter())
 
 
 def host_boundary(rows: Sequence[Row]) -> tuple[int, int] | None:
@@ -128,13 +149,16 @@ def draw_throughput_vs_tp(rows: Sequence[Row], *, title: str) -> Figure:
     fig = _figure(13, 5)
     ax1, ax2 = fig.subplots(1, 2)
     batches = sorted({r["batch"] for r in good})
-    for i, batch in enumerate(batches):
+    # one line per batch and per layout beyond TP (stages, replicas), against the TP degree
+    series = sorted({(r["batch"], layout_of(r)[1:]) for r in good})
+    for i, (batch, rest) in enumerate(series):
         pts = sorted(
             (r["tp"], r["tokens_per_s"], r["tokens_per_s_per_gpu"])
             for r in good
-            if r["batch"] == batch
+            if r["batch"] == batch and layout_of(r)[1:] == rest
         )
-        style = {"color": LINE_COLOURS[i % 7], "marker": MARKERS[i % 7], "label": f"batch {batch}"}
+        label = f"batch {batch}{_extra_layout((0, *rest))}"
+        style = {"color": LINE_COLOURS[i % 7], "marker": MARKERS[i % 7], "label": label}
         ax1.plot([p[0] for p in pts], [p[1] for p in pts], "-", **style)
         ax2.plot([p[0] for p in pts], [p[2] for p in pts], "-", **style)
     for ax, label in ((ax1, "tokens/s (whole TP group)"), (ax2, "tokens/s per GPU")):
@@ -175,12 +199,19 @@ def draw_breakdown_bars(rows: Sequence[Row], *, title: str) -> Figure:
     good = sorted((r for r in rows if ok(r)), key=lambda r: (r["batch"], r["tp"]))
     batches = sorted({r["batch"] for r in good})
     nrows, ncols = _grid(len(batches))
-    fig = _figure(3.6 * ncols + 2.2, 3.4 * nrows + 1.0)
+    widest = max((len(layout_name(layout_of(r))) for r in good), default=4)
+    per_panel = max(
+        3.6,
+        0.12 * widest * max(len([r for r in good if r["batch"] == b]) for b in batches)
+        if batches
+        else 3.6,
+    )
+    fig = _figure(max(7.0, per_panel * ncols + 2.2), 3.4 * nrows + 1.0)
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
     used: dict[str, str] = {}
     for ax, batch in zip(axes, batches, strict=False):
-        at = [r for r in good if r["batch"] == batch]
-        labels = [f"TP {r['tp']}" for r in at]
+        at = sorted((r for r in good if r["batch"] == batch), key=layout_of)
+        labels = [layout_name(layout_of(r)) for r in at]
         bottoms = [0.0] * len(at)
         for cat, colour in CATEGORY_COLOURS.items():
             values = [(r.get(f"{cat}_s") or 0.0) * 1e3 for r in at]
@@ -198,9 +229,12 @@ def draw_breakdown_bars(rows: Sequence[Row], *, title: str) -> Figure:
         ax.set_visible(False)
     handles = [Patch(facecolor=c, label=k.replace("_", " ")) for k, c in used.items()]
     if handles:
-        fig.legend(handles=handles, loc="upper right", fontsize=FONT - 2)
-    fig.suptitle(f"{title}\ncritical path by part; each batch on its own scale", fontsize=FONT)
-    fig.tight_layout(rect=(0, 0, 1 - 1.9 / fig.get_figwidth(), 1))
+        fig.legend(handles=handles, loc="center right", fontsize=FONT - 2)
+    right = 1 - 1.9 / fig.get_figwidth()  # the legend's strip
+    fig.suptitle(
+        f"{title}\ncritical path by part; each batch on its own scale", fontsize=FONT, x=right / 2
+    )
+    fig.tight_layout(rect=(0, 0, right, 1))
     return fig
 
 
@@ -221,7 +255,7 @@ def _short(regime: str) -> str:
 
 
 def draw_regime_map(rows: Sequence[Row], *, title: str) -> Figure:
-    tps = _tps(rows)
+    tps = sorted({layout_of(r) for r in rows})  # one column per layout, by TP degree first
     batches = sorted({r["batch"] for r in rows})
     regimes = list(REGIME_COLOURS)
     n = len(regimes)
@@ -231,7 +265,7 @@ def draw_regime_map(rows: Sequence[Row], *, title: str) -> Figure:
     cmap = ListedColormap([*shades, "#DDDDDD", "#FFFFFF"])
     failed, empty = 2 * n, 2 * n + 1
     grid = [[empty] * len(tps) for _ in batches]
-    cells = {(r["batch"], r["tp"]): r for r in rows}
+    cells = {(r["batch"], layout_of(r)): r for r in rows}
     fig = _figure(1.6 * len(tps) + 5.0, 0.75 * len(batches) + 2.5)
     ax = fig.subplots()
     present: set[str] = set()
@@ -281,9 +315,10 @@ def draw_regime_map(rows: Sequence[Row], *, title: str) -> Figure:
             color="white" if dark and r.get("fits") else "black",
             bbox=box if plain else None,
         )
-    ax.set_xticks(range(len(tps)), [str(t) for t in tps])
+    plain_tp = all(k[1:] == (1, 1, 1) for k in tps)
+    ax.set_xticks(range(len(tps)), [str(k[0]) if plain_tp else layout_name(k) for k in tps])
     ax.set_yticks(range(len(batches)), [str(b) for b in batches])
-    ax.set_xlabel("TP degree (GPUs)", fontsize=FONT)
+    ax.set_xlabel("TP degree (GPUs)" if plain_tp else "layout", fontsize=FONT)
     ax.set_ylabel("batch (sequences)", fontsize=FONT)
     ax.tick_params(labelsize=FONT - 1)
     handles = [Patch(facecolor=c, label=k) for k, c in REGIME_COLOURS.items() if k in present]

@@ -189,3 +189,33 @@ def test_sweep_prints_its_assumptions(tmp_path: Path, capsys: pytest.CaptureFixt
     out = capsys.readouterr().out
     assert "assumptions (dgx-h100): gpu " in out and "engine " in out and "launch " in out
     assert "regime: memory-bound at 2 points (" in out
+
+
+def test_layouts_beyond_tp_are_drawn_not_collapsed(tmp_path: Path) -> None:
+    """A sweep over dp (or pp): each (tp, layout, batch) is its own point, a line per layout
+    in the throughput plot, a bar and a regime-map column each."""
+    rows = [
+        row(tp, 8, dp=dp, pp=1, micro_batches=1) | {"point_id": f"{tp}-{dp}"}
+        for tp in (2, 4)
+        for dp in (1, 2)
+    ]
+    fig = sp.draw_throughput_vs_tp(rows, title="t")
+    labels = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
+    assert labels == ["batch 8", "batch 8, DP 2"]
+    bars = sp.draw_breakdown_bars(rows, title="t")
+    ticks = [t.get_text() for t in bars.axes[0].get_xticklabels()]
+    assert ticks == ["TP 2", "TP 2 x DP 2", "TP 4", "TP 4 x DP 2"]
+    cols = [t.get_text() for t in sp.draw_regime_map(rows, title="t").axes[0].get_xticklabels()]
+    assert cols == ["TP 2", "TP 2 x DP 2", "TP 4", "TP 4 x DP 2"]
+    written = plot_results(rows, tmp_path, gantt_ids=[])
+    assert any(p.name == "regime_map.png" for p in written)
+
+
+def test_a_narrow_log_axis_still_has_labels() -> None:
+    rows = [row(2, 8), row(4, 8, latency_s=1.2e-3)]
+    fig = sp.draw_throughput_vs_tp(rows, title="t")
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    shown = [t.get_text() for t in ax.get_yticklabels(minor=True) if t.get_text()]
+    shown += [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+    assert shown  # within one decade the minor ticks carry the labels
