@@ -291,43 +291,52 @@ def parent_killed(folder: Path, want: list[str], rng: random.Random) -> Outcome:
     return resume_until_done(out, ["--jobs", "2"], want)
 
 
+def _dask_killed(
+    out: Path,
+    want: list[str],
+    rng: random.Random,
+    extra: list[str],
+    kill_what: Callable[[], None],
+    restart: Callable[[], None],
+) -> Outcome:
+    """A Dask sweep killed at a random moment by ``kill_what``: it must end 3 with one line,
+    then ``restart`` brings the cluster back and ``--resume`` completes the file."""
+    proc = start(sweep_cmd(out, *extra))
+    if not wait_rows(out, rng.randint(1, len(want) // 2), proc):
+        return Outcome(False, "ended before the kill")
+    kill_what()
+    t0 = time.monotonic()
+    rc, err = finish(proc, 60)
+    took = time.monotonic() - t0
+    bad = _check_kill_exit(rc, err)
+    if bad:
+        return Outcome(False, bad)
+    restart()
+    outcome = resume_until_done(out, extra, want)
+    return Outcome(outcome.ok, f"{outcome.detail}; exit {rc} {took:.1f} s after the kill")
+
+
 def dask_scheduler_killed(folder: Path, want: list[str], rng: random.Random) -> Outcome:
-    out = folder / "dask-scheduler.csv"
     with local_dask(folder) as cluster:
-        proc = start(sweep_cmd(out, "--scheduler", cluster.address))
-        if not wait_rows(out, rng.randint(1, len(want) // 2), proc):
-            return Outcome(False, "ended before the kill")
-        cluster.kill_scheduler()
-        t0 = time.monotonic()
-        rc, err = finish(proc, 60)
-        took = time.monotonic() - t0
-        bad = _check_kill_exit(rc, err)
-        if bad:
-            return Outcome(False, bad)
-        cluster.kill_workers()
-        cluster.start_scheduler()
-        cluster.start_worker()
-        outcome = resume_until_done(out, ["--scheduler", cluster.address], want)
-        return Outcome(outcome.ok, f"{outcome.detail}; exit {rc} {took:.1f} s after the kill")
+
+        def restart() -> None:
+            cluster.kill_workers()
+            cluster.start_scheduler()
+            cluster.start_worker()
+
+        return _dask_killed(
+            folder / "dask-scheduler.csv", want, rng, ["--scheduler", cluster.address],
+            cluster.kill_scheduler, restart,
+        )  # fmt: skip
 
 
 def dask_workers_killed(folder: Path, want: list[str], rng: random.Random) -> Outcome:
-    out = folder / "dask-workers.csv"
     with local_dask(folder) as cluster:
         extra = ["--scheduler", cluster.address, "--wait-workers", "2"]
-        proc = start(sweep_cmd(out, *extra))
-        if not wait_rows(out, rng.randint(1, len(want) // 2), proc):
-            return Outcome(False, "ended before the kill")
-        cluster.kill_workers()
-        t0 = time.monotonic()
-        rc, err = finish(proc, 60)
-        took = time.monotonic() - t0
-        bad = _check_kill_exit(rc, err)
-        if bad:
-            return Outcome(False, bad)
-        cluster.start_worker()
-        outcome = resume_until_done(out, extra, want)
-        return Outcome(outcome.ok, f"{outcome.detail}; exit {rc} {took:.1f} s after the kill")
+        return _dask_killed(
+            folder / "dask-workers.csv", want, rng, extra, cluster.kill_workers,
+            cluster.start_worker,
+        )  # fmt: skip
 
 
 SCENARIOS: dict[str, Callable[[Path, list[str], random.Random], Outcome]] = {

@@ -74,10 +74,16 @@ def tp_group(topology: nx.DiGraph, size: int, per_host: int = 0) -> Group:
         gpu_ranks = tuple(r for h in sorted(hosts)[: size // per_host] for r in hosts[h][:per_host])
     else:
         gpu_ranks = tuple(range(size))
+    return group_on(topology, routes, gpu_ranks, f"tp={size}: the group")
+
+
+def group_on(topology: nx.DiGraph, routes: Routes, gpu_ranks: tuple[int, ...], what: str) -> Group:
+    """The group of GPUs ``gpu_ranks`` (in TP-rank order), ring-ordered; one GPU type only
+    (``what`` names the group in the refusal)."""
     gpus = {topology.nodes[routes.node(g)]["gpu"] for g in gpu_ranks}
     if len(gpus) > 1:
         names = ", ".join(sorted(g.name for g in gpus))
-        raise ConfigError(f"tp={size}: the group mixes GPU types ({names}); use one type")
+        raise ConfigError(f"{what} mixes GPU types ({names}); use one type")
     tp_of = {g: t for t, g in enumerate(gpu_ranks)}
     ring = tuple(tp_of[g] for g in ring_order(routes, gpu_ranks))
     return Group(topology, routes, gpu_ranks, ring, gpus.pop())

@@ -26,9 +26,9 @@ from tpsim.calibration import Calibration
 from tpsim.core.engine import Planner, Router, Schedule, Send, Step
 from tpsim.core.errors import ConfigError
 from tpsim.core.fabric import Fabric, build_fabric
-from tpsim.core.group import Comms, Group, p2p_router
+from tpsim.core.group import Comms, group_on, p2p_router
 from tpsim.core.program import CollectiveCall, Programs
-from tpsim.topologies.routing import Routes, ring_order
+from tpsim.topologies.routing import Routes
 
 
 def stage_layers(num_layers: int, pp: int, pp_layers: Sequence[int] = ()) -> tuple[range, ...]:
@@ -97,16 +97,6 @@ def place(
     return tuple(order[:need])
 
 
-def _group(routes: Routes, topology: nx.DiGraph, gpu_ranks: tuple[int, ...]) -> Group:
-    gpus = {topology.nodes[routes.node(g)]["gpu"] for g in gpu_ranks}
-    if len(gpus) > 1:
-        names = ", ".join(sorted(g.name for g in gpus))
-        raise ConfigError(f"the layout mixes GPU types ({names}); use one type")
-    tp_of = {g: t for t, g in enumerate(gpu_ranks)}
-    ring = tuple(tp_of[g] for g in ring_order(routes, gpu_ranks))
-    return Group(topology, routes, gpu_ranks, ring, gpus.pop())
-
-
 @dataclass(frozen=True)
 class LayoutComms:
     """The groups of a layout and what they communicate over: one fabric indexing every
@@ -128,7 +118,9 @@ class LayoutComms:
         tp = self.tp
         return tuple(
             Comms(
-                _group(self.routes, self.topology, self.gpu_ranks[g * tp : (g + 1) * tp]),
+                group_on(
+                    self.topology, self.routes, self.gpu_ranks[g * tp : (g + 1) * tp], "the layout"
+                ),
                 self.calib,
                 self.algo,
             )
