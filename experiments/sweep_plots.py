@@ -369,6 +369,20 @@ def cross_node_ratios(rows: Sequence[Row], batch: int) -> list[tuple[int, int, f
     return out
 
 
+def _tp_line(ax: Any, i: int, label: str, rows: Sequence[Row]) -> None:
+    """tokens/s of ``rows`` against TP as line ``i`` of a panel (its colour and marker)."""
+    pts = sorted((r["tp"], r["tokens_per_s"]) for r in rows)
+    if pts:
+        ax.plot(
+            [p[0] for p in pts],
+            [p[1] for p in pts],
+            "-",
+            color=LINE_COLOURS[i % 7],
+            marker=MARKERS[i % 7],
+            label=label,
+        )
+
+
 def draw_in_node_vs_cross_node(rows: Sequence[Row], *, title: str) -> Figure:
     good = [r for r in rows if ok(r)]
     batches = sorted({r["batch"] for r in good})
@@ -378,20 +392,9 @@ def draw_in_node_vs_cross_node(rows: Sequence[Row], *, title: str) -> Figure:
     hosts = sorted({r["hosts"] for r in good})
     for ax, batch in zip(axes, batches, strict=False):
         for i, h in enumerate(hosts):
-            pts = sorted(
-                (r["tp"], r["tokens_per_s"])
-                for r in good
-                if r["batch"] == batch and r["hosts"] == h
+            _tp_line(
+                ax, i, hosts_label(h), [r for r in good if r["batch"] == batch and r["hosts"] == h]
             )
-            if pts:
-                ax.plot(
-                    [p[0] for p in pts],
-                    [p[1] for p in pts],
-                    "-",
-                    color=LINE_COLOURS[i % 7],
-                    marker=MARKERS[i % 7],
-                    label=hosts_label(h),
-                )
         level = {(r["tp"], r["hosts"]): r["tokens_per_s"] for r in good if r["batch"] == batch}
         for tp, h, ratio, base in cross_node_ratios(good, batch):
             ax.annotate(
@@ -435,18 +438,7 @@ def draw_series_comparison(series: Mapping[str, Sequence[Row]], *, title: str) -
     every = [r for rs in series.values() for r in rs if ok(r)]
     for ax, batch in zip(axes, batches, strict=False):
         for i, name in enumerate(names):
-            pts = sorted(
-                (r["tp"], r["tokens_per_s"]) for r in series[name] if ok(r) and r["batch"] == batch
-            )
-            if pts:
-                ax.plot(
-                    [p[0] for p in pts],
-                    [p[1] for p in pts],
-                    "-",
-                    color=LINE_COLOURS[i % 7],
-                    marker=MARKERS[i % 7],
-                    label=name,
-                )
+            _tp_line(ax, i, name, [r for r in series[name] if ok(r) and r["batch"] == batch])
         _style(ax, "TP degree (GPUs)", "tokens/s (whole TP group)", _tps(every))
         _plain_log_y(ax)
         ax.set_title(f"batch {batch}", fontsize=FONT)
