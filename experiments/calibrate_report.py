@@ -52,7 +52,7 @@ def report_text(c: Calibrated, out: Path | None = None) -> str:
     for label, which in (("in sample", "fitted"), ("leaving each point out", "loo")):
         errors = c.errors(which)
         i = max(range(len(errors)), key=lambda k: abs(errors[k]))
-        mean = sum(abs(e) for e in errors) / len(errors)
+        mean = _mean_abs(errors)
         lines.append(f"  {label:<32}{mean:>9.1%}  {_pct(errors[i])} (row {c.points[i].row})")
     lines += ["", "worst points:", f"  {'row':>4}{'measured ms':>13}{'fitted ms':>11}"
               f"{'error':>8}{'left out':>10}  point"]  # fmt: skip

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import networkx as nx
+from tpsim.core.config import Options
 from tpsim.outputs.report import regime_shares, regime_text
 
 #: Parts of the critical path, in the order the table prints them.
@@ -243,40 +244,51 @@ def comparison(entries: Sequence[Entry]) -> dict[str, Any]:
     return {"configurations": out, "verdict": verdict(entries)}
 
 
+def config_from_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The parts of a run's ``config`` a comparison reads, rebuilt from a sweep results row
+    (``spans_hosts`` from the hosts its group spans)."""
+    model = str(row["model"])
+    return {
+        "model": {"name": model.rsplit("/", 1)[-1]},
+        "topology": row["topology"],
+        "nodes": row["nodes"],
+        "gpu": row["gpu"],
+        "tp": row["tp"],
+        "spans_hosts": (row.get("hosts") or 1) > 1,
+        "workload": {
+            "batch": row["batch"],
+            "phase": row["phase"],
+            "prompt_len": row.get("prompt_len"),
+            "context_len": row.get("context_len"),
+        },
+        "options": {
+            "engine": row.get("engine") or Options.engine,
+            "launch": row["launch"],
+            "dtype": row.get("dtype") or "model's",
+        },
+    }
+
+
 def summary_from_row(row: Mapping[str, Any]) -> dict[str, Any]:
     """The parts of a run summary a comparison reads, rebuilt from a sweep results row
     (``compare --results FILE --rows ID,ID``). Raises ValueError for a row without a result."""
     if row.get("error") or not row.get("latency_s"):
         reason = row.get("error") or "no result"
         raise ValueError(f"point_id={row['point_id']}: {reason}")
-    model = str(row["model"])
     return {
         "latency_s": row["latency_s"],
         "tokens_per_s": row["tokens_per_s"],
         "tokens_per_s_per_gpu": row["tokens_per_s_per_gpu"],
         "regime": row["regime"],
-        "breakdown_s": {p: float(row.get(f"{p}_s") or 0.0) for p in PARTS},
+        "breakdown_s": breakdown_from_row(row),
         "memory": {
             "total_bytes_per_gpu": row["total_bytes_per_gpu"] or 0,
             "capacity_bytes_per_gpu": row["capacity_bytes_per_gpu"] or 0,
         },
-        "config": {
-            "model": {"name": model.rsplit("/", 1)[-1]},
-            "topology": row["topology"],
-            "nodes": row["nodes"],
-            "gpu": row["gpu"],
-            "tp": row["tp"],
-            "spans_hosts": (row.get("hosts") or 1) > 1,
-            "workload": {
-                "batch": row["batch"],
-                "phase": row["phase"],
-                "prompt_len": row.get("prompt_len"),
-                "context_len": row.get("context_len"),
-            },
-            "options": {
-                "engine": row.get("engine") or "vllm",
-                "launch": row["launch"],
-                "dtype": row.get("dtype") or "model's",
-            },
-        },
+        "config": config_from_row(row),
     }
+
+
+def breakdown_from_row(row: Mapping[str, Any]) -> dict[str, float]:
+    """A results row's critical path by part (its ``<part>_s`` columns; absent: 0)."""
+    return {p: float(row.get(f"{p}_s") or 0.0) for p in PARTS}

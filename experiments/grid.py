@@ -283,9 +283,7 @@ def _size(axes: list[list[Any]]) -> int:
 
 
 def _product(axes: list[list[Any]], where: str) -> list[Point]:
-    size = 1
-    for a in axes:
-        size *= len(a)
+    size = _size(axes)
     if size > MAX_POINTS:
         raise ConfigError(f"{where}: {size} points: at most {MAX_POINTS} in one sweep")
     combos = itertools.product(*axes)

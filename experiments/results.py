@@ -82,8 +82,11 @@ BOOL_COLUMNS = frozenset({"sequence_parallel", "ideal", "fits"})
 FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
 FSYNC_EVERY = 256  # rows between fsyncs (and at least every FSYNC_S seconds)
 FSYNC_S = 5.0
-#: Error texts of failures of the machinery, not of the point (older files hold them).
-INFRASTRUCTURE_ERRORS = ("worker process died", "dask task failed")
+#: Error texts of failures of the machinery, not of the point: what the sweep writes (older
+#: files hold such rows) and how --resume knows them.
+WORKER_DIED = "worker process died while simulating this point"
+DASK_FAILED = "dask task failed"
+INFRASTRUCTURE_ERRORS = ("worker process died", DASK_FAILED)
 
 
 def infrastructure_error(row: Mapping[str, Any]) -> bool:

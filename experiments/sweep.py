@@ -39,7 +39,14 @@ from typing import Any
 from tpsim.core.api import simulate
 from tpsim.core.errors import INPUT_ERRORS, ConfigError
 from tpsim.experiments.grid import Point
-from tpsim.experiments.results import BREAKDOWN, MEMORY, infrastructure_error, open_results
+from tpsim.experiments.results import (
+    BREAKDOWN,
+    DASK_FAILED,
+    MEMORY,
+    WORKER_DIED,
+    infrastructure_error,
+    open_results,
+)
 from tpsim.topologies.io import get_topology
 from tqdm import tqdm
 
@@ -51,7 +58,6 @@ Evaluate = Callable[[Point], Row]
 MAX_BATCH = 8  # points per task at most: small enough that a kill loses little
 MAX_TRIES = 3  # runs of a point whose worker or task is lost, before it is left not done
 BACKOFF_S = 0.25  # wait before retry k: BACKOFF_S * 2**(k - 1)
-WORKER_DIED = "worker process died while simulating this point"
 PROBE_S = 3.0  # a scheduler answers a TCP connection at once with its handshake
 CONNECT_S = 10.0
 WAIT_WORKERS_S = 30.0  # default: give up on a Dask cluster that has had no workers this long
@@ -329,12 +335,12 @@ def _dask_rows(
         while (pending or later) and not why:
             now = time.monotonic()
             if client.status != "running":
-                why = "dask task failed: lost the connection to the scheduler"
+                why = f"{DASK_FAILED}: lost the connection to the scheduler"
                 break
             n = _n_workers(client)
             idle_since = (idle_since or now) if n == 0 else None
             if idle_since is not None and now - idle_since >= wait_workers_s:
-                why = f"dask task failed: no workers for {wait_workers_s:g} s"
+                why = f"{DASK_FAILED}: no workers for {wait_workers_s:g} s"
                 break
             for when, batch, attempt in [x for x in later if x[0] <= now]:
                 later.remove((when, batch, attempt))
@@ -346,9 +352,9 @@ def _dask_rows(
                     try:
                         rows = f.result()
                     except Exception as exc:  # lost between the status and the result
-                        rows = _lost(batch, f"dask task failed: {exc!r}")
+                        rows = _lost(batch, f"{DASK_FAILED}: {exc!r}")
                 else:
-                    rows = _lost(batch, f"dask task failed: {f.status}")
+                    rows = _lost(batch, f"{DASK_FAILED}: {f.status}")
                 f.release()
                 if not rows or not infrastructure_error(rows[0]):
                     yield rows

@@ -23,6 +23,7 @@ from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import FuncFormatter, NullFormatter
 from tpsim.experiments.plots import save_figure
 from tpsim.experiments.sweep_text import near_tie, regime_margin
+from tpsim.outputs.report import NEAR_TIE, is_near_tie
 
 Row = dict[str, Any]
 
@@ -288,7 +289,7 @@ def draw_regime_map(rows: Sequence[Row], *, title: str) -> Figure:
             text = "error"
         else:
             share, second, share2 = regime_margin(r)
-            tie = near_tie(r)
+            tie = is_near_tie(share, share2)
             text = f"{compact(r['tokens_per_s'])} tok/s\n{_short(r['regime'])} {share:.0%}"
             if tie:
                 text += f"\n{_short(second)} {share2:.0%}"
@@ -327,7 +328,7 @@ def draw_regime_map(rows: Sequence[Row], *, title: str) -> Figure:
             Patch(
                 facecolor=_lighter("#777777"),
                 hatch="..",
-                label="lighter, dotted: runner-up\nwithin 15 points",
+                label=f"lighter, dotted: runner-up\nwithin {NEAR_TIE * 100:.0f} points",
             )
         )
     if any(r.get("fits") is False for r in rows):

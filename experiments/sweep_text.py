@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tpsim.experiments.compare import assumptions
-from tpsim.experiments.results import BREAKDOWN
-from tpsim.outputs.report import NEAR_TIE, regime_shares, regime_text
+from tpsim.experiments.compare import assumptions, breakdown_from_row, config_from_row
+from tpsim.outputs.report import NEAR_TIE, is_near_tie, regime_text
+from tpsim.outputs.report import regime_margin as report_margin
 from tpsim.topologies.io import get_topology
 
 Row = dict[str, Any]
@@ -23,7 +23,7 @@ def _summary(row: Row) -> dict[str, Any]:
     return {
         "regime": row["regime"],
         "latency_s": row["latency_s"],
-        "breakdown_s": {c: row.get(f"{c}_s") or 0.0 for c in BREAKDOWN},
+        "breakdown_s": breakdown_from_row(row),
     }
 
 
@@ -36,30 +36,13 @@ def row_regime_text(row: Row) -> str:
 
 def regime_margin(row: Row) -> tuple[float, str, float]:
     """The regime's share, the runner-up and its share (``""``, 0 without a runner-up)."""
-    shares = regime_shares(_summary(row))
-    share = dict(shares).get(row["regime"], 0.0)
-    second, share2 = next(((r, v) for r, v in shares if r != row["regime"]), ("", 0.0))
-    return share, second, share2
+    return report_margin(_summary(row))
 
 
 def near_tie(row: Row) -> bool:
     """Whether the runner-up regime is within :data:`NEAR_TIE` of the regime."""
     share, _, share2 = regime_margin(row)
-    return share2 > 0 and share - share2 <= NEAR_TIE
-
-
-def _config(row: Row) -> dict[str, Any]:
-    """What :func:`assumptions` reads from a run's config, rebuilt from a row: the group's
-    GPUs named ``n<host>.gpu<i>`` over the ``hosts`` the row says it spans."""
-    tp, hosts = int(row["tp"]), max(1, int(row.get("hosts") or 1))
-    per = max(1, tp // hosts)
-    return {
-        "gpu": row["gpu"],
-        "tp": tp,
-        "nodes": int(row["nodes"]),
-        "gpus": [f"n{i // per}.gpu{i % per}" for i in range(tp)],
-        "options": {"engine": row.get("engine") or "ideal", "launch": row["launch"]},
-    }
+    return is_near_tie(share, share2)
 
 
 def assumption_lines(rows: Sequence[Row]) -> list[str]:
@@ -74,7 +57,7 @@ def assumption_lines(rows: Sequence[Row]) -> list[str]:
         key = (r["topology"], r["nodes"], r["gpu"], r.get("engine"), r["launch"], crosses)
         if key not in seen:
             graph = get_topology(str(r["topology"]), int(r["nodes"]))
-            seen[key] = assumptions(graph, {"config": _config(r)})
+            seen[key] = assumptions(graph, {"config": config_from_row(r)})
             text = tuple(f"{k} {v}" for k, v in seen[key].items())
             place = f"{r['topology']}" + (f" x{r['nodes']} nodes" if r["nodes"] > 1 else "")
             place += ", TP group over several hosts" if crosses else ""
@@ -102,6 +85,7 @@ def regime_summary(rows: Sequence[Row]) -> str:
     if ties:
         named = "; ".join(f"TP {r['tp']} batch {r['batch']} {row_regime_text(r)}" for r in ties[:4])
         more = f"; {len(ties) - 4} more" if len(ties) > 4 else ""
-        text += f"; {len(ties)} near tie{'s' * (len(ties) > 1)} (runner-up within 15 points): "
+        within = f"runner-up within {NEAR_TIE * 100:.0f} points"
+        text += f"; {len(ties)} near tie{'s' * (len(ties) > 1)} ({within}): "
         text += named + more
     return text

@@ -4,7 +4,9 @@ back exactly; killed workers, a killed parent and bad scheduler addresses end cl
 from __future__ import annotations
 
 import http.server
+import os
 import random
+import signal
 import threading
 import time
 from pathlib import Path
@@ -66,8 +68,14 @@ def test_two_real_sweeps_on_one_file(tmp_path: Path, reference: list[str]) -> No
     out = tmp_path / "s.csv"
     first = kill_loop.start(kill_loop.sweep_cmd(out, "--jobs", "1"))
     assert kill_loop.wait_rows(out, 1, first)
-    second = kill_loop.start(kill_loop.sweep_cmd(out, "--jobs", "1", "--overwrite"))
-    rc2, err2 = kill_loop.finish(second)
+    # the first is paused (holding its lock) while the second tries, so the two overlap
+    # however fast the first would otherwise finish on a loaded machine
+    os.kill(first.pid, signal.SIGSTOP)
+    try:
+        second = kill_loop.start(kill_loop.sweep_cmd(out, "--jobs", "1", "--overwrite"))
+        rc2, err2 = kill_loop.finish(second)
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
     rc1, _ = kill_loop.finish(first)
     assert (rc1, rc2) == (0, 2) and "another sweep is writing" in err2
     assert kill_loop.row_lines(out) == reference

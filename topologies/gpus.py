@@ -16,6 +16,10 @@ from tpsim.calibration.hardware import gpu_catalog, gpu_defaults
 from tpsim.calibration.loader import scale
 from tpsim.topologies.errors import TopologyError, did_you_mean, show
 
+#: The smallest positive figure a topology or GPU spec may give (GB/s, TFLOP/s, ...): below
+#: it no number describes hardware.
+MIN_POSITIVE = 1e-9
+
 __all__ = ["GPUS", "SCALEUP_KINDS", "GPUSpec", "get_gpu", "gpu_from_dict", "gpu_to_dict"]
 
 SCALEUP_KINDS = ("nvlink3", "nvlink4", "nvlink5", "xgmi", "none")
@@ -124,7 +128,7 @@ def _number(value: object, field: str, suffix: str, lo: float, hi: float, lo_ok:
         except OverflowError:  # an integer too large for a float
             v = math.inf
         ok = math.isfinite(v) and (v >= lo if lo_ok else v > lo) and v <= hi
-        ok = ok and not 0 < v < 1e-9  # a denormal: no GPU figure is that small
+        ok = ok and not 0 < v < MIN_POSITIVE  # no GPU figure is that small
     if not ok:
         bound = ">= " if lo_ok else "> "
         raise TopologyError(

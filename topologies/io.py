@@ -30,7 +30,15 @@ from tpsim.topologies.builders import (
 )
 from tpsim.topologies.errors import TopologyError, show
 from tpsim.topologies.errors import did_you_mean as _hint
-from tpsim.topologies.gpus import GPUS, GPUSpec, get_gpu, gpu_from_dict, gpu_to_dict, scale
+from tpsim.topologies.gpus import (
+    GPUS,
+    MIN_POSITIVE,
+    GPUSpec,
+    get_gpu,
+    gpu_from_dict,
+    gpu_to_dict,
+    scale,
+)
 from tpsim.topologies.network import Network, network_from_dict
 
 __all__ = ["get_topology", "load_topology", "save_topology", "validate"]
@@ -39,7 +47,6 @@ MAX_FILE_BYTES = 10 * 10**6
 MAX_DEPTH = 50
 MAX_BANDWIDTH_GBPS = 1e6
 MAX_LATENCY_US = 1e6
-MIN_POSITIVE = 1e-9  # GB/s: below this no number describes a link
 MAX_FILE_ITEMS = 100_000  # nodes, and links, in one file (a host of a multi-host join)
 TOP_FIELDS = ("name", "gpus", "nodes", "links", "nvls", "p2p", "p2p_pairs", "network")
 NODE_FIELDS = ("id", "kind", "type", "rank", "host")

@@ -266,10 +266,6 @@ class Collectives:
             return 1.0
         return self.shares.share(proto, algorithm, op, multi_host)
 
-    def protocols_for(self, scaleup_kind: str) -> list[Protocol]:
-        """The protocols NCCL may use on a GPU with this scale-up fabric."""
-        return self.protocols_over(scaleup_kind.startswith("nvlink"))
-
     def protocols_over(self, nvlink: bool) -> list[Protocol]:
         """The protocols NCCL may use on a group whose GPUs of one host talk over NVLink
         (``nvlink``) or not."""

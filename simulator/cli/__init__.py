@@ -325,7 +325,6 @@ def run_topology(a: argparse.Namespace) -> Any:
 
     gbps = check_nic_gbps(a.nic_gbps)
     count = check_nics_per_node(a.nics_per_node)
-    check_nodes(a.nodes)
     if gbps is None and count is None:
         return get_topology(a.topology, a.nodes)
     return get_topology(
@@ -446,8 +445,7 @@ def _run(a: argparse.Namespace) -> int:
                 rank_labels=result.rank_labels,
             )
     except OSError as e:  # disk full, permissions changed meanwhile: bad input, no traceback
-        for path in written:  # a failed run leaves no output behind
-            path.unlink(missing_ok=True)
+        # (main's all_or_nothing removes what was written)
         flag, path = ("--gantt", a.gantt) if written or not a.trace else ("--trace", a.trace)
         raise ConfigError(f"{flag}={path}: cannot write ({e.strerror or e})") from None
     if a.json:

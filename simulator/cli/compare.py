@@ -181,6 +181,15 @@ def _simulate(a: argparse.Namespace, minimum: int) -> list[Any]:
     return out
 
 
+def _missing_required(a: argparse.Namespace) -> list[str]:
+    """``run``'s required flags the command line left out (read from run's parser)."""
+    return [
+        x.option_strings[0]
+        for x in a._run_parser._actions
+        if x.required and getattr(a, x.dest, None) is None
+    ]
+
+
 def _entries_from_rows(a: argparse.Namespace) -> list[Any]:
     """Comparison entries from rows of a sweep results file (``--results F --rows ID,ID``)."""
     from tpsim.experiments.compare import Entry, assumptions, summary_from_row
@@ -221,11 +230,7 @@ def _compare(a: argparse.Namespace) -> int:
         entries = _entries_from_rows(a)
         ran = []
     else:
-        missing = [
-            f
-            for f, v in (("--model", a.model), ("--topology", a.topology), ("--tp", a.tp))
-            if v is None
-        ]
+        missing = _missing_required(a)
         if missing:
             raise ConfigError(
                 f"compare: needs {', '.join(missing)} (or --results FILE --rows ID,ID)"

@@ -206,11 +206,6 @@ def _priced(
     return KernelCost(seconds, flops, nbytes, category)
 
 
-def roofline(flops: float, nbytes: int, hw: Hardware, *, efficiency: float) -> KernelCost:
-    """``max(flops / (peak * efficiency), bytes / (hbm * hbm_efficiency)) + fixed cost``."""
-    return _priced(flops / (hw.peak_flops * efficiency), nbytes, flops, hw)
-
-
 def gemm(
     m: int,
     n: int,

@@ -138,6 +138,7 @@ class _Run:
         self.finished: list[list[Cause]] = [[_NO_CAUSE] * n for n in sizes]
         self.launch_rec: list[list[Cause]] = [[_NO_CAUSE] * n for n in sizes]
         self.schedules: dict[CollectiveCall, Schedule] = {}
+        self.net_steps: dict[tuple[CollectiveCall, int], tuple[bool, ...]] = {}
         self.planner = planner
         self.router = router
 
@@ -229,6 +230,9 @@ class _Run:
             cause = (rid, env.now)
         steps = sched.steps[rank]
         names, details = log.step_labels(op, label, len(steps))
+        nets = self.net_steps.get((call, rank))
+        if nets is None:  # which steps cross the network: fixed by the schedule, found once
+            nets = self.net_steps[call, rank] = tuple(any(x.net for x in st.sends) for st in steps)
         for s, step in enumerate(steps):
             ready = env.now
             sent = [self._send(seq, s, snd, ready, cause) for snd in step.sends]
@@ -243,9 +247,7 @@ class _Run:
                 if peer_start > ready:
                     start, by, shift = peer_start, peer_cause, peer_shift
             nbytes = sum(x.payload for x in step.sends)
-            detail = details[s]
-            if any(x.net for x in step.sends):
-                detail += NET_STEP
+            detail = details[s] + NET_STEP if nets[s] else details[s]
             rid = log.op(rank, "comm", i, op, names[s], nbytes, start, env.now, by[0], detail)
             if shift:
                 log.cause_shift[rid] = shift

@@ -40,9 +40,6 @@ from tpsim.calibration.bounded import ReadRefused, read_text, shorten
 from tpsim.core.errors import ConfigError
 from tpsim.core.table_formats import (
     ATTENTION_OPS,
-    DTYPES,
-    GEMM_COLUMNS,
-    GEMM_OPS,
     GemmPoint,
     Shape,
     bad,
@@ -50,7 +47,6 @@ from tpsim.core.table_formats import (
 )
 from tpsim.models.spec import ModelSpec
 
-COLUMNS = GEMM_COLUMNS  # the GEMM layout's header, as before the operator layouts
 Key = tuple[str, str, str, int, int]  # (op, gpu, dtype, n, k)
 OpKey = tuple[str, str, str, Shape]  # (op, gpu, dtype, shape at TP)
 Points = tuple[tuple[int, float], ...]  # (coordinate, seconds), sorted
@@ -60,9 +56,6 @@ ALIASES = {"final_norm": "input_norm"}
 SIXTEEN = ("fp16", "bf16")
 
 __all__ = [
-    "COLUMNS",
-    "DTYPES",
-    "GEMM_OPS",
     "KernelTable",
     "interpolate",
     "load",

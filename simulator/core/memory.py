@@ -61,24 +61,8 @@ def memory_per_gpu(
 ) -> MemoryUse:
     """Weights, KV cache and peak activations of one rank against its usable HBM: the
     serving engine's share of HBM less the runtime's own reserve (calibration ``memory``)."""
-    prec = precision(options, model.dtype, gpu.fp8_flops is not None)
-    act_b, kv_b = dtype_bytes(prec.act), dtype_bytes(prec.kv)
-    # Linear weights in their dtype (fp8 under --dtype fp8); embedding, LM head, norms and
-    # biases in the 16-bit activation dtype.
-    linear = linear_params_per_gpu(model, tp)
-    other = weight_params_per_gpu(model, tp) - linear
-    weights = round(linear * dtype_bytes(prec.weights) + other * act_b)
-    kv = shard(model, tp).kv_heads
-    # batch x context x KV heads per GPU x head_dim x (K and V) x layers x bytes
-    kv_cache = round(
-        workload.batch * workload.kv_len * kv * model.head_dim * 2 * model.num_layers * kv_b
-    )
-    activations = round(activation_elements(model, tp, workload) * act_b)
-    activations += workload.batch * model.vocab_size * 4  # gathered logits, upcast to fp32
-    total = weights + kv_cache + activations
-    reserve = options.calibration.memory
-    capacity = int(gpu.hbm_bytes * reserve.usable_fraction) - reserve.runtime_bytes
-    return MemoryUse(weights, kv_cache, activations, total, capacity, total <= capacity)
+    layers = range(model.num_layers)  # one stage holding every layer, embedding and head
+    return memory_per_stage(model, tp, workload, options, gpu, layers=layers, first=True, last=True)
 
 
 def activation_elements(model: ModelSpec, tp: int, workload: Workload) -> int:

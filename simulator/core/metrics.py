@@ -15,6 +15,7 @@ REGIMES: dict[str, str] = {
     "communication": "communication-bound",
     "launch_overhead": "overhead-bound",
     "host": "overhead-bound",  # engine host work is overhead too; the breakdown tells which
+    "bubble": "bubble-bound",  # a pipeline's fill (tpsim.core.parallel); not in CATEGORIES
 }
 
 

@@ -107,7 +107,7 @@ def simulate_layout(
     split = shard(spec, tp)
     regime = metrics.regime(parts)
     if parts.get("bubble", 0.0) > max(parts[c] for c in metrics.CATEGORIES):
-        regime = "bubble-bound"
+        regime = metrics.REGIMES["bubble"]
     mem = mems[worst].to_dict() | {"stage": worst}
     summary: dict[str, Any] = {
         "config": {

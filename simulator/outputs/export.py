@@ -321,14 +321,14 @@ def atomic_output(path: str | Path) -> Iterator[Path]:
 
 
 @contextmanager
-def all_or_nothing() -> Iterator[list[Path]]:
+def all_or_nothing() -> Iterator[None]:
     """Around one command: if it fails or is interrupted (any exception, Ctrl-C included),
     the files it has already written atomically are removed, so it leaves all its outputs
     or none."""
     written: list[Path] = []
     token = _WRITTEN.set(written)
     try:
-        yield written
+        yield
     except BaseException:
         for path in written:
             path.unlink(missing_ok=True)

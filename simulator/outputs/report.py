@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tpsim.calibration.profiles import about, engines
+from tpsim.core.metrics import REGIMES
 from tpsim.models.catalog import MODELS
 from tpsim.topologies.builders import DESCRIPTIONS
 from tpsim.topologies.gpus import GPUS
@@ -51,15 +52,8 @@ def title(s: dict[str, Any]) -> str:
 
 
 #: The regime each part of the critical path stands for (host work and launches both
-#: make a pass overhead-bound).
-PART_REGIME = {
-    "compute": "compute-bound",
-    "memory": "memory-bound",
-    "communication": "communication-bound",
-    "launch_overhead": "overhead-bound",
-    "host": "overhead-bound",
-    "bubble": "pipeline-bound",
-}
+#: make a pass overhead-bound; a pipeline's fill makes it bubble-bound).
+PART_REGIME = REGIMES
 #: A runner-up regime within this many points of the first is named beside it.
 NEAR_TIE = 0.15
 
@@ -75,15 +69,27 @@ def regime_shares(summary: Mapping[str, Any]) -> list[tuple[str, float]]:
     return sorted(shares.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
-def regime_text(summary: Mapping[str, Any]) -> str:
-    """``memory-bound (53 %; communication 47 %)``: the regime with its share, and the
-    runner-up when it is within :data:`NEAR_TIE` of it."""
+def regime_margin(summary: Mapping[str, Any]) -> tuple[float, str, float]:
+    """The regime's share of the critical path, the runner-up regime and its share (``""``
+    and 0 without one)."""
     regime = summary["regime"]
     shares = regime_shares(summary)
     share = dict(shares).get(regime, 0.0)
     second, share2 = next(((r, v) for r, v in shares if r != regime), ("", 0.0))
-    text = f"{regime} ({share:.0%}"
-    if share2 > 0 and share - share2 <= NEAR_TIE:
+    return share, second, share2
+
+
+def is_near_tie(share: float, share2: float) -> bool:
+    """Whether a runner-up's share is within :data:`NEAR_TIE` of the regime's."""
+    return share2 > 0 and share - share2 <= NEAR_TIE
+
+
+def regime_text(summary: Mapping[str, Any]) -> str:
+    """``memory-bound (53 %; communication 47 %)``: the regime with its share, and the
+    runner-up when it is within :data:`NEAR_TIE` of it."""
+    share, second, share2 = regime_margin(summary)
+    text = f"{summary['regime']} ({share:.0%}"
+    if is_near_tie(share, share2):
         text += f"; {second.removesuffix('-bound')} {share2:.0%}"
     return text + ")"
 

@@ -109,7 +109,7 @@ def tree(
 
     def edge(a: int, b: int, size: int, piece: int) -> Send:
         snd = send(fab, a, b, size, proto, share=frac, family="tree")
-        net = fab.path(a, b).link_class == "net"
+        net = snd.net
         limit = (net_cap if net else cap) * proto.wire_factor
         if snd.cap_Bps > limit:
             snd = replace(snd, cap_Bps=limit)
@@ -140,10 +140,9 @@ def tree_chunks(fab: Fabric, half: int, depth: int, proto: Protocol, order: Sequ
     if depth <= 1 or half <= 0:
         return 1
     channels = len(tree_channels(fab, order))
-    if fab.multi_host:  # network steps' latency overlaps across pieces in flight
-        costs = step_costs(fab, tree(fab, 2 * half * channels, proto, order, chunks=1))
-        return best_pieces(costs, fab.tuning.pipeline_slots, MAX_PIECES)
     costs = step_costs(fab, tree(fab, 2 * half * channels, proto, order, chunks=1))
+    if fab.multi_host:  # network steps' latency overlaps across pieces in flight
+        return best_pieces(costs, fab.tuning.pipeline_slots, MAX_PIECES)
     alpha = max(lat for lat, _ in costs)
     busy = max(b for _, b in costs)
     return min(
