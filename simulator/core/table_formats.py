@@ -188,10 +188,9 @@ class _Rows:
         return (aliases or {}).get(g, g)
 
 
-def layout(path: str, text: str) -> str:
+def _layout(rows: _Rows) -> str:
     """Which layout a table's header names (``gemm``, ``ops``, ``vidur-mlp``,
     ``vidur-attention``); ConfigError naming the header otherwise."""
-    rows = _Rows(path, text)
     cols = set(rows.cols)
     if {"m", "n", "k"} & cols:
         return "gemm"
@@ -206,8 +205,8 @@ def layout(path: str, text: str) -> str:
 
 def parse(path: str, text: str) -> tuple[str, list[GemmPoint] | list[OpPoint]]:
     """A table's layout and its points."""
-    kind = layout(path, text)
-    rows = _Rows(path, text)
+    rows = _Rows(path, text)  # split and filtered once (a table may be tens of MB)
+    kind = _layout(rows)
     if kind == "gemm":
         return kind, list(_gemm(rows))
     if kind == "ops":
