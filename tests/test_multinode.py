@@ -6,6 +6,7 @@ tables they are judged by."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from functools import cache
 
 import pytest
@@ -13,6 +14,9 @@ import yaml
 from tpsim import calibration
 from tpsim.cli import main
 from tpsim.core.collective_sweep import collective_sweep
+from tpsim.core.group import connect
+from tpsim.core.program import CollectiveCall
+from tpsim.core.schedules import predict
 from tpsim.experiments.collective_calibration import (
     MULTINODE,
     MultiNode,
@@ -39,7 +43,6 @@ def test_h100_over_infiniband_within_15_percent() -> None:
     assert err < 0.15, (err, worst)
 
 
-@pytest.mark.xfail(strict=True, reason="B200 over Lambda's InfiniBand: 15.2% today (issue #14)")
 def test_b200_over_infiniband_within_15_percent() -> None:
     err, worst = _errors("b200_ib")
     assert err < 0.15, (err, worst)
@@ -51,10 +54,26 @@ def test_h100_on_a3_mega_within_15_percent() -> None:
     assert err < 0.15, (err, worst)
 
 
-def test_the_misses_stay_where_they_are() -> None:
-    """Regression bounds on today's figures of the two tables still outside 15%."""
-    assert _errors("b200_ib")[0] < 0.16
-    assert _errors("h100_a3mega")[0] < 0.27
+def test_the_miss_stays_where_it_is() -> None:
+    """Regression bound on today's figure of the table still outside 15% (A3 Mega runs
+    Google's tuner plugin, whose choices are not NCCL's own)."""
+    assert _errors("h100_a3mega")[0] < 0.25
+
+
+def test_trees_fall_short_of_their_model_at_medium_sizes() -> None:
+    """NCCL's treeCorrectionFactor: the tree's bandwidth at 1 MiB is 0.6 of its model under
+    LL128 and whole again at 1 GiB; a 2-host tree all-reduce at 2 MiB is slower for it."""
+    calib = calibration.default()
+    assert calib.collectives.tree_efficiency("LL128", 2**20) == pytest.approx(0.6)
+    assert calib.collectives.tree_efficiency("LL", 64) == 1.0
+    assert calib.collectives.tree_efficiency("Simple", 2**30) == 1.0
+    flat = replace(calib, collectives=replace(calib.collectives, tree_size_efficiency={}))
+    call = CollectiveCall("all_reduce", 2 * 2**20)
+    times = []
+    for c in (calib, flat):
+        comms = connect(get_topology("dgx-h100", 2), 16, calib=c, algo="tree")
+        times.append(predict(comms.fabric, comms.planner(call)))
+    assert times[0] > times[1] * 1.02
 
 
 def test_nccl_picks_tree_for_small_and_nvlstree_for_large_across_two_h100_hosts() -> None:

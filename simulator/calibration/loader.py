@@ -298,6 +298,12 @@ def _collectives(d: Mapping[str, Any]) -> Collectives:
             scale(number(x, f"{w}.ll_multi_host_max_busbw_GBps"), 9)
             for x in entry(d, "ll_multi_host_max_busbw_GBps", w)
         ),
+        tree_size_efficiency={
+            str(proto): tuple(number(x, f"{w}.tree_size_efficiency.{proto}") for x in row)
+            for proto, row in _table(
+                entry(d, "tree_size_efficiency", w), f"{w}.tree_size_efficiency"
+            ).items()
+        },
     )
 
 

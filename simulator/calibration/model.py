@@ -243,6 +243,9 @@ class Collectives:
     #: LL across hosts: the whole collective's busbw cap (B/s) on 2 and on 4+ hosts; empty:
     #: the one-host cap of the GPU
     ll_multi_host_max_busbw_Bps: tuple[float, ...] = ()
+    #: per protocol: the tree's bandwidth efficiency at each power-of-two size from 64 B
+    #: (index log2(bytes / 64)); beyond the list, or a protocol not listed: 1
+    tree_size_efficiency: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
 
     @property
     def custom(self) -> CustomKernel:
@@ -278,6 +281,13 @@ class Collectives:
         """One tree channel's payload rate cap (B/s; inf: none) on ``hosts`` hosts."""
         caps = self.tree_channel_max_Bps.get(proto, {}).get(scaleup_kind)
         return _by_scale(caps, hosts)
+
+    def tree_efficiency(self, proto: str, nbytes: float) -> float:
+        """The tree's bandwidth efficiency for a ``nbytes`` all-reduce under ``proto``
+        (NCCL's treeCorrectionFactor: trees fall short of their model at medium sizes)."""
+        table = self.tree_size_efficiency.get(proto, ())
+        index = max(int(nbytes) >> 6, 1).bit_length() - 1
+        return table[index] if index < len(table) else 1.0
 
     def ll_multi_host_cap(self, hosts: int) -> float:
         """LL's busbw cap (B/s; inf: none) for a collective across ``hosts`` hosts."""
@@ -432,6 +442,7 @@ class Calibration:
                 nvls_tree_net_hop_s=0.0,
                 nvls_channels=0,
                 ll_multi_host_max_busbw_Bps=(),
+                tree_size_efficiency={},
                 launchers={
                     n: replace(la, stagger_s=0.0, call_s=0.0) for n, la in c.launchers.items()
                 },

@@ -95,7 +95,7 @@ def tree(
         chunks = tree_chunks(fab, parts[0][0], depth, proto, order)
     nsteps = 2 * (depth + chunks - 1)
     bcast0 = depth + chunks - 1  # first broadcast step
-    frac = share(fab, proto, "tree", "all_reduce")
+    frac = share(fab, proto, "tree", "all_reduce") * fab.tuning.tree_efficiency(proto.name, nbytes)
     hosts = len(set(fab.hosts))
     cap = fab.tuning.tree_channel_cap(proto.name, fab.gpu.scaleup_kind, hosts)
     net_cap = cap
