@@ -8,8 +8,9 @@ closest one (said which), and nothing here is fitted to them: they judge the pro
 - ``lmdeploy_a100_static.csv``: LMDeploy v0.1 (TurboMind, a C++ runtime derived from
   FasterTransformer, no CUDA graphs) on A100, fp16: the median decode step (context: the
   prompt plus half the output) at every batch, and the first-token latency of batch-1
-  prompts (a prefill). Profile ``fastertransformer``. internlm-20b is not in the catalog and
-  is left out.
+  prompts (a prefill, which under TurboMind v0.1 ends with a decode step that samples the
+  first token: the profile's ``first_token: decode_step``). Profile ``fastertransformer``.
+  internlm-20b is not in the catalog and is left out.
 - ``e2e_tgi_vllm_2023.csv``, TGI v1.2 rows: CodeLlama-34B per-token latency, one request at
   a time, on 1, 2 and 4 A100s and H100s. TGI v1.2 ran without CUDA graphs: profile
   ``vllm-v0`` (a Python engine of the same years) with ``--launch eager``; the prompt length

@@ -33,3 +33,14 @@ def test_lmdeploy_and_vllm_2023_within_the_bound_tgi_reported(tmp_path: Path) ->
     assert geomean_error(by_file["tgi"]) > BOUND
     lines = list(run(tmp_path, e2e_cases()[:4]))
     assert lines[-1].startswith("wrote") and (tmp_path / "engine_calibration.png").is_file()
+
+
+def test_lmdeploy_first_tokens_take_a_prefill_and_a_decode_step() -> None:
+    """TurboMind v0.1's first token is a prefill of all but the last prompt token and a
+    decode step (profile fastertransformer): every first-token point within 20%, the
+    128-token prompts (where the decode step is most of it) within 10%."""
+    for case in lmdeploy_cases():
+        if "first token" not in case.label:
+            continue
+        err = simulate_case(case) / case.measured_s - 1
+        assert abs(err) < (0.10 if " p128 " in case.label else 0.20), (case.label, err)

@@ -7,11 +7,12 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
-from tpsim import Options, Workload, simulate
+from tpsim import Layout, Options, Workload, simulate
 from tpsim.calibration import CalibrationError, default, engines, profile
 from tpsim.calibration.profiles import PROFILE_KEYS
 from tpsim.cli import main
 from tpsim.core import metrics
+from tpsim.core.lower import passes
 
 SHIPPED = ["ideal", "fastertransformer", "gpt-fast", "sglang", "trtllm", "vllm", "vllm-v0"]
 SMALL = Workload(batch=16, phase="decode", context_len=1024)
@@ -169,3 +170,52 @@ def test_cli_engine_flag_and_errors(tmp_path: Path, capsys: pytest.CaptureFixtur
     listed = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in listed] == SHIPPED
     assert PROFILE_KEYS == ("name", "about", "extends", "overrides")
+
+
+# ------------------------------------------------------ where the first token comes from
+def test_first_token_passes_follow_the_engine() -> None:
+    ft = profile("fastertransformer").engine
+    vllm = profile("vllm").engine
+    prefill = Workload(2, "prefill", prompt_len=128)
+    assert ft.first_token == "decode_step" and vllm.first_token == "prefill"
+    assert passes(prefill, vllm) == [prefill]
+    assert passes(SMALL, ft) == [SMALL]  # a decode step is itself
+    assert passes(prefill, ft) == [
+        Workload(2, "prefill", prompt_len=127),
+        Workload(2, "decode", prompt_len=128, context_len=128),
+    ]
+    one = Workload(2, "prefill", prompt_len=1)
+    assert passes(one, ft) == [Workload(2, "decode", prompt_len=1, context_len=1)]
+
+
+def _mine(tmp_path: Path, first: str) -> str:
+    f = tmp_path / f"ft-{first}.yaml"
+    f.write_text(
+        f"name: ft-{first}\nextends: fastertransformer\noverrides:\n  engine:\n"
+        f"    first_token: {{value: {first}, source: test}}\n"
+    )
+    return str(f)
+
+
+@pytest.mark.parametrize("pp", [1, 2])
+def test_a_decode_step_first_token_costs_one_more_step(tmp_path: Path, pp: int) -> None:
+    """FasterTransformer's first token: all but the last prompt token through the layers
+    with no logits, then a decode step of the last one; every layer runs twice, the LM head
+    once, and the first token costs about one decode step more than a plain prefill (less
+    in a pipeline, whose stages overlap the two passes)."""
+    prompt = Workload(1, "prefill", prompt_len=128)
+    step = Workload(1, "decode", context_len=128)
+
+    def run(engine: str, w: Workload):  # type: ignore[no-untyped-def]
+        return simulate("llama-2-7b", "dgx-a100", Layout(tp=2, pp=pp), w, Options(engine=engine))
+
+    plain = run(_mine(tmp_path, "prefill"), prompt)
+    first = run(_mine(tmp_path, "decode_step"), prompt)
+    decode = run(_mine(tmp_path, "prefill"), step)
+    qkv = [r for r in first.records if r.name == "qkv_proj" and r.rank == 0]
+    heads = [r for r in first.records if r.name == "lm_head" and r.rank == pp * 2 - 1]
+    assert len(qkv) == 2 * 32 // pp and len(heads) == 1
+    extra = first.latency_s - plain.latency_s
+    # in a pipeline the first stage's decode pass runs while the last stage still prefills
+    low = 0.7 if pp == 1 else 0.3
+    assert low * decode.latency_s < extra < 1.1 * decode.latency_s

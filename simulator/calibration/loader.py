@@ -394,6 +394,10 @@ def _engine(d: Mapping[str, Any], name: str) -> Engine:
     max_tokens = entry(d, "graph_max_tokens", w)
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
         raise CalibrationError(f"{w}.graph_max_tokens={max_tokens!r}: a non-negative integer")
+    first = entry(d, "first_token", w)
+    if first not in FIRST_TOKEN:
+        choices = ", ".join(FIRST_TOKEN)
+        raise CalibrationError(f"{w}.first_token={first!r}: must be one of {choices}")
     return Engine(
         name=name,
         graph_phases=tuple(p for p in ("decode", "prefill") if p in phases),
@@ -406,7 +410,12 @@ def _engine(d: Mapping[str, Any], name: str) -> Engine:
         collective_latency_s=_nonnegative_us(
             entry(d, "collective_latency_us", w), f"{w}.collective_latency_us"
         ),
+        first_token=first,
     )
+
+
+#: Where an engine's first token comes from (:attr:`Engine.first_token`).
+FIRST_TOKEN = ("prefill", "decode_step")
 
 
 def _nonnegative_us(value: object, field: str) -> float:

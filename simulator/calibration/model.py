@@ -386,6 +386,11 @@ class Engine:
     #: Device time the engine adds to every collective call before its data moves (its
     #: synchronisation around each all-reduce beyond NCCL's own latency).
     collective_latency_s: float = 0.0
+    #: Where a prefill's first token comes from: "prefill" (the pass samples it from the
+    #: last prompt token's logits) or "decode_step" (FasterTransformer and TurboMind v0.1:
+    #: the context decoder fills the KV cache of all but the last prompt token, with no
+    #: logits, and a decode step over that token, in the same iteration, samples it).
+    first_token: str = "prefill"
 
     def graphs(self, phase: str, tokens: int) -> bool:
         """Whether a step of ``tokens`` in ``phase`` replays a CUDA graph (when the launch

@@ -23,8 +23,9 @@ half's collective hides behind the other half's compute.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from tpsim.calibration import Engine
 from tpsim.core import host
 from tpsim.core.config import ConfigError, Options, Workload, ceil_div, precision
 from tpsim.core.costs import Hardware
@@ -273,6 +274,36 @@ def start_step(
     return _Megatron(model, tp, workload, options, price, build), build, mode
 
 
+def passes(workload: Workload, engine: Engine) -> list[Workload]:
+    """The passes one step runs through the layers, in order; the last computes the logits.
+
+    One, the workload itself, except a prefill under an engine whose first token comes from
+    a decode step (``first_token: decode_step``, FasterTransformer and TurboMind v0.1): the
+    prefill of all but the last prompt token (none for a one-token prompt), then the decode
+    step of that token over the cache, which samples the first token.
+    """
+    if workload.phase != "prefill" or engine.first_token != "decode_step":
+        return [workload]
+    step = Workload(workload.batch, "decode", workload.prompt_len, workload.prompt_len)
+    if workload.prompt_len == 1:
+        return [step]
+    return [replace(workload, prompt_len=workload.prompt_len - 1), step]
+
+
+def _slices(workload: Workload, options: Options) -> list[_Slice]:
+    """The pass as one slice, or two halves of the batch with microbatch overlap."""
+    if options.overlap != "microbatch":
+        return [_Slice(0, workload.batch, workload.tokens)]
+    if workload.batch < 2:
+        raise ConfigError("overlap='microbatch': needs batch >= 2 to split in two")
+    per_seq = workload.tokens // workload.batch
+    first = ceil_div(workload.batch, 2)
+    return [
+        _Slice(0, first, first * per_seq),
+        _Slice(1, workload.batch - first, (workload.batch - first) * per_seq),
+    ]
+
+
 def lower(
     model: ModelSpec,
     tp: int,
@@ -293,27 +324,23 @@ def lower(
     prologue. LayerNorm models keep separate adds (vLLM's LayerNorm models call the norm
     and the add apart). ``table`` (measured GEMM times) overrides the GEMMs it matches.
     """
-    lo, build, mode = start_step(model, tp, workload, options, hw, table)
     engine = options.calibration.engine
-    slices = [_Slice(0, workload.batch, workload.tokens)]
-    if options.overlap == "microbatch":
-        if workload.batch < 2:
-            raise ConfigError("overlap='microbatch': needs batch >= 2 to split in two")
-        per_seq = workload.tokens // workload.batch
-        first = ceil_div(workload.batch, 2)
-        slices = [
-            _Slice(0, first, first * per_seq),
-            _Slice(1, workload.batch - first, (workload.batch - first) * per_seq),
-        ]
-    for mb in slices:
-        lo.embedding(mb)
-    for layer in range(model.num_layers):
-        if mode == "eager":
-            host.layer_python(build, engine, layer)
-        for block in (lo.attention_block, lo.mlp_block, lo.close_layer):
+    runs = passes(workload, engine)
+    lo, build, mode = start_step(model, tp, runs[0], options, hw, table)
+    for k, run in enumerate(runs):
+        if k:  # the next pass of the same step: its own shapes, the same prices and ops
+            lo = _Megatron(model, tp, run, options, lo.price, build)
+        slices = _slices(run, options)
+        for mb in slices:
+            lo.embedding(mb)
+        for layer in range(model.num_layers):
+            if mode == "eager":
+                host.layer_python(build, engine, layer)
+            for block in (lo.attention_block, lo.mlp_block, lo.close_layer):
+                for mb in slices:
+                    block(mb, layer)
+        if run is runs[-1]:
             for mb in slices:
-                block(mb, layer)
-    for mb in slices:
-        lo.head(mb)
+                lo.head(mb)
     host.after_step(build, engine, workload.batch, model.num_layers)
     return Programs.same(build.program(), tp)

@@ -20,7 +20,7 @@ from tpsim.core import host
 from tpsim.core.config import ConfigError, Options, Workload
 from tpsim.core.costs import Hardware
 from tpsim.core.kernel_table import KernelTable
-from tpsim.core.lower import _Slice, start_step
+from tpsim.core.lower import _Megatron, _Slice, passes, start_step
 from tpsim.core.program import Program, Programs
 from tpsim.models.spec import ModelSpec
 
@@ -53,21 +53,26 @@ def stage_program(
     group: int,
 ) -> Program:
     """One TP rank's program of a stage; p2p peers are the placeholders ``_PREV``/``_NEXT``."""
-    lo, build, mode = start_step(model, tp, workload, options, hw, table, group)
     engine = options.calibration.engine
-    slices = micro_slices(workload, micro_batches)
+    runs = passes(workload, engine)
+    lo, build, mode = start_step(model, tp, runs[0], options, hw, table, group)
     act = lo.act_b
     chain = 0  # one chain: micro-batch m + 1 follows m on every stream
+    # every (pass, micro-batch) in order, numbered for the tags of its sends
+    work = [(run, mb) for run in runs for mb in micro_slices(run, micro_batches)]
 
-    def recv(mb: _Slice) -> None:
+    def recv(n: int) -> None:
+        mb = work[n][1]
         nbytes = round(2 * mb.tokens * lo.d * act)  # hidden states + residual: 2 x [T_mb, d]
-        i = build.p2p(-1 - mb.index, "recv", _PREV, nbytes, name="pp_recv",
-                      layer=layers.start, site="pp", tag=mb.index, deps=())  # fmt: skip
+        i = build.p2p(-1 - n, "recv", _PREV, nbytes, name="pp_recv",
+                      layer=layers.start, site="pp", tag=n, deps=())  # fmt: skip
         build.after[chain] = (i,)
 
     if not first:
-        recv(slices[0])
-    for k, mb in enumerate(slices):
+        recv(0)
+    for n, (run, mb) in enumerate(work):
+        if run is not lo.w:  # the next pass of the step: its own shapes, the same prices
+            lo = _Megatron(model, tp, run, options, lo.price, build)
         one = _Slice(chain, mb.batch, mb.tokens)
         if first:
             lo.embedding(one)
@@ -77,15 +82,15 @@ def stage_program(
             lo.attention_block(one, layer)
             lo.mlp_block(one, layer)
             lo.close_layer(one, layer)
-        if last:
+        if last and run is runs[-1]:
             lo.head(one)
-        else:
+        elif not last:
             nbytes = round(2 * mb.tokens * lo.d * act)
-            build.p2p(-100 - mb.index, "send", _NEXT, nbytes, name="pp_send",
-                      layer=layers.stop - 1, site="pp", tag=mb.index,
+            build.p2p(-(10**6) - n, "send", _NEXT, nbytes, name="pp_send",
+                      layer=layers.stop - 1, site="pp", tag=n,
                       deps=build.tail(chain), stream="p2p")  # fmt: skip
-        if not first and k + 1 < len(slices):
-            recv(slices[k + 1])
+        if not first and n + 1 < len(work):
+            recv(n + 1)
     if last:
         host.after_step(build, engine, workload.batch, model.num_layers)
     return build.program()
