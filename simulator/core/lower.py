@@ -77,6 +77,11 @@ class _Megatron:
         self.vocab = split.vocab  # V: vocab rows per rank (padded)
         assert self.h * tp == model.num_heads
 
+    def next_pass(self, workload: Workload, options: Options) -> _Megatron:
+        """The lowering of the step's next pass (:func:`passes`): its own shapes, the same
+        prices and op builder."""
+        return _Megatron(self.m, self.tp, workload, options, self.price, self.build)
+
     # ------------------------------------------------------------------ helpers
     def ew(self, mb: _Slice, name: str, layer: int, nbytes: float, flops: float, shape: str,
            rows: int, width: int, fused: bool = False) -> None:  # fmt: skip
@@ -328,8 +333,8 @@ def lower(
     runs = passes(workload, engine)
     lo, build, mode = start_step(model, tp, runs[0], options, hw, table)
     for k, run in enumerate(runs):
-        if k:  # the next pass of the same step: its own shapes, the same prices and ops
-            lo = _Megatron(model, tp, run, options, lo.price, build)
+        if k:
+            lo = lo.next_pass(run, options)
         slices = _slices(run, options)
         for mb in slices:
             lo.embedding(mb)

@@ -20,7 +20,7 @@ from tpsim.core import host
 from tpsim.core.config import ConfigError, Options, Workload
 from tpsim.core.costs import Hardware
 from tpsim.core.kernel_table import KernelTable
-from tpsim.core.lower import _Megatron, _Slice, passes, start_step
+from tpsim.core.lower import _Slice, passes, start_step
 from tpsim.core.program import Program, Programs
 from tpsim.models.spec import ModelSpec
 
@@ -71,8 +71,8 @@ def stage_program(
     if not first:
         recv(0)
     for n, (run, mb) in enumerate(work):
-        if run is not lo.w:  # the next pass of the step: its own shapes, the same prices
-            lo = _Megatron(model, tp, run, options, lo.price, build)
+        if run is not lo.w:
+            lo = lo.next_pass(run, options)
         one = _Slice(chain, mb.batch, mb.tokens)
         if first:
             lo.embedding(one)
