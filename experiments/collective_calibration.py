@@ -18,7 +18,6 @@ only (``--algo nccl``).
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from matplotlib.figure import Figure
-from tpsim.calibration import measured
+from tpsim.calibration import csv_rows, measured
 from tpsim.core.collective_sweep import collective_sweep
 from tpsim.experiments.plots import save_figure
 from tpsim.topologies.io import get_topology
@@ -40,8 +39,7 @@ def data_dir() -> Path:
 
 def read_curve(path: Path) -> list[tuple[int, float]]:
     """(bytes, microseconds) rows of a measured all-reduce curve."""
-    lines = [ln for ln in path.read_text().splitlines() if ln and not ln.startswith("#")]
-    return [(int(r["size_bytes"]), float(r["time_us"])) for r in csv.DictReader(lines)]
+    return [(int(r["size_bytes"]), float(r["time_us"])) for r in csv_rows(path)]
 
 
 def geomean_error(pairs: Sequence[tuple[float, float]]) -> float:
@@ -110,8 +108,7 @@ MULTINODE = (
 
 def read_multinode(path: Path, key: str) -> list[tuple[int, float]]:
     """(bytes, out-of-place microseconds) of the rows of one system of a 2-node table."""
-    lines = [ln for ln in path.read_text().splitlines() if ln and not ln.startswith("#")]
-    rows = [r for r in csv.DictReader(lines) if key in r["system"]]
+    rows = [r for r in csv_rows(path) if key in r["system"]]
     return [(int(r["size_bytes"]), float(r["oop_time_us"])) for r in rows]
 
 
@@ -207,9 +204,8 @@ def measured_peaks() -> dict[str, float]:
     """Large-message all-reduce busbw peaks on one 8x H100 node by algorithm (GB/s), from
     collective_peaks.csv: NVLS 480, the ring with NVLS disabled 367-370 (a range: its
     midpoint)."""
-    text = (data_dir() / "collective_peaks.csv").read_text().splitlines()
     out = {}
-    for row in csv.DictReader(ln for ln in text if not ln.startswith("#")):
+    for row in csv_rows(data_dir() / "collective_peaks.csv"):
         if row["system"].startswith("8x H100") and row["op"] == "all_reduce":
             lo, _, hi = row["busbw_GBps"].partition("-")
             out[row["algorithm"].split()[0]] = (float(lo) + float(hi or lo)) / 2

@@ -37,7 +37,6 @@ Rows left out (and why) are :data:`EXCLUDED`.
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -133,8 +132,7 @@ def to_bytes(size: str, unit: str) -> int:
 
 
 def rows(path: Path) -> list[dict[str, str]]:
-    lines = [ln for ln in path.read_text().splitlines() if ln and not ln.startswith("#")]
-    return list(csv.DictReader(lines))
+    return calibration.csv_rows(path)
 
 
 def points(group: Group, table: Sequence[dict[str, str]]) -> list[tuple[int, int, float]]:

@@ -27,13 +27,12 @@ Prints per file and overall the geometric-mean error, each point, and writes
 from __future__ import annotations
 
 import argparse
-import csv
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from tpsim import Options, Workload, simulate
-from tpsim.calibration import measured
+from tpsim.calibration import csv_rows, measured
 from tpsim.experiments.collective_calibration import geomean_error
 
 #: The acceptance bound of the issue: geometric-mean error per file and overall.
@@ -59,8 +58,7 @@ class Case:
 
 
 def _rows(name: str) -> list[dict[str, str]]:
-    lines = (ln for ln in measured(name).read_text().splitlines() if not ln.startswith("#"))
-    return list(csv.DictReader(lines))
+    return csv_rows(measured(name))
 
 
 LMDEPLOY_MODELS = {

@@ -16,15 +16,13 @@ its own).
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from statistics import median
 
 from tpsim import Options, Workload
-from tpsim.calibration import Kernels, measured
+from tpsim.calibration import Kernels, csv_rows, measured
 from tpsim.core import costs
 from tpsim.core.config import precision
 from tpsim.core.costs import hardware_for
@@ -75,9 +73,7 @@ class Case:
 
 
 def _rows(name: str) -> list[dict[str, str]]:
-    text = measured(name).read_text()
-    return list(csv.DictReader(io.StringIO("".join(ln for ln in text.splitlines(True)
-                                                   if not ln.startswith("#")))))  # fmt: skip
+    return csv_rows(measured(name))
 
 
 #: (op, gpu, n_embd, heads, kv_heads, intermediate, tp, tokens, kv_len)

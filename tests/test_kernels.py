@@ -3,7 +3,6 @@ dtypes and measured kernel tables."""
 
 from __future__ import annotations
 
-import csv
 import math
 from pathlib import Path
 
@@ -11,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tpsim import ConfigError, Options, Workload, simulate
+from tpsim.calibration import csv_rows, measured
 from tpsim.calibration import default as default_calibration
 from tpsim.calibration import ideal as ideal_calibration
-from tpsim.calibration import measured
 from tpsim.cli import main
 from tpsim.core.config import kv_split
 from tpsim.core.costs import attention_prefill, gemm, hardware_for
@@ -77,8 +76,7 @@ def test_small_m_is_weight_read_bound() -> None:
 
 
 def calibration_rows() -> list[dict[str, str]]:
-    lines = [ln for ln in (measured("gemm.csv")).read_text().splitlines()]
-    return list(csv.DictReader(ln for ln in lines if not ln.startswith("#")))
+    return csv_rows(measured("gemm.csv"))
 
 
 def test_gemm_calibration_geomean_error_under_15_percent() -> None:

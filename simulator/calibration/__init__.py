@@ -7,6 +7,7 @@ memory reserve) and into the hardware figures the topology catalog is built from
 object. ``measured/`` holds the published measurements the calibration is checked against.
 """
 
+from tpsim.calibration.commented_csv import csv_rows
 from tpsim.calibration.loader import CalibrationError, default, measured, tables
 from tpsim.calibration.model import (
     Calibration,
@@ -36,6 +37,7 @@ __all__ = [
     "Memory",
     "Protocol",
     "TileShape",
+    "csv_rows",
     "default",
     "engines",
     "for_options",

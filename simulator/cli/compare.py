@@ -168,7 +168,7 @@ def configurations(a: argparse.Namespace, minimum: int = 2) -> list[tuple[str, a
 
 def _simulate(a: argparse.Namespace, minimum: int) -> list[Any]:
     """Simulate each configuration: (entry, result) pairs."""
-    from tpsim.cli import run_inputs, run_topology
+    from tpsim.cli.run import run_inputs, run_topology
     from tpsim.core.api import simulate
     from tpsim.experiments.compare import Entry, assumptions
 
@@ -221,7 +221,7 @@ def _entries_from_rows(a: argparse.Namespace) -> list[Any]:
 
 
 def _compare(a: argparse.Namespace) -> int:
-    from tpsim.cli import check_output
+    from tpsim.cli.paths import check_output
     from tpsim.experiments.compare import comparison, table, verdict
     from tpsim.outputs import report
 
@@ -261,7 +261,7 @@ def _compare(a: argparse.Namespace) -> int:
 
 
 def _report(a: argparse.Namespace) -> int:
-    from tpsim.cli import check_output
+    from tpsim.cli.paths import check_output
     from tpsim.experiments.report import Run, html_report
     from tpsim.experiments.results import read_rows
     from tpsim.outputs import report

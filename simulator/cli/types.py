@@ -31,3 +31,48 @@ def parse_layers(text: str) -> tuple[int, int]:
     if hi < lo:
         raise argparse.ArgumentTypeError(f"invalid layers {text!r}: empty range")
     return lo, hi
+
+
+_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
+
+
+def parse_size(text: str) -> int:
+    """Bytes from ``8``, ``8K``, ``1M``, ``16G`` (binary multiples, as nccl-tests reads them)."""
+    t = text.strip().upper().removesuffix("B")
+    unit = t[-1:] if t[-1:] in _UNITS and t[-1:] else ""
+    number = t[: len(t) - len(unit)]
+    try:
+        value = float(number) * _UNITS[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid size {text!r} (e.g. 8, 64K, 1M, 16G)") from None
+    if not 1 <= value <= 1 << 50 or value != int(value):  # also NaN and infinities
+        raise argparse.ArgumentTypeError(f"invalid size {text!r}: a whole number of bytes >= 1")
+    return int(value)
+
+
+def parse_sizes(text: str) -> list[int]:
+    sizes = [parse_size(s) for s in text.split(",") if s.strip()]
+    if not sizes:
+        raise argparse.ArgumentTypeError(f"invalid sizes {text!r}: give at least one (e.g. 8K,1M)")
+    return sizes
+
+
+def parse_ranks(text: str) -> list[int]:
+    try:
+        ranks = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid ranks {text!r} (e.g. 0,1,7)") from None
+    if not ranks or min(ranks) < 0:
+        raise argparse.ArgumentTypeError(f"invalid ranks {text!r}: non-negative integers")
+    return ranks
+
+
+def parse_counts(text: str) -> tuple[int, ...]:
+    """``--pp-layers 40,40``: positive integers, comma separated."""
+    try:
+        out = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: want counts like 40,40") from None
+    if any(n < 1 for n in out):
+        raise argparse.ArgumentTypeError(f"{text!r}: every stage needs at least one layer")
+    return out
