@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import reprlib
 
-__all__ = ["TopologyError", "did_you_mean", "show"]
+__all__ = ["TopologyError", "did_you_mean", "field_error", "show"]
 
 
 class TopologyError(ValueError):
@@ -36,3 +36,12 @@ def did_you_mean(word: object, choices: list[str]) -> str:
     """' (did you mean 'x'?)' for the closest choice, or ''."""
     close = difflib.get_close_matches(str(word), choices, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+_MISSING = object()
+
+
+def field_error(field: str, file: str, msg: str, value: object = _MISSING) -> TopologyError:
+    """The error of a topology file's ``field`` (with its ``value``, where given) in ``file``."""
+    shown = "" if value is _MISSING else f"={show(value)}"
+    return TopologyError(f"{field}{shown} in {file}: {msg}")
