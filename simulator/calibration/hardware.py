@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-from tpsim.calibration.loader import CalibrationError, entry, number, read, scale
+from tpsim.calibration.entries import CalibrationError, entry, number, read, scale
 
 GiB = 2**30
 

@@ -1,0 +1,203 @@
+"""The collectives part of the calibration object: NCCL's tuning constants (protocols,
+payload shares, tree and NVLS figures), the benchmarks' launchers and the serving engines'
+peer-memory all-reduce kernels.
+
+Filled from ``data/nccl.yaml`` by :mod:`tpsim.calibration.loader_nccl`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """One NCCL protocol: latencies, wire overhead and bandwidth cap."""
+
+    name: str
+    base_s: Mapping[str, float]  # per algorithm family ("ring", "tree"): fixed latency
+    hop_s: Mapping[str, float]  # per link class ("nvlink", "pci", "net"): one step's latency
+    wire_factor: float  # bytes on the wire per payload byte
+    max_busbw_Bps: Mapping[str, float]  # per scale-up kind: the protocol's busbw cap
+    nvlink_only: bool = False  # NCCL enables it only over NVLink (LL128)
+    #: per link class: one tree step's latency (NCCL prices tree hops apart from ring hops);
+    #: empty: the ring's ``hop_s``
+    tree_hop_s: Mapping[str, float] = field(default_factory=dict)
+    #: a network step also waits for a flush of the received data (GPUDirect RDMA), one more
+    #: network latency (NCCL adds the net device's latency twice for Simple)
+    net_flush: bool = False
+
+    def hop(self, family: str, link_class: str) -> float:
+        """One step's latency over a path of ``link_class`` in an algorithm ``family``."""
+        if family == "tree" and link_class in self.tree_hop_s:
+            return self.tree_hop_s[link_class]
+        return self.hop_s[link_class]
+
+    def base(self, family: str) -> float:
+        """Fixed latency of one collective of an algorithm family; an unknown family is a
+        defect of the calibration, never a silent 0."""
+        try:
+            return self.base_s[family]
+        except KeyError:
+            raise KeyError(f"protocol {self.name} has no base latency for {family!r}") from None
+
+
+@dataclass(frozen=True)
+class PayloadShares:
+    """Fraction of a path's bandwidth a protocol's payload reaches (NCCL's tuning model)."""
+
+    ring_ll_all_reduce: float  # ring LL in an all-reduce, or across hosts
+    ring_ll_gather: float  # ring LL in a one-host all-gather or reduce-scatter
+    tree: float  # any tree
+    tree_ll: float  # LL on a tree, on top of ``tree``
+    tree_ll128_one_host: float
+    tree_ll128_multi_host: float
+
+    def share(self, proto: str, algorithm: str, op: str, multi_host: bool) -> float:
+        if algorithm == "tree":
+            if proto == "LL":
+                return self.tree * self.tree_ll
+            if proto == "LL128":
+                ll128 = self.tree_ll128_multi_host if multi_host else self.tree_ll128_one_host
+                return self.tree * ll128
+            return self.tree * 1.0
+        if proto == "LL":
+            return (
+                self.ring_ll_all_reduce if multi_host or op == "all_reduce" else self.ring_ll_gather
+            )
+        return 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Launcher:
+    """How a benchmark starts a collective on its ranks: rank i joins ``i * stagger_s``
+    after rank 0; ``call_s`` of host time per call passes before any rank can start."""
+
+    name: str
+    stagger_s: float
+    call_s: float
+    about: str
+
+
+@dataclass(frozen=True, slots=True)
+class CustomKernel:
+    """One serving engine's peer-memory all-reduce kernels (one-shot and two-shot): what its
+    code fixes (grid size, the one-shot/two-shot switch, how eager calls get the input into
+    the shared buffer) and what was fitted to measurements (fixed device and host costs)."""
+
+    name: str
+    base_s: float  # device: kernel start and the entry barrier (a flag to and from each peer)
+    host_s: float  # host time of one eager call (Python, dispatch, its launches)
+    grid_threads: int  # threads of the grid, each with one 16-byte load per peer in flight
+    serial_gather: bool  # two-shot's all-gather loads one peer at a time (stores between)
+    #: ``(ranks up to, bytes)``: one-shot below that many bytes, two-shot from there (None:
+    #: one-shot at any size); empty: no rule (``auto`` runs the faster of the two).
+    oneshot_below: tuple[tuple[int, float | None], ...]
+    copy: str  # eager input into the shared buffer: "memcpy" (a copy kernel) | "in_kernel"
+
+    def oneshot_limit(self, ranks: int) -> float | None:
+        """Bytes from which the engine runs two-shot on ``ranks`` GPUs (inf: never; None: no
+        rule)."""
+        for upto, below in self.oneshot_below:
+            if ranks <= upto:
+                return math.inf if below is None else below
+        return None if not self.oneshot_below else 0.0
+
+
+@dataclass(frozen=True)
+class Collectives:
+    """NCCL's tuning constants and the peer-memory all-reduce of serving engines."""
+
+    protocols: Mapping[str, Protocol]
+    probe_protocol: str  # the protocol extra rings are tried with
+    shares: PayloadShares | None  # None: every payload reaches the whole path
+    link_class: Mapping[str, str]  # link kind -> "nvlink" | "pci" | "net"
+    nvls_latency_s: float
+    nvls_efficiency: Mapping[str, float]  # per scale-up kind
+    nvls_default_efficiency: float
+    custom_hop_s: float  # a flag over NVLink: a barrier between two steps
+    custom_load_latency_s: float  # one 16-byte load from a peer's memory, issue to data
+    custom_barrier_peer_s: float  # a barrier's cost per peer it waits for
+    custom_max_bytes: int
+    custom_kernels: Mapping[str, CustomKernel]
+    custom_implementation: str  # the engine's kernels, one of custom_kernels
+    #: Whether ``auto`` follows the kernels' one-shot/two-shot switch (a serving engine's
+    #: code) or runs the faster of the two (the ideal engine).
+    custom_switch: bool
+    comm_sms: int  # SMs a collective kernel holds while it runs
+    launchers: Mapping[str, Launcher]
+    #: per protocol, per scale-up kind: one tree channel's payload rate cap (B/s) for 1, 2
+    #: and 4+ hosts; a protocol or kind not listed: no cap
+    tree_channel_max_Bps: Mapping[str, Mapping[str, tuple[float, ...]]] = field(
+        default_factory=dict
+    )
+    nvls_tree_net_hop_s: float = 0.0  # NVLSTree: software latency of one network step
+    #: pieces a pipelined network connection keeps in flight (NCCL_STEPS): after the first,
+    #: a piece's network latency overlaps with the ones before it
+    pipeline_slots: int = 1
+    nvls_channels: int = 0  # NVLS channels (SMs); NVLSTree gives one to the network; 0: none
+    #: LL across hosts: the whole collective's busbw cap (B/s) on 2 and on 4+ hosts; empty:
+    #: the one-host cap of the GPU
+    ll_multi_host_max_busbw_Bps: tuple[float, ...] = ()
+    #: per protocol: the tree's bandwidth efficiency at each power-of-two size from 64 B
+    #: (index log2(bytes / 64)); beyond the list, or a protocol not listed: 1
+    tree_size_efficiency: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+
+    @property
+    def custom(self) -> CustomKernel:
+        """The peer-memory all-reduce kernels the engine runs."""
+        return self.custom_kernels[self.custom_implementation]
+
+    def custom_oneshot_limit(self, ranks: int) -> float | None:
+        """Bytes from which ``auto`` runs two-shot (inf: never; None: the faster runs)."""
+        return self.custom.oneshot_limit(ranks) if self.custom_switch else None
+
+    @property
+    def custom_base_s(self) -> float:
+        return self.custom.base_s
+
+    def custom_barrier_s(self, ranks: int) -> float:
+        """One barrier of the peer-memory kernels over ``ranks`` GPUs beyond a flag's hop."""
+        return self.custom_barrier_peer_s * (ranks - 1)
+
+    def payload_share(self, proto: str, algorithm: str, op: str, multi_host: bool) -> float:
+        if self.shares is None:
+            return 1.0
+        return self.shares.share(proto, algorithm, op, multi_host)
+
+    def protocols_over(self, nvlink: bool) -> list[Protocol]:
+        """The protocols NCCL may use on a group whose GPUs of one host talk over NVLink
+        (``nvlink``) or not."""
+        return [p for p in self.protocols.values() if nvlink or not p.nvlink_only]
+
+    def nvls_efficiency_of(self, scaleup_kind: str) -> float:
+        return self.nvls_efficiency.get(scaleup_kind, self.nvls_default_efficiency)
+
+    def tree_channel_cap(self, proto: str, scaleup_kind: str, hosts: int) -> float:
+        """One tree channel's payload rate cap (B/s; inf: none) on ``hosts`` hosts."""
+        caps = self.tree_channel_max_Bps.get(proto, {}).get(scaleup_kind)
+        return _by_scale(caps, hosts)
+
+    def tree_efficiency(self, proto: str, nbytes: float) -> float:
+        """The tree's bandwidth efficiency for a ``nbytes`` all-reduce under ``proto``
+        (NCCL's treeCorrectionFactor: trees fall short of their model at medium sizes)."""
+        table = self.tree_size_efficiency.get(proto, ())
+        index = max(int(nbytes) >> 6, 1).bit_length() - 1
+        return table[index] if index < len(table) else 1.0
+
+    def ll_multi_host_cap(self, hosts: int) -> float:
+        """LL's busbw cap (B/s; inf: none) for a collective across ``hosts`` hosts."""
+        caps = self.ll_multi_host_max_busbw_Bps
+        if hosts < 2 or not caps:
+            return math.inf
+        return caps[0] if hosts == 2 else caps[-1]
+
+
+def _by_scale(caps: tuple[float, ...] | None, hosts: int) -> float:
+    """NCCL's tuning scales: one host, two hosts, four or more (0 or missing: no cap)."""
+    if not caps:
+        return math.inf
+    cap = caps[0 if hosts <= 1 else 1 if hosts == 2 else 2]
+    return cap if cap > 0 else math.inf
