@@ -6,7 +6,9 @@ Prints, for each published curve, simulated against measured time per size and t
 geometric-mean error, the Hopper ring and NVLS peaks, and writes ``collective_busbw.png``
 (measured and simulated busbw over size, log axes); then the three 2-node x 8-GPU nccl-tests
 tables (H100 over InfiniBand, H100 on GCP A3 Mega over TCPXO, B200 over InfiniBand): per
-table the geomean error, the worst size and ``multinode_<table>.png``.
+table the geomean error, the worst size and ``multinode_<table>.png``; then the launch
+floors of nccl-tests issue 123 (one DGX A100, ``-g N`` for 2 to 8 GPUs, one channel), with
+the calibration's host and with the per-GPU enqueue time fitted to that host.
 
 Each measurement is simulated the way it was taken: the 8x A100 sweep with nccl-tests
 ``-g 8`` (one thread launches all GPUs: launcher ``threads``), the 8x H100 latencies through
@@ -20,12 +22,12 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from matplotlib.figure import Figure
-from tpsim.calibration import csv_rows, measured
+from tpsim.calibration import Calibration, csv_rows, default, measured
 from tpsim.core.collective_sweep import collective_sweep
 from tpsim.experiments.plots import save_figure
 from tpsim.topologies.io import get_topology
@@ -200,6 +202,60 @@ def _multinode_report(out: Path, data: Path) -> Iterator[str]:
         yield f"wrote {path}"
 
 
+FLOORS_FILE = "allreduce_small_and_custom.csv"
+FLOORS_KEY = "NCCL_MAX_NCHANNELS=1"  # the one-channel rows of nccl-tests issue 123
+
+
+def read_floors(data: Path) -> list[tuple[int, float]]:
+    """(GPUs, us) of the one-channel all-reduce floors (8-128 B) of nccl-tests issue 123: one
+    DGX A100, one thread driving 2 to 8 of its GPUs (``-g N``)."""
+    rows = [r for r in csv_rows(data / FLOORS_FILE) if FLOORS_KEY in r["implementation"]]
+    return sorted((int(r["ranks"]), float(r["time_us"])) for r in rows)
+
+
+def compare_floors(
+    data: Path, calib: Calibration | None = None
+) -> tuple[list[dict[str, float | str]], float]:
+    """The floors against ``-g N`` runs (launcher ``threads``) of an 8-byte all-reduce on N
+    GPUs of a DGX A100, priced with ``calib`` (default: the shipped calibration)."""
+    out = []
+    for n, us in read_floors(data):
+        (r,) = collective_sweep("dgx-a100", n, [8], algo="nccl", launcher="threads", calib=calib)
+        out.append({"bytes": n, "measured_us": us, "simulated_us": r["time_s"] * 1e6,
+                    "choice": f"{r['algorithm']}/{r['protocol']}"})  # fmt: skip
+    return out, geomean_error([(float(o["simulated_us"]), float(o["measured_us"])) for o in out])
+
+
+def floors_host(data: Path) -> tuple[float, Calibration]:
+    """The per-GPU enqueue time (s) of the floors' host, fitted (geometric mean of floor / N:
+    one thread enqueues N GPUs, one channel each), and the calibration with it."""
+    floors = read_floors(data)
+    per_gpu = math.exp(sum(math.log(us * 1e-6 / n) for n, us in floors) / len(floors))
+    calib = default()
+    c = calib.collectives
+    ampere = c.host_enqueue["ampere"]
+    fitted = replace(ampere, gpu_s=per_gpu - ampere.channel_s)
+    host = {**c.host_enqueue, "ampere": fitted}
+    return per_gpu, replace(calib, collectives=replace(c, host_enqueue=host))
+
+
+def _floors_report(data: Path) -> Iterator[str]:
+    ampere = default().collectives.host_enqueue["ampere"]
+    per_gpu, fitted = floors_host(data)
+    for label, calib in (
+        (f"the calibration's {(ampere.gpu_s + ampere.channel_s) * 1e6:.2f} us per GPU", None),
+        (f"{per_gpu * 1e6:.2f} us per GPU fitted to this host", fitted),
+    ):
+        rows, err = compare_floors(data, calib)
+        yield f"8x A100 one-channel floors (nccl-tests issue 123, -g N, 8-128 B), {label}:"
+        yield f"  {'GPUs':>12} {'measured us':>12} {'simulated us':>13} {'error':>7}  choice"
+        for r in rows:
+            e = float(r["simulated_us"]) / float(r["measured_us"]) - 1
+            yield (f"  {r['bytes']:>12} {r['measured_us']:>12.1f} {r['simulated_us']:>13.1f} "
+                   f"{e:>+7.1%}  {r['choice']}")  # fmt: skip
+        yield f"  geomean error {err:.1%}"
+
+
 def measured_peaks() -> dict[str, float]:
     """Large-message all-reduce busbw peaks on one 8x H100 node by algorithm (GB/s), from
     collective_peaks.csv: NVLS 480, the ring with NVLS disabled 367-370 (a range: its
@@ -243,6 +299,7 @@ def run(out: Path) -> Iterator[str]:
     save_figure(fig, out / "collective_busbw.png")
     yield f"wrote {out / 'collective_busbw.png'}"
     yield from _multinode_report(out, data)
+    yield from _floors_report(data)
 
 
 def main(argv: list[str] | None = None) -> int:

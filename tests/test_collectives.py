@@ -311,10 +311,11 @@ def test_chunk_sizes_cover_the_message() -> None:
 @pytest.mark.parametrize("curve", CURVES, ids=lambda c: c.topology)
 def test_calibration_curves(curve) -> None:  # type: ignore[no-untyped-def]
     _, err = compare(curve, measured())
-    # issue #14: the A100 sweep no worse than 11.5% (where #3 left it: between 256 KiB and
-    # 1 MiB and between 16 and 256 MiB the measurement is slower than NCCL's own model, and
-    # no constant is fitted to close that); every single-node file within 12%
-    bound = {"dgx-a100": 0.1155, "dgx-h100": 0.12}[curve.topology]
+    # issue #14: the A100 sweep no worse than 11.5% (where #3 left it); 9.2% since the
+    # -g 8 host is modelled (host-bound up to 4 MiB; between 8 and 256 MiB the measurement
+    # is slower than NCCL's own model, and no constant is fitted to close that); every
+    # single-node file within 12%
+    bound = {"dgx-a100": 0.095, "dgx-h100": 0.12}[curve.topology]
     assert err < bound
 
 

@@ -1,6 +1,6 @@
 """Read ``data/nccl.yaml`` into :class:`~tpsim.calibration.model.Collectives`: NCCL's
-protocols and tuning constants, the benchmarks' launchers and the serving engines'
-peer-memory all-reduce kernels (``custom_allreduce``).
+protocols and tuning constants, the benchmarks' launchers, NCCL's host enqueue and its
+channel rule, and the serving engines' peer-memory all-reduce kernels (``custom_allreduce``).
 
 Part of :mod:`tpsim.calibration.loader`, which builds the whole calibration.
 """
@@ -12,8 +12,10 @@ from typing import Any
 
 from tpsim.calibration.entries import CalibrationError, _numbers, _table, entry, number, scale
 from tpsim.calibration.model_collectives import (
+    ChannelThreshold,
     Collectives,
     CustomKernel,
+    HostEnqueue,
     Launcher,
     PayloadShares,
     Protocol,
@@ -48,6 +50,73 @@ def _protocol(name: str, d: Mapping[str, Any], field: str) -> Protocol:
     )
 
 
+def _fields(spec: object, keys: tuple[str, ...], field: str) -> dict[str, Any]:
+    """A table with exactly ``keys``."""
+    if not isinstance(spec, dict) or set(spec) != set(keys):
+        raise CalibrationError(f"{field}: needs exactly {', '.join(keys)}")
+    return spec
+
+
+def _count(value: object, field: str) -> int:
+    """A positive whole number."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise CalibrationError(f"{field}={value!r}: must be a positive whole number")
+    return value
+
+
+def _flag(value: object, field: str) -> bool:
+    if not isinstance(value, bool):
+        raise CalibrationError(f"{field}={value!r}: must be true or false")
+    return value
+
+
+def _us(value: object, field: str) -> float:
+    """A non-negative time in us, in seconds."""
+    us = number(value, field)
+    if us < 0:
+        raise CalibrationError(f"{field}={value!r}: must be 0 or more")
+    return scale(us, -6)
+
+
+def _launchers(table: object, field: str) -> dict[str, Launcher]:
+    out = {}
+    for name, spec in _table(table, field).items():
+        f = f"{field}.{name}"
+        x = _fields(spec, ("per_host", "call_us", "about"), f)
+        per_host = _flag(x["per_host"], f"{f}.per_host")
+        call_s = _us(x["call_us"], f"{f}.call_us")
+        out[str(name)] = Launcher(str(name), per_host, call_s, x["about"])
+    return out
+
+
+def _host_enqueue(table: object, field: str) -> dict[str, HostEnqueue]:
+    out = {}
+    for arch, spec in _table(table, field).items():
+        f = f"{field}.{arch}"
+        x = _fields(spec, ("gpu_us", "channel_us", "ring_channels"), f)
+        out[str(arch)] = HostEnqueue(
+            _us(x["gpu_us"], f"{f}.gpu_us"),
+            _us(x["channel_us"], f"{f}.channel_us"),
+            _count(x["ring_channels"], f"{f}.ring_channels"),
+        )
+    if "default" not in out:
+        raise CalibrationError(f"{field}: needs a default entry")
+    return out
+
+
+def _channel_thresholds(table: object, field: str) -> dict[str, ChannelThreshold]:
+    out = {}
+    for proto, spec in _table(table, field).items():
+        f = f"{field}.{proto}"
+        x = _fields(spec, ("threads", "bytes_per_thread", "ring_times_ranks"), f)
+        out[str(proto)] = ChannelThreshold(
+            _count(x["threads"], f"{f}.threads"),
+            _count(x["bytes_per_thread"], f"{f}.bytes_per_thread"),
+            _flag(x["ring_times_ranks"], f"{f}.ring_times_ranks"),
+        )
+    return out
+
+
 def _collectives(d: Mapping[str, Any]) -> Collectives:
     w = "nccl.yaml"
     protocols = {
@@ -60,13 +129,6 @@ def _collectives(d: Mapping[str, Any]) -> Collectives:
     shares = _numbers(entry(d, "payload_share", w), f"{w}.payload_share")
     nvls, custom = _table(d.get("nvls"), f"{w}.nvls"), _table(d.get("custom_allreduce"), w)
     nvls_tree = _table(d.get("nvls_tree"), f"{w}.nvls_tree")
-    launchers = {}
-    for name, spec in _table(entry(d, "launchers", w), f"{w}.launchers").items():
-        f = f"{w}.launchers.{name}"
-        if not isinstance(spec, dict) or set(spec) != {"stagger_us", "call_us", "about"}:
-            raise CalibrationError(f"{f}: needs exactly stagger_us, call_us, about")
-        us = _numbers({k: spec[k] for k in ("stagger_us", "call_us")}, f, -6)
-        launchers[str(name)] = Launcher(str(name), us["stagger_us"], us["call_us"], spec["about"])
     kernels = _custom_kernels(_table(custom.get("kernels"), f"{w}.custom_allreduce.kernels"))
     implementation = entry(custom, "implementation", w)
     if implementation not in kernels:
@@ -100,7 +162,11 @@ def _collectives(d: Mapping[str, Any]) -> Collectives:
         custom_implementation=implementation,
         custom_switch=_switch(entry(custom, "switch", w)),
         comm_sms=int(entry(d, "comm_sms", w)),
-        launchers=launchers,
+        launchers=_launchers(entry(d, "launchers", w), f"{w}.launchers"),
+        host_enqueue=_host_enqueue(entry(d, "host_enqueue", w), f"{w}.host_enqueue"),
+        channel_thresholds=_channel_thresholds(
+            entry(d, "channel_thresholds", w), f"{w}.channel_thresholds"
+        ),
         tree_channel_max_Bps={
             str(proto): {str(k): _scales(v, f"{w}.tree_channel_max_GBps") for k, v in t.items()}
             for proto, t in _table(

@@ -173,9 +173,8 @@ class Calibration:
                 nvls_channels=0,
                 ll_multi_host_max_busbw_Bps=(),
                 tree_size_efficiency={},
-                launchers={
-                    n: replace(la, stagger_s=0.0, call_s=0.0) for n, la in c.launchers.items()
-                },
+                launchers={n: replace(la, call_s=0.0) for n, la in c.launchers.items()},
+                host_enqueue={},
             ),
             links=replace(
                 self.links,

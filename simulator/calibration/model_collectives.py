@@ -72,13 +72,36 @@ class PayloadShares:
 
 @dataclass(frozen=True, slots=True)
 class Launcher:
-    """How a benchmark starts a collective on its ranks: rank i joins ``i * stagger_s``
-    after rank 0; ``call_s`` of host time per call passes before any rank can start."""
+    """How a benchmark calls a collective back to back: each host thread spends ``call_s``
+    per call, then enqueues the collective on every GPU it drives (``per_host``: all of its
+    host's ranks, as nccl-tests -g P; else its own one)."""
 
     name: str
-    stagger_s: float
+    per_host: bool
     call_s: float
     about: str
+
+
+@dataclass(frozen=True, slots=True)
+class HostEnqueue:
+    """NCCL's host time to enqueue one collective on one GPU: ``gpu_s`` (the kernel launch
+    and NCCL's plan) plus ``channel_s`` for each channel the operation runs on, of at most
+    ``ring_channels`` (the ring and tree channels NCCL builds)."""
+
+    gpu_s: float
+    channel_s: float
+    ring_channels: int
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelThreshold:
+    """NCCL's per-protocol rule for an operation's channels: one fewer channel while the
+    bytes are under channels x ``threads`` x ``bytes_per_thread`` (times the ranks for a
+    ring when ``ring_times_ranks``)."""
+
+    threads: int
+    bytes_per_thread: int
+    ring_times_ranks: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +167,11 @@ class Collectives:
     #: per protocol: the tree's bandwidth efficiency at each power-of-two size from 64 B
     #: (index log2(bytes / 64)); beyond the list, or a protocol not listed: 1
     tree_size_efficiency: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    #: per GPU architecture (and "default"): NCCL's host enqueue of one collective; empty:
+    #: no host time (the ideal calibration)
+    host_enqueue: Mapping[str, HostEnqueue] = field(default_factory=dict)
+    #: per protocol: NCCL's rule for how many channels an operation of a size runs on
+    channel_thresholds: Mapping[str, ChannelThreshold] = field(default_factory=dict)
 
     @property
     def custom(self) -> CustomKernel:

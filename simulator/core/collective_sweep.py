@@ -1,9 +1,11 @@
 """``tpsim collective``: nccl-tests for the simulator.
 
 Each size is one engine run of a lone collective over the group's links (the same group,
-fabric, planner and engine path as ``tpsim run``: :mod:`tpsim.core.group`), started the way
-the chosen launcher starts it (the calibration's ``launchers``); time is from the
-first launch to the last rank's finish, as nccl-tests times an iteration.
+fabric, planner and engine path as ``tpsim run``: :mod:`tpsim.core.group`). Benchmarks call
+the collective back to back and synchronise once at the end, so an iteration lasts the
+longer of two times: the device's (first rank's start to last rank's finish, every rank's
+kernel already queued) and the host's, where each thread makes its call (the launcher's
+``call_s``) and enqueues the collective on every GPU it drives (:mod:`tpsim.core.enqueue`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import networkx as nx
 from tpsim import calibration
 from tpsim.core import metrics
 from tpsim.core.collectives import OPS
+from tpsim.core.enqueue import enqueue_s
 from tpsim.core.errors import ConfigError
 from tpsim.core.group import connect, run_programs
 from tpsim.core.program import CollectiveCall, Op, Program, Programs
@@ -43,17 +46,22 @@ def collective_sweep(
     ideal: bool = False,
     nodes: int = 1,
     launcher: str = "mpi",
+    calib: calibration.Calibration | None = None,
 ) -> list[dict[str, Any]]:
     """One row per size: bytes, time_s, algbw_GBps, busbw_GBps, algorithm, protocol.
 
     ``algo="nccl"`` (the default) is what NCCL itself would run, as nccl-tests measures;
-    ``"auto"`` adds the custom peer-memory all-reduce kernels of serving engines.
+    ``"auto"`` adds the custom peer-memory all-reduce kernels of serving engines. ``calib``
+    prices it (default: the shipped calibration; with ``ideal``, its ideal variant).
     """
     from tpsim.topologies.io import get_topology
 
     if op not in OPS:
         raise ConfigError(f"op={op!r}: must be one of {', '.join(OPS)}")
-    calib = calibration.for_options(ideal)
+    if calib is None:
+        calib = calibration.for_options(ideal)
+    elif ideal:
+        calib = calib.ideal()
     launchers = calib.collectives.launchers
     if launcher not in launchers:
         raise ConfigError(f"launcher={launcher!r}: must be one of {', '.join(launchers)}")
@@ -77,8 +85,9 @@ def collective_sweep(
     comms = connect(graph, ranks, calib=calib, algo=algo)
     planner = comms.planner  # an algorithm the group cannot run is refused before any size
     how = launchers[launcher]
-    delays = [r * how.stagger_s for r in range(ranks)]
-    call_s = how.call_s
+    group = comms.group
+    hosts = [group.routes.host(g) for g in group.gpu_ranks]
+    per_thread = max(hosts.count(h) for h in hosts) if how.per_host else 1
     rows = []
     for n in sizes:
         if isinstance(n, bool) or n < 1:
@@ -90,7 +99,7 @@ def collective_sweep(
             layer=0,
             site=op,
             stream="comm",
-            launch_s=call_s,
+            launch_s=0.0,
             seconds=0.0,
             flops=0.0,
             bytes=int(n),
@@ -99,9 +108,12 @@ def collective_sweep(
             deps=(),
             collective=call,
         )
-        ran = run_programs(comms, Programs.same(Program((op_,)), ranks), rank_delay_s=delays)
-        t = metrics.makespan(ran.records)
+        ran = run_programs(comms, Programs.same(Program((op_,)), ranks))
         sched = planner(call)
+        enqueue = enqueue_s(
+            calib.collectives, group.gpu.arch, sched.algorithm, sched.protocol, int(n), ranks
+        )
+        t = max(metrics.makespan(ran.records), how.call_s + per_thread * enqueue)
         algbw = n / t / 1e9
         rows.append(
             {

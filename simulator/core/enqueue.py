@@ -1,0 +1,54 @@
+"""NCCL's host side of one collective call: how many channels the operation runs on, and the
+host time to enqueue it on one GPU (the calibration's ``host_enqueue`` and
+``channel_thresholds``, from NCCL's ``enqueue.cc`` and ``tuning.cc``).
+
+A benchmark that calls a collective back to back (nccl-tests, a torch loop) is host-bound
+when its thread needs longer to enqueue one call than the GPUs need to run it: one thread
+driving eight GPUs (nccl-tests ``-g 8``) enqueues eight times per iteration. On NCCL of the
+Ampere years each channel of the operation cost host time as well, and NCCL gives a small
+operation few channels, so that thread's time grows with the size until every channel is
+in use.
+"""
+
+from __future__ import annotations
+
+from tpsim.calibration import Collectives
+
+#: Schedules NCCL's own channel rule applies to (rings and trees); NVLS runs on its own
+#: channels, and the peer-memory kernels of serving engines are not NCCL's.
+RING_FAMILY = ("ring", "tree", "hierarchical")
+NVLS_FAMILY = ("nvls", "nvlstree")
+
+
+def nccl_channels(
+    c: Collectives, algorithm: str, protocol: str, nbytes: int, ranks: int, most: int
+) -> int:
+    """Channels NCCL runs an operation of ``nbytes`` on (``enqueue.cc`` getAlgoInfo): from
+    ``most``, one fewer while the bytes are under channels x threads x the protocol's
+    per-thread threshold (times the ranks for ring LL); NVLS: its own channels; 0 for a
+    schedule that is not NCCL's."""
+    family = algorithm.split()[0]  # "ring x2": several rings
+    if family in NVLS_FAMILY:
+        return max(1, c.nvls_channels)
+    if family not in RING_FAMILY:
+        return 0
+    rule = c.channel_thresholds.get(protocol)
+    if rule is None:
+        return most
+    per_channel = rule.threads * rule.bytes_per_thread
+    if rule.ring_times_ranks and family != "tree":
+        per_channel *= ranks
+    return max(1, min(most, nbytes // per_channel))
+
+
+def enqueue_s(
+    c: Collectives, arch: str, algorithm: str, protocol: str, nbytes: int, ranks: int
+) -> float:
+    """Host seconds to enqueue one collective on one GPU of architecture ``arch``: the launch
+    and NCCL's plan, plus its cost per channel of the operation (0 under a calibration
+    without host costs)."""
+    cost = c.host_enqueue.get(arch) or c.host_enqueue.get("default")
+    if cost is None:
+        return 0.0
+    channels = nccl_channels(c, algorithm, protocol, nbytes, ranks, cost.ring_channels)
+    return cost.gpu_s + cost.channel_s * channels
