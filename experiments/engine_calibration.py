@@ -3,7 +3,9 @@
     python -m tpsim.experiments.engine_calibration --out DIR [--engine-override NAME]
 
 Each measurement is simulated with the engine profile that matches its engine, or the
-closest one (said which), and nothing here is fitted to them: they judge the profiles.
+closest one (said which). They judge the profiles; one constant is fitted to them: the
+Python per decoder layer of ``tgi-v1``, to the two host-bound TGI rows at TP 2 (the TGI rows
+at TP 1 and TP 4 are predictions).
 
 - ``lmdeploy_a100_static.csv``: LMDeploy v0.1 (TurboMind, a C++ runtime derived from
   FasterTransformer, no CUDA graphs) on A100, fp16: the median decode step (context: the
@@ -12,9 +14,8 @@ closest one (said which), and nothing here is fitted to them: they judge the pro
   first token: the profile's ``first_token: decode_step``). Profile ``fastertransformer``.
   internlm-20b is not in the catalog and is left out.
 - ``e2e_tgi_vllm_2023.csv``, TGI v1.2 rows: CodeLlama-34B per-token latency, one request at
-  a time, on 1, 2 and 4 A100s and H100s. TGI v1.2 ran without CUDA graphs: profile
-  ``vllm-v0`` (a Python engine of the same years) with ``--launch eager``; the prompt length
-  is not stated: context 256 assumed.
+  a time, on 1, 2 and 4 A100s and H100s. Profile ``tgi-v1`` (eager, one shard per GPU fed
+  by the router, NCCL only); the prompt length is not stated: context 256 assumed.
 - ``e2e_tgi_vllm_2023.csv``, vLLM Dec 2023 rows on A100 (the A30 and T4 rows have no GPU in
   the catalog): batch end-to-end latency of ``benchmark_latency`` (batch 64, 256 tokens in,
   256 out) = one prefill + 256 decode steps, the steps priced at the mean context (attention
@@ -92,14 +93,14 @@ TGI_GPUS = {"A100-80G": "dgx-a100", "H100": "dgx-h100"}
 VLLM_MODELS = {"Llama 70B": "llama-2-70b", "Llama 33B": "llama-33b"}
 
 
-def e2e_cases(tgi_engine: str = "vllm-v0", vllm_engine: str = "vllm-v0") -> list[Case]:
+def e2e_cases(tgi_engine: str = "tgi-v1", vllm_engine: str = "vllm-v0") -> list[Case]:
     out = []
     for r in _rows("e2e_tgi_vllm_2023.csv"):
         tp = int(r["tp"])
         if r["engine"].startswith("TGI") and r["metric"] == "per-token latency avg":
             out.append(Case("tgi", f"TGI {r['gpu']} TP{tp}", "codellama-34b", TGI_GPUS[r["gpu"]],
                             tp, tgi_engine, float(r["value"]) / 1e3,
-                            Workload(1, "decode", context_len=256), launch="eager"))  # fmt: skip
+                            Workload(1, "decode", context_len=256)))  # fmt: skip
         elif r["engine"].startswith("vLLM") and r["gpu"] in TGI_GPUS:
             nccl = "NCCL" in r["metric"]
             out.append(Case("vllm-2023", f"vLLM {r['model']} TP{tp} {'NCCL' if nccl else 'custom'}",

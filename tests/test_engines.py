@@ -14,7 +14,9 @@ from tpsim.cli import main
 from tpsim.core import metrics
 from tpsim.core.lower import passes
 
-SHIPPED = ["ideal", "fastertransformer", "gpt-fast", "sglang", "trtllm", "vllm", "vllm-v0"]
+SHIPPED = [
+    "ideal", "fastertransformer", "gpt-fast", "sglang", "tgi-v1", "trtllm", "vllm", "vllm-v0",
+]  # fmt: skip
 SMALL = Workload(batch=16, phase="decode", context_len=1024)
 ENGINE = "name: x\noverrides:\n  engine:\n"
 IDEAL_FILE = resources.files("tpsim.calibration").joinpath(
