@@ -19,7 +19,7 @@ from typing import Any
 
 import networkx as nx
 from tpsim.core.config import Options
-from tpsim.outputs.report import regime_shares, regime_text
+from tpsim.outputs.report import launch_label, regime_shares, regime_text
 
 #: Parts of the critical path, in the order the table prints them.
 PARTS = ("compute", "memory", "communication", "launch_overhead", "host", "bubble", "idle")
@@ -97,7 +97,7 @@ def assumptions(graph: nx.DiGraph, summary: Mapping[str, Any]) -> dict[str, str]
         out["network"] = "not used (one host)"
     opts = c["options"]
     out["engine"] = str(opts["engine"])
-    out["launch"] = str(opts["launch"])
+    out["launch"] = launch_label(c)
     return out
 
 

@@ -221,3 +221,22 @@ def test_a_decode_step_first_token_costs_one_more_step(tmp_path: Path, pp: int) 
     # in a pipeline the first stage's decode pass runs while the last stage still prefills
     low = 0.7 if pp == 1 else 0.3
     assert low * decode.latency_s < extra < 1.1 * decode.latency_s
+
+
+def test_the_summary_says_which_launch_mode_ran() -> None:
+    """--launch graph is what was asked; an engine without a CUDA graph for the step runs it
+    eagerly, and the summary and its text say so."""
+    from tpsim.outputs.report import summary_text
+
+    def ran(engine: str, w: Workload) -> dict:  # type: ignore[type-arg]
+        return simulate("llama-3.1-8b", "dgx-h100", 1, w, Options(engine=engine)).summary
+
+    decode, prefill = Workload(1, "decode", context_len=1024), Workload(1, "prefill", 2048)
+    assert ran("vllm", decode)["config"]["launch_effective"] == "graph"
+    eager = ran("vllm", prefill)  # vLLM captures graphs up to 512 tokens
+    assert (eager["config"]["options"]["launch"], eager["config"]["launch_effective"]) == (
+        "graph", "eager",
+    )  # fmt: skip
+    assert "launch eager (no CUDA graph for this step in the engine)" in summary_text(eager)
+    assert ran("tgi-v1", decode)["config"]["launch_effective"] == "eager"
+    assert "launch graph," in summary_text(ran("vllm", decode))

@@ -22,7 +22,7 @@ from tpsim.core.config import (
 from tpsim.core.costs import hardware_for
 from tpsim.core.errors import ConfigError
 from tpsim.core.group import connect, run_programs
-from tpsim.core.lower import lower
+from tpsim.core.lower import launch_mode, lower
 from tpsim.core.memory import MemoryUse, memory_per_gpu
 from tpsim.core.program import Programs
 from tpsim.core.records import Record
@@ -148,6 +148,7 @@ def simulate(
             },
             "workload": asdict(workload),
             "options": asdict(options) | {"dtype": dtype, "kv_dtype": options.kv_dtype or dtype},
+            "launch_effective": launch_mode(workload, options),
         },
         "latency_s": latency,
         "tokens_per_s": tokens / latency if latency > 0 else float("inf"),

@@ -279,6 +279,15 @@ def start_step(
     return _Megatron(model, tp, workload, options, price, build), build, mode
 
 
+def launch_mode(workload: Workload, options: Options) -> str:
+    """The launch mode a step of ``workload`` really runs in (as :func:`start_step` decides
+    it for the step's first pass): ``options.launch`` where the engine has a CUDA graph for
+    it, else eager."""
+    engine = options.calibration.engine
+    first = passes(workload, engine)[0]
+    return host.step_mode(engine, options.launch, first.phase, first.tokens)
+
+
 def passes(workload: Workload, engine: Engine) -> list[Workload]:
     """The passes one step runs through the layers, in order; the last computes the logits.
 

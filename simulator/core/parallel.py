@@ -21,6 +21,7 @@ from tpsim.core.costs import hardware_for
 from tpsim.core.engine import run
 from tpsim.core.errors import ConfigError
 from tpsim.core.layout import LayoutComms, place, replicas_independent, stage_layers
+from tpsim.core.lower import launch_mode
 from tpsim.core.memory import MemoryUse, memory_per_stage
 from tpsim.core.pipeline import lower_layout, micro_slices
 from tpsim.core.shard import shard
@@ -130,6 +131,7 @@ def simulate_layout(
             "workload": asdict(workload),
             "options": asdict(options)
             | {"dtype": prec.weights, "kv_dtype": options.kv_dtype or prec.weights},
+            "launch_effective": launch_mode(workload, options),
         },
         "latency_s": latency,
         "tokens_per_s": per_s * dp,

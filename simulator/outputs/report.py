@@ -31,6 +31,14 @@ def size(n: float) -> str:
     return f"{n:.0f} B"
 
 
+def launch_label(config: Mapping[str, Any]) -> str:
+    """The launch mode a configuration's step ran in, and why when it is not ``--launch``'s
+    (an engine without a CUDA graph for the step runs it eagerly)."""
+    asked = str(config["options"]["launch"])
+    ran = str(config.get("launch_effective", asked))
+    return asked if ran == asked else f"{ran} (no CUDA graph for this step in the engine)"
+
+
 def title(s: dict[str, Any]) -> str:
     c = s["config"]
     w = c["workload"]
@@ -46,7 +54,7 @@ def title(s: dict[str, Any]) -> str:
     )
     return (
         f"{c['model']['name']} on {where}, {split}, {w['phase']} batch {w['batch']}, "
-        f"{lengths}, {c['options']['dtype']}, launch {c['options']['launch']}"
+        f"{lengths}, {c['options']['dtype']}, launch {launch_label(c)}"
         + (f", engine {c['options']['engine']}" if c["options"]["engine"] != "ideal" else "")
     )
 
