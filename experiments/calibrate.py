@@ -16,7 +16,8 @@ file that extends the base exactly as the written profile will. Before the fit, 
 the data cannot identify stays at the base value with a warning: a per-collective latency
 from points at one TP degree (it cannot be told from the per-step host time), a per-layer
 host time from points that all replay CUDA graphs, a parameter no point depends on (its
-Jacobian column is about 0) or one collinear with those screened before it. After the fit,
+Jacobian column is about 0) or one collinear with those screened before it; of the rest, at
+most one fewer than the points (the first in screening order). After the fit,
 a parameter no point depends on at the optimum goes back to the base when that changes no
 prediction. Uncertainties come from the Jacobian at the optimum; leave-one-out errors from
 one Gauss-Newton step without each point, then a simulation of that point.
@@ -165,11 +166,13 @@ class _Fit:
         reasons |= _numerical([KNOBS[i] for i in tried], lsq.jacobian(
             self.residuals(tried), u, r0, lo, hi, STEP))  # fmt: skip
         active = [i for i, k in enumerate(KNOBS) if k.name not in reasons]
-        if len(points) < len(active) + 1:
-            raise ConfigError(
-                f"{sim.source}: {len(points)} points for {len(active)} parameters "
-                f"({', '.join(KNOBS[i].name for i in active)}); at least {len(active) + 1} needed"
+        room = len(points) - 1  # one point more than parameters, for the leave-one-out
+        for i in active[room:]:
+            reasons[KNOBS[i].name] = (
+                f"not fitted: {len(points)} points fit at most {room} "
+                f"parameter{'s' if room > 1 else ''}, taken in screening order"
             )
+        active = active[:room]
         sol, active, iterations = self.solve(active, reasons)
         return self.summary(sol, active, reasons, iterations)
 

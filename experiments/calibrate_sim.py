@@ -38,13 +38,18 @@ def _start_worker(points: list[Point]) -> None:
 
 
 def step_time(point: Point, profile: str) -> float | str:
-    """The point's simulated step time (s) under the profile file, or the one-line reason
-    tpsim refuses it."""
-    options = Options(engine=profile, dtype=point.dtype, allow_oom=True)
+    """The point's simulated time (s) under the profile file: its step, or its prefill and
+    decode steps; or the one-line reason tpsim refuses it."""
+    options = Options(
+        engine=profile, dtype=point.dtype, allow_oom=True, allreduce_algo=point.allreduce
+    )
+    layout = Layout(point.tp)
     try:
-        return simulate(
-            point.spec, point.graph, Layout(point.tp), point.workload, options
-        ).latency_s
+        t = simulate(point.spec, point.graph, layout, point.workload, options).latency_s
+        if point.decode_steps:
+            step = simulate(point.spec, point.graph, layout, point.decode, options).latency_s
+            t += point.decode_steps * step
+        return t
     except INPUT_ERRORS as e:
         return str(e).splitlines()[0]
 

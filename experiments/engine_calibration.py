@@ -18,8 +18,8 @@ at TP 1 and TP 4 are predictions).
   by the router, NCCL only); the prompt length is not stated: context 256 assumed.
 - ``e2e_tgi_vllm_2023.csv``, vLLM Dec 2023 rows on A100 (the A30 and T4 rows have no GPU in
   the catalog): batch end-to-end latency of ``benchmark_latency`` (batch 64, 256 tokens in,
-  256 out) = one prefill + 256 decode steps, the steps priced at the mean context (attention
-  is linear in the context); profile ``vllm-v0``, with its custom all-reduce or NCCL only.
+  256 out) = one prefill (the first token) + 255 decode steps, priced at their mean context
+  (attention is linear in it); profile ``vllm-v0``, with its custom all-reduce or NCCL only.
 
 Prints per file and overall the geometric-mean error, each point, and writes
 ``engine_calibration.png`` (measured against simulated, log axes, the ±20 % band).
@@ -106,7 +106,7 @@ def e2e_cases(tgi_engine: str = "tgi-v1", vllm_engine: str = "vllm-v0") -> list[
             out.append(Case("vllm-2023", f"vLLM {r['model']} TP{tp} {'NCCL' if nccl else 'custom'}",
                             VLLM_MODELS[r["model"]], TGI_GPUS[r["gpu"]], tp, vllm_engine,
                             float(r["value"]), Workload(64, "decode", context_len=256 + 128),
-                            steps=256, prefill=Workload(64, "prefill", prompt_len=256),
+                            steps=255, prefill=Workload(64, "prefill", prompt_len=256),
                             allreduce_algo="nccl" if nccl else "auto"))  # fmt: skip
     return out
 

@@ -2,10 +2,14 @@
 
 Columns: ``model,topology,nodes,tp,batch,phase,prompt_len,context_len,dtype,measured_ms``
 (``model``, ``topology``, ``tp`` and ``measured_ms`` must be there; the others may be left
-out). Lines starting with ``#`` are comments. An empty cell means the default (nodes 1,
-batch 1, decode, prompt 512, context 1024, the model's dtype), or that the field does not
-apply to the phase (a decode step has no prompt length, a prefill no context length).
-``measured_ms`` is the decode step time, or the prefill time, in milliseconds.
+out), and optionally ``output_len`` and ``allreduce``. Lines starting with ``#`` are
+comments. An empty cell means the default (nodes 1, batch 1, decode, prompt 512, context
+1024, the model's dtype, the engine's all-reduce), or that the field does not apply to the
+phase (a decode step has no prompt length, a prefill no context length). ``measured_ms`` is
+the decode step time, or the prefill time, in milliseconds; with ``output_len`` N it is a
+whole request (as vLLM's ``benchmark_latency`` times one): the prefill and the N - 1 decode
+steps after it, priced at their mean context (attention is linear in it). ``allreduce``:
+the engine's all-reduce as ``tpsim run --allreduce-algo`` takes it (``nccl``: NCCL only).
 
 Anything wrong is one :class:`ConfigError` naming the file, the row (its line number in the
 file) and the field.
@@ -20,7 +24,14 @@ from pathlib import Path
 
 import networkx as nx
 from tpsim.calibration.bounded import ReadRefused, read_text, shorten
-from tpsim.core.config import COMPUTE_DTYPES, PHASES, Workload, check_nodes, tp_problem
+from tpsim.core.config import (
+    ALLREDUCE_ALGOS,
+    COMPUTE_DTYPES,
+    PHASES,
+    Workload,
+    check_nodes,
+    tp_problem,
+)
 from tpsim.core.errors import INPUT_ERRORS, ConfigError
 from tpsim.core.group import tp_group
 from tpsim.models.catalog import get_model
@@ -39,6 +50,8 @@ COLUMNS = (
     "context_len",
     "dtype",
     "measured_ms",
+    "output_len",
+    "allreduce",
 )
 REQUIRED = ("model", "topology", "tp", "measured_ms")
 #: More points than this would take hours of simulation: refused up front.
@@ -61,6 +74,17 @@ class Point:
     spec: ModelSpec = field(repr=False, compare=False)
     graph: nx.DiGraph = field(repr=False, compare=False)
     gpu: GPUSpec = field(repr=False, compare=False)
+    #: a whole request (``output_len``): the decode steps after the prefill (0: one step)
+    decode_steps: int = 0
+    allreduce: str = "auto"  # the engine's all-reduce (tpsim run --allreduce-algo)
+
+    @property
+    def decode(self) -> Workload:
+        """One of a request's decode steps, at their mean context (``decode_steps`` > 0)."""
+        w = self.workload
+        return Workload(
+            w.batch, "decode", w.prompt_len, w.prompt_len + (self.decode_steps + 1) // 2
+        )
 
     @property
     def label(self) -> str:
@@ -68,7 +92,10 @@ class Point:
         shape = f"context {w.context_len}" if w.phase == "decode" else f"prompt {w.prompt_len}"
         where = self.topology if self.nodes == 1 else f"{self.topology} x{self.nodes}"
         dtype = f" {self.dtype}" if self.dtype else ""
-        return f"{self.model} {where} TP {self.tp} {w.phase} batch {w.batch} {shape}{dtype}"
+        steps = f" + {self.decode_steps} decode steps" if self.decode_steps else ""
+        algo = f" allreduce {self.allreduce}" if self.allreduce != "auto" else ""
+        what = f"{w.phase} batch {w.batch} {shape}{steps}{dtype}{algo}"
+        return f"{self.model} {where} TP {self.tp} {what}"
 
 
 def read_points(path: Path) -> list[Point]:
@@ -148,9 +175,16 @@ class _Reader:
         batch = self.integer(row, cells, "batch", defaults.batch)
         prompt = self.integer(row, cells, "prompt_len", defaults.prompt_len)
         context = self.integer(row, cells, "context_len", defaults.context_len)
-        phase = cells.get("phase", "") or defaults.phase
+        output = self.integer(row, cells, "output_len", 0) if cells.get("output_len") else 0
+        phase = cells.get("phase", "") or ("prefill" if output else defaults.phase)
         if phase not in PHASES:
             raise self.fail(row, "phase", phase, f"must be one of {', '.join(PHASES)}")
+        if output and phase != "prefill":
+            raise self.fail(row, "phase", phase, "a request (output_len) starts with a prefill")
+        allreduce = cells.get("allreduce", "") or "auto"
+        if allreduce not in ALLREDUCE_ALGOS:
+            choices = ", ".join(ALLREDUCE_ALGOS)
+            raise self.fail(row, "allreduce", allreduce, f"must be one of {choices}")
         dtype = cells.get("dtype", "") or None
         if dtype is not None and dtype not in COMPUTE_DTYPES:
             raise self.fail(row, "dtype", dtype, f"must be one of {', '.join(COMPUTE_DTYPES)}")
@@ -182,7 +216,8 @@ class _Reader:
             workload = Workload(batch, phase, prompt, context)
         except ConfigError as e:
             raise ConfigError(f"{self.name} row {row}: {e}") from None
-        return Point(row, model, topology, nodes, tp, workload, dtype, measured, spec, graph, gpu)
+        return Point(row, model, topology, nodes, tp, workload, dtype, measured, spec, graph, gpu,
+                     max(0, output - 1), allreduce)  # fmt: skip
 
     def measured(self, row: int, text: str) -> float:
         try:
