@@ -16,17 +16,9 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from tpsim.core.errors import ConfigError
+from tpsim.experiments import sweep_tasks as tasks
 from tpsim.experiments.grid import Point
 from tpsim.experiments.results import DASK_FAILED, infrastructure_error
-from tpsim.experiments.sweep_tasks import (
-    MAX_TRIES,
-    Evaluate,
-    Row,
-    backoff,
-    batches,
-    lost_rows,
-    run_batch,
-)
 
 log = logging.getLogger(__name__)
 
@@ -108,8 +100,8 @@ def _n_workers(client: Any) -> int | None:
 
 
 def dask_rows(
-    points: Sequence[Point], scheduler: Any, evaluate: Evaluate, wait_workers_s: float
-) -> Iterator[list[Row]]:
+    points: Sequence[Point], scheduler: Any, evaluate: tasks.Evaluate, wait_workers_s: float
+) -> Iterator[list[tasks.Row]]:
     """Batches as Dask tasks; ``scheduler`` is an address (connected and closed here) or a
     client (left open). A task that fails (after Dask's own retries) or is cancelled is
     submitted again, up to :data:`MAX_TRIES` times with backoff. When the scheduler is lost,
@@ -122,10 +114,10 @@ def dask_rows(
         later: list[tuple[float, list[Point], int]] = []  # (when, batch, attempt)
 
         def submit(batch: list[Point], attempt: int) -> None:
-            f = client.submit(run_batch, evaluate, batch, pure=False)
+            f = client.submit(tasks.run_batch, evaluate, batch, pure=False)
             pending[f] = (batch, attempt)
 
-        for b in batches(points, workers):
+        for b in tasks.batches(points, workers):
             submit(b, 1)
         why = ""
         idle_since: float | None = None
@@ -149,15 +141,15 @@ def dask_rows(
                     try:
                         rows = f.result()
                     except Exception as exc:  # lost between the status and the result
-                        rows = lost_rows(batch, f"{DASK_FAILED}: {exc!r}")
+                        rows = tasks.lost_rows(batch, f"{DASK_FAILED}: {exc!r}")
                 else:
-                    rows = lost_rows(batch, f"{DASK_FAILED}: {f.status}")
+                    rows = tasks.lost_rows(batch, f"{DASK_FAILED}: {f.status}")
                 f.release()
                 if not rows or not infrastructure_error(rows[0]):
                     yield rows
-                elif attempt < MAX_TRIES:
+                elif attempt < tasks.MAX_TRIES:
                     log.warning("dask task %s; retrying %d points", rows[0]["error"], len(batch))
-                    later.append((now + backoff(attempt), batch, attempt + 1))
+                    later.append((now + tasks.backoff(attempt), batch, attempt + 1))
                 else:
                     yield rows
             if not finished:
@@ -166,7 +158,7 @@ def dask_rows(
             left = [p for batch, _ in pending.values() for p in batch]
             left += [p for _, batch, _ in later for p in batch]
             client.cancel(list(pending), force=True)
-            yield lost_rows(left, why)
+            yield tasks.lost_rows(left, why)
     finally:
         if client is not scheduler:
             client.close(timeout=CONNECT_S)

@@ -20,17 +20,9 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
+from tpsim.experiments import sweep_tasks as tasks
 from tpsim.experiments.grid import Point
 from tpsim.experiments.results import WORKER_DIED
-from tpsim.experiments.sweep_tasks import (
-    MAX_TRIES,
-    Evaluate,
-    Row,
-    backoff,
-    batches,
-    lost_rows,
-    run_batch,
-)
 
 log = logging.getLogger(__name__)
 
@@ -95,18 +87,20 @@ def _stop(pool: ProcessPoolExecutor) -> None:
         p.join(timeout=5)
 
 
-def pool_rows(points: Sequence[Point], jobs: int, evaluate: Evaluate) -> Iterator[list[Row]]:
-    queue = deque(batches(points, jobs))
+def pool_rows(
+    points: Sequence[Point], jobs: int, evaluate: tasks.Evaluate
+) -> Iterator[list[tasks.Row]]:
+    queue = deque(tasks.batches(points, jobs))
     while queue:
         suspects: list[Point] = []
         pool = _new_pool(jobs)
         try:
-            inflight: dict[Future[list[Row]], list[Point]] = {}
+            inflight: dict[Future[list[tasks.Row]], list[Point]] = {}
             while queue or inflight:
                 while queue and len(inflight) < 2 * jobs and not suspects:
                     batch = queue.popleft()
                     try:
-                        inflight[pool.submit(run_batch, evaluate, batch)] = batch
+                        inflight[pool.submit(tasks.run_batch, evaluate, batch)] = batch
                     except BrokenProcessPool:  # a worker died since the last wait
                         suspects += batch
                 if suspects:
@@ -133,21 +127,21 @@ def pool_rows(points: Sequence[Point], jobs: int, evaluate: Evaluate) -> Iterato
             yield from _isolated(suspects, evaluate)
 
 
-def _isolated(points: Sequence[Point], evaluate: Evaluate) -> Iterator[list[Row]]:
+def _isolated(points: Sequence[Point], evaluate: tasks.Evaluate) -> Iterator[list[tasks.Row]]:
     """Run each point alone in a one-worker pool, up to :data:`MAX_TRIES` times with backoff
     while its worker dies; a point that still has no row is lost (not done)."""
     pool = _new_pool(1)
     try:
         for p in points:
-            rows = lost_rows([p], f"{WORKER_DIED} ({MAX_TRIES} tries)")
-            for attempt in range(1, MAX_TRIES + 1):
+            rows = tasks.lost_rows([p], f"{WORKER_DIED} ({tasks.MAX_TRIES} tries)")
+            for attempt in range(1, tasks.MAX_TRIES + 1):
                 try:
-                    rows = pool.submit(run_batch, evaluate, [p]).result()
+                    rows = pool.submit(tasks.run_batch, evaluate, [p]).result()
                     break
                 except BrokenProcessPool:
                     _stop(pool)
-                    if attempt < MAX_TRIES:
-                        time.sleep(backoff(attempt))
+                    if attempt < tasks.MAX_TRIES:
+                        time.sleep(tasks.backoff(attempt))
                     pool = _new_pool(1)
             yield rows
     finally:

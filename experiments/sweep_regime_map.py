@@ -12,16 +12,8 @@ from pathlib import Path
 from matplotlib.colors import ListedColormap, to_rgb
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
+from tpsim.experiments import sweep_figure as shared
 from tpsim.experiments.plots import save_figure
-from tpsim.experiments.sweep_figure import (
-    FONT,
-    Row,
-    bare_figure,
-    compact,
-    layout_name,
-    layout_of,
-    legend_outside,
-)
 from tpsim.experiments.sweep_text import near_tie, regime_margin
 from tpsim.outputs.report import NEAR_TIE, is_near_tie
 
@@ -42,8 +34,8 @@ def _short(regime: str) -> str:
     return regime.removesuffix("-bound")
 
 
-def draw_regime_map(rows: Sequence[Row], *, title: str) -> Figure:
-    tps = sorted({layout_of(r) for r in rows})  # one column per layout, by TP degree first
+def draw_regime_map(rows: Sequence[shared.Row], *, title: str) -> Figure:
+    tps = sorted({shared.layout_of(r) for r in rows})  # one column per layout, by TP degree first
     batches = sorted({r["batch"] for r in rows})
     regimes = list(REGIME_COLOURS)
     n = len(regimes)
@@ -53,8 +45,8 @@ def draw_regime_map(rows: Sequence[Row], *, title: str) -> Figure:
     cmap = ListedColormap([*shades, "#DDDDDD", "#FFFFFF"])
     failed, empty = 2 * n, 2 * n + 1
     grid = [[empty] * len(tps) for _ in batches]
-    cells = {(r["batch"], layout_of(r)): r for r in rows}
-    fig = bare_figure(1.6 * len(tps) + 5.0, 0.75 * len(batches) + 2.5)
+    cells = {(r["batch"], shared.layout_of(r)): r for r in rows}
+    fig = shared.bare_figure(1.6 * len(tps) + 5.0, 0.75 * len(batches) + 2.5)
     ax = fig.subplots()
     present: set[str] = set()
     ties = False
@@ -77,7 +69,7 @@ def draw_regime_map(rows: Sequence[Row], *, title: str) -> Figure:
         else:
             share, second, share2 = regime_margin(r)
             tie = is_near_tie(share, share2)
-            text = f"{compact(r['tokens_per_s'])} tok/s\n{_short(r['regime'])} {share:.0%}"
+            text = f"{shared.compact(r['tokens_per_s'])} tok/s\n{_short(r['regime'])} {share:.0%}"
             if tie:
                 text += f"\n{_short(second)} {share2:.0%}"
                 ax.add_patch(
@@ -99,16 +91,16 @@ def draw_regime_map(rows: Sequence[Row], *, title: str) -> Figure:
             text,
             ha="center",
             va="center",
-            fontsize=FONT - 3,
+            fontsize=shared.FONT - 3,
             color="white" if dark and r.get("fits") else "black",
             bbox=box if plain else None,
         )
     plain_tp = all(k[1:] == (1, 1, 1) for k in tps)
-    ax.set_xticks(range(len(tps)), [str(k[0]) if plain_tp else layout_name(k) for k in tps])
+    ax.set_xticks(range(len(tps)), [str(k[0]) if plain_tp else shared.layout_name(k) for k in tps])
     ax.set_yticks(range(len(batches)), [str(b) for b in batches])
-    ax.set_xlabel("TP degree (GPUs)" if plain_tp else "layout", fontsize=FONT)
-    ax.set_ylabel("batch (sequences)", fontsize=FONT)
-    ax.tick_params(labelsize=FONT - 1)
+    ax.set_xlabel("TP degree (GPUs)" if plain_tp else "layout", fontsize=shared.FONT)
+    ax.set_ylabel("batch (sequences)", fontsize=shared.FONT)
+    ax.tick_params(labelsize=shared.FONT - 1)
     handles = [Patch(facecolor=c, label=k) for k, c in REGIME_COLOURS.items() if k in present]
     if ties:
         handles.append(
@@ -124,13 +116,13 @@ def draw_regime_map(rows: Sequence[Row], *, title: str) -> Figure:
         )
     if any(r.get("error") for r in rows):
         handles.append(Patch(facecolor="#DDDDDD", label="error"))
-    legend_outside(ax, handles=handles, fontsize=FONT - 2)
-    ax.set_title(title, fontsize=FONT)
+    shared.legend_outside(ax, handles=handles, fontsize=shared.FONT - 2)
+    ax.set_title(title, fontsize=shared.FONT)
     fig.tight_layout()
     return fig
 
 
-def regime_map(rows: Sequence[Row], path: str | Path, *, title: str) -> None:
+def regime_map(rows: Sequence[shared.Row], path: str | Path, *, title: str) -> None:
     """TP (x) by batch (y), each cell coloured by its regime and labelled with tokens/s and
     the regime's share of the critical path; a cell whose runner-up is within 15 points is a
     lighter, dotted shade naming the runner-up; layouts that do not fit are hatched, failed
