@@ -7,6 +7,8 @@ Rows are the flat dicts of a results file (``tp``, ``batch``, ``hosts``, ``token
 ``compute_s``, ..., ``fits``, ``error``). Each figure is drawn on a bare ``Figure`` (no pyplot)
 by a ``draw_*`` function (which tests read through the artists) and written atomically by
 the function of the same name without ``draw_``, byte for byte the same for the same rows.
+The regime map lives in sweep_regime_map.py and what every figure shares (font, which rows
+are drawn, layout names) in sweep_figure.py; both are re-exported here.
 """
 
 from __future__ import annotations
@@ -16,16 +18,52 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.colors import ListedColormap, to_rgb
 from matplotlib.figure import Figure
-from matplotlib.patches import Patch, Rectangle
+from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, NullFormatter
 from tpsim.experiments.plots import save_figure
-from tpsim.experiments.sweep_text import near_tie, regime_margin
-from tpsim.outputs.report import NEAR_TIE, is_near_tie
+from tpsim.experiments.sweep_figure import (
+    FONT,
+    Row,
+    bare_figure,
+    compact,
+    layout_name,
+    layout_of,
+    legend_outside,
+    ok,
+)
+from tpsim.experiments.sweep_regime_map import REGIME_COLOURS, draw_regime_map, regime_map
 
-Row = dict[str, Any]
+#: The public names of ``tpsim.experiments.sweep_plots``; what every sweep figure shares
+#: lives in sweep_figure.py and the regime map in sweep_regime_map.py, re-exported here, as
+#: they were defined here before.
+__all__ = [
+    "CATEGORY_COLOURS",
+    "FONT",
+    "HOST_BOUNDARY",
+    "LINE_COLOURS",
+    "MARKERS",
+    "REGIME_COLOURS",
+    "Row",
+    "breakdown_bars",
+    "compact",
+    "cross_node_ratios",
+    "draw_breakdown_bars",
+    "draw_in_node_vs_cross_node",
+    "draw_regime_map",
+    "draw_series_comparison",
+    "draw_throughput_vs_tp",
+    "host_boundary",
+    "hosts_label",
+    "in_node_vs_cross_node",
+    "layout_name",
+    "layout_of",
+    "ok",
+    "per_pass",
+    "regime_map",
+    "series_comparison",
+    "throughput_vs_tp",
+]
 
 #: Okabe-Ito colours, one per breakdown category.
 CATEGORY_COLOURS = {
@@ -36,57 +74,19 @@ CATEGORY_COLOURS = {
     "host": "#8C6D31",  # brown: engine host work
     "idle": "#F0E442",
 }
-REGIME_COLOURS = {
-    "compute-bound": "#0072B2",
-    "memory-bound": "#56B4E9",
-    "communication-bound": "#D55E00",
-    "overhead-bound": "#999999",
-}
 LINE_COLOURS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000"]
 MARKERS = ["o", "s", "^", "D", "v", "P", "X"]
-FONT = 11  # readable on a slide
 HOST_BOUNDARY = "host-boundary"  # the gid of the line where a TP group leaves its host
-
-
-def ok(row: Row) -> bool:
-    """A row with a simulated result that fits in memory."""
-    return not row.get("error") and row.get("fits") is True and bool(row.get("latency_s"))
 
 
 def _tps(rows: Sequence[Row]) -> list[int]:
     return sorted({r["tp"] for r in rows})
 
 
-def layout_of(r: Row) -> tuple[int, int, int, int]:
-    """(tp, pp, dp, micro_batches) of a results row (older rows: one TP group)."""
-    return (r["tp"], r.get("pp") or 1, r.get("dp") or 1, r.get("micro_batches") or 1)
-
-
-def layout_name(key: tuple[int, int, int, int]) -> str:
-    """``TP 4``, ``TP 4 x PP 2 (4 mb)``, ``TP 2 x DP 2``."""
-    tp, pp, dp, mb = key
-    name = f"TP {tp}" + (f" x PP {pp}" if pp > 1 else "") + (f" x DP {dp}" if dp > 1 else "")
-    return name + (f" ({mb} mb)" if mb > 1 else "")
-
-
 def _extra_layout(key: tuple[int, int, int, int]) -> str:
     """The part of a layout beyond its TP degree: ``, PP 2 x DP 2`` (empty for plain TP)."""
     rest = layout_name((1, *key[1:])).removeprefix("TP 1")
     return f", {rest.removeprefix(' x ')}" if rest else ""
-
-
-def _figure(width: float, height: float) -> Figure:
-    fig = Figure(figsize=(width, height))
-    FigureCanvasAgg(fig)  # a canvas, so text extents can be measured before saving
-    return fig
-
-
-def compact(x: float, _pos: object = None) -> str:
-    """``15k``, ``1.2M``, ``0.5``: a tick label read at a glance."""
-    for scale, unit in ((1e6, "M"), (1e3, "k")):
-        if abs(x) >= scale:
-            return f"{x / scale:.3g}{unit}"
-    return f"{x:.3g}"
 
 
 def _style(ax: Any, xlabel: str, ylabel: str, tps: list[int] | None = None) -> None:
@@ -141,13 +141,9 @@ def _mark_hosts(ax: Any, rows: Sequence[Row]) -> None:
     )
 
 
-def _legend_outside(ax: Any, **kw: Any) -> None:
-    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, **kw)
-
-
 def draw_throughput_vs_tp(rows: Sequence[Row], *, title: str) -> Figure:
     good = [r for r in rows if ok(r)]
-    fig = _figure(13, 5)
+    fig = bare_figure(13, 5)
     ax1, ax2 = fig.subplots(1, 2)
     batches = sorted({r["batch"] for r in good})
     # one line per batch and per layout beyond TP (stages, replicas), against the TP degree
@@ -167,7 +163,7 @@ def draw_throughput_vs_tp(rows: Sequence[Row], *, title: str) -> Figure:
         _plain_log_y(ax)
         _mark_hosts(ax, good)
     if batches:
-        _legend_outside(ax2, fontsize=FONT - 2)
+        legend_outside(ax2, fontsize=FONT - 2)
     skipped = len(rows) - len(good)
     note = f" ({skipped} points not fitting or failed: not drawn)" if skipped else ""
     fig.suptitle(title + note, fontsize=FONT + 1)
@@ -207,7 +203,7 @@ def draw_breakdown_bars(rows: Sequence[Row], *, title: str) -> Figure:
         if batches
         else 3.6,
     )
-    fig = _figure(max(7.0, per_panel * ncols + 2.2), 3.4 * nrows + 1.0)
+    fig = bare_figure(max(7.0, per_panel * ncols + 2.2), 3.4 * nrows + 1.0)
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
     used: dict[str, str] = {}
     for ax, batch in zip(axes, batches, strict=False):
@@ -244,111 +240,6 @@ def breakdown_bars(rows: Sequence[Row], path: str | Path, *, title: str) -> None
     panel per batch, each on its own linear scale (so 1 ms bars are not flattened by 25 s
     ones)."""
     save_figure(draw_breakdown_bars(rows, title=title), path)
-
-
-def _lighter(colour: str, by: float = 0.55) -> tuple[float, float, float]:
-    r, g, b = to_rgb(colour)
-    return (r + (1 - r) * by, g + (1 - g) * by, b + (1 - b) * by)
-
-
-def _short(regime: str) -> str:
-    return regime.removesuffix("-bound")
-
-
-def draw_regime_map(rows: Sequence[Row], *, title: str) -> Figure:
-    tps = sorted({layout_of(r) for r in rows})  # one column per layout, by TP degree first
-    batches = sorted({r["batch"] for r in rows})
-    regimes = list(REGIME_COLOURS)
-    n = len(regimes)
-    # Colours: each regime, then its lighter shade (a near tie), then error, then empty.
-    shades: list[str | tuple[float, float, float]] = [*REGIME_COLOURS.values()]
-    shades += [_lighter(c) for c in REGIME_COLOURS.values()]
-    cmap = ListedColormap([*shades, "#DDDDDD", "#FFFFFF"])
-    failed, empty = 2 * n, 2 * n + 1
-    grid = [[empty] * len(tps) for _ in batches]
-    cells = {(r["batch"], layout_of(r)): r for r in rows}
-    fig = _figure(1.6 * len(tps) + 5.0, 0.75 * len(batches) + 2.5)
-    ax = fig.subplots()
-    present: set[str] = set()
-    ties = False
-    for (batch, tp), r in cells.items():
-        y, x = batches.index(batch), tps.index(tp)
-        regime = r.get("regime")
-        if regime in regimes and not r.get("error"):
-            tie = near_tie(r)
-            ties |= tie
-            grid[y][x] = regimes.index(regime) + (n if tie else 0)
-            present.add(regime)
-        else:
-            grid[y][x] = failed
-    ax.imshow(grid, cmap=cmap, vmin=0, vmax=empty, aspect="auto", origin="lower")
-    for (batch, tp), r in sorted(cells.items()):
-        y, x = batches.index(batch), tps.index(tp)
-        tie = False
-        if r.get("error"):
-            text = "error"
-        else:
-            share, second, share2 = regime_margin(r)
-            tie = is_near_tie(share, share2)
-            text = f"{compact(r['tokens_per_s'])} tok/s\n{_short(r['regime'])} {share:.0%}"
-            if tie:
-                text += f"\n{_short(second)} {share2:.0%}"
-                ax.add_patch(
-                    Rectangle(
-                        (x - 0.5, y - 0.5), 1, 1, fill=False, hatch="..", linewidth=0, gid="tie"
-                    )
-                )
-            if r.get("fits") is False:
-                ax.add_patch(
-                    Rectangle((x - 0.5, y - 0.5), 1, 1, fill=False, hatch="///", linewidth=0)
-                )
-                text += "\nno fit"
-        dark = r.get("regime") in ("compute-bound", "communication-bound") and not tie
-        plain = r.get("fits") is False or tie
-        box = {"facecolor": "white", "alpha": 0.8, "edgecolor": "none", "pad": 1.5}
-        ax.text(
-            x,
-            y,
-            text,
-            ha="center",
-            va="center",
-            fontsize=FONT - 3,
-            color="white" if dark and r.get("fits") else "black",
-            bbox=box if plain else None,
-        )
-    plain_tp = all(k[1:] == (1, 1, 1) for k in tps)
-    ax.set_xticks(range(len(tps)), [str(k[0]) if plain_tp else layout_name(k) for k in tps])
-    ax.set_yticks(range(len(batches)), [str(b) for b in batches])
-    ax.set_xlabel("TP degree (GPUs)" if plain_tp else "layout", fontsize=FONT)
-    ax.set_ylabel("batch (sequences)", fontsize=FONT)
-    ax.tick_params(labelsize=FONT - 1)
-    handles = [Patch(facecolor=c, label=k) for k, c in REGIME_COLOURS.items() if k in present]
-    if ties:
-        handles.append(
-            Patch(
-                facecolor=_lighter("#777777"),
-                hatch="..",
-                label=f"lighter, dotted: runner-up\nwithin {NEAR_TIE * 100:.0f} points",
-            )
-        )
-    if any(r.get("fits") is False for r in rows):
-        handles.append(
-            Patch(facecolor="white", edgecolor="#444444", hatch="///", label="does not fit")
-        )
-    if any(r.get("error") for r in rows):
-        handles.append(Patch(facecolor="#DDDDDD", label="error"))
-    _legend_outside(ax, handles=handles, fontsize=FONT - 2)
-    ax.set_title(title, fontsize=FONT)
-    fig.tight_layout()
-    return fig
-
-
-def regime_map(rows: Sequence[Row], path: str | Path, *, title: str) -> None:
-    """TP (x) by batch (y), each cell coloured by its regime and labelled with tokens/s and
-    the regime's share of the critical path; a cell whose runner-up is within 15 points is a
-    lighter, dotted shade naming the runner-up; layouts that do not fit are hatched, failed
-    points grey. The legend lists only what the map shows."""
-    save_figure(draw_regime_map(rows, title=title), path)
 
 
 def hosts_label(hosts: int) -> str:
@@ -388,7 +279,7 @@ def draw_in_node_vs_cross_node(rows: Sequence[Row], *, title: str) -> Figure:
     good = [r for r in rows if ok(r)]
     batches = sorted({r["batch"] for r in good})
     nrows, ncols = _grid(len(batches))
-    fig = _figure(4.4 * ncols + 2.4, 4.0 * nrows + 1.0)
+    fig = bare_figure(4.4 * ncols + 2.4, 4.0 * nrows + 1.0)
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
     hosts = sorted({r["hosts"] for r in good})
     for ax, batch in zip(axes, batches, strict=False):
@@ -434,7 +325,7 @@ def draw_series_comparison(series: Mapping[str, Sequence[Row]], *, title: str) -
     names = list(series)
     batches = sorted({r["batch"] for rs in series.values() for r in rs if ok(r)})
     nrows, ncols = _grid(len(batches))
-    fig = _figure(4.4 * ncols + 3.6, 3.8 * nrows + 1.0)
+    fig = bare_figure(4.4 * ncols + 3.6, 3.8 * nrows + 1.0)
     axes = fig.subplots(nrows, ncols, squeeze=False, sharex=True, sharey=True).ravel()
     every = [r for rs in series.values() for r in rs if ok(r)]
     for ax, batch in zip(axes, batches, strict=False):

@@ -16,6 +16,10 @@ from tpsim.experiments.demo import run_demo
 
 REPO = Path(__file__).resolve().parent.parent
 
+# The hostile-input refusal test is written in hostile_corpus.py (not a test file): rewrite
+# its asserts as pytest does a test file's, so a failure shows the values.
+pytest.register_assert_rewrite("hostile_corpus")
+
 
 @pytest.fixture(scope="session")
 def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:

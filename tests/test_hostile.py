@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from hostile_corpus import GOOD_MODEL, GOOD_TOPOLOGY, RUN, run_argv, with_flag
 from tpsim.cli import main
 from tpsim.topologies.errors import TopologyError
 from tpsim.topologies.io import load_topology
@@ -21,8 +22,6 @@ from tpsim.topologies.io import load_topology
 HOSTILE = Path(__file__).parent / "data" / "hostile"
 TOPOLOGIES = HOSTILE / "topologies"
 MODELS = HOSTILE / "models"
-GOOD_MODEL = Path(__file__).parent / "data" / "models" / "illustrative.json"
-GOOD_TOPOLOGY = Path(__file__).parent / "data" / "topologies" / "pair.yaml"
 
 # file -> what its one-line message must contain (the field, or the file when it is unparsable)
 TOPOLOGY_FILES: dict[str, str] = {
@@ -88,24 +87,11 @@ MODEL_FILES: dict[str, str] = {
     "binary_garbage.json": "not UTF-8",
 }
 
-RUN = ["run", "--model", "llama-2-7b", "--topology", "dgx-h100", "--tp", "2"]
 COLL = ["collective", "--topology", "dgx-h100", "--ranks", "8"]
 
 
-def _run_with(flag: str, value: str) -> list[str]:
-    args = list(RUN)
-    if flag in args:
-        args[args.index(flag) + 1] = value
-        return args
-    return [*args, flag, value]
-
-
 def _coll_with(flag: str, value: str) -> list[str]:
-    args = list(COLL)
-    if flag in args:
-        args[args.index(flag) + 1] = value
-        return args
-    return [*args, flag, value]
+    return with_flag(COLL, flag, value)
 
 
 # values no numeric flag accepts; "-inf" parses as an unknown option, also refused
@@ -134,7 +120,7 @@ def cli_cases(tmp: Path) -> list[tuple[str, list[str], tuple[str, ...]]]:
         if flag == "--max-records":  # any positive limit is valid, however large
             values.remove("99999999999999999999")
         for v in values:
-            cases.append((f"run {flag} {v!r}", _run_with(flag, v), (flag, f"{field}=")))
+            cases.append((f"run {flag} {v!r}", run_argv(flag, v), (flag, f"{field}=")))
     for flag, field in COLL_NUMERIC.items():
         for v in [*BAD_NUMBERS, "0", "1.5"]:
             cases.append((f"collective {flag} {v!r}", _coll_with(flag, v), (flag, f"{field}=")))
@@ -150,7 +136,7 @@ def cli_cases(tmp: Path) -> list[tuple[str, list[str], tuple[str, ...]]]:
         "--allreduce-algo": "magic",
     }
     for flag, v in choices.items():
-        cases.append((f"run {flag} {v}", _run_with(flag, v), (flag,)))
+        cases.append((f"run {flag} {v}", run_argv(flag, v), (flag,)))
     for flag, v in {"--op": "broadcast", "--algo": "magic", "--launcher": "slurm"}.items():
         cases.append((f"collective {flag} {v}", _coll_with(flag, v), (flag,)))
     cases += [
@@ -173,21 +159,21 @@ def cli_cases(tmp: Path) -> list[tuple[str, list[str], tuple[str, ...]]]:
         ("gantt-ranks negative", [*RUN, "--gantt-ranks", "-1"], ("--gantt-ranks",)),
         ("gantt-ranks beyond tp", [*RUN, "--gantt-ranks", "0,5"], ("--gantt-ranks",)),
         ("gantt-layers reversed", [*RUN, "--gantt-layers", "5-1"], ("--gantt-layers",)),
-        ("model is a topology file", _run_with("--model", str(GOOD_TOPOLOGY)), ("pair.yaml",)),
-        ("topology is a model file", _run_with("--topology", str(GOOD_MODEL)), ("model_type",)),
-        ("model is a folder", _run_with("--model", str(tmp)), ("config.json",)),
-        ("topology is a folder", _run_with("--topology", str(tmp / "folder.json")), ("file",)),
-        ("model name too long", _run_with("--model", "m" * 5000), ("model=",)),
-        ("topology name too long", _run_with("--topology", "t" * 5000 + ".yaml"), ("file",)),
-        ("model unknown", _run_with("--model", "llama-9"), ("model='llama-9'",)),
-        ("model hub id", _run_with("--model", "meta-llama/Llama-2-7b-hf"), ("model=",)),
-        ("model NUL byte", _run_with("--model", "llama\x00"), ("model=",)),
+        ("model is a topology file", run_argv("--model", str(GOOD_TOPOLOGY)), ("pair.yaml",)),
+        ("topology is a model file", run_argv("--topology", str(GOOD_MODEL)), ("model_type",)),
+        ("model is a folder", run_argv("--model", str(tmp)), ("config.json",)),
+        ("topology is a folder", run_argv("--topology", str(tmp / "folder.json")), ("file",)),
+        ("model name too long", run_argv("--model", "m" * 5000), ("model=",)),
+        ("topology name too long", run_argv("--topology", "t" * 5000 + ".yaml"), ("file",)),
+        ("model unknown", run_argv("--model", "llama-9"), ("model='llama-9'",)),
+        ("model hub id", run_argv("--model", "meta-llama/Llama-2-7b-hf"), ("model=",)),
+        ("model NUL byte", run_argv("--model", "llama\x00"), ("model=",)),
         ("kernel table missing", [*RUN, "--kernel-table", "nope.csv"], ("kernel_table=",)),
         ("kernel table with ideal", [*RUN, "--ideal", "--kernel-table", "k.csv"], ("kernel_",)),
         ("kernel table unknown name", [*RUN, "--kernel-table", "vidur-z9"], ("vidur-z9",)),
         ("kernel table list", [*RUN, "--kernel-table", "vidur-a100,nope.csv"], ("nope.csv",)),
-        ("tp not dividing heads", _run_with("--tp", "3"), ("tp=3",)),
-        ("tp beyond the GPUs", _run_with("--tp", "16"), ("tp=16",)),
+        ("tp not dividing heads", run_argv("--tp", "3"), ("tp=3",)),
+        ("tp beyond the GPUs", run_argv("--tp", "16"), ("tp=16",)),
         ("microbatch of one", [*RUN, "--overlap", "microbatch"], ("batch",)),
         (
             "does not fit",
@@ -196,7 +182,7 @@ def cli_cases(tmp: Path) -> list[tuple[str, list[str], tuple[str, ...]]]:
         ),
         (
             "algorithm the group cannot run",
-            [*_run_with("--topology", "pcie-l40s"), "--allreduce-algo", "nvls"],
+            [*run_argv("--topology", "pcie-l40s"), "--allreduce-algo", "nvls"],
             ("nvls",),
         ),
         ("min above max", [*COLL, "--min-bytes", "1M", "--max-bytes", "1K"], ("--min-bytes",)),
@@ -210,10 +196,10 @@ def file_cases() -> list[tuple[str, list[str], tuple[str, ...]]]:
     cases = []
     for name, needle in TOPOLOGY_FILES.items():
         cases.append(
-            (f"topology {name}", _run_with("--topology", str(TOPOLOGIES / name)), (needle,))
+            (f"topology {name}", run_argv("--topology", str(TOPOLOGIES / name)), (needle,))
         )
     for name, needle in MODEL_FILES.items():
-        cases.append((f"model {name}", _run_with("--model", str(MODELS / name)), (needle,)))
+        cases.append((f"model {name}", run_argv("--model", str(MODELS / name)), (needle,)))
     return cases
 
 
@@ -227,9 +213,9 @@ def generated_files(tmp: Path) -> list[tuple[str, list[str], tuple[str, ...]]]:
     huge_model = tmp / "huge_config.json"
     huge_model.write_bytes(b'{"pad": "' + b"x" * (10 * 10**6) + b'"}')
     return [
-        ("topology over 10 MB", _run_with("--topology", str(big)), ("larger than",)),
-        ("topology with 100,001 nodes", _run_with("--topology", str(many)), ("nodes in",)),
-        ("model over 10 MB", _run_with("--model", str(huge_model)), ("larger than",)),
+        ("topology over 10 MB", run_argv("--topology", str(big)), ("larger than",)),
+        ("topology with 100,001 nodes", run_argv("--topology", str(many)), ("nodes in",)),
+        ("model over 10 MB", run_argv("--model", str(huge_model)), ("larger than",)),
     ]
 
 
@@ -278,10 +264,10 @@ def test_hostile_corpus_through_the_cli(
 
 
 SUBPROCESS_CASES = [
-    _run_with("--topology", str(TOPOLOGIES / "billion_laughs_name.yaml")),
-    _run_with("--topology", str(TOPOLOGIES / "python_object_tag.yaml")),
-    _run_with("--model", str(MODELS / "vocab_5000_digits.json")),
-    _run_with("--tp", "nan"),
+    run_argv("--topology", str(TOPOLOGIES / "billion_laughs_name.yaml")),
+    run_argv("--topology", str(TOPOLOGIES / "python_object_tag.yaml")),
+    run_argv("--model", str(MODELS / "vocab_5000_digits.json")),
+    run_argv("--tp", "nan"),
     _coll_with("--sizes", "inf"),
     [*RUN, "--trace", "t" * 300 + ".json"],
 ]

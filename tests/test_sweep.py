@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from tpsim.cli import main
 from tpsim.experiments.grid import Point, grid_from_flags, grid_from_yaml, point_from_row
-from tpsim.experiments.results import COLUMNS, open_results, read_rows
-from tpsim.experiments.sweep import WORKER_DIED, run_point, run_sweep
+from tpsim.experiments.results import COLUMNS, WORKER_DIED, open_results, read_rows
+from tpsim.experiments.sweep import run_point, run_sweep
 
 CHEAP = {"model": "llama-3.1-8b", "topology": "dgx-h100", "phase": "decode", "context_len": "256"}
 
