@@ -104,3 +104,11 @@ def _numbers(value: object, field: str, exponent: int = 0) -> dict[str, float]:
         else number(v, f"{field}.{k}")
         for k, v in _table(value, field).items()
     }
+
+
+def _nonnegative_us(value: object, field: str) -> float:
+    """A time in us, 0 or more, in seconds."""
+    x = number(value, field)
+    if x < 0:
+        raise CalibrationError(f"{field}={value!r}: must not be negative")
+    return scale(x, -6)

@@ -13,6 +13,7 @@ from typing import Any
 
 from tpsim.calibration.entries import (
     CalibrationError,
+    _nonnegative_us,
     _numbers,
     _table,
     entry,
@@ -178,13 +179,6 @@ def _engine(d: Mapping[str, Any], name: str) -> Engine:
 FIRST_TOKEN = ("prefill", "decode_step")
 
 
-def _nonnegative_us(value: object, field: str) -> float:
-    x = number(value, field)
-    if x < 0:
-        raise CalibrationError(f"{field}={value!r}: must not be negative")
-    return scale(x, -6)
-
-
 def _coordination(triple: object, field: str) -> Coordination:
     if not isinstance(triple, list) or len(triple) != 3:
         raise CalibrationError(
@@ -229,3 +223,17 @@ def default() -> Calibration:
     """The shipped calibration: best achievable kernels and NCCL, as measured and published,
     and the ideal engine (no host work)."""
     return build(read_all(), "default")
+
+
+#: What other modules import from here (the entry helpers are re-exported from entries.py).
+__all__ = [
+    "FILES",
+    "CalibrationError",
+    "build",
+    "default",
+    "entry",
+    "number",
+    "read",
+    "read_all",
+    "scale",
+]

@@ -7,10 +7,18 @@ Part of :mod:`tpsim.calibration.loader`, which builds the whole calibration.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from tpsim.calibration.entries import CalibrationError, _numbers, _table, entry, number, scale
+from tpsim.calibration.entries import (
+    CalibrationError,
+    _nonnegative_us,
+    _numbers,
+    _table,
+    entry,
+    number,
+    scale,
+)
 from tpsim.calibration.model_collectives import (
     ChannelThreshold,
     Collectives,
@@ -70,51 +78,41 @@ def _flag(value: object, field: str) -> bool:
     return value
 
 
-def _us(value: object, field: str) -> float:
-    """A non-negative time in us, in seconds."""
-    us = number(value, field)
-    if us < 0:
-        raise CalibrationError(f"{field}={value!r}: must be 0 or more")
-    return scale(us, -6)
+def _text(value: object, field: str) -> str:
+    if not isinstance(value, str):
+        raise CalibrationError(f"{field}={value!r}: must be text")
+    return value
 
 
-def _launchers(table: object, field: str) -> dict[str, Launcher]:
+def _records(
+    table: object, field: str, readers: Mapping[str, Callable[[object, str], Any]], make: Any
+) -> dict[str, Any]:
+    """Each entry of ``table`` as ``make(name, *values)``: exactly the keys of ``readers``,
+    each value read by its reader."""
     out = {}
     for name, spec in _table(table, field).items():
         f = f"{field}.{name}"
-        x = _fields(spec, ("per_host", "call_us", "about"), f)
-        per_host = _flag(x["per_host"], f"{f}.per_host")
-        call_s = _us(x["call_us"], f"{f}.call_us")
-        out[str(name)] = Launcher(str(name), per_host, call_s, x["about"])
+        x = _fields(spec, tuple(readers), f)
+        out[str(name)] = make(str(name), *(read(x[k], f"{f}.{k}") for k, read in readers.items()))
     return out
 
 
+def _launchers(table: object, field: str) -> dict[str, Launcher]:
+    readers = {"per_host": _flag, "call_us": _nonnegative_us, "about": _text}
+    return _records(table, field, readers, Launcher)
+
+
 def _host_enqueue(table: object, field: str) -> dict[str, HostEnqueue]:
-    out = {}
-    for arch, spec in _table(table, field).items():
-        f = f"{field}.{arch}"
-        x = _fields(spec, ("gpu_us", "channel_us", "ring_channels"), f)
-        out[str(arch)] = HostEnqueue(
-            _us(x["gpu_us"], f"{f}.gpu_us"),
-            _us(x["channel_us"], f"{f}.channel_us"),
-            _count(x["ring_channels"], f"{f}.ring_channels"),
-        )
+    readers = {"gpu_us": _nonnegative_us, "channel_us": _nonnegative_us, "ring_channels": _count}
+    out = _records(table, field, readers, lambda _arch, *v: HostEnqueue(*v))
     if "default" not in out:
         raise CalibrationError(f"{field}: needs a default entry")
     return out
 
 
 def _channel_thresholds(table: object, field: str) -> dict[str, ChannelThreshold]:
-    out = {}
-    for proto, spec in _table(table, field).items():
-        f = f"{field}.{proto}"
-        x = _fields(spec, ("threads", "bytes_per_thread", "ring_times_ranks"), f)
-        out[str(proto)] = ChannelThreshold(
-            _count(x["threads"], f"{f}.threads"),
-            _count(x["bytes_per_thread"], f"{f}.bytes_per_thread"),
-            _flag(x["ring_times_ranks"], f"{f}.ring_times_ranks"),
-        )
-    return out
+    readers = {"threads": _count, "bytes_per_thread": _count, "ring_times_ranks": _flag}
+    return _records(table, field, readers, lambda _proto, *v: ChannelThreshold(*v))
 
 
 def _collectives(d: Mapping[str, Any]) -> Collectives:
