@@ -23,13 +23,12 @@ from tpsim.core.costs import hardware_for
 from tpsim.core.errors import ConfigError
 from tpsim.core.group import connect, run_programs
 from tpsim.core.lower import launch_mode, lower
-from tpsim.core.memory import MemoryUse, memory_per_gpu
+from tpsim.core.memory import memory_per_gpu
 from tpsim.core.program import Programs
 from tpsim.core.records import Record
 from tpsim.core.shard import shard
 from tpsim.models.catalog import get_model
 from tpsim.models.spec import ModelSpec
-from tpsim.topologies.gpus import GPUSpec
 from tpsim.topologies.io import get_topology
 
 
@@ -100,7 +99,8 @@ def simulate(
     table = kernel_table.load(options.kernel_table) if options.kernel_table else None
     mem = memory_per_gpu(spec, layout.tp, workload, options, group.gpu)
     if not mem.fits and not options.allow_oom:
-        raise ConfigError(_oom_message(spec, layout.tp, group.gpu, mem))
+        what = f"tp={layout.tp}: {spec.name}"
+        raise ConfigError(mem.refusal(what, group.gpu.name, "raise --tp or pass --allow-oom"))
 
     check_records(records_lower_bound(spec, layout.tp, workload, options), options, "at least")
     prec = precision(options, spec.dtype, group.gpu.fp8_flops is not None)
@@ -215,16 +215,3 @@ def check_records(records: int, options: Options, bound: str = "up to") -> None:
             f"records (about {records * RECORD_BYTES / 1e9:,.0f} GB); lower --tp, the layers "
             "or --overlap-chunks, or raise --max-records"
         )
-
-
-def _oom_message(spec: ModelSpec, tp: int, gpu: GPUSpec, mem: MemoryUse) -> str:
-    def gb(n: int) -> str:
-        return f"{n / 1e9:.1f}"
-
-    return (
-        f"tp={tp}: {spec.name} does not fit on {gpu.name}: needs "
-        f"{gb(mem.total_bytes_per_gpu)} GB per GPU (weights {gb(mem.weights_bytes_per_gpu)}, "
-        f"KV cache {gb(mem.kv_cache_bytes_per_gpu)}, activations "
-        f"{gb(mem.activation_bytes_per_gpu)}), {gb(mem.capacity_bytes_per_gpu)} GB "
-        "available; raise --tp or pass --allow-oom"
-    )

@@ -22,6 +22,21 @@ class MemoryUse:
     def to_dict(self) -> dict[str, int | bool]:
         return asdict(self)
 
+    def refusal(self, what: str, gpu: str, remedy: str) -> str:
+        """One line refusing a layout that does not fit: ``what`` on ``gpu``, the bytes it
+        needs per GPU by part and those available, and ``remedy``."""
+
+        def gb(n: int) -> str:
+            return f"{n / 1e9:.1f}"
+
+        return (
+            f"{what} does not fit on {gpu}: needs {gb(self.total_bytes_per_gpu)} GB per GPU "
+            f"(weights {gb(self.weights_bytes_per_gpu)}, KV cache "
+            f"{gb(self.kv_cache_bytes_per_gpu)}, activations "
+            f"{gb(self.activation_bytes_per_gpu)}), {gb(self.capacity_bytes_per_gpu)} GB "
+            f"available; {remedy}"
+        )
+
 
 def linear_params_per_gpu(model: ModelSpec, tp: int) -> int:
     """Weights of one rank's linear layers (QKV, O, MLP): column/row shards, KV heads

@@ -22,7 +22,7 @@ from tpsim.core.engine import run
 from tpsim.core.errors import ConfigError
 from tpsim.core.layout import LayoutComms, place, replicas_independent, stage_layers
 from tpsim.core.lower import launch_mode
-from tpsim.core.memory import MemoryUse, memory_per_stage
+from tpsim.core.memory import memory_per_stage
 from tpsim.core.pipeline import lower_layout, micro_slices
 from tpsim.core.shard import shard
 from tpsim.models.spec import ModelSpec
@@ -62,7 +62,10 @@ def simulate_layout(
     ]  # fmt: skip
     worst = max(range(pp), key=lambda s: (mems[s].total_bytes_per_gpu, -s))
     if not all(m.fits for m in mems) and not options.allow_oom:
-        raise ConfigError(_oom(spec, layout, worst, gpu.name, mems[worst]))
+        where = f" stage {worst}" if layout.pp > 1 else ""
+        what = f"tp={layout.tp} pp={layout.pp}: {spec.name}{where}"
+        remedy = "raise --tp or --pp, or pass --allow-oom"
+        raise ConfigError(mems[worst].refusal(what, gpu.name, remedy))
 
     table = kernel_table.load(options.kernel_table) if options.kernel_table else None
     prec = precision(options, spec.dtype, gpu.fp8_flops is not None)
@@ -165,20 +168,6 @@ def placement(comms: LayoutComms, pp: int) -> list[dict[str, Any]]:
         s, t = divmod(rest, tp)
         out.append({"rank": r, "dp": d, "pp": s, "tp": t, "gpu": comms.routes.node(g)})
     return out
-
-
-def _oom(spec: ModelSpec, layout: Layout, stage: int, gpu: str, mem: MemoryUse) -> str:
-    def gb(n: int) -> str:
-        return f"{n / 1e9:.1f}"
-
-    where = f" stage {stage}" if layout.pp > 1 else ""
-    return (
-        f"tp={layout.tp} pp={layout.pp}: {spec.name}{where} does not fit on {gpu}: needs "
-        f"{gb(mem.total_bytes_per_gpu)} GB per GPU (weights {gb(mem.weights_bytes_per_gpu)}, "
-        f"KV cache {gb(mem.kv_cache_bytes_per_gpu)}, activations "
-        f"{gb(mem.activation_bytes_per_gpu)}), {gb(mem.capacity_bytes_per_gpu)} GB "
-        "available; raise --tp or --pp, or pass --allow-oom"
-    )
 
 
 __all__ = ["placement", "simulate_layout"]
