@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tpsim.calibration.bounded import shorten
+from tpsim.cli import paths
 from tpsim.cli.types import tokens
 from tpsim.core.config import PHASES, Layout, Workload, check_nodes
 from tpsim.core.errors import ConfigError
@@ -282,12 +283,7 @@ def _calibrate(a: argparse.Namespace) -> int:
     out: Path = a.out
     if a.jobs is not None and not 1 <= a.jobs <= 64:
         raise ConfigError(f"--jobs={a.jobs}: must be between 1 and 64")
-    if out.suffix.lower() not in (".yaml", ".yml"):
-        raise ConfigError(f"--out={out}: must end in .yaml or .yml (an engine profile)")
-    if not out.parent.is_dir():
-        raise ConfigError(f"--out={out}: folder {out.parent} does not exist")
-    if out.is_dir():
-        raise ConfigError(f"--out={out}: is a folder, not a file")
+    paths.check_output(out, "--out", (".yaml", ".yml"))  # an engine profile
     for what, path in (("the measurements", a.measurements), ("the base profile", a.engine)):
         if Path(path).exists() and Path(path).resolve() == out.resolve():
             raise ConfigError(f"--out={out}: is {what}; write the profile elsewhere")
