@@ -38,12 +38,20 @@ class Fabric:
     capacities: list[float]
     latencies: list[float]  # one-way latency of each link
     hosts: tuple[int, ...]  # host of each TP rank
-    nvswitch: tuple[tuple[int, int], ...] | None  # per rank (up link, down link) if NVLS works
+    #: per rank (up link, down link) to its host's NVSwitch, if every host's GPUs sit on one
+    #: switch that reduces (NVLSTree across hosts); ``nvswitch``: the same within one host
+    host_switches: tuple[tuple[int, int], ...] | None
     routes: Routes
     gpu_ranks: tuple[int, ...]
     _index: dict[tuple[str, str], int]
     edges: list[tuple[str, str]] = field(default_factory=list)  # link index -> (src, dst)
     _paths: dict[tuple[int, int], Path] = field(default_factory=dict)
+
+    @property
+    def nvswitch(self) -> tuple[tuple[int, int], ...] | None:
+        """Per rank (up link, down link) to the one NVSwitch of a one-host group, if it
+        reduces in the switch (NVLS); None otherwise."""
+        return self.host_switches if len(set(self.hosts)) == 1 else None
 
     def path(self, src: int, dst: int) -> Path:
         """The route from TP rank ``src`` to TP rank ``dst``."""
@@ -104,7 +112,7 @@ def build_fabric(
         capacities=caps,
         latencies=lats,
         hosts=hosts,
-        nvswitch=_nvswitch_links(g, routes, gpu_ranks, index, hosts),
+        host_switches=_switch_links(g, routes, gpu_ranks, index, hosts),
         routes=routes,
         gpu_ranks=tuple(gpu_ranks),
         _index=index,
@@ -112,22 +120,24 @@ def build_fabric(
     )
 
 
-def _nvswitch_links(
+def _switch_links(
     g: nx.DiGraph,
     routes: Routes,
     gpu_ranks: Sequence[int],
     index: dict[tuple[str, str], int],
     hosts: tuple[int, ...],
 ) -> tuple[tuple[int, int], ...] | None:
-    """Each rank's links to one shared NVSwitch, if the system can reduce in the switch."""
-    if not g.graph.get("nvls") or len(set(hosts)) > 1:
+    """Each rank's (up, down) links to its host's NVSwitch, if the system reduces in the
+    switch (graph ``nvls``) and every host's GPUs sit on one switch; None otherwise."""
+    if not g.graph.get("nvls"):
         return None
-    out, switches = [], set()
-    for r in gpu_ranks:
+    out: list[tuple[int, int]] = []
+    switches: dict[int, set[str]] = {}
+    for t, r in enumerate(gpu_ranks):
         node = routes.node(r)
         sw = [n for n in g.successors(node) if g.nodes[n].get("kind") == "nvswitch"]
-        if len(sw) != 1 or (sw[0], node) not in index:
+        if len(sw) != 1 or (node, sw[0]) not in index or (sw[0], node) not in index:
             return None
-        switches.add(sw[0])
+        switches.setdefault(hosts[t], set()).add(sw[0])
         out.append((index[(node, sw[0])], index[(sw[0], node)]))
-    return tuple(out) if len(switches) == 1 else None
+    return tuple(out) if all(len(s) == 1 for s in switches.values()) else None

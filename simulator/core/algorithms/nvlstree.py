@@ -32,27 +32,6 @@ def host_blocks(fab: Fabric, order: Sequence[int]) -> list[list[int]]:
     return list(blocks.values())
 
 
-def switch_links(fab: Fabric) -> list[tuple[int, int]] | None:
-    """Per rank, its (up, down) links to its host's NVSwitch, if every host's GPUs sit on
-    one switch that reduces (graph ``nvls``); None otherwise."""
-    g = fab.routes.graph
-    if not g.graph.get("nvls"):
-        return None
-    index = {e: i for i, e in enumerate(fab.edges)}
-    out = []
-    switches: dict[int, set[str]] = {}
-    for t, r in enumerate(fab.gpu_ranks):
-        node = fab.routes.node(r)
-        sw = [n for n in g.successors(node) if g.nodes[n].get("kind") == "nvswitch"]
-        if len(sw) != 1 or (node, sw[0]) not in index or (sw[0], node) not in index:
-            return None
-        switches.setdefault(fab.hosts[t], set()).add(sw[0])
-        out.append((index[(node, sw[0])], index[(sw[0], node)]))
-    if any(len(s) != 1 for s in switches.values()):
-        return None
-    return out
-
-
 def nvlstree(fab: Fabric, nbytes: int, order: Sequence[int], pieces: int | None = None) -> Schedule:
     """The NVLSTree all-reduce in ``pieces`` pieces (the fastest count up to
     :data:`MAX_PIECES` by the closed form if None).
@@ -68,7 +47,7 @@ def nvlstree(fab: Fabric, nbytes: int, order: Sequence[int], pieces: int | None 
     if pieces is None:
         costs = step_costs(fab, nvlstree(fab, nbytes, order, 1))
         pieces = best_pieces(costs, fab.tuning.pipeline_slots, MAX_PIECES)
-    links = switch_links(fab)
+    links = fab.host_switches
     assert links is not None
     tun = fab.tuning
     proto = tun.protocols[tun.probe_protocol]
@@ -154,7 +133,7 @@ def _why_not(fab: Fabric, op: str) -> str | None:
     counts = [fab.hosts.count(h) for h in set(fab.hosts)]
     if len(set(counts)) > 1 or counts[0] < 2:
         return "needs the same number (at least 2) of GPUs on every host"
-    if switch_links(fab) is None:
+    if fab.host_switches is None:
         return "needs each host's GPUs on one NVSwitch that reduces in the switch (H100/B200)"
     return None
 
