@@ -163,7 +163,9 @@ def test_collective_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert [r["bytes"] for r in rows] == [2**20, 2**26]
     for r in rows:
         assert r["busbw_GBps"] == pytest.approx(r["algbw_GBps"])  # 2(p-1)/p = 1 at p = 2
-        assert set(r) == {"bytes", "time_s", "algbw_GBps", "busbw_GBps", "algorithm", "protocol"}
+        assert set(r) == {"bytes", "time_s", "algbw_GBps", "busbw_GBps", "algorithm", "protocol",
+                          "host_s", "bound"}  # fmt: skip
+        assert r["bound"] == "device" and r["host_s"] < r["time_s"]  # mpi: one enqueue each
 
 
 @pytest.mark.parametrize("what", ["models", "topologies", "gpus"])

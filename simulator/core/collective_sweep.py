@@ -48,7 +48,9 @@ def collective_sweep(
     launcher: str = "mpi",
     calib: calibration.Calibration | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per size: bytes, time_s, algbw_GBps, busbw_GBps, algorithm, protocol.
+    """One row per size: bytes, time_s, algbw_GBps, busbw_GBps, algorithm, protocol, host_s
+    (the launcher thread's time per call) and bound ("host" where that sets the time, else
+    "device").
 
     ``algo="nccl"`` (the default) is what NCCL itself would run, as nccl-tests measures;
     ``"auto"`` adds the custom peer-memory all-reduce kernels of serving engines. ``calib``
@@ -113,7 +115,9 @@ def collective_sweep(
         enqueue = enqueue_s(
             calib.collectives, group.gpu.arch, sched.algorithm, sched.protocol, int(n), ranks
         )
-        t = max(metrics.makespan(ran.records), how.call_s + per_thread * enqueue)
+        device_s = metrics.makespan(ran.records)
+        host_s = how.call_s + per_thread * enqueue
+        t = max(device_s, host_s)
         algbw = n / t / 1e9
         rows.append(
             {
@@ -123,6 +127,8 @@ def collective_sweep(
                 "busbw_GBps": algbw * BUS_FACTOR[op](ranks),
                 "algorithm": sched.algorithm,
                 "protocol": sched.protocol,
+                "host_s": host_s,  # the benchmark thread's time per call
+                "bound": "host" if host_s > device_s else "device",
             }
         )
     return rows

@@ -214,11 +214,11 @@ def collective_table(
         f"{'2(p-1)/p' if op == 'all_reduce' else '(p-1)/p'} (as nccl-tests)\n"
         f"# algorithm: {chosen}; launcher {launcher}\n"
         f"{'size (B)':>14} {'time (us)':>12} {'algbw (GB/s)':>13} {'busbw (GB/s)':>13}"
-        f"  {'algorithm':<10} protocol"
+        f"  {'algorithm':<10} {'protocol':<8} bound"
     )
     body = [
         f"{r['bytes']:>14} {r['time_s'] * 1e6:>12.2f} {r['algbw_GBps']:>13.2f} "
-        f"{r['busbw_GBps']:>13.2f}  {r['algorithm']:<10} {r['protocol']}"
+        f"{r['busbw_GBps']:>13.2f}  {r['algorithm']:<10} {r['protocol']:<8} {r['bound']}"
         for r in rows
     ]
     return "\n".join([head, *body])
