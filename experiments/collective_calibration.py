@@ -8,7 +8,8 @@ geometric-mean error, the Hopper ring and NVLS peaks, and writes ``collective_bu
 tables (H100 over InfiniBand, H100 on GCP A3 Mega over TCPXO, B200 over InfiniBand): per
 table the geomean error, the worst size and ``multinode_<table>.png``; then the launch
 floors of nccl-tests issue 123 (one DGX A100, ``-g N`` for 2 to 8 GPUs, one channel), with
-the calibration's host and with the per-GPU enqueue time fitted to that host.
+the calibration's host and with the per-GPU enqueue time fitted to that host
+(``launch_floors.png``).
 
 Each measurement is simulated the way it was taken: the 8x A100 sweep with nccl-tests
 ``-g 8`` (one thread launches all GPUs: launcher ``threads``), the 8x H100 latencies through
@@ -239,14 +240,25 @@ def floors_host(data: Path) -> tuple[float, Calibration]:
     return per_gpu, replace(calib, collectives=replace(c, host_enqueue=host))
 
 
-def _floors_report(data: Path) -> Iterator[str]:
+def _floors_report(out: Path, data: Path) -> Iterator[str]:
     ampere = default().collectives.host_enqueue["ampere"]
     per_gpu, fitted = floors_host(data)
-    for label, calib in (
-        (f"the calibration's {(ampere.gpu_s + ampere.channel_s) * 1e6:.2f} us per GPU", None),
-        (f"{per_gpu * 1e6:.2f} us per GPU fitted to this host", fitted),
+    fig = Figure(figsize=(6.4, 4.8))
+    ax = fig.subplots()
+    floors = read_floors(data)
+    ax.plot([n for n, _ in floors], [us for _, us in floors], "o-", color="#000000",
+            label="measured (nccl-tests issue 123, NCCL_MAX_NCHANNELS=1)")  # fmt: skip
+    for (label, calib), style in zip(
+        (
+            (f"the calibration's {(ampere.gpu_s + ampere.channel_s) * 1e6:.2f} us per GPU", None),
+            (f"{per_gpu * 1e6:.2f} us per GPU fitted to this host", fitted),
+        ),
+        (("s--", "#D55E00"), ("^:", "#0072B2")),
+        strict=True,
     ):
         rows, err = compare_floors(data, calib)
+        ax.plot([int(r["bytes"]) for r in rows], [float(r["simulated_us"]) for r in rows],
+                style[0], color=style[1], label=f"tpsim, {label} ({err:.0%})")  # fmt: skip
         yield f"8x A100 one-channel floors (nccl-tests issue 123, -g N, 8-128 B), {label}:"
         yield f"  {'GPUs':>12} {'measured us':>12} {'simulated us':>13} {'error':>7}  choice"
         for r in rows:
@@ -254,6 +266,15 @@ def _floors_report(data: Path) -> Iterator[str]:
             yield (f"  {r['bytes']:>12} {r['measured_us']:>12.1f} {r['simulated_us']:>13.1f} "
                    f"{e:>+7.1%}  {r['choice']}")  # fmt: skip
         yield f"  geomean error {err:.1%}"
+    ax.set_xlabel("GPUs driven by one thread (-g N)")
+    ax.set_ylabel("8-128 B all-reduce, us per iteration")
+    ax.set_title("8x A100: one-channel launch floors", fontsize=10)
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    save_figure(fig, out / "launch_floors.png")
+    yield f"wrote {out / 'launch_floors.png'}"
 
 
 def measured_peaks() -> dict[str, float]:
@@ -299,7 +320,7 @@ def run(out: Path) -> Iterator[str]:
     save_figure(fig, out / "collective_busbw.png")
     yield f"wrote {out / 'collective_busbw.png'}"
     yield from _multinode_report(out, data)
-    yield from _floors_report(data)
+    yield from _floors_report(out, data)
 
 
 def main(argv: list[str] | None = None) -> int:

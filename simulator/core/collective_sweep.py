@@ -10,6 +10,7 @@ kernel already queued) and the host's, where each thread makes its call (the lau
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -88,8 +89,8 @@ def collective_sweep(
     planner = comms.planner  # an algorithm the group cannot run is refused before any size
     how = launchers[launcher]
     group = comms.group
-    hosts = [group.routes.host(g) for g in group.gpu_ranks]
-    per_thread = max(hosts.count(h) for h in hosts) if how.per_host else 1
+    per_host = Counter(group.routes.host(g) for g in group.gpu_ranks)
+    per_thread = max(per_host.values()) if how.per_host else 1  # GPUs one thread enqueues
     rows = []
     for n in sizes:
         if isinstance(n, bool) or n < 1:
