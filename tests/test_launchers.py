@@ -6,6 +6,8 @@ nccl-tests sweep and the one-channel floors of 2 to 8 GPUs of a DGX A100 (nccl-t
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from tpsim import calibration
 from tpsim.core.collective_sweep import collective_sweep
@@ -135,3 +137,46 @@ def test_the_thread_drives_only_its_own_hosts_gpus() -> None:
     device = _time_us("dgx-a100", 16, 8, "mpi", nodes=2)
     assert two_hosts == pytest.approx(max(8 * 5.5, device))
     assert two_hosts < 16 * 5.5
+
+
+def test_a_profile_sets_your_hosts_enqueue_time(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """`tpsim collective --engine FILE`: the floors' host, 4.06 + 0.3 us per GPU, in a
+    profile of one nccl.yaml override (the other architectures keep the shipped rows)."""
+    from tpsim.cli import main
+
+    f = tmp_path / "host.yaml"
+    f.write_text(
+        "name: my-host\noverrides:\n  nccl:\n    host_enqueue:\n      value:\n"
+        "        ampere: {gpu_us: 4.06, channel_us: 0.3, ring_channels: 24}\n"
+        "      source: our -g N floors\n"
+    )
+    args = ["collective", "--topology", "dgx-a100", "--ranks", "8", "--launcher", "threads"]
+    assert main([*args, "--sizes", "8", "--engine", str(f), "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)["results"][0]
+    assert row["time_s"] == pytest.approx(8 * 4.36e-6) and row["bound"] == "host"
+    floors = dict(read_floors(data_dir()))
+    assert row["time_s"] * 1e6 == pytest.approx(floors[8], rel=0.05)
+    assert main(["collective", "--topology", "dgx-h100", "--ranks", "8", "--launcher", "threads",
+                 "--sizes", "8", "--engine", str(f), "--json"]) == 0  # fmt: skip
+    assert json.loads(capsys.readouterr().out)["results"][0]["time_s"] == pytest.approx(22e-6)
+
+
+@pytest.mark.parametrize(
+    ("value", "needle"),
+    [
+        ("{ampere: {gpu_us: -1, channel_us: 0, ring_channels: 24}}", "gpu_us=-1: must not be"),
+        ("{ampere: {gpu_us: 1, channel_us: 0}}", "needs exactly gpu_us, channel_us, ring_channels"),
+        ("{ampere: {gpu_us: 1, channel_us: 0, ring_channels: 0}}", "ring_channels=0: must be a"),
+    ],
+)
+def test_a_bad_host_enqueue_is_one_line(tmp_path, value: str, needle: str) -> None:  # type: ignore[no-untyped-def]
+    from tpsim.calibration import CalibrationError, profile
+
+    f = tmp_path / "bad.yaml"
+    f.write_text(
+        f"name: bad\noverrides:\n  nccl:\n    host_enqueue:\n      value: {value}\n"
+        "      source: s\n"
+    )
+    profile.cache_clear()
+    with pytest.raises(CalibrationError, match=needle):
+        profile(str(f))

@@ -152,6 +152,13 @@ def _parser() -> argparse.ArgumentParser:
     coll.add_argument("--sizes", type=parse_sizes, help="comma list: 8K,1M,1G")
     coll.add_argument("--min-bytes", type=parse_size, default=8)
     coll.add_argument("--max-bytes", type=parse_size, default=128 * 1024**2)
+    coll.add_argument(
+        "--engine",
+        default="ideal",
+        help="calibration to price with: ideal (default: the shipped data), an engine "
+        "(its custom all-reduce under --algo auto), or a profile file .yaml, e.g. one "
+        "setting your host's NCCL enqueue time (nccl.yaml host_enqueue)",
+    )
     coll.add_argument("--ideal", action="store_true")
     coll.add_argument("--json", action="store_true")
 
@@ -185,9 +192,9 @@ def _collective(a: argparse.Namespace) -> int:
         sizes,
         op=a.op,
         algo=a.algo,
-        ideal=a.ideal,
         nodes=a.nodes,
         launcher=a.launcher,
+        calib=calibration.for_options(a.ideal, a.engine),
     )
     if a.json:
         print(json.dumps({"results": rows}, indent=2, allow_nan=False))
