@@ -107,8 +107,14 @@ GROUPS = (
 
 #: Rows of the file not simulated here, and why.
 EXCLUDED = (
-    "NCCL rows (helion #245 NCCL, vllm #24532 pynccl/pynccl-symm, nccl-tests issue floors, "
-    "H20 NVLSTree, torch.distributed megatron): NCCL, calibrated by collective_calibration",
+    "NCCL rows checked by collective_calibration: helion #245 NCCL (the numbers of "
+    "nccl_allreduce_h100_8gpu_small.csv) and the one-channel floors of nccl-tests issue 123",
+    "NCCL rows not simulated: vllm #24532 pynccl/pynccl-symm (the GPU is not stated), H20 "
+    "NVLSTree (no H20 in the catalog), NCCL issue 1984 (-m 100 aggregates 100 collectives "
+    "into one kernel, not modelled), NCCL 2.27 symmetric-memory best cases (user-tuned), "
+    "torch.distributed megatron (timed from Python per call); and NCCL issue 1259, NVLSTree "
+    "forced on 2 H100s under CUDA graphs: about 6 us, where tpsim prices NVLS at NCCL's own "
+    "tuning latency (25 us), the figure NCCL chooses by, so a forced small NVLS is 4x slow",
     "symm_mem_multimem (vllm #24532): NVLink SHARP multimem, not a peer-memory kernel",
     "symm_mem_two_shot (vllm #24532): torch's symmetric-memory two-shot, kernels not modelled "
     "(grid and barriers unknown here)",
