@@ -139,10 +139,19 @@ def compare_multinode(
         for (n, t_us), r in zip(measured, rows, strict=True)
     ]
     pairs = [(float(o["simulated_us"]), float(o["measured_us"])) for o in out]
-    worst = max(
-        out, key=lambda o: abs(math.log(float(o["simulated_us"]) / float(o["measured_us"])))
+    return out, geomean_error(pairs), worst_point(out)
+
+
+def worst_point(rows: Sequence[dict[str, float | str]]) -> dict[str, float | str]:
+    """The row simulated furthest (in log ratio) from its measurement."""
+    return max(
+        rows, key=lambda o: abs(math.log(float(o["simulated_us"]) / float(o["measured_us"])))
     )
-    return out, geomean_error(pairs), worst
+
+
+def _worst_text(rows: Sequence[dict[str, float | str]]) -> str:
+    w = worst_point(rows)
+    return f"worst {w['bytes']} B ({float(w['simulated_us']) / float(w['measured_us']) - 1:+.1%})"
 
 
 def _point_lines(rows: Sequence[dict[str, float | str]]) -> Iterator[str]:
@@ -182,15 +191,14 @@ def _busbw_axes(
 
 def _multinode_report(out: Path, data: Path) -> Iterator[str]:
     for curve in MULTINODE:
-        rows, err, worst = compare_multinode(curve, data)
+        rows, err, _ = compare_multinode(curve, data)
         over = f" over network {curve.network}" if curve.network else ""
         yield f"{curve.name} on {curve.topology} x2{over} (16 ranks, launcher mpi):"
         yield from _point_lines(rows)
         verdict = "within" if err < curve.bound else "OUTSIDE"
-        w = float(worst["simulated_us"]) / float(worst["measured_us"]) - 1
         yield (
             f"  geomean error {err:.1%} ({verdict} the {curve.bound:.0%} target); "
-            f"worst {worst['bytes']} B ({w:+.1%})"
+            f"{_worst_text(rows)}"
         )
         fig = Figure(figsize=(6.4, 4.8))
         _busbw_axes(
@@ -265,7 +273,9 @@ def _floors_report(out: Path, data: Path) -> Iterator[str]:
             e = float(r["simulated_us"]) / float(r["measured_us"]) - 1
             yield (f"  {r['bytes']:>12} {r['measured_us']:>12.1f} {r['simulated_us']:>13.1f} "
                    f"{e:>+7.1%}  {r['choice']}")  # fmt: skip
-        yield f"  geomean error {err:.1%}"
+        w = worst_point(rows)
+        worst = float(w["simulated_us"]) / float(w["measured_us"]) - 1
+        yield f"  geomean error {err:.1%}; worst {w['bytes']} GPUs ({worst:+.1%})"
     ax.set_xlabel("GPUs driven by one thread (-g N)")
     ax.set_ylabel("8-128 B all-reduce, us per iteration")
     ax.set_title("8x A100: one-channel launch floors", fontsize=10)
@@ -307,7 +317,10 @@ def run(out: Path) -> Iterator[str]:
         yield f"{curve.name} on {curve.topology} (launcher {curve.launcher}):"
         yield from _point_lines(rows)
         verdict = "within" if err < curve.bound else "OUTSIDE"
-        yield f"  geomean error {err:.1%} ({verdict} the {curve.bound:.0%} target)"
+        yield (
+            f"  geomean error {err:.1%} ({verdict} the {curve.bound:.0%} target); "
+            f"{_worst_text(rows)}"
+        )
         _busbw_axes(ax, rows, 8, err, "measured", curve.name)
     want_peaks = measured_peaks()
     got = peaks(want_peaks)
