@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tpsim.core.errors import ConfigError
 from tpsim.experiments.calibrate import calibrate
 from tpsim.experiments.calibrate_sim import step_time
 from tpsim.experiments.collective_calibration import geomean_error
@@ -122,7 +123,8 @@ def run(out: Path, jobs: int = 1, only: Sequence[str] = ()) -> Iterator[str]:
         yield f"  held out: {len(held)} points"
         for case, point in zip(held, read_points(held_csv), strict=True):
             t = step_time(point, str(profile))
-            assert isinstance(t, float), t
+            if isinstance(t, str):  # tpsim refused the point: say which and why
+                raise ConfigError(f"{held_csv} row {point.row}: {t}")
             pairs.append((t, case.measured_s))
             yield (f"    {case.label:<42} {case.measured_s * 1e3:>10.1f}ms {t * 1e3:>10.1f}ms "
                    f"{t / case.measured_s - 1:>+7.1%}")  # fmt: skip
