@@ -117,8 +117,10 @@ def dgx_b200() -> nx.DiGraph:
 
 
 def a3_mega() -> nx.DiGraph:
-    """GCP A3 Mega: an 8x H100 NVSwitch host whose hosts join over GPUDirect-TCPXO."""
-    g = _nvswitch_box("a3-mega", "h100-sxm", nvls=True)
+    """GCP A3 Mega: an 8x H100 NVSwitch host whose hosts join over GPUDirect-TCPXO. NVLS is
+    off: Google's NCCL profile for these VMs (nccl-env-profile.sh, sourced by every TCPXO
+    workload) sets NCCL_NVLS_ENABLE=0, beside NCCL_PROTO (the network's protocols)."""
+    g = _nvswitch_box("a3-mega", "h100-sxm", nvls=False)
     g.graph["network"] = network_named("gcp-tcpxo")
     return g
 
