@@ -175,7 +175,7 @@ class _Reader:
         batch = self.integer(row, cells, "batch", defaults.batch)
         prompt = self.integer(row, cells, "prompt_len", defaults.prompt_len)
         context = self.integer(row, cells, "context_len", defaults.context_len)
-        output = self.integer(row, cells, "output_len", 0) if cells.get("output_len") else 0
+        output = self.integer(row, cells, "output_len", 0)  # 0: not a whole request
         phase = cells.get("phase", "") or ("prefill" if output else defaults.phase)
         if phase not in PHASES:
             raise self.fail(row, "phase", phase, f"must be one of {', '.join(PHASES)}")

@@ -112,3 +112,23 @@ def _nonnegative_us(value: object, field: str) -> float:
     if x < 0:
         raise CalibrationError(f"{field}={value!r}: must not be negative")
     return scale(x, -6)
+
+
+def _fields(spec: object, keys: tuple[str, ...], field: str) -> dict[str, Any]:
+    """A table with exactly ``keys``."""
+    if not isinstance(spec, dict) or set(spec) != set(keys):
+        raise CalibrationError(f"{field}: needs exactly {', '.join(keys)}")
+    return spec
+
+
+def _count(value: object, field: str) -> int:
+    """A positive whole number."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise CalibrationError(f"{field}={value!r}: must be a positive whole number")
+    return value
+
+
+def _flag(value: object, field: str) -> bool:
+    if not isinstance(value, bool):
+        raise CalibrationError(f"{field}={value!r}: must be true or false")
+    return value

@@ -13,6 +13,7 @@ from typing import Any
 
 from tpsim.calibration.entries import (
     CalibrationError,
+    _flag,
     _nonnegative_us,
     _numbers,
     _table,
@@ -57,8 +58,7 @@ def _kernels(d: Mapping[str, Any]) -> Kernels:
         return None if value is None else _nonnegative_us(value, f"{w}.{key}")
 
     split_kv, passes = entry(d, "attention_split_kv", w), entry(d, "norm_passes", w)
-    if not isinstance(split_kv, bool):
-        raise CalibrationError(f"{w}.attention_split_kv={split_kv!r}: must be true or false")
+    _flag(split_kv, f"{w}.attention_split_kv")
     if isinstance(passes, bool) or passes not in (1, 2):
         raise CalibrationError(f"{w}.norm_passes={passes!r}: must be 1 or 2")
     return Kernels(

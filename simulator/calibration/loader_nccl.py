@@ -12,6 +12,9 @@ from typing import Any
 
 from tpsim.calibration.entries import (
     CalibrationError,
+    _count,
+    _fields,
+    _flag,
     _nonnegative_us,
     _numbers,
     _table,
@@ -56,26 +59,6 @@ def _protocol(name: str, d: Mapping[str, Any], field: str) -> Protocol:
         tree_hop,
         bool(d.get("net_flush", False)),
     )
-
-
-def _fields(spec: object, keys: tuple[str, ...], field: str) -> dict[str, Any]:
-    """A table with exactly ``keys``."""
-    if not isinstance(spec, dict) or set(spec) != set(keys):
-        raise CalibrationError(f"{field}: needs exactly {', '.join(keys)}")
-    return spec
-
-
-def _count(value: object, field: str) -> int:
-    """A positive whole number."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise CalibrationError(f"{field}={value!r}: must be a positive whole number")
-    return value
-
-
-def _flag(value: object, field: str) -> bool:
-    if not isinstance(value, bool):
-        raise CalibrationError(f"{field}={value!r}: must be true or false")
-    return value
 
 
 def _text(value: object, field: str) -> str:
