@@ -149,9 +149,10 @@ def worst_point(rows: Sequence[dict[str, float | str]]) -> dict[str, float | str
     )
 
 
-def _worst_text(rows: Sequence[dict[str, float | str]]) -> str:
+def _worst_text(rows: Sequence[dict[str, float | str]], unit: str = "B") -> str:
     w = worst_point(rows)
-    return f"worst {w['bytes']} B ({float(w['simulated_us']) / float(w['measured_us']) - 1:+.1%})"
+    error = float(w["simulated_us"]) / float(w["measured_us"]) - 1
+    return f"worst {w['bytes']} {unit} ({error:+.1%})"
 
 
 def _point_lines(rows: Sequence[dict[str, float | str]]) -> Iterator[str]:
@@ -273,9 +274,7 @@ def _floors_report(out: Path, data: Path) -> Iterator[str]:
             e = float(r["simulated_us"]) / float(r["measured_us"]) - 1
             yield (f"  {r['bytes']:>12} {r['measured_us']:>12.1f} {r['simulated_us']:>13.1f} "
                    f"{e:>+7.1%}  {r['choice']}")  # fmt: skip
-        w = worst_point(rows)
-        worst = float(w["simulated_us"]) / float(w["measured_us"]) - 1
-        yield f"  geomean error {err:.1%}; worst {w['bytes']} GPUs ({worst:+.1%})"
+        yield f"  geomean error {err:.1%}; {_worst_text(rows, 'GPUs')}"
     ax.set_xlabel("GPUs driven by one thread (-g N)")
     ax.set_ylabel("8-128 B all-reduce, us per iteration")
     ax.set_title("8x A100: one-channel launch floors", fontsize=10)
