@@ -54,7 +54,6 @@ class Case:
     workload: Workload
     steps: int = 1  # decode steps the number spans (and one prefill before them if > 1)
     prefill: Workload | None = None
-    launch: str = "graph"
     allreduce_algo: str = "auto"
 
 
@@ -113,8 +112,7 @@ def e2e_cases(tgi_engine: str = "tgi-v1", vllm_engine: str = "vllm-v0") -> list[
 
 def simulate_case(case: Case) -> float:
     """Seconds the case's number stands for, simulated."""
-    opts = Options(engine=case.engine, launch=case.launch, allreduce_algo=case.allreduce_algo,
-                   allow_oom=True)  # fmt: skip
+    opts = Options(engine=case.engine, allreduce_algo=case.allreduce_algo, allow_oom=True)
     step = simulate(case.model, case.topology, case.tp, case.workload, opts).latency_s
     total = step * case.steps
     if case.prefill is not None:
