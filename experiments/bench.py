@@ -8,7 +8,7 @@ Measures, on this machine, in one run:
 - tpsim on fixed cases, each in a fresh process (so peak memory is that case's): wall time,
   SimPy events processed, events per second, and events represented per second (when
   identical hosts are simulated once and copied, one event stands for that many hosts'
-  events: :mod:`tpsim.core.symmetry`), records, and peak resident memory;
+  events: :mod:`tpsim.core.comm.symmetry`), records, and peak resident memory;
 - the sweep throughput (points per second) on the standard 576-point grid (4 models x
   TP 1, 2, 4, 8 x 9 batch sizes x 2 phases x 2 machines) with ``--jobs 2``;
 - scaling: wall time and memory against layers, TP degree and overlap chunks (a plot).
@@ -116,8 +116,8 @@ def _in_child(name: str, **kw: Any) -> dict[str, Any]:
 
 def sweep_rate(jobs: int = 2) -> dict[str, Any]:
     """Points per second of the standard 576-point grid with ``jobs`` workers."""
-    from tpsim.experiments.grid import expand
-    from tpsim.experiments.sweep import run_sweep
+    from tpsim.experiments.sweep.grid import expand
+    from tpsim.experiments.sweep.run import run_sweep
 
     points = expand(STANDARD_GRID)
     with tempfile.TemporaryDirectory() as d:
@@ -171,7 +171,7 @@ def _scaling() -> Iterator[dict[str, Any]]:
 
 def _plot(rows: list[dict[str, Any]], path: Path) -> None:
     from matplotlib.figure import Figure
-    from tpsim.experiments.plots import save_figure
+    from tpsim.experiments.plots.gantt import save_figure
 
     fig = Figure(figsize=(13, 4))
     axes = fig.subplots(1, 3)

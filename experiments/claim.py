@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import networkx as nx
+from tpsim.core.comm.group import tp_group
 from tpsim.core.config import (
     Layout,
     Options,
@@ -34,9 +35,8 @@ from tpsim.core.config import (
     tp_problem,
 )
 from tpsim.core.errors import ConfigError
-from tpsim.core.group import tp_group
+from tpsim.core.lowering.shard import shard
 from tpsim.core.memory import linear_params_per_gpu, memory_per_gpu
-from tpsim.core.shard import shard
 from tpsim.models.catalog import get_model
 from tpsim.topologies.io import get_topology
 

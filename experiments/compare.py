@@ -7,7 +7,7 @@ engine, launch mode), and one sentence: which wins, by how much, and what causes
 difference (the part of the critical path that changes most).
 
 Pure functions of the summaries :func:`tpsim.simulate` returns, plus the topology graph
-for the assumptions; no matplotlib. The regime's share is :mod:`tpsim.outputs.report`'s
+for the assumptions; no matplotlib. The regime's share is :mod:`tpsim.outputs.text`'s
 (``run`` prints it too).
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 import networkx as nx
 from tpsim.core.config import Options
-from tpsim.outputs.report import launch_label, regime_shares, regime_text
+from tpsim.outputs.text import launch_label, regime_shares, regime_text
 
 #: Parts of the critical path, in the order the table prints them.
 PARTS = ("compute", "memory", "communication", "launch_overhead", "host", "bubble", "idle")

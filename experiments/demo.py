@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tpsim.experiments.studies import tp_batch_sweep
-from tpsim.experiments.sweep import default_jobs
+from tpsim.experiments.sweep.run import default_jobs
 
 
 def run_demo(out: Path, *, jobs: int | None = None) -> Iterator[str]:

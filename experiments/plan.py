@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from tpsim.core.api import simulate
+from tpsim.core.comm.layout import stage_layers
 from tpsim.core.config import Layout, Options, Workload, tp_problem
 from tpsim.core.errors import ConfigError
-from tpsim.core.layout import stage_layers
 from tpsim.core.memory import memory_per_stage
 from tpsim.models.catalog import get_model
 from tpsim.topologies.io import get_topology
@@ -243,8 +243,8 @@ def short_label(r: Row) -> str:
 def plot_front(rows: list[Row], req: PlanRequest, out: Path) -> Path:
     """``out/plan_pareto.png``: tokens/s per GPU against TPOT, the front joined, the layouts
     labelled, the recommendation (``rows[0]``) marked."""
-    from tpsim.experiments.plan_plots import Layout as Point
-    from tpsim.experiments.plan_plots import pareto_plot
+    from tpsim.experiments.plots.pareto import Layout as Point
+    from tpsim.experiments.plots.pareto import pareto_plot
 
     points = [
         Point(r.tpot_s, r.tokens_per_s_per_gpu, short_label(r), best=k == 0)

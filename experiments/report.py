@@ -18,7 +18,7 @@ from typing import Any
 import plotly.graph_objects as go
 from tpsim.core.records import Record
 from tpsim.experiments.compare import PARTS, Entry, regime_text, table, verdict
-from tpsim.experiments.plots import gantt_view
+from tpsim.experiments.plots.gantt import gantt_view
 
 #: Bar colours per category (the PNG Gantt's palette, colour-blind safe).
 COLOURS = {

@@ -11,7 +11,7 @@ if __name__ != "tpsim":  # one name per module
 
 
 from tpsim.core.api import Result, simulate
-from tpsim.core.collective_sweep import collective_sweep
+from tpsim.core.collective_bench import collective_sweep
 from tpsim.core.config import Layout, Options, Workload
 from tpsim.core.errors import ConfigError
 from tpsim.core.records import Record

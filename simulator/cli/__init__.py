@@ -27,10 +27,10 @@ from tpsim.cli.run import (
 )
 from tpsim.cli.studies import STUDY_COMMANDS, add_study_parsers
 from tpsim.cli.types import parse_counts, parse_ranks, parse_size, parse_sizes
-from tpsim.core.collectives import ALGORITHMS, OPS
+from tpsim.core.comm.collectives import ALGORITHMS, OPS
 from tpsim.core.config import check_nodes
 from tpsim.core.errors import INPUT_ERRORS, ConfigError
-from tpsim.outputs import report
+from tpsim.outputs import text as report
 
 #: The public names of ``tpsim.cli``; some live in its modules (run, paths, types) and are
 #: re-exported here, as they were defined here before.
@@ -173,7 +173,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _collective(a: argparse.Namespace) -> int:
-    from tpsim.core.collective_sweep import collective_sweep
+    from tpsim.core.collective_bench import collective_sweep
 
     check_nodes(a.nodes)
     if a.sizes:
@@ -271,7 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _error("out of memory: the input is too large for this machine")
         return 2
     except Exception as exc:  # a study or demo whose points the sweep machinery lost
-        from tpsim.experiments.sweep import EXIT_INCOMPLETE, SweepIncomplete
+        from tpsim.experiments.sweep.run import EXIT_INCOMPLETE, SweepIncomplete
 
         if not isinstance(exc, SweepIncomplete):
             raise

@@ -193,7 +193,7 @@ def _missing_required(a: argparse.Namespace) -> list[str]:
 def _entries_from_rows(a: argparse.Namespace) -> list[Any]:
     """Comparison entries from rows of a sweep results file (``--results F --rows ID,ID``)."""
     from tpsim.experiments.compare import Entry, assumptions, summary_from_row
-    from tpsim.experiments.results import read_rows
+    from tpsim.experiments.sweep.results import read_rows
     from tpsim.topologies.io import get_topology
 
     if a.results is None or not a.rows:
@@ -223,7 +223,7 @@ def _entries_from_rows(a: argparse.Namespace) -> list[Any]:
 def _compare(a: argparse.Namespace) -> int:
     from tpsim.cli.paths import check_output
     from tpsim.experiments.compare import comparison, table, verdict
-    from tpsim.outputs import report
+    from tpsim.outputs import text as report
 
     check_output(a.gantt, "--gantt", (".png", ".svg"))
     if a.results is not None or a.rows is not None:
@@ -240,7 +240,7 @@ def _compare(a: argparse.Namespace) -> int:
     if a.gantt and not ran:
         raise ConfigError("--gantt: needs simulated configurations, not --results rows")
     if a.gantt:
-        from tpsim.experiments.plots import gantt_compare
+        from tpsim.experiments.plots.gantt import gantt_compare
 
         gantt_compare(
             [(e.label, r.records, r.critical_path) for e, r in ran],
@@ -263,8 +263,8 @@ def _compare(a: argparse.Namespace) -> int:
 def _report(a: argparse.Namespace) -> int:
     from tpsim.cli.paths import check_output
     from tpsim.experiments.report import Run, html_report
-    from tpsim.experiments.results import read_rows
-    from tpsim.outputs import report
+    from tpsim.experiments.sweep.results import read_rows
+    from tpsim.outputs import text as report
     from tpsim.outputs.export import write_text
 
     check_output(a.out, "--out", (".html", ".htm"))

@@ -23,7 +23,7 @@ from tpsim.core.config import (
     check_nodes,
 )
 from tpsim.core.errors import ConfigError
-from tpsim.outputs import report
+from tpsim.outputs import text as report
 
 
 def warn(message: str) -> None:
@@ -249,7 +249,7 @@ def _run(a: argparse.Namespace) -> int:
             )
             written.append(a.trace)
         if a.gantt:
-            from tpsim.experiments.plots import gantt
+            from tpsim.experiments.plots.gantt import gantt
 
             gantt(
                 result.records,

@@ -19,7 +19,8 @@ from tpsim.cli.types import tokens
 from tpsim.core.config import PHASES, Layout, Workload, check_nodes
 from tpsim.core.errors import ConfigError
 
-#: Named studies of experiments/studies.py (kept here so that --help imports nothing heavy).
+#: Named studies of experiments/studies/__init__.py (kept here so that --help imports nothing
+#: heavy).
 STUDY_NAMES = (
     "worked_examples",
     "tp_batch_sweep",
@@ -131,9 +132,9 @@ def _demo(a: argparse.Namespace) -> int:
 
 
 def _sweep(a: argparse.Namespace) -> int:
-    from tpsim.experiments.grid import AXES, describe, grid_from_flags, grid_from_yaml
-    from tpsim.experiments.results import check_output, read_rows
-    from tpsim.experiments.sweep import EXIT_INCOMPLETE, quiet_dask, run_sweep
+    from tpsim.experiments.sweep.grid import AXES, describe, grid_from_flags, grid_from_yaml
+    from tpsim.experiments.sweep.results import check_output, read_rows
+    from tpsim.experiments.sweep.run import EXIT_INCOMPLETE, quiet_dask, run_sweep
 
     flags = {key: getattr(a, key) for key in AXES}
     if a.grid:
@@ -189,8 +190,8 @@ def _sweep(a: argparse.Namespace) -> int:
 
 def _words(results: Path) -> None:
     """The assumptions of a sweep's configurations and its regimes with their shares."""
-    from tpsim.experiments.results import read_rows
-    from tpsim.experiments.sweep_text import assumption_lines, regime_summary
+    from tpsim.experiments.plots.words import assumption_lines, regime_summary
+    from tpsim.experiments.sweep.results import read_rows
 
     rows = read_rows(results)
     for line in assumption_lines(rows):
@@ -201,8 +202,8 @@ def _words(results: Path) -> None:
 
 
 def _plot_files(results: Path, out: Path, gantt: str | None) -> None:
-    from tpsim.experiments.figures import plot_results
-    from tpsim.experiments.results import read_rows
+    from tpsim.experiments.plots.figures import plot_results
+    from tpsim.experiments.sweep.results import read_rows
 
     ids = [x.strip() for x in gantt.split(",") if x.strip()] if gantt is not None else None
     for path in plot_results(read_rows(results), out, gantt_ids=ids):
@@ -239,7 +240,7 @@ def _check_claim(a: argparse.Namespace) -> int:
 
 def _study(a: argparse.Namespace) -> int:
     from tpsim.experiments.studies import STUDIES
-    from tpsim.experiments.sweep import default_jobs
+    from tpsim.experiments.sweep.run import default_jobs
 
     if a.jobs is not None and not 1 <= a.jobs <= 1024:
         raise ConfigError(f"--jobs={a.jobs}: must be between 1 and 1024")
@@ -256,7 +257,7 @@ def _study(a: argparse.Namespace) -> int:
             )
         )
     else:
-        from tpsim.experiments.sweep_text import assumption_lines
+        from tpsim.experiments.plots.words import assumption_lines
 
         print("\n".join(study.lines))
         for line in assumption_lines(study.rows):
@@ -276,8 +277,8 @@ def _bench(a: argparse.Namespace) -> int:
 
 
 def _calibrate(a: argparse.Namespace) -> int:
-    from tpsim.experiments.calibrate import calibrate
-    from tpsim.experiments.sweep import default_jobs
+    from tpsim.experiments.calibrate.fit import calibrate
+    from tpsim.experiments.sweep.run import default_jobs
     from tpsim.outputs.export import write_text
 
     out: Path = a.out

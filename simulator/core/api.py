@@ -10,7 +10,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import networkx as nx
-from tpsim.core import algorithms, kernel_table, metrics
+from tpsim.core import metrics
+from tpsim.core.comm import algorithms
+from tpsim.core.comm.group import connect, run_programs
 from tpsim.core.config import (
     Layout,
     Options,
@@ -19,14 +21,14 @@ from tpsim.core.config import (
     tp_problem,
     valid_tp_degrees,
 )
-from tpsim.core.costs import hardware_for
 from tpsim.core.errors import ConfigError
-from tpsim.core.group import connect, run_programs
-from tpsim.core.lower import launch_mode, lower
+from tpsim.core.kernels import kernel_table
+from tpsim.core.kernels.costs import hardware_for
+from tpsim.core.lowering.lower import launch_mode, lower
+from tpsim.core.lowering.shard import shard
 from tpsim.core.memory import memory_per_gpu
 from tpsim.core.program import Programs
 from tpsim.core.records import Record
-from tpsim.core.shard import shard
 from tpsim.models.catalog import get_model
 from tpsim.models.spec import ModelSpec
 from tpsim.topologies.io import get_topology
@@ -164,7 +166,7 @@ def simulate(
     return Result(tuple(records), summary, tuple(r.id for r in path), group.labels(), usage)
 
 
-#: Bytes one record holds in memory, about (see check_records; tests/test_limits.py measures).
+#: Bytes one record holds in memory, about (see check_records; tests/cli/test_limits.py measures).
 RECORD_BYTES = 450
 
 

@@ -10,14 +10,14 @@ from dataclasses import dataclass
 
 from tpsim import calibration
 from tpsim.calibration import Calibration
-from tpsim.core.algorithms import CHOICES
+from tpsim.core.comm.algorithms import CHOICES
 from tpsim.core.errors import ConfigError
 from tpsim.models.spec import DTYPE_BYTES
 
 PHASES: tuple[str, ...] = ("prefill", "decode")
 LAUNCH_MODES: tuple[str, ...] = ("eager", "graph", "compiled")
 OVERLAP_MODES: tuple[str, ...] = ("none", "chunked", "microbatch")
-#: Collective algorithms (the registry, tpsim.core.algorithms): auto picks the fastest of
+#: Collective algorithms (the registry, tpsim.core.comm.algorithms): auto picks the fastest of
 #: all, nccl the fastest of NCCL's own, or one by name.
 ALLREDUCE_ALGOS: tuple[str, ...] = CHOICES
 COMPUTE_DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8")
@@ -70,7 +70,7 @@ class Layout:
     tp: int = 1
     gpus_per_node: int = 0
     #: pipeline stages, data-parallel replicas, micro-batches per step, layers per stage
-    #: (empty: balanced); see tpsim.core.layout
+    #: (empty: balanced); see tpsim.core.comm.layout
     pp: int = 1
     dp: int = 1
     micro_batches: int = 1
@@ -159,7 +159,7 @@ class Options:
     ideal: bool = False
     allow_oom: bool = False
     fused: bool = True  # fused residual-add + RMSNorm kernels, as vLLM runs them
-    kernel_table: str | None = None  # measured kernel times (tpsim.core.kernel_table)
+    kernel_table: str | None = None  # measured kernel times (tpsim.core.kernels.kernel_table)
     sequence_parallel: bool = False  # reduce-scatter + all-gather replace each all-reduce
     overlap_chunks: int = 0  # chunks of a row-parallel GEMM with --overlap chunked; 0: tp
     launch_skew_s: float = 0.0  # the last rank's host thread starts this much later
@@ -189,7 +189,7 @@ class Options:
             if not isinstance(getattr(self, flag), bool):
                 raise ConfigError(f"{flag}={getattr(self, flag)!r}: must be true or false")
         if self.kernel_table is not None:
-            # Existence is checked where the file is read (tpsim.core.kernel_table.load):
+            # Existence is checked where the file is read (tpsim.core.kernels.kernel_table.load):
             # no I/O here.
             if not isinstance(self.kernel_table, str) or not self.kernel_table.strip():
                 raise ConfigError(f"kernel_table={self.kernel_table!r}: must be a path to a CSV")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from tpsim.core.config import Options, Workload, dtype_bytes, precision
-from tpsim.core.shard import shard
+from tpsim.core.lowering.shard import shard
 from tpsim.models.spec import ModelSpec
 from tpsim.topologies.gpus import GPUSpec
 

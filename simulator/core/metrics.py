@@ -139,7 +139,7 @@ def pass_details(
     records: Sequence[Record], path: Sequence[Record], split: Any, engine: dict[str, Any]
 ) -> dict[str, Any]:
     """The summary's closing keys, the same for every layout: ``communication`` (as rank 0
-    sees it), ``model_split`` (``split``: a :class:`~tpsim.core.shard.Shard`), ``layers``
+    sees it), ``model_split`` (``split``: a :class:`~tpsim.core.lowering.shard.Shard`), ``layers``
     (the critical path per layer) and ``engine`` (events, wall time, ranks simulated)."""
     return {
         "communication": communication(records),

@@ -2,9 +2,10 @@
 
 Called by :func:`tpsim.core.api.simulate` when ``pp``, ``dp`` or ``micro_batches`` exceeds
 1 (one TP group alone keeps its own path, unchanged). Places the ranks
-(:func:`tpsim.core.layout.place`), checks every stage's memory, lowers every rank's program
-(:mod:`tpsim.core.pipeline`) and runs all of them in one engine over the shared fabric. When
-the replicas are provably independent (:func:`tpsim.core.layout.replicas_independent`),
+(:func:`tpsim.core.comm.layout.place`), checks every stage's memory, lowers every rank's program
+(:mod:`tpsim.core.lowering.pipeline`) and runs all of them in one engine over the shared fabric.
+When
+the replicas are provably independent (:func:`tpsim.core.comm.layout.replicas_independent`),
 replica 0 runs alone and the others are its copies, rank-shifted.
 """
 
@@ -15,16 +16,18 @@ from dataclasses import asdict
 from typing import Any
 
 import networkx as nx
-from tpsim.core import kernel_table, metrics, symmetry
+from tpsim.core import metrics
+from tpsim.core.comm import symmetry
+from tpsim.core.comm.layout import LayoutComms, place, replicas_independent, stage_layers
 from tpsim.core.config import Layout, Options, Workload, precision
-from tpsim.core.costs import hardware_for
-from tpsim.core.engine import run
+from tpsim.core.engine.simulation import run
 from tpsim.core.errors import ConfigError
-from tpsim.core.layout import LayoutComms, place, replicas_independent, stage_layers
-from tpsim.core.lower import launch_mode
+from tpsim.core.kernels import kernel_table
+from tpsim.core.kernels.costs import hardware_for
+from tpsim.core.lowering.lower import launch_mode
+from tpsim.core.lowering.pipeline import lower_layout, micro_slices
+from tpsim.core.lowering.shard import shard
 from tpsim.core.memory import memory_per_stage
-from tpsim.core.pipeline import lower_layout, micro_slices
-from tpsim.core.shard import shard
 from tpsim.models.spec import ModelSpec
 from tpsim.topologies.routing import Routes
 

@@ -1,0 +1,142 @@
+"""The free parameters of ``tpsim calibrate`` and the profile YAML they are written into.
+
+Each parameter (:class:`Knob`) is one table entry: what it is, the profile entry it
+overrides, how it is fitted (``log(value + shift)``: ``shift`` 0 for a scale, a typical size
+for a time, so that 0 is reachable), its bounds and what it means when no point depends on
+it. Bounds keep it physical: times at or above 0; efficiency scales no higher than what
+brings the most efficient GPU among the points to its peak.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from tpsim.calibration import Calibration
+from tpsim.calibration.loader import scale
+from tpsim.experiments.calibrate.measurements import Point
+
+
+def _same(c: Calibration, value: float) -> object:
+    return value
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One free parameter: what it is, where it lives in a profile, its bounds."""
+
+    name: str
+    about: str
+    unit: str  # "x" (a scale) or "us"
+    file: str  # the data file of the profile's override
+    key: str  # its entry there
+    shift: float  # fitted as log(value + shift): 0 for a scale, a typical size for a time
+    lower: float
+    base: Callable[[Calibration], float]  # its value in the base profile
+    upper: Callable[[Calibration, Sequence[Point]], float]
+    unused: str  # what a zero Jacobian column means
+    entry: Callable[[Calibration, float], object] = _same  # the override's value
+
+
+class _Row(list):  # type: ignore[type-arg]
+    """A list written on one line ([base us, us per sequence])."""
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+_Dumper.add_representer(_Row, lambda d, x: d.represent_sequence("tag:yaml.org,2002:seq", x, True))
+
+
+def _us(seconds: float) -> float:
+    return float(f"{scale(seconds, 6):.6g}")
+
+
+def _step_host(c: Calibration, s: float) -> object:
+    """Every piece of the base's host work per step (base and per sequence) times ``s``."""
+    return {
+        piece: _Row([_us(cost.base_s * s), _us(cost.per_seq_s * s)])
+        for piece, cost in c.engine.step_host.items()
+    }
+
+
+def _peak_cap(fraction: Callable[[Calibration, Point], float]) -> Callable[..., float]:
+    """The largest scale that keeps every point's GPU at or under its peak."""
+    return lambda c, points: 1.0 / max(fraction(c, p) for p in points)
+
+
+def _limit(x: float) -> Callable[..., float]:
+    return lambda c, points: x
+
+
+#: In the order they are screened: a parameter collinear with those before it is left out.
+KNOBS: tuple[Knob, ...] = (
+    Knob(
+        "hbm_efficiency_scale", "HBM efficiency, x the GPU's measured fraction", "x",
+        "kernels", "hbm_efficiency_scale", 0.0, 0.2,
+        lambda c: c.kernels.hbm_efficiency_scale,
+        _peak_cap(lambda c, p: c.kernels.hbm_efficiency or p.gpu.hbm_efficiency),
+        "none is memory-bound",
+    ),
+    Knob(
+        "step_host_scale", "host time per step, x the base's pieces", "x",
+        "engine", "step_host_us", 0.0, 0.02, lambda c: 1.0, _limit(50.0),
+        "the base engine has no host work per step, or it is off the critical path",
+        _step_host,
+    ),
+    Knob(
+        "collective_latency_us", "device latency per collective call", "us",
+        "engine", "collective_latency_us", 10.0, 0.0,
+        lambda c: scale(c.engine.collective_latency_s, 6), _limit(500.0),
+        "collectives are off the critical path everywhere",
+    ),
+    Knob(
+        "layer_host_us", "host time per layer in eager steps", "us",
+        "engine", "layer_host_us", 20.0, 0.0,
+        lambda c: scale(c.engine.layer_host_s, 6), _limit(2000.0),
+        "Python per layer is off the critical path everywhere",
+    ),
+    Knob(
+        "matmul_efficiency_scale", "GEMM efficiency, x the GPU's measured fraction", "x",
+        "kernels", "matmul_efficiency_scale", 0.0, 0.1,
+        lambda c: c.kernels.matmul_efficiency_scale,
+        _peak_cap(lambda c, p: c.kernels.matmul_efficiency or p.gpu.matmul_efficiency),
+        "none has compute-bound GEMMs; give prefill or large-batch points",
+    ),
+    Knob(
+        "attention_efficiency_scale", "attention efficiency, x the kernel's fraction", "x",
+        "kernels", "attention_efficiency_scale", 0.0, 0.1,
+        lambda c: c.kernels.attention_efficiency_scale,
+        _peak_cap(
+            lambda c, p: max(c.kernels.attention_efficiency, c.kernels.attention_fp8_efficiency)
+        ),
+        "none has compute-bound attention; give long prefill points",
+    ),
+)  # fmt: skip
+
+
+def profile_yaml(
+    name: str,
+    about: str,
+    base: str,
+    calib: Calibration,
+    entries: Sequence[tuple[Knob, float, str]],
+) -> str:
+    """An engine profile that ``extends`` ``base`` (calibration ``calib``) and overrides each
+    knob of ``entries`` with its value and source. A base given as a file is named by its
+    absolute path, which the profile then finds wherever it is run from."""
+    overrides: dict[str, dict[str, Any]] = {}
+    for knob, value, source in entries:
+        entry = {"value": knob.entry(calib, value), "source": source}
+        overrides.setdefault(knob.file, {})[knob.key] = entry
+    if base.endswith((".yaml", ".yml")) or "/" in base:
+        base = str(Path(base).resolve())
+    doc = {"name": name, "about": about, "extends": base, "overrides": overrides}
+    return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=1000, allow_unicode=True)
+
+
+__all__ = ["KNOBS", "Knob", "profile_yaml"]

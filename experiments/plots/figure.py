@@ -1,0 +1,54 @@
+"""What every sweep figure shares (sweep_plots.py, sweep_regime_map.py): the font size,
+which rows are drawn, the names of layouts, a bare ``Figure`` with a canvas, compact tick
+labels and a legend outside the axes.
+
+Rows are the flat dicts of a results file (tpsim.experiments.sweep.results).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+Row = dict[str, Any]
+
+FONT = 11  # readable on a slide
+
+
+def ok(row: Row) -> bool:
+    """A row with a simulated result that fits in memory."""
+    return not row.get("error") and row.get("fits") is True and bool(row.get("latency_s"))
+
+
+def layout_of(r: Row) -> tuple[int, int, int, int]:
+    """(tp, pp, dp, micro_batches) of a results row (older rows: one TP group)."""
+    return (r["tp"], r.get("pp") or 1, r.get("dp") or 1, r.get("micro_batches") or 1)
+
+
+def layout_name(key: tuple[int, int, int, int]) -> str:
+    """``TP 4``, ``TP 4 x PP 2 (4 mb)``, ``TP 2 x DP 2``."""
+    tp, pp, dp, mb = key
+    name = f"TP {tp}" + (f" x PP {pp}" if pp > 1 else "") + (f" x DP {dp}" if dp > 1 else "")
+    return name + (f" ({mb} mb)" if mb > 1 else "")
+
+
+def bare_figure(width: float, height: float) -> Figure:
+    """A ``Figure`` of ``width`` x ``height`` inches on an Agg canvas (no pyplot)."""
+    fig = Figure(figsize=(width, height))
+    FigureCanvasAgg(fig)  # a canvas, so text extents can be measured before saving
+    return fig
+
+
+def compact(x: float, _pos: object = None) -> str:
+    """``15k``, ``1.2M``, ``0.5``: a tick label read at a glance."""
+    for scale, unit in ((1e6, "M"), (1e3, "k")):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g}{unit}"
+    return f"{x:.3g}"
+
+
+def legend_outside(ax: Any, **kw: Any) -> None:
+    """The legend of ``ax`` to the right of its axes, top-aligned."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, **kw)

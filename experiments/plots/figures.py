@@ -1,0 +1,187 @@
+"""Which figures a table of sweep rows gets, and where they go: ``tpsim plot RESULTS``.
+
+Rows are grouped into series: everything but ``tp``, ``batch`` and the placement (``nodes``,
+``gpus_per_node``) equal. Each series gets throughput against TP, a breakdown, a regime map,
+and, when its groups span different numbers of hosts, in-node against cross-node curves;
+several series are also drawn on shared axes (``compare_series.png``). Gantt charts are
+drawn for chosen points (by ``point_id``; default: the fastest fitting point of each
+series), re-simulated from their rows. ``index.html`` lists every figure with its caption.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from tpsim.core.api import simulate
+from tpsim.core.errors import ConfigError
+from tpsim.experiments.plots import sweep as sweep_plots
+from tpsim.experiments.plots.gantt import gantt
+from tpsim.experiments.sweep.grid import point_from_row
+from tpsim.outputs.export import write_text
+from tpsim.outputs.text import title as run_title
+from tpsim.topologies.io import get_topology
+
+Row = dict[str, Any]
+MAX_SERIES = 50  # figures are drawn per series: more is a mistake, not a report
+SERIES = (
+    "model",
+    "topology",
+    "phase",
+    "prompt_len",
+    "context_len",
+    "dtype",
+    "kv_dtype",
+    "launch",
+    "overlap",
+    "allreduce_algo",
+    "sequence_parallel",
+    "ideal",
+)
+GANTT_LAYERS = (0, 1)
+#: One point of a figure: a TP degree, a layout beyond it (stages, replicas) and a batch.
+POINT = ("tp", "pp", "dp", "micro_batches", "batch")
+
+
+def _key(row: Row) -> tuple[Any, ...]:
+    return tuple(row.get(k) for k in SERIES)
+
+
+def _order(row: Row) -> tuple[Any, ...]:
+    """Prefer the simplest placement of a (tp, batch): fewest hosts, then nodes."""
+    return (row.get("hosts") or 0, row["nodes"], row["gpus_per_node"], row["point_id"])
+
+
+def _one_per(rows: Iterable[Row], fields: Sequence[str]) -> list[Row]:
+    best: dict[tuple[Any, ...], Row] = {}
+    for r in sorted(rows, key=_order):
+        best.setdefault(tuple(r.get(f) for f in fields), r)
+    return sorted(best.values(), key=lambda r: (r["batch"], r["tp"], _order(r)))
+
+
+def series_title(row: Row) -> str:
+    lengths = (
+        f"prompt {row['prompt_len']}"
+        if row["phase"] == "prefill"
+        else f"context {row['context_len']}"
+    )
+    extras = [f"launch {row['launch']}"]
+    extras += [f"{k} {row[k]}" for k in ("dtype", "kv_dtype") if row.get(k)]
+    extras += [f"overlap {row['overlap']}"] if row["overlap"] != "none" else []
+    extras += ["sequence parallel"] if row.get("sequence_parallel") else []
+    extras += ["ideal"] if row.get("ideal") else []
+    return f"{row['model']} {row['phase']} on {row['topology']} ({lengths}, {', '.join(extras)})"
+
+
+def _slug(row: Row, varying: Sequence[str]) -> str:
+    short = {"prompt_len": "prompt", "context_len": "ctx", "kv_dtype": "kv"}
+    parts = []
+    for k in varying:
+        v = row.get(k)
+        if isinstance(v, bool):
+            parts += [k] if v else []
+        elif v is not None:
+            parts.append(f"{short.get(k, '')}{v}")
+    text = "_".join(parts)
+    return re.sub(r"[^A-Za-z0-9.+-]+", "-", text).strip("-") + "_"
+
+
+def plot_results(
+    rows: Sequence[Row], out: str | Path, *, gantt_ids: Sequence[str] | None = None
+) -> list[Path]:
+    """Write the figures of ``rows`` under ``out`` and return their paths."""
+    out = Path(out)
+    if not rows:
+        raise ConfigError("plot: the results file has no rows")
+    out.mkdir(parents=True, exist_ok=True)
+    groups: dict[tuple[Any, ...], list[Row]] = {}
+    for r in sorted(rows, key=lambda r: (tuple(map(str, _key(r))), _order(r))):
+        groups.setdefault(_key(r), []).append(r)
+    if len(groups) > MAX_SERIES:
+        raise ConfigError(
+            f"plot: the rows form {len(groups)} series (every column but tp, batch and the "
+            f"placement equal); at most {MAX_SERIES} are drawn: plot a smaller results file"
+        )
+    varying = [k for i, k in enumerate(SERIES) if len({g[i] for g in groups}) > 1]
+    written: list[Path] = []
+    captions: dict[Path, str] = {}
+    if len(groups) > 1:
+        named = {_slug(g[0], varying).rstrip("_"): _one_per(g, POINT) for g in groups.values()}
+        path = out / "compare_series.png"
+        sweep_plots.series_comparison(named, path, title="tokens/s of every series")
+        written.append(path)
+        captions[path] = "every series on shared axes: tokens/s against TP, a panel per batch"
+    for group in groups.values():
+        head = series_title(group[0])
+        prefix = _slug(group[0], varying) if len(groups) > 1 else ""
+        simple = _one_per(group, POINT)
+        plots = [
+            ("throughput_vs_tp", sweep_plots.throughput_vs_tp, simple, head),
+            ("breakdown", sweep_plots.breakdown_bars, simple, head),
+            ("regime_map", sweep_plots.regime_map, simple, f"{head}: regime and tokens/s"),
+        ]
+        placed = _one_per(group, (*POINT, "hosts"))
+        if len({r["hosts"] for r in placed if sweep_plots.ok(r)}) > 1:
+            plots.append(("in_node_vs_cross_node", sweep_plots.in_node_vs_cross_node, placed, head))
+        for name, draw, data, title in plots:
+            path = out / f"{prefix}{name}.png"
+            draw(data, path, title=title)
+            written.append(path)
+            captions[path] = f"{head}: {CAPTIONS[name]}"
+        if gantt_ids is None:
+            fitting = [r for r in group if sweep_plots.ok(r)]
+            if fitting:
+                best = max(fitting, key=lambda r: (r["tokens_per_s"], r["point_id"]))
+                written.append(draw_gantt(best, out / f"{prefix}gantt_best.png"))
+                captions[written[-1]] = f"{head}: {CAPTIONS['gantt_best']}"
+    by_id = {r["point_id"]: r for r in rows}
+    for pid in gantt_ids or ():
+        if pid not in by_id:
+            raise ConfigError(f"--gantt={pid}: no row with that point_id in the results")
+        written.append(draw_gantt(by_id[pid], out / f"gantt_{pid}.png"))
+        captions[written[-1]] = f"point {pid}: timeline of layers 0-1"
+    index = out / "index.html"
+    write_text(index, index_html(captions, out))
+    return [*written, index]
+
+
+CAPTIONS = {
+    "throughput_vs_tp": "tokens/s and tokens/s per GPU against TP, a line per batch",
+    "breakdown": "the critical path of each point by part, a panel per batch",
+    "regime_map": "regime and tokens/s of each point, with the regime's share",
+    "in_node_vs_cross_node": "tokens/s against TP by hosts spanned, with cross-host ratios",
+    "gantt_best": "timeline (layers 0-1) of the fastest point that fits",
+}
+
+
+def index_html(captions: dict[Path, str], out: Path) -> str:
+    """One page listing every figure (relative links) with its caption."""
+    items = "".join(
+        f'<figure><img src="{html.escape(p.relative_to(out).as_posix())}" alt="" '
+        f'style="max-width:100%"><figcaption>{html.escape(p.name)}: '
+        f"{html.escape(c)}</figcaption></figure>\n"
+        for p, c in captions.items()
+    )
+    return (
+        '<!doctype html>\n<html><head><meta charset="utf-8"><title>tpsim plots</title></head>'
+        f"<body>\n<h1>tpsim plots ({len(captions)} figures)</h1>\n{items}</body></html>\n"
+    )
+
+
+def draw_gantt(row: Row, path: Path) -> Path:
+    """Re-simulate a row's point and draw layers 0-1 of its timeline."""
+    p = point_from_row(row)
+    graph = get_topology(p.topology, p.nodes)
+    r = simulate(p.model, graph, p.layout(), p.workload(), p.options(), nodes=p.nodes)
+    gantt(
+        r.records,
+        path,
+        title=f"{run_title(r.summary)} (layers {GANTT_LAYERS[0]}-{GANTT_LAYERS[1]})",
+        layers=GANTT_LAYERS,
+        critical=r.critical_path,
+        rank_labels=r.rank_labels,
+    )
+    return path

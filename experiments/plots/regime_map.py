@@ -1,0 +1,130 @@
+"""The regime map of sweep rows: TP (or layout) by batch, each cell coloured by its regime and
+labelled with tokens/s and the regime's share, near ties, points that do not fit and failed
+points each shown apart. Drawn on a bare ``Figure`` by :func:`draw_regime_map` and written
+atomically by :func:`regime_map`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from matplotlib.colors import ListedColormap, to_rgb
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch, Rectangle
+from tpsim.experiments.plots import figure as shared
+from tpsim.experiments.plots.gantt import save_figure
+from tpsim.experiments.plots.words import near_tie, regime_margin
+from tpsim.outputs.text import NEAR_TIE, is_near_tie
+
+REGIME_COLOURS = {
+    "compute-bound": "#0072B2",
+    "memory-bound": "#56B4E9",
+    "communication-bound": "#D55E00",
+    "overhead-bound": "#999999",
+}
+
+
+def _lighter(colour: str, by: float = 0.55) -> tuple[float, float, float]:
+    r, g, b = to_rgb(colour)
+    return (r + (1 - r) * by, g + (1 - g) * by, b + (1 - b) * by)
+
+
+def _short(regime: str) -> str:
+    return regime.removesuffix("-bound")
+
+
+def draw_regime_map(rows: Sequence[shared.Row], *, title: str) -> Figure:
+    tps = sorted({shared.layout_of(r) for r in rows})  # one column per layout, by TP degree first
+    batches = sorted({r["batch"] for r in rows})
+    regimes = list(REGIME_COLOURS)
+    n = len(regimes)
+    # Colours: each regime, then its lighter shade (a near tie), then error, then empty.
+    shades: list[str | tuple[float, float, float]] = [*REGIME_COLOURS.values()]
+    shades += [_lighter(c) for c in REGIME_COLOURS.values()]
+    cmap = ListedColormap([*shades, "#DDDDDD", "#FFFFFF"])
+    failed, empty = 2 * n, 2 * n + 1
+    grid = [[empty] * len(tps) for _ in batches]
+    cells = {(r["batch"], shared.layout_of(r)): r for r in rows}
+    fig = shared.bare_figure(1.6 * len(tps) + 5.0, 0.75 * len(batches) + 2.5)
+    ax = fig.subplots()
+    present: set[str] = set()
+    ties = False
+    for (batch, tp), r in cells.items():
+        y, x = batches.index(batch), tps.index(tp)
+        regime = r.get("regime")
+        if regime in regimes and not r.get("error"):
+            tie = near_tie(r)
+            ties |= tie
+            grid[y][x] = regimes.index(regime) + (n if tie else 0)
+            present.add(regime)
+        else:
+            grid[y][x] = failed
+    ax.imshow(grid, cmap=cmap, vmin=0, vmax=empty, aspect="auto", origin="lower")
+    for (batch, tp), r in sorted(cells.items()):
+        y, x = batches.index(batch), tps.index(tp)
+        tie = False
+        if r.get("error"):
+            text = "error"
+        else:
+            share, second, share2 = regime_margin(r)
+            tie = is_near_tie(share, share2)
+            text = f"{shared.compact(r['tokens_per_s'])} tok/s\n{_short(r['regime'])} {share:.0%}"
+            if tie:
+                text += f"\n{_short(second)} {share2:.0%}"
+                ax.add_patch(
+                    Rectangle(
+                        (x - 0.5, y - 0.5), 1, 1, fill=False, hatch="..", linewidth=0, gid="tie"
+                    )
+                )
+            if r.get("fits") is False:
+                ax.add_patch(
+                    Rectangle((x - 0.5, y - 0.5), 1, 1, fill=False, hatch="///", linewidth=0)
+                )
+                text += "\nno fit"
+        dark = r.get("regime") in ("compute-bound", "communication-bound") and not tie
+        plain = r.get("fits") is False or tie
+        box = {"facecolor": "white", "alpha": 0.8, "edgecolor": "none", "pad": 1.5}
+        ax.text(
+            x,
+            y,
+            text,
+            ha="center",
+            va="center",
+            fontsize=shared.FONT - 3,
+            color="white" if dark and r.get("fits") else "black",
+            bbox=box if plain else None,
+        )
+    plain_tp = all(k[1:] == (1, 1, 1) for k in tps)
+    ax.set_xticks(range(len(tps)), [str(k[0]) if plain_tp else shared.layout_name(k) for k in tps])
+    ax.set_yticks(range(len(batches)), [str(b) for b in batches])
+    ax.set_xlabel("TP degree (GPUs)" if plain_tp else "layout", fontsize=shared.FONT)
+    ax.set_ylabel("batch (sequences)", fontsize=shared.FONT)
+    ax.tick_params(labelsize=shared.FONT - 1)
+    handles = [Patch(facecolor=c, label=k) for k, c in REGIME_COLOURS.items() if k in present]
+    if ties:
+        handles.append(
+            Patch(
+                facecolor=_lighter("#777777"),
+                hatch="..",
+                label=f"lighter, dotted: runner-up\nwithin {NEAR_TIE * 100:.0f} points",
+            )
+        )
+    if any(r.get("fits") is False for r in rows):
+        handles.append(
+            Patch(facecolor="white", edgecolor="#444444", hatch="///", label="does not fit")
+        )
+    if any(r.get("error") for r in rows):
+        handles.append(Patch(facecolor="#DDDDDD", label="error"))
+    shared.legend_outside(ax, handles=handles, fontsize=shared.FONT - 2)
+    ax.set_title(title, fontsize=shared.FONT)
+    fig.tight_layout()
+    return fig
+
+
+def regime_map(rows: Sequence[shared.Row], path: str | Path, *, title: str) -> None:
+    """TP (x) by batch (y), each cell coloured by its regime and labelled with tokens/s and
+    the regime's share of the critical path; a cell whose runner-up is within 15 points is a
+    lighter, dotted shade naming the runner-up; layouts that do not fit are hatched, failed
+    points grey. The legend lists only what the map shows."""
+    save_figure(draw_regime_map(rows, title=title), path)

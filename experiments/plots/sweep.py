@@ -1,0 +1,353 @@
+"""Plots of sweep rows (tpsim.experiments.sweep.results): throughput and per-GPU throughput against
+TP,
+stacked latency breakdowns (a panel per batch), a regime map (TP x batch) with each cell's
+margin, in-node against cross-node curves with their ratio, and series compared on shared
+axes.
+
+Rows are the flat dicts of a results file (``tp``, ``batch``, ``hosts``, ``tokens_per_s``,
+``compute_s``, ..., ``fits``, ``error``). Each figure is drawn on a bare ``Figure`` (no pyplot)
+by a ``draw_*`` function (which tests read through the artists) and written atomically by
+the function of the same name without ``draw_``, byte for byte the same for the same rows.
+The regime map lives in sweep_regime_map.py and what every figure shares (font, which rows
+are drawn, layout names) in sweep_figure.py; both are re-exported here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter, NullFormatter
+from tpsim.experiments.plots.figure import (
+    FONT,
+    Row,
+    bare_figure,
+    compact,
+    layout_name,
+    layout_of,
+    legend_outside,
+    ok,
+)
+from tpsim.experiments.plots.gantt import save_figure
+from tpsim.experiments.plots.regime_map import REGIME_COLOURS, draw_regime_map, regime_map
+
+#: The public names of ``tpsim.experiments.plots.sweep``; what every sweep figure shares
+#: lives in sweep_figure.py and the regime map in sweep_regime_map.py, re-exported here, as
+#: they were defined here before.
+__all__ = [
+    "CATEGORY_COLOURS",
+    "FONT",
+    "HOST_BOUNDARY",
+    "LINE_COLOURS",
+    "MARKERS",
+    "REGIME_COLOURS",
+    "Row",
+    "breakdown_bars",
+    "compact",
+    "cross_node_ratios",
+    "draw_breakdown_bars",
+    "draw_in_node_vs_cross_node",
+    "draw_regime_map",
+    "draw_series_comparison",
+    "draw_throughput_vs_tp",
+    "host_boundary",
+    "hosts_label",
+    "in_node_vs_cross_node",
+    "layout_name",
+    "layout_of",
+    "ok",
+    "per_pass",
+    "regime_map",
+    "series_comparison",
+    "throughput_vs_tp",
+]
+
+#: Okabe-Ito colours, one per breakdown category.
+CATEGORY_COLOURS = {
+    "compute": "#0072B2",
+    "memory": "#56B4E9",
+    "communication": "#D55E00",
+    "launch_overhead": "#999999",
+    "host": "#8C6D31",  # brown: engine host work
+    "idle": "#F0E442",
+}
+LINE_COLOURS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000"]
+MARKERS = ["o", "s", "^", "D", "v", "P", "X"]
+HOST_BOUNDARY = "host-boundary"  # the gid of the line where a TP group leaves its host
+
+
+def _tps(rows: Sequence[Row]) -> list[int]:
+    return sorted({r["tp"] for r in rows})
+
+
+def _extra_layout(key: tuple[int, int, int, int]) -> str:
+    """The part of a layout beyond its TP degree: ``, PP 2 x DP 2`` (empty for plain TP)."""
+    rest = layout_name((1, *key[1:])).removeprefix("TP 1")
+    return f", {rest.removeprefix(' x ')}" if rest else ""
+
+
+def _style(ax: Any, xlabel: str, ylabel: str, tps: list[int] | None = None) -> None:
+    ax.set_xlabel(xlabel, fontsize=FONT)
+    ax.set_ylabel(ylabel, fontsize=FONT)
+    ax.tick_params(labelsize=FONT - 1)
+    ax.grid(True, which="both", alpha=0.3)
+    if tps:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(tps, [str(t) for t in tps])
+        ax.minorticks_off()
+
+
+def _plain_log_y(ax: Any) -> None:
+    """A log y axis labelled 15k, 20k, not 1.5x10^4; within one decade (no major tick in
+    view) the minor ticks carry the labels."""
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FuncFormatter(compact))
+    lo, hi = ax.get_ylim()
+    narrow = lo > 0 and math.floor(math.log10(hi)) == math.floor(math.log10(lo))
+    ax.yaxis.set_minor_formatter(FuncFormatter(compact) if narrow else NullFormatter())
+
+
+def host_boundary(rows: Sequence[Row]) -> tuple[int, int] | None:
+    """The largest TP that stays in one host and the next TP drawn, when a larger one spans
+    hosts: where a group crosses into a second host."""
+    good = [r for r in rows if ok(r)]
+    inside = [r["tp"] for r in good if r.get("hosts") == 1]
+    beyond = sorted(r["tp"] for r in good if (r.get("hosts") or 1) > 1)
+    if not inside or not beyond or beyond[-1] <= max(inside):
+        return None
+    last = max(inside)
+    return last, min(t for t in beyond if t > last)
+
+
+def _mark_hosts(ax: Any, rows: Sequence[Row]) -> None:
+    edge = host_boundary(rows)
+    if edge is None:
+        return
+    x = math.sqrt(edge[0] * edge[1])  # half way on the log2 axis
+    ax.axvline(x, color="#444444", linestyle="--", linewidth=1.2, gid=HOST_BOUNDARY)
+    ax.text(
+        x,
+        0.02,
+        f"TP > {edge[0]}: group over 2+ hosts",
+        transform=ax.get_xaxis_transform(),
+        rotation=90,
+        ha="right",
+        va="bottom",
+        fontsize=FONT - 3,
+        color="#444444",
+    )
+
+
+def draw_throughput_vs_tp(rows: Sequence[Row], *, title: str) -> Figure:
+    good = [r for r in rows if ok(r)]
+    fig = bare_figure(13, 5)
+    ax1, ax2 = fig.subplots(1, 2)
+    batches = sorted({r["batch"] for r in good})
+    # one line per batch and per layout beyond TP (stages, replicas), against the TP degree
+    series = sorted({(r["batch"], layout_of(r)[1:]) for r in good})
+    for i, (batch, rest) in enumerate(series):
+        pts = sorted(
+            (r["tp"], r["tokens_per_s"], r["tokens_per_s_per_gpu"])
+            for r in good
+            if r["batch"] == batch and layout_of(r)[1:] == rest
+        )
+        label = f"batch {batch}{_extra_layout((0, *rest))}"
+        style = {"color": LINE_COLOURS[i % 7], "marker": MARKERS[i % 7], "label": label}
+        ax1.plot([p[0] for p in pts], [p[1] for p in pts], "-", **style)
+        ax2.plot([p[0] for p in pts], [p[2] for p in pts], "-", **style)
+    for ax, label in ((ax1, "tokens/s (whole TP group)"), (ax2, "tokens/s per GPU")):
+        _style(ax, "TP degree (GPUs)", label, _tps(good))
+        _plain_log_y(ax)
+        _mark_hosts(ax, good)
+    if batches:
+        legend_outside(ax2, fontsize=FONT - 2)
+    skipped = len(rows) - len(good)
+    note = f" ({skipped} points not fitting or failed: not drawn)" if skipped else ""
+    fig.suptitle(title + note, fontsize=FONT + 1)
+    fig.tight_layout()
+    return fig
+
+
+def throughput_vs_tp(rows: Sequence[Row], path: str | Path, *, title: str) -> None:
+    """Two panels: tokens/s and tokens/s per GPU against TP degree, one line per batch, the
+    host boundary marked. Rows that do not fit or failed are left out (the map shows them)."""
+    save_figure(draw_throughput_vs_tp(rows, title=title), path)
+
+
+def per_pass(rows: Sequence[Row]) -> str:
+    """``ms per step`` (decode), ``ms per pass`` (prefill), or both named."""
+    phases = {r.get("phase") for r in rows}
+    if phases == {"prefill"}:
+        return "ms per pass (prefill)"
+    if phases == {"decode"}:
+        return "ms per step (decode)"
+    return "ms per step (decode) or per pass (prefill)"
+
+
+def _grid(n: int, cols: int = 4) -> tuple[int, int]:
+    cols = max(1, min(cols, n))
+    return math.ceil(max(1, n) / cols), cols
+
+
+def draw_breakdown_bars(rows: Sequence[Row], *, title: str) -> Figure:
+    good = sorted((r for r in rows if ok(r)), key=lambda r: (r["batch"], r["tp"]))
+    batches = sorted({r["batch"] for r in good})
+    nrows, ncols = _grid(len(batches))
+    widest = max((len(layout_name(layout_of(r))) for r in good), default=4)
+    per_panel = max(
+        3.6,
+        0.12 * widest * max(len([r for r in good if r["batch"] == b]) for b in batches)
+        if batches
+        else 3.6,
+    )
+    fig = bare_figure(max(7.0, per_panel * ncols + 2.2), 3.4 * nrows + 1.0)
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    used: dict[str, str] = {}
+    for ax, batch in zip(axes, batches, strict=False):
+        at = sorted((r for r in good if r["batch"] == batch), key=layout_of)
+        labels = [layout_name(layout_of(r)) for r in at]
+        bottoms = [0.0] * len(at)
+        for cat, colour in CATEGORY_COLOURS.items():
+            values = [(r.get(f"{cat}_s") or 0.0) * 1e3 for r in at]
+            if not any(values):
+                continue
+            ax.bar(labels, values, bottom=bottoms, color=colour)
+            used[cat] = colour
+            bottoms = [b + v for b, v in zip(bottoms, values, strict=True)]
+        ax.set_title(f"batch {batch}", fontsize=FONT)
+        ax.set_ylabel(per_pass(at), fontsize=FONT - 1)
+        ax.tick_params(labelsize=FONT - 2)
+        ax.set_ylim(bottom=0)
+        ax.grid(True, axis="y", alpha=0.3)
+    for ax in axes[len(batches) :]:
+        ax.set_visible(False)
+    handles = [Patch(facecolor=c, label=k.replace("_", " ")) for k, c in used.items()]
+    if handles:
+        fig.legend(handles=handles, loc="center right", fontsize=FONT - 2)
+    right = 1 - 1.9 / fig.get_figwidth()  # the legend's strip
+    fig.suptitle(
+        f"{title}\ncritical path by part; each batch on its own scale", fontsize=FONT, x=right / 2
+    )
+    fig.tight_layout(rect=(0, 0, right, 1))
+    return fig
+
+
+def breakdown_bars(rows: Sequence[Row], path: str | Path, *, title: str) -> None:
+    """Stacked bars of the critical-path breakdown (ms per step or pass) against TP, one
+    panel per batch, each on its own linear scale (so 1 ms bars are not flattened by 25 s
+    ones)."""
+    save_figure(draw_breakdown_bars(rows, title=title), path)
+
+
+def hosts_label(hosts: int) -> str:
+    return "group in one host" if hosts == 1 else f"group over {hosts} hosts"
+
+
+def cross_node_ratios(rows: Sequence[Row], batch: int) -> list[tuple[int, int, float, int]]:
+    """``(tp, hosts, ratio, against_tp)`` for each point of ``batch`` whose group spans
+    hosts: its tokens/s over those of the one-host group at the same TP, or else of the
+    largest one-host TP."""
+    good = [r for r in rows if ok(r) and r["batch"] == batch]
+    inside = {r["tp"]: r for r in good if r["hosts"] == 1}
+    out = []
+    for r in sorted(good, key=lambda r: (r["hosts"], r["tp"])):
+        if r["hosts"] == 1 or not inside:
+            continue
+        base = inside.get(r["tp"]) or inside[max(inside)]
+        out.append((r["tp"], r["hosts"], r["tokens_per_s"] / base["tokens_per_s"], base["tp"]))
+    return out
+
+
+def _tp_line(ax: Any, i: int, label: str, rows: Sequence[Row]) -> None:
+    """tokens/s of ``rows`` against TP as line ``i`` of a panel (its colour and marker)."""
+    pts = sorted((r["tp"], r["tokens_per_s"]) for r in rows)
+    if pts:
+        ax.plot(
+            [p[0] for p in pts],
+            [p[1] for p in pts],
+            "-",
+            color=LINE_COLOURS[i % 7],
+            marker=MARKERS[i % 7],
+            label=label,
+        )
+
+
+def draw_in_node_vs_cross_node(rows: Sequence[Row], *, title: str) -> Figure:
+    good = [r for r in rows if ok(r)]
+    batches = sorted({r["batch"] for r in good})
+    nrows, ncols = _grid(len(batches))
+    fig = bare_figure(4.4 * ncols + 2.4, 4.0 * nrows + 1.0)
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    hosts = sorted({r["hosts"] for r in good})
+    for ax, batch in zip(axes, batches, strict=False):
+        for i, h in enumerate(hosts):
+            _tp_line(
+                ax, i, hosts_label(h), [r for r in good if r["batch"] == batch and r["hosts"] == h]
+            )
+        level = {(r["tp"], r["hosts"]): r["tokens_per_s"] for r in good if r["batch"] == batch}
+        for tp, h, ratio, base in cross_node_ratios(good, batch):
+            ax.annotate(
+                f"{ratio:.2f}x TP {base}\nin one host",
+                (tp, level[tp, h]),
+                xytext=(0, -10),
+                textcoords="offset points",
+                ha="center",
+                va="top",
+                fontsize=FONT - 3,
+                gid="ratio",
+            )
+        _style(ax, "TP degree (GPUs)", "tokens/s (whole TP group)", _tps(good))
+        ax.yaxis.set_major_formatter(FuncFormatter(compact))
+        ax.set_ylim(bottom=0, top=1.15 * max(level.values(), default=1.0))
+        _mark_hosts(ax, good)
+        ax.set_title(f"batch {batch}", fontsize=FONT)
+    for ax in axes[len(batches) :]:
+        ax.set_visible(False)
+    if batches:
+        handles, labels = axes[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="upper right", fontsize=FONT - 2)
+    fig.suptitle(title, fontsize=FONT + 1)
+    fig.tight_layout(rect=(0, 0, 1 - 2.2 / fig.get_figwidth(), 1))
+    return fig
+
+
+def in_node_vs_cross_node(rows: Sequence[Row], path: str | Path, *, title: str) -> None:
+    """tokens/s (from zero) against TP, one line per number of hosts the group spans, a
+    panel per batch (all of them), each cross-host point labelled with its ratio to the
+    one-host group."""
+    save_figure(draw_in_node_vs_cross_node(rows, title=title), path)
+
+
+def draw_series_comparison(series: Mapping[str, Sequence[Row]], *, title: str) -> Figure:
+    names = list(series)
+    batches = sorted({r["batch"] for rs in series.values() for r in rs if ok(r)})
+    nrows, ncols = _grid(len(batches))
+    fig = bare_figure(4.4 * ncols + 3.6, 3.8 * nrows + 1.0)
+    axes = fig.subplots(nrows, ncols, squeeze=False, sharex=True, sharey=True).ravel()
+    every = [r for rs in series.values() for r in rs if ok(r)]
+    for ax, batch in zip(axes, batches, strict=False):
+        for i, name in enumerate(names):
+            _tp_line(ax, i, name, [r for r in series[name] if ok(r) and r["batch"] == batch])
+        _style(ax, "TP degree (GPUs)", "tokens/s (whole TP group)", _tps(every))
+        _plain_log_y(ax)
+        ax.set_title(f"batch {batch}", fontsize=FONT)
+    for ax in axes[len(batches) :]:
+        ax.set_visible(False)
+    handles = {
+        label: h for ax in axes for h, label in zip(*ax.get_legend_handles_labels(), strict=True)
+    }
+    if handles:
+        fig.legend(list(handles.values()), list(handles), loc="upper right", fontsize=FONT - 3)
+    fig.suptitle(f"{title}\nseries on shared axes", fontsize=FONT)
+    fig.tight_layout(rect=(0, 0, 1 - 3.4 / fig.get_figwidth(), 1))
+    return fig
+
+
+def series_comparison(series: Mapping[str, Sequence[Row]], path: str | Path, *, title: str) -> None:
+    """tokens/s against TP of several series (named by what tells them apart) on shared
+    axes, a panel per batch: H100 against L40S at a glance."""
+    save_figure(draw_series_comparison(series, title=title), path)

@@ -1,0 +1,91 @@
+"""Words for sweep rows: the regime with its margin, and the assumptions each distinct
+configuration of a sweep or study rests on (``tpsim sweep``, ``tpsim study``).
+
+Rows are the flat dicts of a results file (tpsim.experiments.sweep.results); their breakdown
+columns (``compute_s``, ...) give the regime's share as ``run`` prints it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tpsim.experiments.compare import assumptions, breakdown_from_row, config_from_row
+from tpsim.outputs.text import NEAR_TIE, is_near_tie, regime_text
+from tpsim.outputs.text import regime_margin as report_margin
+from tpsim.topologies.io import get_topology
+
+Row = dict[str, Any]
+
+
+def _summary(row: Row) -> dict[str, Any]:
+    """The part of a run's summary a regime's share is read from."""
+    return {
+        "regime": row["regime"],
+        "latency_s": row["latency_s"],
+        "breakdown_s": breakdown_from_row(row),
+    }
+
+
+def row_regime_text(row: Row) -> str:
+    """``memory-bound (53 %; communication 47 %)`` for a simulated row; ``""`` without one."""
+    if row.get("error") or not row.get("regime") or not row.get("latency_s"):
+        return ""
+    return regime_text(_summary(row))
+
+
+def regime_margin(row: Row) -> tuple[float, str, float]:
+    """The regime's share, the runner-up and its share (``""``, 0 without a runner-up)."""
+    return report_margin(_summary(row))
+
+
+def near_tie(row: Row) -> bool:
+    """Whether the runner-up regime is within :data:`NEAR_TIE` of the regime."""
+    share, _, share2 = regime_margin(row)
+    return is_near_tie(share, share2)
+
+
+def assumption_lines(rows: Sequence[Row]) -> list[str]:
+    """One line per distinct set of assumptions of the simulated rows (GPU, links, network,
+    engine, launch mode), saying which topologies and placements it covers."""
+    seen: dict[tuple[Any, ...], dict[str, str]] = {}
+    where: dict[tuple[str, ...], list[str]] = {}
+    for r in sorted(rows, key=lambda r: (str(r["topology"]), r["nodes"], r["tp"])):
+        if r.get("error") or not r.get("gpu"):
+            continue
+        crosses = int(r.get("hosts") or 1) > 1
+        key = (r["topology"], r["nodes"], r["gpu"], r.get("engine"), r["launch"], crosses)
+        if key not in seen:
+            graph = get_topology(str(r["topology"]), int(r["nodes"]))
+            seen[key] = assumptions(graph, {"config": config_from_row(r)})
+            text = tuple(f"{k} {v}" for k, v in seen[key].items())
+            place = f"{r['topology']}" + (f" x{r['nodes']} nodes" if r["nodes"] > 1 else "")
+            place += ", TP group over several hosts" if crosses else ""
+            where.setdefault(text, [])
+            if place not in where[text]:
+                where[text].append(place)
+    return [f"assumptions ({'; '.join(w)}): {'; '.join(t)}" for t, w in where.items()]
+
+
+def regime_summary(rows: Sequence[Row]) -> str:
+    """``regime: memory-bound at 14 points (59-100 %), ...; 2 near ties: TP 16 batch 32
+    memory-bound (52%; communication 45%)``: the regimes of a sweep with their shares."""
+    done = [r for r in rows if row_regime_text(r)]
+    if not done:
+        return ""
+    by: dict[str, list[float]] = {}
+    for r in done:
+        by.setdefault(r["regime"], []).append(regime_margin(r)[0])
+    parts = [
+        f"{k} at {len(v)} point{'s' * (len(v) > 1)} ({min(v):.0%}-{max(v):.0%} of the path)"
+        for k, v in sorted(by.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    ]
+    ties = sorted((r for r in done if near_tie(r)), key=lambda r: (r["tp"], r["batch"]))
+    text = "regime: " + ", ".join(parts)
+    if ties:
+        named = "; ".join(f"TP {r['tp']} batch {r['batch']} {row_regime_text(r)}" for r in ties[:4])
+        more = f"; {len(ties) - 4} more" if len(ties) > 4 else ""
+        within = f"runner-up within {NEAR_TIE * 100:.0f} points"
+        text += f"; {len(ties)} near tie{'s' * (len(ties) > 1)} ({within}): "
+        text += named + more
+    return text

@@ -1,0 +1,198 @@
+"""The named study ``tp_vs_pp_vs_dp``: on the same GPUs, all tensor parallelism (across
+nodes where the GPUs span nodes) against tensor x pipeline parallelism and against
+replicas (data parallelism).
+
+Cases: Llama-3.1-70B on 16 H100s over two DGX nodes and on 8 A100s in one, GPT-3 175B on
+16 H100s over two nodes and Llama-3.1-405B on 32 H100s over four. Workloads hold the same
+number of sequences in flight on every layout: decode at a total batch B (each of ``dp``
+replicas runs B / dp; a pipeline runs ``pp`` micro-batches), and the prefill of one
+2048-token prompt per replica (its latency is the TTFT). "Speed" relative to all-TP is the
+ratio of total tokens/s for decode and the inverse ratio of TTFT for prefill: above 1 the
+layout beats all-TP.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tpsim.experiments.sweep.grid import Point, expand
+from tpsim.experiments.sweep.run import run_points
+
+Row = dict[str, Any]
+NAME = "tp_vs_pp_vs_dp"
+CONTEXT, PROMPT = 1024, 2048
+
+
+@dataclass(frozen=True)
+class Case:
+    key: str  # short name in the summary
+    model: str
+    topology: str
+    nodes: int
+    layouts: tuple[tuple[int, int, int], ...]  # (tp, pp, dp); the first is all-TP
+
+    @property
+    def gpus(self) -> int:
+        tp, pp, dp = self.layouts[0]
+        return tp * pp * dp
+
+    def title(self) -> str:
+        where = f"{self.nodes} x {self.topology}" if self.nodes > 1 else self.topology
+        return f"{self.model} on {self.gpus} GPUs ({where})"
+
+
+CASES: tuple[Case, ...] = (
+    Case("70b_h100x16", "llama-3.1-70b", "dgx-h100", 2, ((16, 1, 1), (8, 2, 1), (8, 1, 2))),
+    Case("70b_a100x8", "llama-3.1-70b", "dgx-a100", 1, ((8, 1, 1), (4, 2, 1), (4, 1, 2))),
+    Case("175b_h100x16", "gpt3-175b", "dgx-h100", 2, ((16, 1, 1), (8, 2, 1), (8, 1, 2))),
+    Case(
+        "405b_h100x32",
+        "llama-3.1-405b",
+        "dgx-h100",
+        4,
+        ((32, 1, 1), (16, 2, 1), (8, 4, 1), (16, 1, 2), (8, 2, 2)),
+    ),
+)
+#: (name, phase, total sequences in flight)
+WORKLOADS: tuple[tuple[str, str, int], ...] = (
+    ("decode b2", "decode", 2),
+    ("decode b16", "decode", 16),
+    ("decode b64", "decode", 64),
+    ("prefill 2K", "prefill", 1),
+)
+
+
+def label(tp: int, pp: int, dp: int) -> str:
+    """``TP 16``, ``TP 8 x PP 2``, ``2 x TP 8`` (replicas first, as in the issue)."""
+    text = f"TP {tp}" + (f" x PP {pp}" if pp > 1 else "")
+    return f"{dp} x {text}" if dp > 1 else text
+
+
+def _point(case: Case, lay: tuple[int, int, int], phase: str, total: int) -> Point:
+    tp, pp, dp = lay
+    batch = total if phase == "prefill" else max(1, total // dp)
+    grid: dict[str, Any] = {
+        "model": case.model,
+        "topology": case.topology,
+        "nodes": case.nodes,
+        "tp": tp,
+        "pp": pp,
+        "dp": dp,
+        "micro_batches": min(pp, batch),
+        "batch": batch,
+        "phase": phase,
+        "context_len": CONTEXT,
+        "prompt_len": PROMPT,
+    }
+    (p,) = expand(grid, "tp_vs_pp_vs_dp")
+    return p
+
+
+def _speed(r: Row, base: Row, phase: str) -> float:
+    if phase == "prefill":
+        return float(base["latency_s"] / r["latency_s"])
+    return float(r["tokens_per_s"] / base["tokens_per_s"])
+
+
+def tp_vs_pp_vs_dp(
+    out: Path | None = None,
+    *,
+    jobs: int = 1,
+    cases: Sequence[Case] = CASES,
+    workloads: Sequence[tuple[str, str, int]] = WORKLOADS,
+) -> Any:
+    """Run the study (``cases`` and ``workloads`` narrow it, as the tests do)."""
+    from tpsim.experiments.studies import Study, _good, save
+
+    plan = [
+        (case, lay, wl) for case in cases for wl in workloads for lay in case.layouts
+    ]  # fmt: skip
+    pts = [_point(c, lay, wl[1], wl[2]) for c, lay, wl in plan]
+    rows = run_points(list(dict.fromkeys(pts)), jobs=jobs)
+    by_id = {r["point_id"]: r for r in rows}
+    at = {(c.key, lay, wl[0]): by_id[p.point_id] for (c, lay, wl), p in zip(plan, pts, strict=True)}
+    speed: dict[str, dict[str, dict[str, float | None]]] = {}
+    best: dict[str, dict[str, str]] = {}
+    lines = [
+        f"{NAME}: all-TP against TP x PP and against replicas on the same GPUs "
+        f"(decode: context {CONTEXT}, same sequences in flight; prefill: one {PROMPT}-token "
+        "prompt per replica, TTFT)"
+    ]
+    for case in cases:
+        lines.append(f"{case.title()}: speed relative to {label(*case.layouts[0])} (>1 beats it)")
+        head = f"  {'':<18}" + "".join(f"{label(*lay):>16}" for lay in case.layouts)
+        lines.append(head)
+        speed[case.key], best[case.key] = {}, {}
+        for name, phase, _ in workloads:
+            base = at[case.key, case.layouts[0], name]
+            cells, row = {}, f"  {name:<18}"
+            for lay in case.layouts:
+                r = at[case.key, lay, name]
+                ok = _good(r) and _good(base)
+                v = _speed(r, base, phase) if ok else None
+                cells[label(*lay)] = v
+                row += (
+                    f"{v:>15.2f}x" if v is not None else f"{'no fit' if not _good(r) else '-':>16}"
+                )
+            speed[case.key][name] = cells
+            fit = {k: v for k, v in cells.items() if v is not None}
+            if fit:
+                best[case.key][name] = max(fit, key=lambda k: (fit[k], k))
+            lines.append(row)
+        for name, _, _ in workloads:
+            if name in best[case.key]:
+                w = best[case.key][name]
+                lines.append(f"    {name}: {w} is fastest ({speed[case.key][name][w]:.2f}x)")
+    summary: dict[str, Any] = {"speed_vs_all_tp": speed, "fastest": best}
+    save(NAME, out, rows, summary)
+    plots: list[Path] = []
+    if out is not None:
+        plots = [_plot(cases, workloads, speed, out / f"{NAME}.png")]
+    return Study(NAME, lines, summary, rows, plots)
+
+
+def _plot(
+    cases: Sequence[Case],
+    workloads: Sequence[tuple[str, str, int]],
+    speed: dict[str, dict[str, dict[str, float | None]]],
+    path: Path,
+) -> Path:
+    from matplotlib.figure import Figure
+    from tpsim.experiments.plots.gantt import save_figure
+
+    colours = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00")
+    fig = Figure(figsize=(6.0 * min(2, len(cases)), 4.2 * ((len(cases) + 1) // 2)), dpi=100)
+    axes = fig.subplots((len(cases) + 1) // 2, min(2, len(cases)), squeeze=False).flat
+    for ax, case in zip(axes, cases, strict=False):
+        names = [w[0] for w in workloads]
+        n = len(case.layouts)
+        width = 0.8 / n
+        for i, lay in enumerate(case.layouts):
+            vals = [speed[case.key][w][label(*lay)] for w in names]
+            xs = [k + (i - (n - 1) / 2) * width for k in range(len(names))]
+            ax.bar(
+                [x for x, v in zip(xs, vals, strict=True) if v is not None],
+                [v for v in vals if v is not None],
+                width,
+                color=colours[i % len(colours)],
+                label=label(*lay),
+            )
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_xticks(range(len(names)), names, fontsize=9)
+        ax.set_ylabel(f"speed vs {label(*case.layouts[0])}", fontsize=9)
+        ax.set_title(case.title(), fontsize=10)
+        top = max((v for w in names for v in speed[case.key][w].values() if v), default=1.0)
+        ax.set_ylim(0, max(1.0, top) * 1.4)  # room above the bars for the legend
+        ax.legend(fontsize=8, loc="upper center", ncols=3)
+        ax.grid(True, axis="y", alpha=0.3)
+    for ax in list(axes):
+        ax.set_visible(False)
+    fig.suptitle(
+        "tokens/s (decode) or 1/TTFT (prefill) relative to all-TP: above 1 beats it", fontsize=11
+    )
+    fig.tight_layout()
+    save_figure(fig, path)
+    return path

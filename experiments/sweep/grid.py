@@ -1,0 +1,394 @@
+"""Sweep grids: a small declarative grid (from CLI flags or a YAML file) -> a list of points.
+
+A grid maps each axis (``model``, ``tp``, ``batch``, ...) to one value or a list of values;
+its points are the Cartesian product, in axis order (see :data:`AXES`), duplicates dropped.
+A YAML file holds one grid (a mapping) or a list of grids whose points are concatenated.
+
+Every value is checked here, before anything runs or any file is written: an unknown model,
+a non-positive batch or an unknown key raises :class:`ConfigError` naming the field and the
+value. A combination that cannot run (TP larger than the topology, TP not dividing the heads)
+is not an input error: the sweep records it as a row with an ``error``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+from tpsim.calibration import CalibrationError, profile
+from tpsim.calibration.bounded import ReadRefused, read_text, shorten, show, yaml_load
+from tpsim.core.config import (
+    ALLREDUCE_ALGOS,
+    COMPUTE_DTYPES,
+    LAUNCH_MODES,
+    OVERLAP_MODES,
+    PHASES,
+    Layout,
+    Options,
+    Workload,
+    parse_tokens,
+)
+from tpsim.core.errors import INPUT_ERRORS, ConfigError
+from tpsim.models.catalog import MODELS, get_model
+from tpsim.topologies.builders import TOPOLOGIES
+from tpsim.topologies.io import get_topology
+
+#: At most this many points in one sweep (a typo like ``--batch 1,2,...`` x 6 axes).
+MAX_POINTS = 200_000
+MAX_NODES = 1024
+#: A grid file is a few lines; its values (aliases expanded) a few thousand at most.
+MAX_GRID_BYTES = 10 * 10**6
+MAX_GRID_NODES = 100_000
+#: Characters no value may hold: a row of the results file is one line.
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+@dataclass(frozen=True)
+class Point:
+    """One simulation of a sweep. ``prompt_len`` is None for decode, ``context_len`` None
+    for prefill (the other length does not change the pass); ``dtype`` None: the model's."""
+
+    model: str
+    topology: str
+    nodes: int
+    gpus_per_node: int
+    tp: int
+    batch: int
+    phase: str
+    prompt_len: int | None
+    context_len: int | None
+    dtype: str | None
+    kv_dtype: str | None
+    launch: str
+    overlap: str
+    allreduce_algo: str
+    sequence_parallel: bool
+    ideal: bool
+    engine: str
+    #: pipeline stages, data-parallel replicas, micro-batches (tpsim.core.comm.layout); added
+    #: after the others, so their columns come last in the results file
+    pp: int = 1
+    dp: int = 1
+    micro_batches: int = 1
+
+    @property
+    def point_id(self) -> str:
+        """A stable key derived from the parameters only (the same in every run and file).
+
+        A single TP group (pp = dp = micro_batches = 1) keeps the key it had before those
+        axes existed: they enter the key only when one differs from 1."""
+        values = asdict(self)
+        if all(values[k] == 1 for k in LAYOUT_AXES):
+            for k in LAYOUT_AXES:
+                del values[k]
+        text = json.dumps(values, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def params(self) -> dict[str, Any]:
+        """``point_id`` and the parameters, in column order."""
+        return {"point_id": self.point_id, **asdict(self)}
+
+    @property
+    def gpus(self) -> int:
+        """GPUs the point runs on: tp * pp * dp."""
+        return self.tp * self.pp * self.dp
+
+    def layout(self) -> Layout:
+        return Layout(self.tp, self.gpus_per_node, self.pp, self.dp, self.micro_batches)
+
+    def workload(self) -> Workload:
+        defaults = Workload()
+        return Workload(
+            self.batch,
+            self.phase,
+            self.prompt_len or defaults.prompt_len,
+            self.context_len or defaults.context_len,
+        )
+
+    def options(self) -> Options:
+        """The point's options; layouts that do not fit still run (the row says fits=false)."""
+        return Options(
+            launch=self.launch,
+            overlap=self.overlap,
+            allreduce_algo=self.allreduce_algo,
+            dtype=self.dtype,
+            kv_dtype=self.kv_dtype,
+            ideal=self.ideal,
+            allow_oom=True,
+            engine=self.engine,
+            sequence_parallel=self.sequence_parallel,
+        )
+
+
+#: The axes of a layout of several TP groups (pipeline stages, replicas).
+LAYOUT_AXES: tuple[str, ...] = ("pp", "dp", "micro_batches")
+POINT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Point))
+
+
+def _name(kind: str, catalog: Iterable[str]) -> Callable[[object], str]:
+    """Check a model or topology name (or file); catalog names are lower-cased."""
+    known = set(catalog)
+
+    def check(value: object) -> str:
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(f"{kind}={show(value)}: must be a catalog name or a path")
+        if kind == "model":
+            get_model(value)
+        else:
+            get_topology(value)
+        return value.strip().lower() if value.strip().lower() in known else value
+
+    return check
+
+
+def _int(field: str, lo: int, hi: int | None = None) -> Callable[[object], int]:
+    def check(value: object) -> int:
+        if isinstance(value, str):
+            try:
+                value = int(value.strip())
+            except ValueError:
+                raise ConfigError(f"{field}={show(value)}: must be an integer") from None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{field}={show(value)}: must be an integer")
+        if hi is None and value < lo:
+            raise ConfigError(f"{field}={show(value)}: must be a positive integer")
+        if hi is not None and not lo <= value <= hi:
+            raise ConfigError(f"{field}={show(value)}: must be an integer in {lo}..{hi}")
+        return value
+
+    return check
+
+
+def _choice(field: str, allowed: tuple[str, ...], optional: bool = False) -> Callable:
+    def check(value: object) -> str | None:
+        if optional and value in (None, "", "auto", "model"):
+            return None
+        if value not in allowed:
+            raise ConfigError(f"{field}={show(value)}: must be one of {', '.join(allowed)}")
+        return str(value)
+
+    return check
+
+
+def _engine(value: object) -> str:
+    """An engine profile: a shipped name or a profile file (loaded once here to check it)."""
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"engine={show(value)}: must name an engine or a profile file")
+    try:
+        profile(value.strip())
+    except CalibrationError as e:
+        raise ConfigError(str(e)) from None
+    return value.strip()
+
+
+def _bool(field: str) -> Callable[[object], bool]:
+    words = {"true": True, "on": True, "yes": True, "false": False, "off": False, "no": False}
+
+    def check(value: object) -> bool:
+        if isinstance(value, str) and value.strip().lower() in words:
+            return words[value.strip().lower()]
+        if not isinstance(value, bool):
+            raise ConfigError(f"{field}={show(value)}: must be true or false")
+        return value
+
+    return check
+
+
+def _via(field: str, make: Callable[[int], object]) -> Callable[[object], int]:
+    """An integer the config dataclasses check themselves (their message names the field);
+    token lengths as text may carry a K/M suffix (4K = 4096)."""
+    as_int = _int(field, 1)
+
+    def check(value: object) -> int:
+        if isinstance(value, str) and field.endswith("_len"):
+            value = parse_tokens(value, field)
+        v = as_int(value)
+        make(v)
+        return v
+
+    return check
+
+
+#: Grid axes in expansion order: name -> (check and normalise one value, default).
+AXES: dict[str, tuple[Callable[[Any], Any], Any]] = {
+    "model": (_name("model", MODELS), None),
+    "topology": (_name("topology", TOPOLOGIES), None),
+    "nodes": (_int("nodes", 1, MAX_NODES), 1),
+    "gpus_per_node": (_int("gpus_per_node", 0, 4096), 0),
+    "tp": (_via("tp", Layout), None),
+    "batch": (_via("batch", lambda v: Workload(batch=v)), 1),
+    "phase": (_choice("phase", PHASES), "decode"),
+    "prompt_len": (_via("prompt_len", lambda v: Workload(prompt_len=v)), 512),
+    "context_len": (_via("context_len", lambda v: Workload(context_len=v)), 1024),
+    "dtype": (_choice("dtype", COMPUTE_DTYPES, optional=True), None),
+    "kv_dtype": (_choice("kv_dtype", COMPUTE_DTYPES, optional=True), None),
+    "launch": (_choice("launch", LAUNCH_MODES), "graph"),
+    "overlap": (_choice("overlap", OVERLAP_MODES), "none"),
+    "allreduce_algo": (_choice("allreduce_algo", ALLREDUCE_ALGOS), "auto"),
+    "sequence_parallel": (_bool("sequence_parallel"), False),
+    "ideal": (_bool("ideal"), False),
+    "engine": (_engine, Options.engine),
+    "pp": (_via("pp", lambda v: Layout(pp=v)), 1),
+    "dp": (_via("dp", lambda v: Layout(dp=v)), 1),
+    "micro_batches": (_via("micro_batches", lambda v: Layout(micro_batches=v)), 1),
+}
+REQUIRED = ("model", "topology", "tp")
+
+
+def expand(grid: Mapping[str, Any], where: str = "sweep grid") -> list[Point]:
+    """The points of one grid: each axis a value or a list of values (checked here)."""
+    return _product(_axes(grid, where), where)
+
+
+def _axes(grid: Mapping[str, Any], where: str) -> list[list[Any]]:
+    """The checked values of each axis of one grid (nothing expanded yet)."""
+    unknown = sorted(set(grid) - set(AXES), key=str)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {show(unknown[0])}; keys: {', '.join(AXES)}")
+    for key in REQUIRED:
+        if grid.get(key) in (None, []):
+            raise ConfigError(f"{where}: {key} is required")
+    axes: list[list[Any]] = []
+    for key, (check, default) in AXES.items():
+        raw = grid.get(key, default)
+        values = raw if isinstance(raw, list) else [raw]
+        if not values:
+            raise ConfigError(f"{where}: {key}=[]: give at least one value")
+        checked = []
+        for v in values:
+            if isinstance(v, dict | list):
+                raise ConfigError(f"{where}: {key}={show(v)}: must be a value or a list of values")
+            if isinstance(v, str) and CONTROL.search(v):
+                raise ConfigError(
+                    f"{where}: {key}={show(v)}: contains a line break or control character"
+                )
+            try:
+                checked.append(check(v))
+            except INPUT_ERRORS as exc:
+                raise ConfigError(f"{where}: {exc}") from None
+        axes.append(list(dict.fromkeys(checked)))
+    return axes
+
+
+def _size(axes: list[list[Any]]) -> int:
+    return math.prod(len(a) for a in axes)
+
+
+def _product(axes: list[list[Any]], where: str) -> list[Point]:
+    size = _size(axes)
+    if size > MAX_POINTS:
+        raise ConfigError(f"{where}: {size} points: at most {MAX_POINTS} in one sweep")
+    combos = itertools.product(*axes)
+    return _dedupe(_canonical(dict(zip(AXES, combo, strict=True))) for combo in combos)
+
+
+def _canonical(values: dict[str, Any]) -> Point:
+    if values["phase"] == "decode":
+        values["prompt_len"] = None
+    else:
+        values["context_len"] = None
+    return Point(**values)
+
+
+def _dedupe(points: Iterable[Point]) -> list[Point]:
+    return list(dict.fromkeys(points))
+
+
+def grid_from_flags(flags: Mapping[str, str | None]) -> list[Point]:
+    """Points from CLI flags: each flag a comma-separated list (``--tp 1,2,4,8``)."""
+    grid: dict[str, Any] = {}
+    for key, text in flags.items():
+        if text is None:
+            continue
+        values = [v.strip() for v in str(text).split(",")]
+        if any(not v for v in values):
+            raise ConfigError(f"--{key.replace('_', '-')}={text!r}: empty item in the list")
+        grid[key] = values
+    return expand(grid, "sweep")
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A SafeLoader that refuses duplicate keys (a typo is an error, never a silent value)."""
+
+
+def _mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # <<: *base, as topology files accept
+            continue
+        key = loader.construct_object(key_node)
+        if key in seen:
+            line = key_node.start_mark.line + 1
+            raise ConfigError(f"key {show(key)} appears twice (line {line})")
+        seen.add(key)
+    return loader.construct_mapping(node)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
+
+
+def grid_from_yaml(path: str | Path) -> list[Point]:
+    """Points of a YAML grid file: one mapping, or a list of mappings (concatenated)."""
+    where = f"grid file {shorten(str(path), 100)}"
+    try:
+        text = read_text(path, MAX_GRID_BYTES)
+    except ReadRefused as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    try:
+        data = yaml_load(text, _UniqueKeyLoader, max_nodes=MAX_GRID_NODES)
+    except (ConfigError, ReadRefused) as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" at line {mark.line + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "not valid YAML"
+        raise ConfigError(f"{where}: malformed YAML{line}: {shorten(problem)}") from None
+    except ValueError as exc:  # an integer past Python's 4300-digit limit
+        raise ConfigError(f"{where}: unreadable number ({shorten(str(exc))})") from None
+    grids = data if isinstance(data, list) else [data]
+    if not grids:
+        raise ConfigError(f"{where}: empty list of grids")
+    checked: list[tuple[str, list[list[Any]]]] = []
+    total = 0
+    for i, grid in enumerate(grids):
+        label = where if len(grids) == 1 else f"{where} (grid {i + 1})"
+        if not isinstance(grid, dict):
+            raise ConfigError(
+                f"{label}: must be a mapping of keys to values, got {type(grid).__name__}"
+            )
+        checked.append((label, _axes(grid, label)))
+        total += _size(checked[-1][1])  # counted before anything is expanded
+        if total > MAX_POINTS:
+            raise ConfigError(f"{where}: {total}+ points: at most {MAX_POINTS} in one sweep")
+    points: list[Point] = []
+    for label, axes in checked:
+        points += _product(axes, label)
+    return _dedupe(points)
+
+
+def describe(points: Sequence[Point]) -> str:
+    """A one-line summary: how many points and the values of each axis that varies."""
+    varying = []
+    for name in POINT_FIELDS:
+        values = list(dict.fromkeys(getattr(p, name) for p in points))
+        if len(values) > 1:
+            values = [v for v in values if v is not None]
+            varying.append(f"{name} {','.join(str(v) for v in values)}")
+    return f"{len(points)} points" + (f" ({'; '.join(varying)})" if varying else "")
+
+
+def point_from_row(row: Mapping[str, Any]) -> Point:
+    """The point a results row was simulated from (its parameter columns)."""
+    values: dict[str, Any] = {name: row.get(name) for name in POINT_FIELDS}
+    for k in LAYOUT_AXES:  # a row of a file from before these axes: one TP group
+        if values[k] is None:
+            values[k] = 1
+    return Point(**values)

@@ -1,0 +1,148 @@
+"""A sweep on a process pool of this machine (``jobs`` workers), as batches of points.
+
+A worker process that dies takes down its pool, which is restarted, and the points it was
+running are retried one at a time in a fresh worker (up to :data:`MAX_TRIES` times each, with
+backoff); a point still without a row is lost (not done). Workers ignore Ctrl-C (the parent
+stops the pool) and end when the sweep process ends (:func:`die_with`).
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import select
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+
+from tpsim.experiments.sweep import tasks
+from tpsim.experiments.sweep.grid import Point
+from tpsim.experiments.sweep.results import WORKER_DIED
+
+log = logging.getLogger(__name__)
+
+
+def _worker_init(sweep: int) -> None:
+    """Workers leave Ctrl-C to the parent (which stops the pool and keeps the file whole),
+    and die with the sweep process (:func:`die_with`)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with(sweep)
+
+
+def die_with(pid: int) -> None:
+    """End this process (``os._exit``) as soon as process ``pid`` ends, however it ends.
+
+    A pool worker's parent is the forkserver, not the sweep, and the forkserver outlives the
+    sweep while workers hold its pipe, so ``PR_SET_PDEATHSIG`` would not fire: a daemon
+    thread waits on a pidfd of the sweep (Linux), or polls it every 0.2 s elsewhere."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):  # not Linux >= 5.3, or already gone
+        fd = -1
+    threading.Thread(target=_watch, args=(pid, fd), daemon=True, name="die-with-sweep").start()
+
+
+def _watch(pid: int, fd: int) -> None:
+    if fd >= 0:
+        select.select([fd], [], [])  # readable when the process has ended
+    else:
+        while _alive(pid):
+            time.sleep(0.2)
+    os._exit(1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _new_pool(workers: int) -> ProcessPoolExecutor:
+    """Workers forked from a clean server process that has imported the simulator once
+    (no fork of this possibly multi-threaded process, and cheap worker starts)."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["tpsim.experiments.sweep.run"])
+    return ProcessPoolExecutor(
+        max_workers=workers, mp_context=ctx, initializer=_worker_init, initargs=(os.getpid(),)
+    )
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Stop a pool now: cancel what has not started, end our worker processes by id."""
+    processes = list(getattr(pool, "_processes", {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in processes:
+        if p.is_alive():
+            p.terminate()
+    for p in processes:
+        p.join(timeout=5)
+
+
+def pool_rows(
+    points: Sequence[Point], jobs: int, evaluate: tasks.Evaluate
+) -> Iterator[list[tasks.Row]]:
+    queue = deque(tasks.batches(points, jobs))
+    while queue:
+        suspects: list[Point] = []
+        pool = _new_pool(jobs)
+        try:
+            inflight: dict[Future[list[tasks.Row]], list[Point]] = {}
+            while queue or inflight:
+                while queue and len(inflight) < 2 * jobs and not suspects:
+                    batch = queue.popleft()
+                    try:
+                        inflight[pool.submit(tasks.run_batch, evaluate, batch)] = batch
+                    except BrokenProcessPool:  # a worker died since the last wait
+                        suspects += batch
+                if suspects:
+                    for batch in inflight.values():
+                        suspects += batch
+                    break
+                done, _ = wait(inflight, return_when=FIRST_COMPLETED)
+                for f in done:
+                    batch = inflight.pop(f)
+                    try:
+                        rows = f.result()
+                    except BrokenProcessPool:
+                        suspects += batch
+                        continue
+                    yield rows
+                if suspects:  # the pool is broken: every unfinished batch is a suspect
+                    for batch in inflight.values():
+                        suspects += batch
+                    break
+        finally:
+            _stop(pool)
+        if suspects:
+            log.warning("a worker died; retrying %d points one at a time", len(suspects))
+            yield from _isolated(suspects, evaluate)
+
+
+def _isolated(points: Sequence[Point], evaluate: tasks.Evaluate) -> Iterator[list[tasks.Row]]:
+    """Run each point alone in a one-worker pool, up to :data:`MAX_TRIES` times with backoff
+    while its worker dies; a point that still has no row is lost (not done)."""
+    pool = _new_pool(1)
+    try:
+        for p in points:
+            rows = tasks.lost_rows([p], f"{WORKER_DIED} ({tasks.MAX_TRIES} tries)")
+            for attempt in range(1, tasks.MAX_TRIES + 1):
+                try:
+                    rows = pool.submit(tasks.run_batch, evaluate, [p]).result()
+                    break
+                except BrokenProcessPool:
+                    _stop(pool)
+                    if attempt < tasks.MAX_TRIES:
+                        time.sleep(tasks.backoff(attempt))
+                    pool = _new_pool(1)
+            yield rows
+    finally:
+        _stop(pool)

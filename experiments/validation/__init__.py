@@ -1,0 +1,1 @@
+"""Validation: every comparison of tpsim with published measurements."""

@@ -1,0 +1,135 @@
+"""``tpsim collective``: nccl-tests for the simulator.
+
+Each size is one engine run of a lone collective over the group's links (the same group,
+fabric, planner and engine path as ``tpsim run``: :mod:`tpsim.core.comm.group`). Benchmarks call
+the collective back to back and synchronise once at the end, so an iteration lasts the
+longer of two times: the device's (first rank's start to last rank's finish, every rank's
+kernel already queued) and the host's, where each thread makes its call (the launcher's
+``call_s``) and enqueues the collective on every GPU it drives (:mod:`tpsim.core.comm.enqueue`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import networkx as nx
+from tpsim import calibration
+from tpsim.core import metrics
+from tpsim.core.comm.collectives import OPS
+from tpsim.core.comm.enqueue import enqueue_s
+from tpsim.core.comm.group import connect, run_programs
+from tpsim.core.errors import ConfigError
+from tpsim.core.program import CollectiveCall, Op, Program, Programs
+
+#: busbw = algbw x this factor (nccl-tests' definition).
+BUS_FACTOR = {
+    "all_reduce": lambda p: 2 * (p - 1) / p,
+    "all_gather": lambda p: (p - 1) / p,
+    "reduce_scatter": lambda p: (p - 1) / p,
+}
+
+
+#: The simulation of one size costs about this much per rank pair (measured: 128 ranks over
+#: 16 DGX H100, 20 s per size), and a sweep may simulate at most MAX_WORK pairs (~10 min).
+SECONDS_PER_PAIR = 1.2e-3
+MAX_WORK = 500_000
+
+
+def collective_sweep(
+    topology: nx.DiGraph | str,
+    ranks: int,
+    sizes: Sequence[int],
+    *,
+    op: str = "all_reduce",
+    algo: str = "nccl",
+    ideal: bool = False,
+    nodes: int = 1,
+    launcher: str = "mpi",
+    calib: calibration.Calibration | None = None,
+) -> list[dict[str, Any]]:
+    """One row per size: bytes, time_s, algbw_GBps, busbw_GBps, algorithm, protocol, host_s
+    (the launcher thread's time per call) and bound ("host" where that sets the time, else
+    "device").
+
+    ``algo="nccl"`` (the default) is what NCCL itself would run, as nccl-tests measures;
+    ``"auto"`` adds the custom peer-memory all-reduce kernels of serving engines. ``calib``
+    prices it (default: the shipped calibration; with ``ideal``, its ideal variant).
+    """
+    from tpsim.topologies.io import get_topology
+
+    if op not in OPS:
+        raise ConfigError(f"op={op!r}: must be one of {', '.join(OPS)}")
+    if calib is None:
+        calib = calibration.for_options(ideal)
+    elif ideal:
+        calib = calib.ideal()
+    launchers = calib.collectives.launchers
+    if launcher not in launchers:
+        raise ConfigError(f"launcher={launcher!r}: must be one of {', '.join(launchers)}")
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 2:
+        raise ConfigError(f"ranks={ranks!r}: a collective needs at least 2 ranks")
+    work = len(sizes) * ranks * ranks
+    if work > MAX_WORK:  # refused before the topology is built (8000 ranks: 1000 hosts)
+        raise ConfigError(
+            f"ranks={ranks}: {len(sizes)} sizes x {ranks}² rank pairs = {work:,} to simulate "
+            f"(about {work * SECONDS_PER_PAIR / 60:,.0f} min); at most {MAX_WORK:,}: "
+            "lower --ranks or give fewer --sizes"
+        )
+    graph = get_topology(topology, nodes) if isinstance(topology, str) else topology
+    gpus = sum(1 for _, kind in graph.nodes(data="kind") if kind == "gpu")
+    if ranks > gpus:
+        name = graph.graph.get("name", "topology")
+        raise ConfigError(
+            f"ranks={ranks}: larger than the {gpus} GPUs of {name} "
+            "(add hosts: --nodes, or nodes= in the API)"
+        )
+    comms = connect(graph, ranks, calib=calib, algo=algo)
+    planner = comms.planner  # an algorithm the group cannot run is refused before any size
+    how = launchers[launcher]
+    group = comms.group
+    per_host = Counter(group.routes.host(g) for g in group.gpu_ranks)
+    per_thread = max(per_host.values()) if how.per_host else 1  # GPUs one thread enqueues
+    rows = []
+    for n in sizes:
+        if isinstance(n, bool) or n < 1:
+            raise ConfigError(f"size={n!r}: must be a positive number of bytes")
+        call = CollectiveCall(op, int(n))
+        op_ = Op(
+            name=op,
+            kind="collective",
+            layer=0,
+            site=op,
+            stream="comm",
+            launch_s=0.0,
+            seconds=0.0,
+            flops=0.0,
+            bytes=int(n),
+            category="communication",
+            detail="",
+            deps=(),
+            collective=call,
+        )
+        ran = run_programs(comms, Programs.same(Program((op_,)), ranks))
+        sched = planner(call)
+        enqueue = enqueue_s(
+            calib.collectives, group.gpu.arch, sched.algorithm, sched.protocol, int(n), ranks
+        )
+        device_s = metrics.makespan(ran.records)
+        host_s = how.call_s + per_thread * enqueue
+        t = max(device_s, host_s)
+        algbw = n / t / 1e9
+        rows.append(
+            {
+                "bytes": int(n),
+                "time_s": t,
+                "algbw_GBps": algbw,
+                "busbw_GBps": algbw * BUS_FACTOR[op](ranks),
+                "algorithm": sched.algorithm,
+                "protocol": sched.protocol,
+                "host_s": host_s,  # the benchmark thread's time per call
+                "bound": "host" if host_s > device_s else "device",
+            }
+        )
+    return rows

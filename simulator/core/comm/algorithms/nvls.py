@@ -1,0 +1,56 @@
+"""NVLS: all-reduce in the NVSwitch (NVLink SHARP, Hopper and later)."""
+
+from __future__ import annotations
+
+from tpsim.core.comm.algorithms import Algorithm, Context
+from tpsim.core.comm.fabric import Fabric
+from tpsim.core.comm.schedules import steps
+from tpsim.core.engine.simulation import Schedule, Send
+from tpsim.core.program import CollectiveCall
+
+
+def nvls(fab: Fabric, nbytes: int) -> Schedule:
+    """In-switch reduction (NVLink SHARP): each GPU's share is reduced by the switch
+    (multimem ld_reduce: its n/p comes back to it, n leaves it in all) and the result is
+    multicast (multimem st: n/p up, n down). Both directions stream at once, so each link
+    carries ``n (p+1)/p``; every rank waits for every rank's contribution."""
+    assert fab.nvswitch is not None
+    p = fab.ranks
+    wire = nbytes * (p + 1) / p
+    eff = fab.tuning.nvls_efficiency_of(fab.gpu.scaleup_kind)
+    everyone = tuple(range(p))
+    sends = []
+    for up, down in fab.nvswitch:
+        sends.append(
+            [
+                [
+                    Send(
+                        (up,), nbytes, wire, fab.latencies[up], fab.capacities[up] * eff, everyone
+                    ),
+                    Send((down,), 0, wire, fab.latencies[down], fab.capacities[down] * eff, ()),
+                ]
+            ]
+        )
+    return Schedule("nvls", "Simple", fab.tuning.nvls_latency_s, steps(sends, [[p]] * p))
+
+
+def _why_not(fab: Fabric, op: str) -> str | None:
+    if fab.nvswitch is None:
+        return "needs GPUs on one NVSwitch that reduces in the switch (H100/H200/B200 systems)"
+    return None
+
+
+def _build(ctx: Context, call: CollectiveCall) -> list[Schedule]:
+    return [nvls(ctx.fab, call.nbytes)]
+
+
+ALGORITHM = Algorithm(
+    name="nvls",
+    order=60,
+    about="in-switch reduction and multicast (NVLink SHARP)",
+    nccl=True,
+    ops=("all_reduce",),
+    why_not=_why_not,
+    build=_build,
+    max_steps=lambda p: 1,
+)

@@ -1,0 +1,100 @@
+"""Choosing and planning collectives: which algorithms fit a group, and the fastest one.
+
+``auto`` predicts every feasible (algorithm, protocol) pair with its closed form and runs
+the fastest, as NCCL does; ``nccl`` restricts the choice to NCCL's own algorithms (ring,
+multi-ring channels, tree, NVLS), leaving out the peer-memory all-reduces that serving
+engines add for small messages. The algorithms are the entries of
+:data:`tpsim.core.comm.algorithms.REGISTRY`; nothing here names one, except the ring, which runs
+every collective an algorithm does not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tpsim.calibration import Protocol
+from tpsim.core.comm import algorithms
+from tpsim.core.comm.algorithms import REGISTRY, Context
+from tpsim.core.comm.fabric import Fabric
+from tpsim.core.comm.schedules import predict
+from tpsim.core.engine.simulation import Planner, Schedule
+from tpsim.core.errors import ConfigError
+from tpsim.core.program import CollectiveCall
+
+OPS: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter")
+#: ``--algo`` / ``--allreduce-algo`` choices: auto, nccl, then every algorithm.
+ALGORITHMS: tuple[str, ...] = algorithms.CHOICES
+NCCL_ALGORITHMS: tuple[str, ...] = tuple(a.name for a in REGISTRY.values() if a.nccl)
+
+
+def ring_all_reduce_time(nbytes: float, ranks: int, alpha_s: float, bandwidth_Bps: float) -> float:
+    """Closed form of the ring all-reduce: ``2(p-1)(alpha + n / (p B))``."""
+    return 2 * (ranks - 1) * (alpha_s + nbytes / (ranks * bandwidth_Bps))
+
+
+def why_not(fab: Fabric, algo: str, op: str) -> str | None:
+    """Why ``algo`` cannot run ``op`` on this group, or None if it can."""
+    if algo not in REGISTRY:
+        raise ConfigError(f"algo={algo!r}: must be one of {', '.join(ALGORITHMS)}")
+    entry = REGISTRY[algo]
+    if op not in entry.ops:
+        return f"{algo} runs only {', '.join(entry.ops)}; {op} uses ring"
+    return entry.why_not(fab, op)
+
+
+def _protocols(fab: Fabric, order: Sequence[int]) -> list[Protocol]:
+    """The protocols NCCL may use on the group (LL128 only where the GPUs of a host talk
+    over NVLink), less those the network's NCCL configuration leaves out
+    (``nccl_protocols`` of a multi-host join); the ideal calibration's one."""
+    protocols = fab.tuning.protocols_over(fab.nvlink_within_hosts(order))
+    net = fab.routes.graph.graph.get("network")
+    allowed = getattr(net, "protocols", None) if fab.multi_host else None
+    kept = [p for p in protocols if allowed is None or p.name in allowed]
+    return kept or protocols
+
+
+def make_planner(fab: Fabric, order: Sequence[int], *, algo: str = "auto") -> Planner:
+    """A planner for collectives over the fabric's group along ring ``order`` (TP ranks).
+
+    ``algo``: one of :data:`ALGORITHMS`. The protocols are the calibration's (the ideal one
+    has a single protocol with no latency and no overhead bytes).
+    """
+    if algo not in ALGORITHMS:
+        raise ConfigError(f"algo={algo!r}: must be one of {', '.join(ALGORITHMS)}")
+    if fab.ranks > 1 and algo not in ("auto", "nccl"):
+        problem = why_not(fab, algo, "all_reduce")
+        if problem:
+            raise ConfigError(f"algo={algo}: {problem}")
+    choosing = algo in ("auto", "nccl")
+    ctx = Context(fab, order, _protocols(fab, order), choosing)
+    pool = algorithms.candidates(algo)
+    cache: dict[CollectiveCall, Schedule] = {}
+
+    def options(call: CollectiveCall) -> list[Schedule]:
+        if choosing:
+            names = [a for a in pool if call.op in a.ops]
+        else:  # the named algorithm, or the ring for a collective it does not run
+            names = [pool[0] if call.op in pool[0].ops else REGISTRY["ring"]]
+        out = []
+        for entry in names:
+            if entry.why_not(fab, call.op):
+                continue
+            limit = entry.auto_max_bytes
+            if algo == "auto" and limit is not None and call.nbytes > limit(fab):
+                continue  # a serving engine hands large messages to NCCL
+            low = entry.auto_min_bytes
+            if algo == "auto" and low is not None and call.nbytes < low(fab):
+                continue  # the engine's kernels run one-shot at this size
+            out.extend(entry.build(ctx, call))
+        return out
+
+    def plan(call: CollectiveCall) -> Schedule:
+        sched = cache.get(call)
+        if sched is None:
+            found = options(call)
+            if not found:
+                raise ConfigError(f"algo={algo}: cannot run {call.op} on this group")
+            sched = cache[call] = min(found, key=lambda s: predict(fab, s))
+        return sched
+
+    return plan

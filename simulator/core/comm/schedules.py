@@ -1,0 +1,149 @@
+"""Building blocks of collective step schedules (pure functions, no SimPy).
+
+A schedule (:class:`~tpsim.core.engine.simulation.Schedule`) gives, per rank, the steps it runs and
+in
+each step the transfers it starts and the arrivals it waits for; the engine times them over
+shared links. Here: one transfer under a protocol (:func:`send`), the ring schedule every
+ring-based algorithm uses (:func:`ring`), and :func:`predict`, the closed form of any
+schedule when every rank starts together (the test oracle, and what ``auto`` compares).
+The algorithms themselves are in :mod:`tpsim.core.comm.algorithms`, one module each.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from tpsim.calibration import Protocol
+from tpsim.core.comm.fabric import Fabric
+from tpsim.core.engine.simulation import Schedule, Send, Step
+
+
+def chunk_sizes(nbytes: int, parts: int) -> list[int]:
+    """``nbytes`` split into ``parts`` chunks that differ by at most one byte."""
+    q, r = divmod(nbytes, parts)
+    return [q + (1 if j < r else 0) for j in range(parts)]
+
+
+def send(
+    fab: Fabric,
+    src: int,
+    dst: int,
+    payload: int,
+    proto: Protocol,
+    notify: tuple[int, ...] | None = None,
+    hop_s: float | None = None,
+    share: float = 1.0,
+    family: str = "ring",
+) -> Send:
+    """One transfer under ``proto``: its wire bytes, its hop latency, and its rate cap (the
+    protocol's busbw limit, and ``share`` of the path's bandwidth for the payload).
+
+    The hop latency is the protocol's for an algorithm ``family`` over the path's link
+    class (or ``hop_s``). Over NVLink or PCIe it is a measured end-to-end step and includes
+    the wire (the longer of the two counts); across hosts it is the software's cost of a
+    network step (proxy, post, poll) and the network's own latency comes on top, as NCCL
+    adds the net device's latency to its network hop (twice for a protocol that flushes
+    the received data, ``net_flush``)."""
+    path = fab.path(src, dst)
+    hop = proto.hop(family, path.link_class) if hop_s is None else hop_s
+    cap = proto.max_busbw_Bps.get(fab.gpu.scaleup_kind, math.inf) * proto.wire_factor
+    if share < 1.0:
+        cap = min(cap, share * path.bandwidth_Bps * proto.wire_factor)
+    if path.link_class == "net":
+        latency = hop + path.latency_s * (2 if proto.net_flush else 1)
+    else:
+        latency = max(path.latency_s, hop)
+    return Send(
+        links=path.links,
+        payload=payload,
+        wire=payload * proto.wire_factor,
+        latency_s=latency,
+        cap_Bps=cap,
+        notify=(dst,) if notify is None else notify,
+        peer=dst,
+        net=path.link_class == "net",
+    )
+
+
+def share(fab: Fabric, proto: Protocol, algorithm: str, op: str) -> float:
+    """Fraction of a path's bandwidth ``proto``'s payload reaches in ``algorithm``."""
+    return fab.tuning.payload_share(proto.name, algorithm, op, fab.multi_host)
+
+
+def steps(sends: list[list[list[Send]]], expects: list[list[int]]) -> tuple[tuple[Step, ...], ...]:
+    """Per rank, per step: the sends it starts and the arrivals it waits for."""
+    return tuple(
+        tuple(Step(tuple(s), e) for s, e in zip(rank_sends, rank_expects, strict=True))
+        for rank_sends, rank_expects in zip(sends, expects, strict=True)
+    )
+
+
+# ---------------------------------------------------------------------------- ring
+RING_PHASES = {"all_reduce": ("rs", "ag"), "reduce_scatter": ("rs",), "all_gather": ("ag",)}
+
+
+def ring(
+    fab: Fabric, op: str, nbytes: int, proto: Protocol, orders: Sequence[Sequence[int]]
+) -> Schedule:
+    """Ring reduce-scatter and/or all-gather: ``p-1`` steps each, every rank sending one
+    ``n/p`` chunk to its successor per step; with several rings (channels over different
+    links) the data is split evenly between them and they run side by side."""
+    p = fab.ranks
+    phases = RING_PHASES[op]
+    nsteps = len(phases) * (p - 1)
+    sends: list[list[list[Send]]] = [[[] for _ in range(nsteps)] for _ in range(p)]
+    frac = share(fab, proto, "ring", op)
+    for order, ring_bytes in zip(orders, chunk_sizes(nbytes, len(orders)), strict=True):
+        chunks = chunk_sizes(ring_bytes, p)
+        for q, t in enumerate(order):
+            succ = order[(q + 1) % p]
+            s = 0
+            for phase in phases:
+                for k in range(p - 1):
+                    c = chunks[(q - k) % p] if phase == "rs" else chunks[(q + 1 - k) % p]
+                    sends[t][s].append(send(fab, t, succ, c, proto, share=frac))
+                    s += 1
+    expects = [[len(orders)] * nsteps for _ in range(p)]
+    return Schedule("ring", proto.name, proto.base("ring"), steps(sends, expects))
+
+
+# ---------------------------------------------------------------------------- prediction
+def predict(fab: Fabric, sched: Schedule) -> float:
+    """Closed-form time of a schedule when every rank starts together and steps stay in
+    lockstep: the base latency plus, per step, the longest latency and the heaviest link
+    load (bytes over capacity) or the slowest capped flow."""
+    return sched.base_s + sum(lat + busy for lat, busy in step_costs(fab, sched))
+
+
+def step_costs(fab: Fabric, sched: Schedule) -> list[tuple[float, float]]:
+    """Per step: the longest latency, and the time of the busiest link or capped flow."""
+    out = []
+    for s in range(max(len(r) for r in sched.steps)):
+        load: dict[int, float] = {}
+        latency = 0.0
+        capped = 0.0
+        for rank_steps in sched.steps:
+            if s >= len(rank_steps):
+                continue
+            for snd in rank_steps[s].sends:
+                latency = max(latency, snd.latency_s)
+                capped = max(capped, snd.wire / snd.cap_Bps)
+                for link in snd.links:
+                    load[link] = load.get(link, 0.0) + snd.wire
+        busy = max((b / fab.capacities[k] for k, b in load.items()), default=0.0)
+        out.append((latency, max(busy, capped)))
+    return out
+
+
+def best_pieces(costs: Sequence[tuple[float, float]], slots: int, most: int) -> int:
+    """The piece count (1 to ``most``) that a pipeline of these stages runs fastest, from
+    its stages' (latency, busy time) with the data in one piece: every stage once for the
+    first piece, then the slowest stage for each further one, whose latency overlaps
+    ``slots`` ways with the pieces in flight before it (NCCL_STEPS)."""
+
+    def time_s(k: int) -> float:
+        fill = sum(lat + busy / k for lat, busy in costs)
+        return fill + (k - 1) * max(lat / slots + busy / k for lat, busy in costs)
+
+    return min(range(1, most + 1), key=lambda k: (time_s(k), k))

@@ -1,0 +1,2 @@
+"""The SimPy engine: runs one program per rank over streams and links (flows, SM sharing,
+mailboxes, the record log). The only package that imports SimPy."""

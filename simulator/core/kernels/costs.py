@@ -1,0 +1,356 @@
+"""Kernel cost models: pure functions from shapes to seconds.
+
+Every kernel is priced by its roofline, ``max(flops / achievable FLOP/s, bytes / achievable
+HBM B/s)``, plus a fixed per-kernel cost. The efficiencies, tiles and fixed costs come from
+the GPU and the calibration (:class:`tpsim.calibration.Kernels`); with the ideal calibration
+they are 1, none and 0, so a lone GEMM equals ``max(2mnk / peak, bytes / hbm)`` exactly.
+
+:class:`Traits` says how the engine's kernels fall short of the best achievable ones (the
+measured-kernel refit, ``engines/_kernels.yaml``): a fixed time per kernel family, GEMMs
+below the best matmul rate and weight reads below STREAM, decode attention reading the KV
+cache below STREAM, a prefill kernel that splits the KV range over idle SMs and appends the
+new K and V from every CTA (FlashAttention-2's ``flash_attn_with_kvcache``), and row-per-CTA
+elementwise kernels (norms, activation, rotary) bound by their bandwidth share or by one
+memory round trip per 1024 elements of a row. Its defaults are neutral: today's model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tpsim import calibration
+from tpsim.calibration import Kernels, TileShape
+from tpsim.core.kernels.gemm import compute_seconds
+from tpsim.topologies.gpus import GPUSpec
+
+#: Elements of a row one CTA handles per memory round trip in a row-per-CTA kernel (vLLM's
+#: norm, activation and rotary kernels launch min(row, 1024) threads, one element each), and
+#: resident threads per SM (2048 on A100 and H100): two such CTAs per SM.
+ROW_ELEMENTS_PER_TRIP = 1024
+ROW_CTAS_PER_SM = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Traits:
+    """How the engine's kernels fall short of the best achievable ones; neutral by default.
+
+    ``*_fixed_s`` None: the GPU's ``kernel_overhead_s``. Shares multiply the achievable rate.
+    """
+
+    gemm_fixed_s: float | None = None
+    matmul_fraction: float = 1.0
+    gemm_stream_efficiency: float = 1.0
+    attention_fixed_s: float | None = None
+    attention_stream_efficiency: float = 1.0
+    attention_split_kv: bool = False
+    attention_append_efficiency: float = 0.0  # 0: no in-kernel append
+    elementwise_fixed_s: float | None = None
+    rowwise_efficiency: float = 1.0
+    rowwise_latency_s: float = 0.0
+    norm_passes: int = 1
+    gather_efficiency: float = 1.0
+    l2_resident_bytes: int = 0
+    l2_gain: float = 1.0
+
+    @classmethod
+    def of(cls, k: Kernels, arch: str) -> Traits:
+        """The calibration's traits on a GPU of ``arch`` (fixed times and the row latency
+        scaled by the architecture's ``latency_scale``)."""
+        scale = k.latency_scale_of(arch)
+
+        def fixed(s: float | None) -> float | None:
+            return None if s is None else s * scale
+
+        return cls(
+            fixed(k.gemm_fixed_s),
+            k.matmul_fraction,
+            k.gemm_stream_efficiency,
+            fixed(k.attention_fixed_s),
+            k.attention_stream_efficiency,
+            k.attention_split_kv,
+            k.attention_append_efficiency,
+            fixed(k.elementwise_fixed_s),
+            k.rowwise_efficiency,
+            k.rowwise_latency_s * scale,
+            k.norm_passes,
+            k.gather_efficiency,
+            k.l2_resident_bytes,
+            k.l2_gain,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """A row-per-CTA elementwise kernel: ``rows`` rows of ``width`` elements, its input read
+    ``passes`` times (an RMSNorm kernel that reduces, then rereads to scale, reads twice);
+    ``tensor_bytes``: the bytes of one ``[rows, width]`` tensor."""
+
+    rows: int
+    width: int
+    passes: int = 1
+    tensor_bytes: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Hardware:
+    """The figures one GPU's kernels are priced with (efficiencies already chosen).
+
+    ``tile is None`` means no tile/wave quantisation (the ideal calibration).
+    """
+
+    name: str
+    peak_flops: float  # dense peak of the linear layers' math dtype, FLOP/s
+    matmul_efficiency: float  # achievable fraction of peak in a full wave of GEMM tiles
+    attention_efficiency: float
+    hbm_Bps: float
+    hbm_efficiency: float
+    kernel_overhead_s: float
+    sm_count: int = 1
+    tile: TileShape | None = None
+    attention_peak_flops: float = 0.0  # 0: same as peak_flops
+    peak16_flops: float = 0.0  # 16-bit peak for GEMMs kept in 16-bit (lm_head); 0: peak_flops
+    fp8_tensor_cores: bool = False
+    split_k_min: int = 1  # smallest K slice a split-K GEMM gives one CTA
+    attention_block_m: int = 1  # query rows per attention CTA
+    traits: Traits = Traits()  # the engine's kernels (neutral: the best achievable)
+
+    @property
+    def matmul_flops(self) -> float:
+        return self.peak_flops * self.matmul_efficiency
+
+    @property
+    def hbm_achievable_Bps(self) -> float:
+        return self.hbm_Bps * self.hbm_efficiency
+
+
+def hardware_for(
+    gpu: GPUSpec, dtype: str, kernels: Kernels | None = None, *, kv_dtype: str | None = None
+) -> Hardware:
+    """The cost-model view of ``gpu`` running ``dtype`` math under ``kernels``' calibration.
+
+    fp8 uses the fp8 peak where the GPU has fp8 tensor cores. An A100 has none: an fp8 model
+    there computes at the bf16 peak (weight-only fp8, see ``config.Precision``) and only its
+    weight bytes shrink. Attention runs at the fp8 peak only for an fp8 KV cache on a GPU with
+    fp8 tensor cores (FlashAttention-3), else at the 16-bit peak. ``kernels``: the shipped
+    calibration's by default. The GPU's best achievable
+    matmul / peak (MAMF: a shape whose last wave is full) is the efficiency of a full wave of
+    tiles; fp8 GEMMs get the same fraction of the fp8 peak (no fp8 measurement). Attention
+    never beats the GPU's own matmul fraction.
+    """
+    fp8 = gpu.fp8_flops is not None
+    peak = gpu.fp8_flops if dtype == "fp8" and gpu.fp8_flops else gpu.bf16_flops
+    fp8_attention = kv_dtype == "fp8" and fp8
+    attn_peak = gpu.fp8_flops if fp8_attention and gpu.fp8_flops else gpu.bf16_flops
+    k = kernels or calibration.default().kernels
+    matmul = gpu.matmul_efficiency if k.matmul_efficiency is None else k.matmul_efficiency
+    matmul = _scaled(matmul, k.matmul_efficiency_scale)
+    attn_eff = k.attention_fp8_efficiency if fp8_attention else k.attention_efficiency
+    attn_eff = _scaled(attn_eff, k.attention_efficiency_scale)
+    hbm = gpu.hbm_efficiency if k.hbm_efficiency is None else k.hbm_efficiency
+    return Hardware(
+        name=gpu.name,
+        peak_flops=peak,
+        matmul_efficiency=matmul,
+        attention_efficiency=min(matmul, attn_eff),
+        hbm_Bps=gpu.hbm_Bps,
+        hbm_efficiency=_scaled(hbm, k.hbm_efficiency_scale),
+        kernel_overhead_s=(
+            gpu.kernel_overhead_s if k.kernel_overhead_s is None else k.kernel_overhead_s
+        ),
+        sm_count=gpu.sm_count,
+        tile=k.tile(gpu.arch),
+        attention_peak_flops=attn_peak,
+        peak16_flops=gpu.bf16_flops,
+        fp8_tensor_cores=fp8,
+        split_k_min=k.split_k_min,
+        attention_block_m=k.attention_block_m,
+        traits=Traits.of(k, gpu.arch),
+    )
+
+
+def _scaled(efficiency: float, scale: float) -> float:
+    """An achievable fraction times a fitted profile's scale, never above the peak (a
+    profile fitted on one GPU may run on another whose fraction is higher)."""
+    return efficiency if scale == 1.0 else min(1.0, efficiency * scale)
+
+
+@dataclass(frozen=True, slots=True)
+class KernelCost:
+    seconds: float
+    flops: float
+    bytes: int
+    category: str  # "compute" if the FLOP term binds, else "memory"
+    measured: bool = False  # seconds from a kernel table, not the model
+
+
+def _priced(
+    t_compute: float,
+    nbytes: int,
+    flops: float,
+    hw: Hardware,
+    *,
+    stream: float = 1.0,
+    fixed_s: float | None = None,
+    t_memory: float | None = None,
+    extra_s: float = 0.0,
+) -> KernelCost:
+    """``max(compute, memory) + fixed (+ extra)``: memory is ``nbytes`` at ``stream`` x the
+    achievable HBM bandwidth unless given; fixed is the GPU's kernel overhead unless given."""
+    if t_memory is None:
+        t_memory = nbytes / (hw.hbm_achievable_Bps * stream)
+    category = "compute" if t_compute > t_memory else "memory"
+    fixed = hw.kernel_overhead_s if fixed_s is None else fixed_s
+    seconds = max(t_compute, t_memory) + fixed
+    if extra_s:
+        seconds += extra_s
+    return KernelCost(seconds, flops, nbytes, category)
+
+
+def gemm(
+    m: int,
+    n: int,
+    k: int,
+    hw: Hardware,
+    *,
+    act_bytes: float,
+    w_bytes: float,
+    out_bytes: float | None = None,
+) -> KernelCost:
+    """``[m, k] @ [k, n]``: input at ``act_bytes``, weights at ``w_bytes``, output at
+    ``out_bytes`` (default ``act_bytes``); tiled and wave-quantised (tpsim.core.kernels.gemm)."""
+    out_b = act_bytes if out_bytes is None else out_bytes
+    flops = 2.0 * m * n * k
+    nbytes = round(m * k * act_bytes + k * n * w_bytes + m * n * out_b)
+    tr = hw.traits
+    t = compute_seconds(
+        m,
+        n,
+        k,
+        peak_flops=hw.matmul_flops * tr.matmul_fraction,
+        tile=hw.tile,
+        sm_count=hw.sm_count,
+        split_k_min=hw.split_k_min,
+    )
+    return _priced(t, nbytes, flops, hw, stream=tr.gemm_stream_efficiency, fixed_s=tr.gemm_fixed_s)
+
+
+def attention_prefill(
+    batch: int,
+    seq: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    hw: Hardware,
+    *,
+    act_bytes: float,
+    kv_bytes: float,
+    cached: int = 0,
+) -> KernelCost:
+    """Causal FlashAttention over a prompt (chunk) of ``seq`` tokens per sequence, after
+    ``cached`` tokens already in the KV cache: QK^T and PV over the lower triangle of the
+    chunk and the whole cached rectangle.
+
+    FLOPs: ``4 * batch * heads * head_dim * seq * ((seq + 1) / 2 + cached)``. Bytes: read Q,
+    K, V and write O once (tiles stay on chip), write the chunk's K and V into the cache and
+    read the cached ones. One CTA per (sequence, head, ``attention_block_m`` queries): with
+    few heads per rank and short prompts there are fewer CTAs than SMs, and the compute term
+    is scaled by the waves' fill (when quantised); with ``attention_split_kv`` such a grid
+    splits the KV range over the idle SMs (one split per ``attention_block_m`` keys at
+    least), as FlashAttention's split-KV kernel does. ``attention_append_efficiency > 0``:
+    every CTA first copies the chunk's new K and V up to its causal limit into the cache
+    (FlashAttention-2's ``flash_attn_with_kvcache`` with ``k``/``v``; all CTAs of a KV head
+    write the same rows), read and written at that share of the HBM bandwidth.
+    """
+    tr = hw.traits
+    flops = 4.0 * batch * heads * head_dim * seq * (seq + 1) / 2
+    tokens = batch * seq
+    qkvo = tokens * (2 * heads + 2 * kv_heads) * head_dim * act_bytes
+    cache_write = tokens * 2 * kv_heads * head_dim * kv_bytes
+    nbytes = qkvo + cache_write
+    if cached:
+        flops += 4.0 * batch * heads * head_dim * seq * cached
+        nbytes += batch * cached * 2 * kv_heads * head_dim * kv_bytes
+    t = flops / (_attention_peak(hw) * hw.attention_efficiency)
+    bm = hw.attention_block_m
+    if hw.tile is not None:
+        ctas = batch * heads * -(-seq // bm)
+        if tr.attention_split_kv and ctas < hw.sm_count:
+            ctas *= max(1, min(-(-(seq + cached) // bm), hw.sm_count // ctas))
+        t *= -(-ctas // hw.sm_count) * hw.sm_count / ctas
+    append_s = 0.0
+    if tr.attention_append_efficiency > 0:
+        m_blocks = -(-seq // bm)  # query block i copies min(seq, (i + 1) bm) new tokens
+        copied = batch * heads * (bm * (m_blocks - 1) * m_blocks // 2 + seq)
+        append_bytes = copied * 2 * head_dim * kv_bytes * 2  # K and V, read and written
+        append_s = append_bytes / (hw.hbm_achievable_Bps * tr.attention_append_efficiency)
+    return _priced(t, round(nbytes), flops, hw, fixed_s=tr.attention_fixed_s, extra_s=append_s)
+
+
+def attention_decode(
+    batch: int,
+    context: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    hw: Hardware,
+    *,
+    act_bytes: float,
+    kv_bytes: float,
+) -> KernelCost:
+    """One new token per sequence attending over ``context`` cached keys and values.
+
+    FLOPs: ``4 * batch * heads * head_dim * context``. Bytes: the K and V cache of every
+    sequence (``batch * context * 2 * kv_heads * head_dim``) plus Q in and O out, read at
+    ``attention_stream_efficiency`` of the achievable HBM bandwidth.
+    """
+    tr = hw.traits
+    flops = 4.0 * batch * heads * head_dim * context
+    cache_read = batch * context * 2 * kv_heads * head_dim * kv_bytes
+    q_o = batch * 2 * heads * head_dim * act_bytes
+    t = flops / (_attention_peak(hw) * hw.attention_efficiency)
+    return _priced(
+        t,
+        round(cache_read + q_o),
+        flops,
+        hw,
+        stream=tr.attention_stream_efficiency,
+        fixed_s=tr.attention_fixed_s,
+    )
+
+
+def _attention_peak(hw: Hardware) -> float:
+    return hw.attention_peak_flops or hw.peak_flops
+
+
+def elementwise(
+    nbytes: float, flops: float, hw: Hardware, *, row: Row | None = None, gather: bool = False
+) -> KernelCost:
+    """A bandwidth-bound kernel (norm, residual add, activation, rotary, embedding gather).
+
+    Its FLOPs are priced at the tensor-core peak (the napkin formula); they never bind
+    with real efficiencies, where the bytes term is 10-100x larger. A kernel of at most
+    ``l2_resident_bytes`` reads its operands at ``l2_gain`` x the achievable HBM bandwidth
+    (they are still in L2 from the kernel that wrote them). ``row``: a row-per-CTA kernel
+    (norms, activation, rotary: one CTA per token), which streams at ``rowwise_efficiency``
+    of the achievable bandwidth (its extra passes included), and whose CTAs take at least
+    ``rowwise_latency_s`` per element access (each read or write of a tensor element) per
+    1024 elements of a row, one wave of two CTAs per SM after another. ``gather``: the
+    embedding lookup, which streams at ``gather_efficiency`` of the achievable bandwidth.
+    """
+    tr = hw.traits
+    t_compute = flops / (hw.peak_flops * hw.matmul_efficiency)
+    fixed = tr.elementwise_fixed_s
+    neutral = tr.rowwise_efficiency == 1.0 and not tr.rowwise_latency_s
+    if row is None or (neutral and row.passes == 1):
+        stream = tr.l2_gain if nbytes <= tr.l2_resident_bytes else 1.0
+        if gather:
+            stream = tr.gather_efficiency
+        return _priced(t_compute, round(nbytes), flops, hw, stream=stream, fixed_s=fixed)
+    streamed = nbytes + (row.passes - 1) * row.tensor_bytes
+    t_memory = streamed / (hw.hbm_achievable_Bps * tr.rowwise_efficiency)
+    if tr.rowwise_latency_s and row.tensor_bytes:
+        waves = -(-row.rows // (hw.sm_count * ROW_CTAS_PER_SM))
+        accesses = streamed / row.tensor_bytes  # element reads and writes per element
+        trips = -(-row.width // ROW_ELEMENTS_PER_TRIP) * accesses
+        t_memory = max(t_memory, waves * trips * tr.rowwise_latency_s)
+    return _priced(t_compute, round(nbytes), flops, hw, fixed_s=fixed, t_memory=t_memory)

@@ -1,0 +1,153 @@
+"""Kernel pricing for the lowering: what each kernel of one rank costs, as a value.
+
+The lowering asks for GEMMs by name and shape, attention by its per-rank heads, and
+elementwise kernels by name, bytes, FLOPs and rows; :class:`Pricing` answers with a
+:class:`~tpsim.core.kernels.costs.KernelCost` from the cost models in
+:mod:`tpsim.core.kernels.costs`, in
+the dtypes the run resolved (:class:`~tpsim.core.config.Precision`). A measured kernel
+table (:mod:`tpsim.core.kernels.kernel_table`) overrides the kernels it matches: GEMMs by shape,
+and, once bound to the model's shape and TP, every operator it measured. The LM head stays
+16-bit in fp8 checkpoints: it is priced at the 16-bit peak with 16-bit inputs and weights.
+Nothing is stored: every method is a pure function of its arguments and the frozen fields.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from tpsim.core.config import Precision, dtype_bytes
+from tpsim.core.kernels import costs
+from tpsim.core.kernels.costs import Hardware, KernelCost, Row
+from tpsim.core.kernels.kernel_table import KernelTable
+
+#: Row-per-CTA kernels (norms, SwiGLU/GELU, rotary) and the norms among them.
+NORMS = ("input_norm", "post_attn_norm", "final_norm")
+ROWWISE = (*NORMS, "act", "rotary")
+
+
+@dataclass(frozen=True)
+class Pricing:
+    """Prices kernels on one GPU in one run's dtypes; build with :meth:`of`."""
+
+    hw: Hardware
+    hw16: Hardware  # the same GPU at its 16-bit peak, for the 16-bit LM head
+    prec: Precision
+    act_b: float  # bytes per element: activations (residual stream, outputs, LM head)
+    w_b: float  # linear-layer weights
+    in_b: float  # activations entering the linear GEMMs
+    kv_b: float  # KV cache
+    table: KernelTable | None = None
+
+    @classmethod
+    def of(cls, hw: Hardware, prec: Precision, table: KernelTable | None = None) -> Pricing:
+        hw16 = replace(hw, peak_flops=hw.peak16_flops or hw.peak_flops)
+        return cls(hw, hw16, prec, dtype_bytes(prec.act), dtype_bytes(prec.weights),
+                   dtype_bytes(prec.gemm_in), dtype_bytes(prec.kv), table)  # fmt: skip
+
+    def _measured(
+        self, op: str, dtype: str, x: int, y: int, model: Callable[[int, int], float]
+    ) -> float | None:
+        """The table's time of operator ``op`` at (``x``, ``y``), if it measured it."""
+        if self.table is None:
+            return None
+        return self.table.op_seconds(op, self.hw.name, dtype, x, y, model)
+
+    def gemm(self, name: str, m: int, n: int, k: int) -> tuple[KernelCost, str]:
+        """GEMM ``name`` of ``[m, k] x [k, n]`` and its shape text (``(kernel table)`` added
+        when a measured time replaced the model's)."""
+        linear = name != "lm_head"  # the LM head stays 16-bit in fp8 checkpoints
+        g = self.hw if linear else self.hw16
+        a_in, w, wdtype = (
+            (self.in_b, self.w_b, self.prec.weights)
+            if linear
+            else (self.act_b, self.act_b, self.prec.act)
+        )
+
+        def price(rows: int) -> KernelCost:
+            return costs.gemm(rows, n, k, g, act_bytes=a_in, w_bytes=w, out_bytes=self.act_b)
+
+        cost = price(m)
+        detail = f"[{m}, {k}] x [{k}, {n}]"
+        if self.table is not None:
+            t = self.table.gemm_seconds(
+                name, self.hw.name, wdtype, m, n, k, lambda r: price(r).seconds
+            )
+            if t is None:
+                t = self._measured(name, wdtype, m, 0, lambda r, _: price(r).seconds)
+            if t is not None:
+                cost = replace(cost, seconds=t, measured=True)
+                detail += " (kernel table)"
+        return cost, detail
+
+    def attention_prefill(self, batch: int, prompt: int, heads: int, kv_heads: int,
+                          head_dim: int) -> KernelCost:  # fmt: skip
+        """Causal attention of ``batch`` prompts of ``prompt`` tokens over this rank's heads.
+
+        A table measures one sequence's chunk after some cached tokens; ``batch`` prompts
+        read it at the chunk ``prompt * sqrt(batch)`` with nothing cached, the same FLOPs
+        (Vidur's rule for a batch of prefills: the root of the summed squared chunks)."""
+
+        def price(b: int, seq: int, cached: int = 0) -> KernelCost:
+            return costs.attention_prefill(b, seq, heads, kv_heads, head_dim, self.hw,
+                                           act_bytes=self.act_b, kv_bytes=self.kv_b,
+                                           cached=cached)  # fmt: skip
+
+        cost = price(batch, prompt)
+        chunk = round(prompt * math.sqrt(batch))
+        t = self._measured(
+            "attn_prefill", self.prec.kv, chunk, 0, lambda c, y: price(1, c, y).seconds
+        )
+        return cost if t is None else replace(cost, seconds=t, measured=True)
+
+    def attention_decode(self, batch: int, context: int, heads: int, kv_heads: int,
+                         head_dim: int) -> KernelCost:  # fmt: skip
+        """One new token per sequence attending over ``context`` cached keys."""
+
+        def price(b: int, ctx: int) -> KernelCost:
+            return costs.attention_decode(b, ctx, heads, kv_heads, head_dim, self.hw,
+                                          act_bytes=self.act_b, kv_bytes=self.kv_b)  # fmt: skip
+
+        cost = price(batch, context)
+        t = self._measured(
+            "attn_decode", self.prec.kv, batch, context, lambda b, c: price(b, c).seconds
+        )
+        return cost if t is None else replace(cost, seconds=t, measured=True)
+
+    def elementwise(
+        self,
+        nbytes: float,
+        flops: float,
+        op: str = "",
+        rows: int = 0,
+        width: int = 0,
+        fused_add: bool = False,
+    ) -> KernelCost:
+        """A bytes-bound kernel ``op`` (norm, rotary, activation, residual add, embedding
+        gather) over ``rows`` rows of ``width`` elements; ``fused_add``: a norm with the
+        residual add fused in. A table prices a fused norm as its measured norm plus its
+        measured residual add (the same work, in the two kernels the measurement ran)."""
+        passes = self.hw.traits.norm_passes if op in NORMS else 1
+
+        def price(r: int) -> KernelCost:  # this kernel over r rows: bytes and FLOPs scale
+            s = r / rows if rows else 1.0
+            row = Row(r, width, passes, r * width * self.act_b) if op in ROWWISE else None
+            gather = op == "embedding"
+            return costs.elementwise(nbytes * s, flops * s, self.hw, row=row, gather=gather)
+
+        cost = price(rows)
+        if self.table is None or not op:
+            return cost
+
+        def model(r: int, _: int) -> float:
+            return price(r).seconds
+
+        t = self._measured(op, self.prec.act, rows, 0, model)
+        if t is not None and fused_add:
+            add = self._measured("residual", self.prec.act, rows, 0, model)
+            t = None if add is None else t + add
+        return cost if t is None else replace(cost, seconds=t, measured=True)
+
+
+__all__ = ["NORMS", "ROWWISE", "Pricing"]

@@ -1,0 +1,361 @@
+"""Lower a model, a TP degree and a workload to the programs of a TP group (Megatron-style).
+
+This module holds the model's block structure: embedding, attention block, MLP block and
+head, each written per rank with its shapes. Kernel prices come from
+:class:`~tpsim.core.kernels.pricing.Pricing`, ops are built by
+:class:`~tpsim.core.lowering.opbuild.OpBuilder`
+and per-rank sizes from :func:`~tpsim.core.lowering.shard.shard`.
+
+Per-rank shapes are written beside each op (``T`` tokens in the pass, ``b`` sequences,
+``d`` hidden size, ``h``/``kv`` heads per rank, ``hd`` head_dim, ``I`` MLP width per rank,
+``V`` vocab rows per rank). Column-parallel QKV and gate/up; row-parallel output projection
+and down projection, each followed by an all-reduce; vocab-parallel embedding (all-reduce)
+and LM head (all-gather of the logits).
+
+With sequence parallelism (Megatron-LM's ``--sequence-parallel``) each all-reduce becomes
+a reduce-scatter, the norms and residual adds run on ``T/tp`` tokens, and an all-gather
+brings the full sequence back before each column-parallel GEMM (sites ``attn_in``,
+``mlp_in``, ``lm_head_in``). Overlap modes reshape the op list; the engine does the rest:
+``chunked`` splits each row-parallel GEMM (and with sequence parallelism each
+column-parallel one) along the tokens so that one chunk's collective runs while the next
+chunk computes; ``microbatch`` interleaves two halves of the batch layer by layer, so one
+half's collective hides behind the other half's compute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from tpsim.calibration import Engine
+from tpsim.core.config import ConfigError, Options, Workload, ceil_div, precision
+from tpsim.core.kernels.costs import Hardware
+from tpsim.core.kernels.kernel_table import KernelTable
+from tpsim.core.kernels.pricing import Pricing
+from tpsim.core.lowering import host
+from tpsim.core.lowering.opbuild import OpBuilder
+from tpsim.core.lowering.shard import shard
+from tpsim.core.program import Programs
+from tpsim.models.spec import ModelSpec
+
+
+@dataclass(frozen=True)
+class _Slice:
+    """A micro-batch: ``batch`` sequences, ``tokens`` tokens in the pass (its ops form one
+    dependency chain, numbered ``index``)."""
+
+    index: int
+    batch: int
+    tokens: int
+
+
+class _Megatron:
+    """The Megatron TP split of one transformer, per rank, emitted into an OpBuilder."""
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        tp: int,
+        workload: Workload,
+        options: Options,
+        price: Pricing,
+        build: OpBuilder,
+    ) -> None:
+        self.m, self.tp, self.w = model, tp, workload
+        self.price, self.build = price, build
+        self.act_b = price.act_b
+        compiled = options.launch == "compiled"
+        self.fuse = (options.fused or compiled) and model.norm == "rmsnorm"
+        self.rotary_in_attention = compiled  # Inductor folds rotary into the attention prologue
+        self.sp = options.sequence_parallel and tp > 1
+        self.chunks = 1
+        if options.overlap == "chunked":
+            self.chunks = options.overlap_chunks or tp
+        self.d, self.hd = model.hidden_size, model.head_dim
+        split = shard(model, tp)
+        self.h = split.heads  # query heads per rank: heads / tp
+        self.kv = split.kv_heads  # KV heads per rank (replicated when tp exceeds them)
+        self.inner = split.mlp_width  # I: MLP width per rank (padded)
+        self.vocab = split.vocab  # V: vocab rows per rank (padded)
+        assert self.h * tp == model.num_heads
+
+    def next_pass(self, workload: Workload, options: Options) -> _Megatron:
+        """The lowering of the step's next pass (:func:`passes`): its own shapes, the same
+        prices and op builder."""
+        return _Megatron(self.m, self.tp, workload, options, self.price, self.build)
+
+    # ------------------------------------------------------------------ helpers
+    def ew(self, mb: _Slice, name: str, layer: int, nbytes: float, flops: float, shape: str,
+           rows: int, width: int, fused: bool = False) -> None:  # fmt: skip
+        """An elementwise (bytes-bound) kernel over ``rows`` rows of ``width`` elements
+        (``fused``: a norm with the residual add fused in)."""
+        cost = self.price.elementwise(nbytes, flops, name, rows, width, fused)
+        shape += " (kernel table)" if cost.measured else ""
+        self.build.kernel(mb.index, name, "elementwise", layer, cost, shape)
+
+    def gemm(self, mb: _Slice, name: str, layer: int, m: int, n: int, k: int, site: str = "",
+             deps: tuple[int, ...] | None = None, part: str = "") -> int:  # fmt: skip
+        """GEMM ``name`` of ``[m, k] x [k, n]`` as one kernel (piece ``part`` of a split)."""
+        cost, detail = self.price.gemm(name, m, n, k)
+        return self.build.kernel(mb.index, name + part, "gemm", layer, cost, detail, site, deps)
+
+    def rows(self, mb: _Slice) -> int:
+        """Tokens of the residual stream a rank holds: T, or T/tp with sequence parallelism."""
+        return ceil_div(mb.tokens, self.tp) if self.sp else mb.tokens
+
+    def norm(self, mb: _Slice, name: str, layer: int, *, add: bool = False) -> None:
+        rows, d, b = self.rows(mb), self.d, self.act_b
+        if add:  # fused residual add + norm: read x and residual, write both [rows, d]
+            self.ew(
+                mb,
+                name,
+                layer,
+                4 * rows * d * b + d * b,
+                5.0 * rows * d,
+                f"[{rows}, {d}] + residual",
+                rows,
+                d,
+                fused=True,
+            )
+        else:  # read x [rows, d], write y [rows, d], read the weight [d]
+            shape = f"[{rows}, {d}]"
+            self.ew(mb, name, layer, 2 * rows * d * b + d * b, 4.0 * rows * d, shape, rows, d)
+
+    def residual(self, mb: _Slice, layer: int) -> None:  # a + b -> c, [rows, d]
+        rows = self.rows(mb)
+        self.ew(
+            mb,
+            "residual",
+            layer,
+            3 * rows * self.d * self.act_b,
+            rows * self.d,
+            f"[{rows}, {self.d}]",
+            rows,
+            self.d,
+        )
+
+    def column_gemm(self, mb: _Slice, name: str, layer: int, n: int, site_in: str) -> None:
+        """A column-parallel GEMM [T, d] x [d, n]; with sequence parallelism the input is
+        all-gathered first (in chunks that overlap the GEMM when chunked)."""
+        d, tokens = self.d, mb.tokens
+        if not self.sp:
+            self.gemm(mb, name, layer, tokens, n, d)
+            return
+        full = round(tokens * d * self.act_b)  # the gathered input [T, d]
+        self._split(mb, name, layer, n, d, full, "all_gather", site_in, gather_first=True)
+
+    def row_gemm(self, mb: _Slice, name: str, layer: int, k: int, site: str) -> None:
+        """A row-parallel GEMM [T, k] x [k, d] and the collective that sums its partials."""
+        full = round(mb.tokens * self.d * self.act_b)  # the partial sums [T, d]
+        op = "reduce_scatter" if self.sp else "all_reduce"
+        self._split(mb, name, layer, self.d, k, full, op, site, gather_first=False)
+
+    def _split(
+        self,
+        mb: _Slice,
+        name: str,
+        layer: int,
+        n: int,
+        k: int,
+        nbytes: int,
+        coll: str,
+        site: str,
+        *,
+        gather_first: bool,
+    ) -> None:
+        """GEMM + collective, in ``chunks`` pieces along the tokens when overlap is chunked.
+        Row-parallel: GEMM piece i, then its collective, which runs while piece i + 1
+        computes. Column-parallel with sequence parallelism: all-gather piece i, then GEMM
+        piece i, while piece i + 1 is gathered. Streams run in order, so the last op emitted
+        finishing means every piece has."""
+        build = self.build
+        parts = max(1, min(self.chunks, mb.tokens)) if self.tp > 1 else 1
+        rows = [mb.tokens // parts + (1 if j < mb.tokens % parts else 0) for j in range(parts)]
+        sizes = [nbytes * r // mb.tokens for r in rows]
+        sizes[-1] += nbytes - sum(sizes)
+        entry = build.tail(mb.index)
+        prev: tuple[int, ...] = entry
+        for j, (r, size) in enumerate(zip(rows, sizes, strict=True)):
+            part = f"[{j}/{parts}]" if parts > 1 else ""
+            if gather_first:  # piece j of [T, d] gathered, then [r, k] x [k, n]
+                g = build.collective(mb.index, coll, site, layer, size, deps=entry, part=part)
+                self.gemm(mb, name, layer, r, n, k, deps=entry if g is None else (g,), part=part)
+            else:  # [r, k] x [k, n] partial sums, then their collective
+                gi = self.gemm(mb, name, layer, r, n, k, site, deps=prev, part=part)
+                prev = (gi,)
+                build.collective(mb.index, coll, site, layer, size, deps=(gi,), part=part)
+
+    # ------------------------------------------------------------------ the model
+    def embedding(self, mb: _Slice) -> None:
+        # each rank gathers the rows of its vocab shard [V, d], zeros elsewhere, then sums
+        tokens, d = mb.tokens, self.d
+        full = round(tokens * d * self.act_b)  # x: [T, d]
+        shape = f"[{tokens}, {d}] from [{self.vocab}, {d}]"
+        self.ew(mb, "embedding", -1, 2 * full, 0.0, shape, tokens, d)
+        coll = "reduce_scatter" if self.sp else "all_reduce"
+        self.build.collective(mb.index, coll, "embedding", -1, full)  # x: [T, d] (or [T/tp, d])
+
+    def attention_block(self, mb: _Slice, layer: int) -> None:
+        m, h, kv, hd = self.m, self.h, self.kv, self.hd
+        self.norm(mb, "input_norm", layer, add=self.fuse and layer > 0)  # x: [T, d]
+        self.column_gemm(mb, "qkv_proj", layer, (h + 2 * kv) * hd, "attn_in")  # [T, (h+2kv)hd]
+        tokens = mb.tokens
+        if not m.learned_position_embeddings and not self.rotary_in_attention:
+            width = (h + kv) * hd  # rotary on q and k: read and write [T, (h + kv) hd]
+            rot = tokens * width
+            shape = f"[{tokens}, {width}]"
+            self.ew(mb, "rotary", layer, 2 * rot * self.act_b, 6.0 * rot, shape, tokens, width)
+        if self.w.phase == "prefill":  # q [b, h, S, hd] over k, v [b, kv, S, hd], causal
+            prompt = self.w.prompt_len
+            cost = self.price.attention_prefill(mb.batch, prompt, h, kv, hd)
+            shape = f"causal [{mb.batch}, {h}/{kv} heads, {prompt}, {hd}]"
+        else:  # q [b, h, 1, hd] over the cache k, v [b, kv, ctx, hd]
+            ctx = self.w.context_len
+            cost = self.price.attention_decode(mb.batch, ctx, h, kv, hd)
+            shape = f"decode [{mb.batch}, {h}/{kv} heads, ctx {ctx}, {hd}]"
+        shape += " (kernel table)" if cost.measured else ""
+        self.build.kernel(mb.index, "attn", "attention", layer, cost, shape)  # o: [T, h hd]
+        self.row_gemm(mb, "o_proj", layer, h * hd, "attn_out")  # [T, h hd] x [h hd, d] -> sum
+
+    def mlp_block(self, mb: _Slice, layer: int) -> None:
+        if not self.fuse:
+            self.residual(mb, layer)  # x + attention out: [T, d]
+        self.norm(mb, "post_attn_norm", layer, add=self.fuse)  # [T, d]
+        inner, tokens = self.inner, mb.tokens
+        width = 2 * inner if self.m.gated_mlp else inner
+        self.column_gemm(mb, "mlp_up", layer, width, "mlp_in")  # gate|up: [T, 2I] or [T, I]
+        act = tokens * inner
+        if self.m.gated_mlp:  # silu(gate) * up -> [T, I]
+            self.ew(
+                mb,
+                "act",
+                layer,
+                3 * act * self.act_b,
+                5.0 * act,
+                f"[{tokens}, {2 * inner}] -> [{inner}]",
+                tokens,
+                inner,
+            )
+        else:  # gelu(up) -> [T, I]
+            shape = f"[{tokens}, {inner}]"
+            self.ew(mb, "act", layer, 2 * act * self.act_b, 8.0 * act, shape, tokens, inner)
+        self.row_gemm(mb, "mlp_down", layer, inner, "mlp_out")  # [T, I] x [I, d] -> sum [T, d]
+
+    def close_layer(self, mb: _Slice, layer: int) -> None:
+        if not self.fuse:  # fused: the next norm adds the residual
+            self.residual(mb, layer)  # x + MLP out: [T, d]
+
+    def head(self, mb: _Slice) -> None:
+        L, d = self.m.num_layers, self.d
+        self.norm(mb, "final_norm", L, add=self.fuse)  # [T, d]
+        if self.sp:  # the last token of each sequence, from whichever rank holds it: [b, d]
+            self.build.collective(
+                mb.index, "all_gather", "lm_head_in", L, round(mb.batch * d * self.act_b)
+            )
+        self.gemm(mb, "lm_head", L, mb.batch, self.vocab, d, "lm_head")  # logits [b, V]
+        logits = round(mb.batch * self.vocab * self.act_b) * self.tp  # gathered: [b, V * tp]
+        self.build.collective(mb.index, "all_gather", "lm_head", L, logits)
+
+
+def start_step(
+    model: ModelSpec,
+    tp: int,
+    workload: Workload,
+    options: Options,
+    hw: Hardware,
+    table: KernelTable | None,
+    group: int = 0,
+) -> tuple[_Megatron, OpBuilder, str]:
+    """The lowering of one step of a TP group, up to its first op: prices bound to the
+    model's shape (and ``table``'s measured kernels), the launch mode the engine runs the
+    step in, an op builder for TP group ``group`` with the engine's pre-step host work in
+    it. Returns (the Megatron lowering, its builder, the launch mode)."""
+    if table is not None:  # measured kernels of this model's shape at this TP
+        table = table.bind(model, tp)
+    price = Pricing.of(hw, precision(options, model.dtype, hw.fp8_tensor_cores), table)
+    calib = options.calibration
+    mode = host.step_mode(calib.engine, options.launch, workload.phase, workload.tokens)
+    build = OpBuilder(calib.launch[mode], tp, eager=mode == "eager")
+    build.group = group
+    host.before_step(build, calib.engine, tp, workload.batch)
+    return _Megatron(model, tp, workload, options, price, build), build, mode
+
+
+def launch_mode(workload: Workload, options: Options) -> str:
+    """The launch mode a step of ``workload`` really runs in (as :func:`start_step` decides
+    it for the step's first pass): ``options.launch`` where the engine has a CUDA graph for
+    it, else eager."""
+    engine = options.calibration.engine
+    first = passes(workload, engine)[0]
+    return host.step_mode(engine, options.launch, first.phase, first.tokens)
+
+
+def passes(workload: Workload, engine: Engine) -> list[Workload]:
+    """The passes one step runs through the layers, in order; the last computes the logits.
+
+    One, the workload itself, except a prefill under an engine whose first token comes from
+    a decode step (``first_token: decode_step``, FasterTransformer and TurboMind v0.1): the
+    prefill of all but the last prompt token (none for a one-token prompt), then the decode
+    step of that token over the cache, which samples the first token.
+    """
+    if workload.phase != "prefill" or engine.first_token != "decode_step":
+        return [workload]
+    step = Workload(workload.batch, "decode", workload.prompt_len, workload.prompt_len)
+    if workload.prompt_len == 1:
+        return [step]
+    return [replace(workload, prompt_len=workload.prompt_len - 1), step]
+
+
+def _slices(workload: Workload, options: Options) -> list[_Slice]:
+    """The pass as one slice, or two halves of the batch with microbatch overlap."""
+    if options.overlap != "microbatch":
+        return [_Slice(0, workload.batch, workload.tokens)]
+    if workload.batch < 2:
+        raise ConfigError("overlap='microbatch': needs batch >= 2 to split in two")
+    per_seq = workload.tokens // workload.batch
+    first = ceil_div(workload.batch, 2)
+    return [
+        _Slice(0, first, first * per_seq),
+        _Slice(1, workload.batch - first, (workload.batch - first) * per_seq),
+    ]
+
+
+def lower(
+    model: ModelSpec,
+    tp: int,
+    workload: Workload,
+    options: Options,
+    hw: Hardware,
+    table: KernelTable | None = None,
+) -> Programs:
+    """The programs of a ``tp``-way group: every rank runs the same one (one object,
+    :meth:`Programs.same`).
+
+    ``options.fused`` (default) lowers the norms as vLLM runs them for RMSNorm models: the
+    residual add that precedes a norm is fused into it (``fused_add_rms_norm``: read x and
+    the residual, write the new residual and the normed x, 4 tensors instead of 3 + 2, one
+    kernel instead of two). SwiGLU is one kernel in both modes (``silu_and_mul``: read
+    gate|up, write the product) and rotary stays its own kernel, as in vLLM, except with
+    ``launch="compiled"``, where the rotary embedding is folded into the attention kernel's
+    prologue. LayerNorm models keep separate adds (vLLM's LayerNorm models call the norm
+    and the add apart). ``table`` (measured GEMM times) overrides the GEMMs it matches.
+    """
+    engine = options.calibration.engine
+    runs = passes(workload, engine)
+    lo, build, mode = start_step(model, tp, runs[0], options, hw, table)
+    for k, run in enumerate(runs):
+        if k:
+            lo = lo.next_pass(run, options)
+        slices = _slices(run, options)
+        for mb in slices:
+            lo.embedding(mb)
+        for layer in range(model.num_layers):
+            if mode == "eager":
+                host.layer_python(build, engine, layer)
+            for block in (lo.attention_block, lo.mlp_block, lo.close_layer):
+                for mb in slices:
+                    block(mb, layer)
+        if run is runs[-1]:
+            for mb in slices:
+                lo.head(mb)
+    host.after_step(build, engine, workload.batch, model.num_layers)
+    return Programs.same(build.program(), tp)

@@ -1,0 +1,155 @@
+"""Building one rank's program: ops with their dependencies and launch costs.
+
+An :class:`OpBuilder` appends kernels, collectives and point-to-point sends and receives to
+one rank's op list. Each op belongs to a dependency chain (a micro-batch, say): by default
+it depends on the chain's latest op, so a chain runs in order while separate chains may
+overlap. Launch costs are the calibration's for the launch mode (:class:`LaunchCost`): a
+host launch per kernel and per communication call, and a device-side dispatch gap before
+every kernel (inside the kernel's slot from a CUDA graph; its own ``launch_overhead`` record
+when kernels are launched one by one, ``eager``). Host work of the engine (scheduling,
+sampling, Python per layer) is an op on the ``cpu`` stream that the launch thread runs
+itself; it never becomes a chain's latest op. The builder knows nothing of the model;
+:mod:`tpsim.core.lowering.lower` decides what to build.
+"""
+
+from __future__ import annotations
+
+from tpsim.calibration import LaunchCost
+from tpsim.core.kernels.costs import KernelCost
+from tpsim.core.program import P2P, CollectiveCall, Op, Program
+
+
+class OpBuilder:
+    """One rank's op list under construction, in a group of ``ranks``."""
+
+    def __init__(self, launch: LaunchCost, ranks: int, *, eager: bool = False) -> None:
+        self.launch = launch
+        self.eager = eager  # kernels launched one by one: the dispatch gap is overhead
+        self.ranks = ranks
+        self.ops: list[Op] = []
+        self.last: dict[int, int] = {}  # chain -> index of its latest op
+        self.group = 0  # the TP group its collectives run over (pipeline stages, replicas)
+        #: chain -> further ops its next op waits for (a pipeline stage's receive)
+        self.after: dict[int, tuple[int, ...]] = {}
+
+    def tail(self, chain: int) -> tuple[int, ...]:
+        """The chain's latest op as a dependency (none before its first op)."""
+        base = (self.last[chain],) if chain in self.last else ()
+        return base + self.after[chain] if chain in self.after else base
+
+    def _emit(self, chain: int, op: Op) -> int:
+        self.after.pop(chain, None)
+        self.ops.append(op)
+        self.last[chain] = len(self.ops) - 1
+        return self.last[chain]
+
+    def kernel(
+        self,
+        chain: int,
+        name: str,
+        kind: str,
+        layer: int,
+        cost: KernelCost,
+        detail: str,
+        site: str = "",
+        deps: tuple[int, ...] | None = None,
+    ) -> int:
+        """A compute kernel after its dispatch gap."""
+        gap = self.launch.gpu_gap_s
+        op = Op(
+            name,
+            kind,
+            layer,
+            site,
+            "compute",
+            self.launch.kernel_s,
+            cost.seconds if self.eager else cost.seconds + gap,  # a graph's slot holds the gap
+            cost.flops,
+            cost.bytes,
+            cost.category,
+            detail,
+            self.tail(chain) if deps is None else deps,
+            dispatch_s=gap if self.eager else 0.0,
+        )
+        return self._emit(chain, op)
+
+    def collective(
+        self,
+        chain: int,
+        op: str,
+        site: str,
+        layer: int,
+        nbytes: int,
+        deps: tuple[int, ...] | None = None,
+        part: str = "",
+    ) -> int | None:
+        """Collective ``op`` of ``nbytes`` over the group at ``site`` (named
+        ``site.op[part]``); None, and nothing built, on a group of one rank."""
+        if self.ranks == 1:
+            return None  # one rank: nothing to reduce or gather
+        o = Op(
+            f"{site}.{op}{part}",
+            "collective",
+            layer,
+            site,
+            "comm",
+            self.launch.collective_s,
+            0.0,
+            0.0,
+            nbytes,
+            "communication",
+            f"{op} {nbytes} B over {self.ranks} ranks",
+            self.tail(chain) if deps is None else deps,
+            CollectiveCall(op, nbytes, self.group),
+        )
+        return self._emit(chain, o)
+
+    def p2p(
+        self,
+        chain: int,
+        direction: str,
+        peer: int,
+        nbytes: int,
+        *,
+        name: str,
+        layer: int,
+        site: str = "",
+        tag: int = 0,
+        deps: tuple[int, ...] | None = None,
+        stream: str = "comm",
+    ) -> int:
+        """A point-to-point ``send`` of ``nbytes`` to rank ``peer`` or the ``recv`` of them
+        from it, on the comm stream (launched as a communication call)."""
+        o = Op(
+            name,
+            "p2p",
+            layer,
+            site,
+            stream,
+            self.launch.collective_s,
+            0.0,
+            0.0,
+            nbytes,
+            "communication",
+            "",
+            self.tail(chain) if deps is None else deps,
+            p2p=P2P(direction, peer, nbytes, tag),
+        )
+        return self._emit(chain, o)
+
+    def host(self, name: str, layer: int, seconds: float, detail: str,
+             deps: tuple[int, ...] = ()) -> int | None:  # fmt: skip
+        """Host work of ``seconds`` on the launch thread, after ``deps`` finish (none: as soon
+        as the thread gets there); None, and nothing built, if it takes no time."""
+        if seconds <= 0:
+            return None
+        op = Op(name, "host", layer, "", "cpu", 0.0, seconds, 0.0, 0, "host", detail, deps)
+        self.ops.append(op)
+        return len(self.ops) - 1
+
+    def program(self) -> Program:
+        """The op list built so far, after the launch mode's graph replay."""
+        return Program(ops=tuple(self.ops), replay_s=self.launch.replay_s)
+
+
+__all__ = ["OpBuilder"]

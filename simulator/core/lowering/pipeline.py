@@ -1,0 +1,139 @@
+"""Lower a layout (``dp`` replicas of ``pp`` stages of ``tp`` ranks) to one program per rank.
+
+Each stage runs the Megatron TP split (:mod:`tpsim.core.lowering.lower`) of its consecutive layers,
+the embedding on the first stage and the LM head on the last, for ``micro_batches``
+micro-batches one after the other (GPipe's forward: a stage takes micro-batch m + 1 as soon
+as it has finished m and received m + 1). Between stages, TP rank t of stage s sends each
+micro-batch's activations to TP rank t of stage s + 1 point to point: the hidden states
+and the residual ``[T_mb, d]`` each, as vLLM's ``IntermediateTensors`` carry them. Sends
+run on their own ``p2p`` stream; the receive of micro-batch m + 1 is posted on the comm
+stream after all of m's collectives, so it never holds up one of them, and m + 1's first
+kernel waits for it. Every stage does the engine's pre-step host work; sampling happens
+on the last.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tpsim.core.config import ConfigError, Options, Workload
+from tpsim.core.kernels.costs import Hardware
+from tpsim.core.kernels.kernel_table import KernelTable
+from tpsim.core.lowering import host
+from tpsim.core.lowering.lower import _Slice, passes, start_step
+from tpsim.core.program import Program, Programs
+from tpsim.models.spec import ModelSpec
+
+_NEXT, _PREV = 1, -1  # placeholder peers of a stage program: the next or previous stage
+
+
+def micro_slices(workload: Workload, micro_batches: int) -> list[_Slice]:
+    """The batch split into ``micro_batches`` micro-batches of whole sequences (the first
+    ``batch % M`` take one more)."""
+    b, m = workload.batch, micro_batches
+    if m > b:
+        raise ConfigError(f"micro_batches={m}: more than batch={b} sequences to split")
+    per_seq = workload.tokens // b
+    sizes = [b // m + (1 if i < b % m else 0) for i in range(m)]
+    return [_Slice(i, n, n * per_seq) for i, n in enumerate(sizes)]
+
+
+def stage_program(
+    model: ModelSpec,
+    tp: int,
+    workload: Workload,
+    options: Options,
+    hw: Hardware,
+    table: KernelTable | None,
+    *,
+    layers: range,
+    first: bool,
+    last: bool,
+    micro_batches: int,
+    group: int,
+) -> Program:
+    """One TP rank's program of a stage; p2p peers are the placeholders ``_PREV``/``_NEXT``."""
+    engine = options.calibration.engine
+    runs = passes(workload, engine)
+    lo, build, mode = start_step(model, tp, runs[0], options, hw, table, group)
+    act = lo.act_b
+    chain = 0  # one chain: micro-batch m + 1 follows m on every stream
+    # every (pass, micro-batch) in order, numbered for the tags of its sends
+    work = [(run, mb) for run in runs for mb in micro_slices(run, micro_batches)]
+
+    def recv(n: int) -> None:
+        mb = work[n][1]
+        nbytes = round(2 * mb.tokens * lo.d * act)  # hidden states + residual: 2 x [T_mb, d]
+        i = build.p2p(-1 - n, "recv", _PREV, nbytes, name="pp_recv",
+                      layer=layers.start, site="pp", tag=n, deps=())  # fmt: skip
+        build.after[chain] = (i,)
+
+    if not first:
+        recv(0)
+    for n, (run, mb) in enumerate(work):
+        if run is not lo.w:
+            lo = lo.next_pass(run, options)
+        one = _Slice(chain, mb.batch, mb.tokens)
+        if first:
+            lo.embedding(one)
+        for layer in layers:
+            if mode == "eager":
+                host.layer_python(build, engine, layer)
+            lo.attention_block(one, layer)
+            lo.mlp_block(one, layer)
+            lo.close_layer(one, layer)
+        if last and run is runs[-1]:
+            lo.head(one)
+        elif not last:
+            nbytes = round(2 * mb.tokens * lo.d * act)
+            build.p2p(-(10**6) - n, "send", _NEXT, nbytes, name="pp_send",
+                      layer=layers.stop - 1, site="pp", tag=n,
+                      deps=build.tail(chain), stream="p2p")  # fmt: skip
+        if not first and n + 1 < len(work):
+            recv(n + 1)
+    if last:
+        host.after_step(build, engine, workload.batch, model.num_layers)
+    return build.program()
+
+
+def lower_layout(
+    model: ModelSpec,
+    tp: int,
+    stages: tuple[range, ...],
+    replicas: int,
+    workload: Workload,
+    options: Options,
+    hw: Hardware,
+    table: KernelTable | None = None,
+    micro_batches: int = 1,
+) -> Programs:
+    """The programs of every rank ``(d * pp + s) * tp + t`` of the layout."""
+    pp = len(stages)
+    per_stage = [
+        stage_program(model, tp, workload, options, hw, table, layers=layers,
+                      first=s == 0, last=s == pp - 1, micro_batches=micro_batches, group=s)
+        for s, layers in enumerate(stages)
+    ]  # fmt: skip
+    out: list[Program] = []
+    for d in range(replicas):
+        for s, program in enumerate(per_stage):
+            for t in range(tp):
+                out.append(_bind(program, (d * pp + s) * tp + t, tp, d * pp))
+    return Programs(tuple(out))
+
+
+def _bind(program: Program, rank: int, tp: int, group_shift: int) -> Program:
+    """``program`` on ``rank``: placeholder peers to ranks, collectives to its group."""
+    ops = []
+    for op in program.ops:
+        if op.p2p is not None:
+            peer = rank + tp * op.p2p.peer
+            op = replace(op, p2p=replace(op.p2p, peer=peer))
+        elif op.collective is not None and group_shift:
+            call = op.collective
+            op = replace(op, collective=replace(call, group=call.group + group_shift))
+        ops.append(op)
+    return replace(program, ops=tuple(ops))
+
+
+__all__ = ["lower_layout", "micro_slices", "stage_program"]

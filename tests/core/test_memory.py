@@ -1,0 +1,89 @@
+"""The memory model: weights, KV cache and activations per GPU against usable HBM."""
+
+from __future__ import annotations
+
+import pytest
+from tpsim import ConfigError, Options, Workload, simulate
+from tpsim.calibration import default as default_calibration
+from tpsim.cli import main
+from tpsim.core.memory import activation_elements, memory_per_gpu
+from tpsim.models.catalog import get_model
+from tpsim.topologies.gpus import get_gpu
+
+
+def test_llama_3_1_8b_at_tp2_by_hand() -> None:
+    # d = 4096, 32 layers, 32 heads -> 16 per GPU, 8 KV heads -> 4, head_dim 128,
+    # I = 14336 -> 7168 per GPU, vocab 128256 -> 64128 per GPU; bf16 (2 bytes).
+    # Linear weights per layer: QKV 4096 x (16 + 2*4) * 128 = 12,582,912
+    #   + O 16*128 x 4096 = 8,388,608 + gate/up/down 3 x 4096 x 7168 = 88,080,384
+    #   = 109,051,904; x 32 layers = 3,489,660,928
+    # Other: norms 2 x 4096 x 32 = 262,144; embedding and LM head 64128 x 4096 each
+    #   = 2 x 262,668,288; final norm 4096; total 525,602,816
+    # Weights: (3,489,660,928 + 525,602,816) x 2 B = 8,030,527,488
+    # KV cache: batch 4 x context 1024 x 4 KV heads x 128 x 2 (K, V) x 32 layers x 2 B
+    #   = 268,435,456
+    # Activations: T = 4 tokens; attention 3*4096 + 24*128 + 16*128 = 17,408 wide,
+    #   MLP 2*4096 + 3*7168 = 29,696 wide (the peak): 4 x 29,696 x 2 B = 237,568,
+    #   plus fp32 logits 4 x 128,256 x 4 B = 2,052,096 -> 2,289,664
+    # Capacity: 90% of 80 GiB less 1 GiB of runtime = 77,309,411,328 - 1,073,741,824
+    mem = memory_per_gpu(
+        get_model("llama-3.1-8b"),
+        2,
+        Workload(4, "decode", context_len=1024),
+        Options(),
+        get_gpu("h100-sxm"),
+    )
+    assert mem.weights_bytes_per_gpu == 8_030_527_488
+    assert mem.kv_cache_bytes_per_gpu == 268_435_456
+    assert mem.activation_bytes_per_gpu == 2_289_664
+    assert mem.total_bytes_per_gpu == 8_030_527_488 + 268_435_456 + 2_289_664
+    assert (
+        mem.capacity_bytes_per_gpu
+        == 77_309_411_328 - 1_073_741_824
+        == (int(80 * 2**30 * 0.9) - default_calibration().memory.runtime_bytes)
+    )
+    assert mem.fits
+
+
+def test_fp8_halves_the_linear_weights_only() -> None:
+    model, wl = get_model("llama-3.1-8b"), Workload(4, "decode", context_len=1024)
+    h100 = get_gpu("h100-sxm")
+    bf16 = memory_per_gpu(model, 2, wl, Options(), h100)
+    fp8 = memory_per_gpu(model, 2, wl, Options(dtype="fp8"), h100)
+    assert fp8.weights_bytes_per_gpu == 3_489_660_928 * 1 + 525_602_816 * 2
+    assert fp8.kv_cache_bytes_per_gpu == bf16.kv_cache_bytes_per_gpu // 2  # KV follows dtype
+    kv16 = memory_per_gpu(model, 2, wl, Options(dtype="fp8", kv_dtype="bf16"), h100)
+    assert kv16.kv_cache_bytes_per_gpu == bf16.kv_cache_bytes_per_gpu
+
+
+def test_prefill_activations_grow_linearly_with_the_prompt() -> None:
+    # FlashAttention keeps no [S, S] scores: doubling the prompt doubles the workspace
+    model = get_model("llama-3.1-8b")
+    one = activation_elements(model, 1, Workload(1, "prefill", prompt_len=16384))
+    two = activation_elements(model, 1, Workload(1, "prefill", prompt_len=32768))
+    assert two == 2 * one == 2 * 16384 * (2 * 4096 + 3 * 14336)
+
+
+def test_405b_on_one_h100_is_refused_and_allow_oom_reports_it(capsys) -> None:  # type: ignore[no-untyped-def]
+    wl = Workload(1, "decode", context_len=1024)
+    with pytest.raises(ConfigError, match=r"does not fit on h100-sxm: needs 812\.\d GB"):
+        simulate("llama-3.1-405b", "dgx-h100", 1, wl)
+    r = simulate("llama-3.1-405b", "dgx-h100", 1, wl, Options(allow_oom=True))
+    assert r.summary["memory"]["fits"] is False
+    assert r.summary["memory"]["total_bytes_per_gpu"] > 800e9
+    args = ["run", "--model", "llama-3.1-405b", "--topology", "dgx-h100", "--tp", "1"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "available" in err and "--allow-oom" in err
+
+
+def test_shard_sizes_by_hand() -> None:
+    # Llama-3.1-70B: 64 query heads, 8 KV heads, MLP 28672, vocab 128256; TP 16 gives
+    # 64/16 = 4 heads, 8 KV heads over 16 ranks = 1 each held by 2, 28672/16, 128256/16.
+    from tpsim.core.lowering.shard import Shard, shard
+
+    assert shard(get_model("llama-3.1-70b"), 16) == Shard(16, 4, 1, 2, 1792, 8016)
+    # vocab 32000 over 3 ranks pads to 10667 rows each; MLP 11008 / 3 to 3670
+    assert shard(get_model("llama-2-7b"), 1).vocab == 32000
+    spec = get_model("llama-2-7b")
+    assert (shard(spec, 3).vocab, shard(spec, 3).mlp_width) == (10667, 3670)

@@ -1,0 +1,134 @@
+"""`tpsim compare`: configurations zipped from comma lists, the table, the verdict."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tpsim.cli import main
+from tpsim.outputs.text import NEAR_TIE, regime_shares, regime_text
+
+QUESTION_NODES = [
+    "compare", "--model", "llama-3.1-70b", "--topology", "dgx-h100", "--tp", "8,16",
+    "--nodes", "1,2", "--batch", "8", "--context-len", "2048",
+]  # fmt: skip
+QUESTION_GRAPHS = [
+    "compare", "--model", "llama-3.1-8b", "--topology", "dgx-h100", "--tp", "4",
+    "--launch", "eager,graph", "--batch", "8",
+]  # fmt: skip
+
+
+def _json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> dict:
+    assert main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(c))
+
+
+def test_one_node_against_two_answers_in_a_sentence(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(QUESTION_NODES) == 0
+    out = capsys.readouterr().out
+    *_, sentence = out.strip().splitlines()
+    assert "x the tokens/s of" in sentence and sentence.endswith(".")
+    # the cause names communication and the network the second configuration crosses
+    assert "communication" in sentence and "NICs per host" in sentence
+    assert "TP 8, 1 node" in out and "TP 16, 2 nodes" in out
+    for assumption in ("gpu", "links", "network", "engine", "launch"):
+        assert f"  {assumption}" in out
+
+
+def test_the_verdict_follows_the_numbers(capsys: pytest.CaptureFixture[str]) -> None:
+    j = _json(capsys, QUESTION_GRAPHS)
+    eager, graph = j["configurations"]
+    assert eager["label"] == "eager launch" and graph["label"] == "graph launch"
+    faster = max(j["configurations"], key=lambda c: c["summary"]["tokens_per_s"])
+    slower = min(j["configurations"], key=lambda c: c["summary"]["tokens_per_s"])
+    ratio = faster["summary"]["tokens_per_s"] / slower["summary"]["tokens_per_s"]
+    assert j["verdict"].startswith(f"{faster['label']} gives {ratio:.2f}x the tokens/s of")
+    # eager loses on the host side: launch overhead is the part that changes most
+    assert "less kernel launch overhead" in j["verdict"]
+    assert graph["ratios"]["tokens_per_s"] == pytest.approx(
+        graph["summary"]["tokens_per_s"] / eager["summary"]["tokens_per_s"]
+    )
+    assert eager["ratios"]["latency_s"] == 1.0
+
+
+def test_per_gpu_efficiency_is_named_when_it_disagrees(capsys: pytest.CaptureFixture[str]) -> None:
+    j = _json(capsys, QUESTION_NODES)
+    per_gpu = [c["summary"]["tokens_per_s_per_gpu"] for c in j["configurations"]]
+    total = [c["summary"]["tokens_per_s"] for c in j["configurations"]]
+    disagree = (per_gpu[0] > per_gpu[1]) != (total[0] > total[1])
+    assert ("tokens/s per GPU" in j["verdict"]) == disagree
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--tp", "8,16", "--nodes", "1,2,3"], "--tp=8,16: 2 values, but --nodes has 3"),
+        (["--tp", "8"], "give two or more values"),
+        (["--tp", "8,8"], "two configurations are the same"),
+        (["--tp", "8,"], "an empty value"),
+        (["--tp", "8,x"], "invalid int value"),
+        (["--tp", "8,16", "--engine", "nope,vllm"], "nope"),
+    ],
+)
+def test_bad_comparisons_exit_2_with_one_line(
+    capsys: pytest.CaptureFixture[str], argv: list[str], needle: str
+) -> None:
+    base = ["compare", "--model", "llama-3.1-8b", "--topology", "dgx-h100"]
+    assert main([*base, *argv]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and needle in err
+
+
+def _summary(parts: dict[str, float], regime: str) -> dict:
+    return {"latency_s": sum(parts.values()), "breakdown_s": parts, "regime": regime}
+
+
+def test_regime_comes_with_its_share_and_a_near_runner_up() -> None:
+    tie = _summary({"memory": 0.53, "communication": 0.47}, "memory-bound")
+    assert regime_text(tie) == "memory-bound (53%; communication 47%)"
+    clear = _summary({"memory": 0.80, "communication": 0.20}, "memory-bound")
+    assert regime_text(clear) == "memory-bound (80%)"
+    # host work and launches count together, as the regime does
+    over = _summary({"host": 0.3, "launch_overhead": 0.3, "memory": 0.4}, "overhead-bound")
+    assert regime_shares(over)[0] == ("overhead-bound", pytest.approx(0.6))
+    edge = _summary({"memory": 0.5 + NEAR_TIE / 2, "compute": 0.5 - NEAR_TIE / 2}, "memory-bound")
+    assert "; compute" in regime_text(edge)
+
+
+def test_compare_gantt_puts_configurations_on_one_time_axis(
+    tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tpsim.experiments.plots.gantt import gantt_compare, gantt_figure  # noqa: F401
+
+    out = tmp_path / "cmp.svg"
+    assert main([*QUESTION_GRAPHS, "--gantt", str(out)]) == 0
+    assert f"wrote {out}" in capsys.readouterr().out
+    svg = out.read_text()
+    assert "eager launch · CPU" in svg and "graph launch · CPU" in svg  # lanes by configuration
+    assert svg.count("<title>") > 100  # tooltips on the bars of both
+    assert main([*QUESTION_GRAPHS, "--gantt", str(tmp_path / "x.txt")]) == 2
+
+
+def test_compare_rows_of_a_results_file(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    import csv
+
+    out = tmp_path / "s.csv"
+    sweep = ["sweep", "--model", "llama-3.1-8b", "--topology", "dgx-h100", "--tp", "2,4"]
+    assert main([*sweep, "--batch", "8", "--out", str(out), "--quiet", "--jobs", "1"]) == 0
+    capsys.readouterr()
+    with out.open() as f:
+        rows = list(csv.DictReader(f))
+    ids = ",".join(r["point_id"] for r in rows)
+    j = _json(capsys, ["compare", "--results", str(out), "--rows", ids])
+    assert [c["summary"]["tokens_per_s"] for c in j["configurations"]] == [
+        float(r["tokens_per_s"]) for r in rows
+    ]
+    assert "x the tokens/s of" in j["verdict"]
+    for argv, needle in (
+        (["--rows", ids], "--results and --rows go together"),
+        (["--results", str(out), "--rows", "nope,other"], "point_id='nope' is not in"),
+        (["--results", str(out), "--rows", rows[0]["point_id"]], "two or more different"),
+    ):
+        assert main(["compare", *argv]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and needle in err

@@ -1,0 +1,104 @@
+"""Golden summaries of the named studies: facts a reader can check by hand or by structure
+(which TP is fastest, which placement is slower), not long floats from opaque runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from tpsim.cli import main
+from tpsim.experiments.studies import STUDIES, in_node_vs_cross_node, launch_overhead
+from tpsim.experiments.studies.worked_examples import worked_examples
+
+KiB, MiB = 1024, 1024**2
+
+
+def test_worked_examples_of_the_design() -> None:
+    s = worked_examples(jobs=1).summary
+    assert s["allreduce_8e6_over_300GBps_us"] == pytest.approx(8e6 / 300e9 * 1e6)  # 26.67
+    assert s["layer_with_20us_compute_is_communication_bound"]
+    assert s["tp4_batch32"] == {
+        "allreduces": 64,  # 2 per layer x 32 layers
+        "payload_bytes": 256 * KiB,  # 32 tokens x 4096 x 2 B
+        "sent_per_allreduce": 384 * KiB,  # 2(p-1)/p x 256 KiB at p = 4
+        "bytes_sent_per_gpu": 24 * MiB,  # 64 x 384 KiB
+    }
+    assert s["tp4_batch1_payload_bytes"] == 8 * KiB
+    assert s["napkin_70b_bf16_weights_GB"] == 140
+    assert 33 < s["llama_2_70b_tp4_weights_per_gpu_GB"] < 36  # about 35
+    assert s["pcie_tp8_below_tp4"] and s["pcie_tp8_regime"] == "communication-bound"
+    assert s["cross_node_over_in_node_latency"] > 1.2
+
+
+def test_tp_batch_sweep_headline(demo_run: tuple[Path, list[str]]) -> None:
+    out, lines = demo_run  # tpsim demo runs this study
+    s = json.loads((out / "tp_batch_sweep.json").read_text())
+    # 70.6e9 x 2 B = 141 GB does not fit one 80 GB H100; TP 2 holds 71 GB of weights and
+    # leaves no room for the KV cache of 32 x 2048 tokens (10.7 GB at TP 2)
+    assert s["fits"] == {
+        "1": [],
+        "2": [1, 8],
+        "4": [1, 8, 32, 128],
+        "8": [1, 8, 32, 128],
+        "16": [1, 8, 32, 128],
+    }
+    # memory-bound decode: halving the weights per GPU pays up to TP 8, but not across nodes
+    assert set(s["pays_up_to"].values()) == {8}
+    assert all(1.25 < g["8"] < 2 for g in s["doubling_gain"].values())
+    assert all(g["16"] < 1.25 for g in s["doubling_gain"].values())
+    assert s["best_tp"]["128"] == 8  # at large batch TP 16 over InfiniBand is slower
+    assert s["best_tp_per_gpu"] == {"1": 2, "8": 2, "32": 4, "128": 4}  # smallest that fits
+    assert set(s["regime_tp8"].values()) == {"memory-bound"}
+    assert any("more TP pays up to TP 8" in line for line in lines)
+
+
+def test_in_node_vs_cross_node() -> None:
+    study = in_node_vs_cross_node(jobs=2)
+    s = study.summary
+    assert all(s["tp8_cross_slower_than_tp8_in_node"].values())  # 4 + 4 over InfiniBand
+    assert all(r > 1.5 for r in s["comm_ratio_tp8_cross_over_in_node"].values())
+    # TP 16 over two nodes: twice the GPUs for at most a few percent more tokens/s
+    assert all(g < 1.1 for g in s["tp16_cross_gain_over_tp8_in_node"].values())
+    # (at batch 32 TP 16 may win or lose outright by a few percent: a near tie that moves
+    # with the all-reduce kernels' calibration, so no claim on its sign)
+    assert {r["hosts"] for r in study.rows} == {1, 2}
+
+
+def test_launch_overhead() -> None:
+    s = launch_overhead(jobs=2).summary
+    assert s["eager_slowest"] and s["compiled_fastest"]
+    ratio = s["eager_over_graph"]
+    # the host's per-kernel launches matter less as kernels grow with the model
+    assert ratio["llama-3.1-8b"] > ratio["llama-2-13b"] > ratio["llama-3.1-70b"] > 1
+    assert s["regime"]["llama-3.1-8b eager"] == "overhead-bound"
+    assert s["regime"]["llama-3.1-8b graph"] != "overhead-bound"
+
+
+def test_study_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert set(STUDIES) == {
+        "worked_examples",
+        "tp_batch_sweep",
+        "in_node_vs_cross_node",
+        "launch_overhead",
+        "engines",
+        "tp_vs_pp_vs_dp",
+    }
+    assert main(["study", "worked_examples", "--out", str(tmp_path), "--json"]) == 0
+    j = json.loads(capsys.readouterr().out)
+    assert j["study"] == "worked_examples" and j["summary"]["tp4_batch1_payload_bytes"] == 8192
+    assert (tmp_path / "worked_examples.csv").is_file()
+    assert main(["study", "nope"]) == 2
+
+
+def test_engines_study_shows_where_the_engine_sets_the_limit(tmp_path: Path) -> None:
+    from tpsim.experiments.studies.engines import engines
+
+    s = engines(tmp_path, jobs=2)
+    gain, host = s.summary["tp8_over_tp4"], s.summary["host_share_at_tp8"]
+    assert gain["llama-3.1-8b ideal"] > 1.25 and host["llama-3.1-8b ideal"] == 0
+    assert gain["llama-3.1-8b vllm-v0"] < 1.0  # Ray coordination grows with the workers
+    assert host["llama-3.1-8b vllm-v0"] > 0.5
+    assert gain["llama-3.1-70b vllm"] > 1.25
+    assert (tmp_path / "engines.png").stat().st_size > 10_000
+    assert (tmp_path / "engines.csv").read_text().count("\n") == 25  # header + 24 points

@@ -1,0 +1,28 @@
+"""A real local Dask cluster (scheduler and worker as processes) killed mid-sweep: the sweep
+exits 3 within seconds saying how many points remain, and after ``--resume`` on the restored
+cluster the rows equal an uninterrupted run's (tests/support/kill_loop.py loops this)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import kill_loop
+import pytest
+
+pytest.importorskip("distributed")
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    return kill_loop.reference(tmp_path_factory.mktemp("reference"))
+
+
+def test_dask_scheduler_killed(tmp_path: Path, reference: list[str]) -> None:
+    outcome = kill_loop.dask_scheduler_killed(tmp_path, reference, random.Random(1))
+    assert outcome.ok, outcome.detail
+
+
+def test_dask_workers_all_killed(tmp_path: Path, reference: list[str]) -> None:
+    outcome = kill_loop.dask_workers_killed(tmp_path, reference, random.Random(2))
+    assert outcome.ok, outcome.detail

@@ -1,0 +1,221 @@
+"""Issue #17's review of the sweep plots and of the words of sweeps and studies: each defect
+a user found, seen through matplotlib's artists (or the printed text) on hand-made rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tpsim.cli import main
+from tpsim.experiments.plots import sweep as sp
+from tpsim.experiments.plots.figures import plot_results
+from tpsim.experiments.plots.words import assumption_lines, row_regime_text
+from tpsim.experiments.studies import _table
+
+BATCHES = (1, 2, 4, 8, 16, 32, 64)
+
+
+def row(tp: int, batch: int, *, hosts: int = 1, phase: str = "decode", **kw: Any) -> dict[str, Any]:
+    """A simulated row: memory 60 % of the path, communication the rest (unless given)."""
+    lat = kw.pop("latency_s", 1e-3 * batch / tp + 1e-3)
+    mem = kw.pop("memory_share", 0.6)
+    r = {
+        "point_id": f"{tp:04x}{batch:04x}{hosts:08x}",
+        "model": "m",
+        "topology": kw.pop("topology", "dgx-h100"),
+        "nodes": hosts,
+        "gpus_per_node": 0,
+        "tp": tp,
+        "batch": batch,
+        "phase": phase,
+        "prompt_len": 512 if phase == "prefill" else None,
+        "context_len": 1024 if phase == "decode" else None,
+        "dtype": "bf16",
+        "kv_dtype": None,
+        "launch": "graph",
+        "overlap": "none",
+        "allreduce_algo": "auto",
+        "sequence_parallel": False,
+        "ideal": False,
+        "engine": "vllm",
+        "gpu": "h100-sxm",
+        "hosts": hosts,
+        "latency_s": lat,
+        "tokens_per_s": batch / lat * tp**0.5,
+        "tokens_per_s_per_gpu": batch / lat / tp**0.5,
+        "regime": "memory-bound" if mem >= 0.5 else "communication-bound",
+        "compute_s": 0.0,
+        "memory_s": mem * lat,
+        "communication_s": (1 - mem) * lat,
+        "launch_overhead_s": 0.0,
+        "host_s": 0.0,
+        "idle_s": 0.0,
+        "fits": True,
+        "error": None,
+    }
+    return r | kw
+
+
+def grid(**kw: Any) -> list[dict[str, Any]]:
+    rows = [row(tp, b, **kw) for tp in (1, 2, 4, 8) for b in BATCHES]
+    return rows + [row(16, b, hosts=2, **kw) for b in BATCHES]
+
+
+def test_plots_of_a_sweep_come_with_an_index(tmp_path: Path) -> None:
+    """Defect: loose PNGs, no index. Every figure is listed in index.html with a caption."""
+    written = plot_results(grid(), tmp_path, gantt_ids=[])
+    index = (tmp_path / "index.html").read_text()
+    pngs = sorted(p.name for p in tmp_path.glob("*.png"))
+    assert written[-1] == tmp_path / "index.html" and len(pngs) == 4
+    for name in pngs:
+        assert f'<img src="{name}"' in index and f"<figcaption>{name}: " in index
+
+
+def test_breakdown_shows_every_batch_each_on_its_scale() -> None:
+    """Defect: 2-3 batches on one linear axis, 25 s bars flattening 1 ms ones."""
+    fig = sp.draw_breakdown_bars(grid(), title="t")
+    shown = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in shown] == [f"batch {b}" for b in BATCHES]
+    tops = [ax.get_ylim()[1] for ax in shown]
+    assert tops[-1] > 5 * tops[0]  # each panel scaled to its own bars
+
+
+def test_breakdown_labels_prefill_per_pass() -> None:
+    """Defect: prefill labelled "ms per step"."""
+    pre = sp.draw_breakdown_bars(grid(phase="prefill"), title="t")
+    dec = sp.draw_breakdown_bars(grid(), title="t")
+    assert pre.axes[0].get_ylabel() == "ms per pass (prefill)"
+    assert dec.axes[0].get_ylabel() == "ms per step (decode)"
+
+
+def test_throughput_ticks_plain_and_legend_off_the_data() -> None:
+    """Defects: 1.5x10^4 log labels; a legend over the TP 16 points."""
+    fig = sp.draw_throughput_vs_tp(grid(), title="t")
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    for ax in fig.axes:
+        labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+        assert labels and not any("$" in t or "times" in t for t in labels)
+        legend = ax.get_legend()
+        if legend is not None:
+            box, area = legend.get_window_extent(renderer), ax.get_window_extent(renderer)
+            assert box.x0 >= area.x1  # beside the axes, not on them
+    assert any(ax.get_legend() is not None for ax in fig.axes)
+
+
+def test_host_boundary_marked_on_tp_axes() -> None:
+    """Defect: nothing marks where a group crosses into a second host."""
+    for draw in (sp.draw_throughput_vs_tp, sp.draw_in_node_vs_cross_node):
+        fig = draw(grid(), title="t")
+        marks = [ln for ax in fig.axes for ln in ax.get_lines() if ln.get_gid() == sp.HOST_BOUNDARY]
+        assert marks and all(8 < ln.get_xdata()[0] < 16 for ln in marks)  # type: ignore[index]
+    one_host = [r for r in grid() if r["hosts"] == 1]
+    fig = sp.draw_throughput_vs_tp(one_host, title="t")
+    assert not [ln for ax in fig.axes for ln in ax.get_lines() if ln.get_gid()]
+
+
+def test_in_node_vs_cross_node_all_batches_from_zero_with_ratio() -> None:
+    """Defect: 4 of 7 batches, a y-axis not from zero, no ratio."""
+    fig = sp.draw_in_node_vs_cross_node(grid(), title="t")
+    shown = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in shown] == [f"batch {b}" for b in BATCHES]
+    assert all(ax.get_ylim()[0] == 0 for ax in shown)
+    for ax in shown:
+        ratios = [t.get_text() for t in ax.texts if t.get_gid() == "ratio"]
+        assert len(ratios) == 1 and ratios[0].endswith("x TP 16\nin one host") is False
+        assert "x TP 8" in ratios[0]
+
+
+def test_regime_legend_lists_only_regimes_present() -> None:
+    """Defect: legends list regimes that do not appear."""
+    fig = sp.draw_regime_map([row(tp, b) for tp in (1, 2) for b in (1, 8)], title="t")
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert labels == ["memory-bound"]
+
+
+def test_regime_map_shows_the_margin_of_near_ties() -> None:
+    """Defect: a near tie (memory 53 %, communication 47 %) painted as a clear regime."""
+    rows = [row(1, 1, memory_share=0.9), row(2, 1, memory_share=0.53)]
+    fig = sp.draw_regime_map(rows, title="t")
+    ax = fig.axes[0]
+    texts = sorted(t.get_text() for t in ax.texts)
+    assert any("memory 90%" in t and "communication" not in t for t in texts)
+    assert any("memory 53%" in t and "communication 47%" in t for t in texts)
+    ties = [p for p in ax.patches if p.get_gid() == "tie"]
+    assert len(ties) == 1 and ties[0].get_xy() == (0.5, -0.5)  # the TP 2 cell alone
+    grid_values = ax.images[0].get_array()
+    assert grid_values[0][0] != grid_values[0][1]  # a lighter shade of the same regime
+
+
+def test_series_share_axes(tmp_path: Path) -> None:
+    """Defect: series (H100 vs L40S) never on shared axes."""
+    h100, l40s = grid(), grid(topology="pcie-l40s", gpu="l40s")
+    fig = sp.draw_series_comparison({"dgx-h100": h100, "pcie-l40s": l40s}, title="t")
+    shown = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(shown) == len(BATCHES)
+    assert all(len(ax.get_lines()) == 2 for ax in shown)
+    assert len({ax.get_ylim() for ax in shown}) == 1  # one shared scale
+    plot_results(h100 + l40s, tmp_path, gantt_ids=[])
+    assert "compare_series.png" in (tmp_path / "index.html").read_text()
+
+
+def test_sweep_plots_are_deterministic(tmp_path: Path) -> None:
+    for out in ("a", "b"):
+        plot_results(grid(), tmp_path / out, gantt_ids=[])
+    for p in sorted((tmp_path / "a").iterdir()):
+        assert p.read_bytes() == (tmp_path / "b" / p.name).read_bytes(), p.name
+
+
+def test_regime_text_of_rows_and_study_tables() -> None:
+    """Defect: the regime without its share or its near runner-up."""
+    assert row_regime_text(row(1, 1, memory_share=0.53)) == "memory-bound (53%; communication 47%)"
+    assert row_regime_text(row(1, 1, memory_share=0.9)) == "memory-bound (90%)"
+    lines = _table([row(1, 1, memory_share=0.53)], lambda r: "x")
+    assert lines[1].endswith("memory-bound (53%; communication 47%)")
+
+
+def test_assumptions_of_rows() -> None:
+    lines = assumption_lines(grid())
+    assert len(lines) == 2  # one host; the TP 16 group over two
+    assert "network not used (one host)" in lines[0] and "engine vllm" in lines[0]
+    assert "NICs per host" in lines[1] and "launch graph" in lines[1]
+
+
+def test_sweep_prints_its_assumptions(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["sweep", "--model", "llama-3.1-8b", "--topology", "dgx-h100", "--tp", "1,2"]
+    args += ["--out", str(tmp_path / "s.csv"), "--quiet", "--jobs", "1"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "assumptions (dgx-h100): gpu " in out and "engine " in out and "launch " in out
+    assert "regime: memory-bound at 2 points (" in out
+
+
+def test_layouts_beyond_tp_are_drawn_not_collapsed(tmp_path: Path) -> None:
+    """A sweep over dp (or pp): each (tp, layout, batch) is its own point, a line per layout
+    in the throughput plot, a bar and a regime-map column each."""
+    rows = [
+        row(tp, 8, dp=dp, pp=1, micro_batches=1) | {"point_id": f"{tp}-{dp}"}
+        for tp in (2, 4)
+        for dp in (1, 2)
+    ]
+    fig = sp.draw_throughput_vs_tp(rows, title="t")
+    labels = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
+    assert labels == ["batch 8", "batch 8, DP 2"]
+    bars = sp.draw_breakdown_bars(rows, title="t")
+    ticks = [t.get_text() for t in bars.axes[0].get_xticklabels()]
+    assert ticks == ["TP 2", "TP 2 x DP 2", "TP 4", "TP 4 x DP 2"]
+    cols = [t.get_text() for t in sp.draw_regime_map(rows, title="t").axes[0].get_xticklabels()]
+    assert cols == ["TP 2", "TP 2 x DP 2", "TP 4", "TP 4 x DP 2"]
+    written = plot_results(rows, tmp_path, gantt_ids=[])
+    assert any(p.name == "regime_map.png" for p in written)
+
+
+def test_a_narrow_log_axis_still_has_labels() -> None:
+    rows = [row(2, 8), row(4, 8, latency_s=1.2e-3)]
+    fig = sp.draw_throughput_vs_tp(rows, title="t")
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    shown = [t.get_text() for t in ax.get_yticklabels(minor=True) if t.get_text()]
+    shown += [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+    assert shown  # within one decade the minor ticks carry the labels

@@ -1,0 +1,216 @@
+"""Tests of topology files: loading, saving, validation of good and bad files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import networkx as nx
+import pytest
+from tpsim.topologies import (
+    GPUS,
+    Routes,
+    TopologyError,
+    build,
+    get_topology,
+    load_topology,
+    ring_order,
+    save_topology,
+)
+
+DATA = Path(__file__).parents[1] / "data" / "topologies"
+
+
+# --- topology files ------------------------------------------------------------------------
+
+
+def test_load_yaml_pair():
+    g = load_topology(DATA / "pair.yaml")
+    assert (g.graph["name"], g.graph["nvls"], g.graph["hosts"], g.graph["gpus_per_host"]) == (
+        "two-gpus",
+        False,
+        1,
+        2,
+    )
+    assert g.nodes["gpu1"]["gpu"] is GPUS["h100-sxm"] and g.nodes["gpu1"]["rank"] == 1
+    assert g.edges["gpu1", "gpu0"] == {
+        "bandwidth_Bps": 300e9,
+        "latency_s": 0.5e-6,
+        "link": "nvlink",
+    }
+
+
+def test_load_json_ring():
+    g = load_topology(str(DATA / "ring4.json"))
+    routes = Routes(g)
+    assert g.number_of_edges() == 8
+    assert routes.bandwidth_Bps(0, 2) == 100e9
+    assert routes.latency_s(0, 2) == pytest.approx(4e-6)  # two hops of 2 µs
+    assert routes.path(0, 2) == (("gpu0", "gpu1"), ("gpu1", "gpu2"))  # tie: lexicographic
+    assert ring_order(routes, range(4)) == [0, 1, 2, 3]
+
+
+def test_custom_gpu_in_file():
+    spec = load_topology(DATA / "fat_ring.yaml").nodes["gpu0"]["gpu"]
+    assert (spec.name, spec.bf16_flops, spec.hbm_bytes, spec.matmul_efficiency) == (
+        "x",
+        100e12,
+        16e9,
+        0.75,
+    )
+
+
+def _same(a: nx.DiGraph, b: nx.DiGraph) -> None:
+    assert a.graph == b.graph
+    assert list(a.nodes(data=True)) == list(b.nodes(data=True))
+    assert sorted(a.edges(data=True)) == sorted(b.edges(data=True))
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".json"])
+@pytest.mark.parametrize(
+    "source", ["dgx-h100", "pcie-rtx4090", "mi300x", "dgx-a100x2", "fat_ring.yaml", "pair.yaml"]
+)
+def test_save_load_round_trip(tmp_path, source, suffix):
+    if source.endswith(".yaml"):
+        g = load_topology(DATA / source)
+    elif source == "dgx-a100x2":
+        g = build("dgx-a100", 2)
+    else:
+        g = build(source)
+    path = tmp_path / f"saved{suffix}"
+    save_topology(g, path)
+    _same(g, load_topology(path))
+
+
+def test_get_topology_names_and_files(tmp_path):
+    assert get_topology("DGX-H100").graph["name"] == "dgx-h100"
+    assert Routes(get_topology("dgx-h100", nodes=2)).num_ranks == 16
+    g = get_topology(str(DATA / "pair.yaml"), nodes=3)
+    routes = Routes(g)
+    assert routes.num_ranks == 6 and routes.bandwidth_Bps(1, 2) == 50e9  # H100 hosts get NDR NICs
+
+
+HEAD = "name: t\ngpus: {g: h100-sxm}\n"
+TWO = "nodes:\n  - {id: gpu0, kind: gpu, type: g}\n  - {id: gpu1, kind: gpu, type: g}\n"
+
+
+def _link(**kw: object) -> str:
+    fields = {"src": "gpu0", "dst": "gpu1", "bandwidth_GBps": 100, "latency_us": 1, "duplex": True}
+    fields.update(kw)
+    body = ", ".join(f"{k}: {v}" for k, v in fields.items() if v is not None)
+    return "links:\n  - {" + body + "}\n"
+
+
+GOOD = HEAD + TWO + _link()
+
+
+def _sub(old: str, new: str) -> str:
+    assert old in GOOD
+    return GOOD.replace(old, new, 1)
+
+
+def _spec(body: str) -> str:
+    return "name: t\ngpus: {g: {" + body + "}}\n" + TWO + _link()
+
+
+G0, G1 = "gpu0, kind: gpu, type: g", "gpu1, kind: gpu, type: g"
+JSON_TWO = (
+    '{"name": "t", "gpus": {"g": "h100-sxm"}, "nodes": [{"id": "g0", "kind": "gpu", "type": "g"}, '
+    '{"id": "g1", "kind": "gpu", "type": "g"}], "links": ['
+)
+# (case id, file name, text, substring the one-line message must contain)
+BAD = [
+    ("yaml-syntax", "t.yaml", HEAD + "nodes: [\n  {id: gpu0\n", "YAML syntax error in"),
+    ("json-syntax", "t.json", '{"name": "t",\n "nodes": [}', "line 2"),
+    (
+        "top-level-list",
+        "t.yaml",
+        "- a\n- b\n",
+        "top level in t.yaml: must be a mapping with name, nodes, links; got a list",
+    ),
+    ("empty-file", "t.yaml", "", "got an empty document"),
+    ("unknown-top", "t.yaml", GOOD + "nodez: []\n", "nodez in t.yaml: unknown field (did you mean"),
+    ("missing-links", "t.yaml", HEAD + TWO, "links in t.yaml: missing field"),
+    ("node-field-typo", "t.yaml", _sub("{id: gpu1, kind", "{id: gpu1, kindd"), "nodes[1].kindd"),
+    ("link-field-typo", "t.yaml", HEAD + TWO + _link(latency_us=None, latency_s=1), "latency_us"),
+    ("bw-string", "t.yaml", HEAD + TWO + _link(bandwidth_GBps="fast"), "bandwidth_GBps='fast'"),
+    ("bw-bool", "t.yaml", HEAD + TWO + _link(bandwidth_GBps="true"), "bandwidth_GBps=True"),
+    ("bw-negative", "t.yaml", HEAD + TWO + _link(bandwidth_GBps=-5), "bandwidth_GBps=-5 in t.yaml"),
+    ("bw-zero", "t.yaml", HEAD + TWO + _link(bandwidth_GBps=0), "links[0].bandwidth_GBps=0"),
+    ("bw-nan", "t.yaml", HEAD + TWO + _link(bandwidth_GBps=".nan"), "links[0].bandwidth_GBps=nan"),
+    ("bw-inf", "t.yaml", HEAD + TWO + _link(bandwidth_GBps=".inf"), "links[0].bandwidth_GBps=inf"),
+    ("bw-huge", "t.yaml", HEAD + TWO + _link(bandwidth_GBps="2.0e+6"), "implausibly large"),
+    ("lat-negative", "t.yaml", HEAD + TWO + _link(latency_us=-1), "links[0].latency_us=-1"),
+    ("lat-huge", "t.yaml", HEAD + TWO + _link(latency_us=10**7), "links[0].latency_us=10000000"),
+    ("duplex-int", "t.yaml", HEAD + TWO + _link(duplex=1), "links[0].duplex=1"),
+    ("link-kind", "t.yaml", HEAD + TWO + _link(link="nvlinkk"), "links[0].link='nvlinkk'"),
+    ("self-loop", "t.yaml", HEAD + TWO + _link(dst="gpu0"), "links[0].dst='gpu0'"),
+    ("unknown-node", "t.yaml", HEAD + TWO + _link(dst="gpu9"), "links[0].dst='gpu9'"),
+    (
+        "dup-link",
+        "t.yaml",
+        GOOD + "  - {src: gpu1, dst: gpu0, bandwidth_GBps: 1, latency_us: 1}\n",
+        "links[1]",
+    ),
+    ("dup-id", "t.yaml", _sub("id: gpu1", "id: gpu0"), "nodes[1].id='gpu0'"),
+    ("unknown-kind", "t.yaml", _sub("kind: gpu", "kind: gpuu"), "nodes[0].kind='gpuu'"),
+    ("gpu-no-type", "t.yaml", _sub(G0, "gpu0, kind: gpu"), "nodes[0].type"),
+    ("unknown-type", "t.yaml", _sub(G0, "gpu0, kind: gpu, type: h100"), "nodes[0].type='h100'"),
+    ("no-gpus", "t.yaml", HEAD + "nodes: [{id: sw, kind: switch}]\nlinks: []\n", "no GPU nodes"),
+    ("unreachable", "t.yaml", HEAD + TWO + _link(duplex=None), "gpu1 cannot reach gpu0 in t.yaml"),
+    ("mixed-ranks", "t.yaml", _sub(G0, G0 + ", rank: 0"), "nodes[1].rank"),
+    ("dup-ranks", "t.yaml", GOOD.replace("type: g}", "type: g, rank: 1}"), "nodes[1].rank=1"),
+    ("uneven-hosts", "t.yaml", _sub(G1, G1 + ", host: 2"), "nodes[1].host=2"),
+    ("spec-typo", "t.yaml", _spec("bf16_tflop: 1, hbm_TBps: 1, hbm_GB: 1"), "gpus.g.bf16_tflop in"),
+    ("spec-negative", "t.yaml", _spec("bf16_tflops: 1, hbm_TBps: -1, hbm_GB: 1"), "hbm_TBps=-1"),
+    (
+        "spec-kind",
+        "t.yaml",
+        _spec("bf16_tflops: 1, hbm_TBps: 1, hbm_GB: 1, scaleup_kind: x"),
+        "kind='x'",
+    ),
+    ("unknown-gpu-name", "t.yaml", _sub("{g: h100-sxm}", "{g: h100-sxn}"), "gpus.g='h100-sxn'"),
+    ("nvls-string", "t.yaml", GOOD + "nvls: 'yes'\n", "nvls='yes'"),
+    ("name-number", "t.yaml", _sub("name: t", "name: 5"), "name=5"),
+    ("dup-key", "t.yaml", GOOD + "name: u\n", "duplicate key at line"),
+    ("json-dup-key", "t.json", '{"name": "a", "name": "b"}', "key 'name'"),
+    (
+        "json-nan",
+        "t.json",
+        JSON_TWO + '{"src": "g0", "dst": "g1", "bandwidth_GBps": NaN, "latency_us": 1}]}',
+        "links[0].bandwidth_GBps=nan in t.json",
+    ),
+    ("json-links-dict", "t.json", JSON_TWO[:-1] + "{}}", "links={} in t.json: must be a list"),
+    ("deep-yaml", "t.yaml", "name: " + "[" * 60 + "]" * 60 + "\n", "nested deeper than 50"),
+    ("deep-json", "t.json", "[" * 60 + "]" * 60, "nested deeper than 50"),
+]
+
+
+@pytest.mark.parametrize(("fname", "text", "needle"), [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+def test_bad_files(tmp_path, monkeypatch, fname, text, needle):
+    monkeypatch.chdir(tmp_path)  # messages name the file as given: "t.yaml"
+    Path(fname).write_text(text, encoding="utf-8")
+    with pytest.raises(TopologyError) as e:
+        load_topology(fname)
+    message = str(e.value)
+    assert "\n" not in message and needle in message, message
+    assert fname in message
+
+
+def test_good_corpus_template_loads(tmp_path):
+    path = tmp_path / "t.yaml"
+    path.write_text(GOOD, encoding="utf-8")
+    assert Routes(load_topology(path)).bandwidth_Bps(0, 1) == 100e9
+
+
+def test_unreadable_files(tmp_path):
+    with pytest.raises(TopologyError, match=r"^topology file .*missing\.yaml: cannot read"):
+        load_topology(tmp_path / "missing.yaml")
+    (tmp_path / "latin1.yaml").write_bytes(b"name: caf\xe9\n")
+    with pytest.raises(TopologyError, match="not UTF-8"):
+        load_topology(tmp_path / "latin1.yaml")
+    big = tmp_path / "big.yaml"
+    big.write_bytes(b"#" * (10 * 10**6 + 1))
+    with pytest.raises(TopologyError, match="larger than 10000000 bytes"):
+        load_topology(big)
+    with pytest.raises(TopologyError, match="cannot read"):
+        load_topology(tmp_path)  # a directory
