@@ -6,6 +6,7 @@ it); gpt3-175b has no published checkpoint and comes from its paper.
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 
 from tpsim.models.errors import ModelError
@@ -183,6 +184,67 @@ _ENTRIES = [
 #: Catalog of known models by lower-case name.
 MODELS: dict[str, ModelSpec] = {spec.name: spec for spec in _ENTRIES}
 
+#: Hugging Face ids (lower case) of the checkpoints each catalog entry describes: base and
+#: instruct/chat variants share the architecture. ``--model meta-llama/Llama-3.1-70B-Instruct``
+#: is the catalog's llama-3.1-70b (nothing is fetched).
+HF_IDS: dict[str, str] = {
+    hf.lower(): name
+    for name, ids in {
+        "llama-2-7b": ("meta-llama/Llama-2-7b-hf", "meta-llama/Llama-2-7b-chat-hf"),
+        "llama-2-13b": ("meta-llama/Llama-2-13b-hf", "meta-llama/Llama-2-13b-chat-hf"),
+        "llama-2-70b": ("meta-llama/Llama-2-70b-hf", "meta-llama/Llama-2-70b-chat-hf"),
+        "llama-3.1-8b": (
+            "meta-llama/Llama-3.1-8B",
+            "meta-llama/Llama-3.1-8B-Instruct",
+            "meta-llama/Meta-Llama-3.1-8B",
+            "meta-llama/Meta-Llama-3.1-8B-Instruct",
+        ),
+        "llama-3.1-70b": (
+            "meta-llama/Llama-3.1-70B",
+            "meta-llama/Llama-3.1-70B-Instruct",
+            "meta-llama/Meta-Llama-3.1-70B",
+            "meta-llama/Meta-Llama-3.1-70B-Instruct",
+            "meta-llama/Llama-3.3-70B-Instruct",
+        ),
+        "llama-3.1-405b": (
+            "meta-llama/Llama-3.1-405B",
+            "meta-llama/Llama-3.1-405B-Instruct",
+            "meta-llama/Meta-Llama-3.1-405B",
+            "meta-llama/Meta-Llama-3.1-405B-Instruct",
+        ),
+        "mistral-7b": ("mistralai/Mistral-7B-v0.1", "mistralai/Mistral-7B-Instruct-v0.1"),
+        "qwen2.5-72b": ("Qwen/Qwen2.5-72B", "Qwen/Qwen2.5-72B-Instruct"),
+        "codellama-34b": (
+            "codellama/CodeLlama-34b-hf",
+            "codellama/CodeLlama-34b-Instruct-hf",
+            "codellama/CodeLlama-34b-Python-hf",
+        ),
+    }.items()
+    for full in ids
+    for hf in (full, full.split("/")[1])  # with or without the organisation
+}
+
+
+def _squash(name: str) -> str:
+    """A name without case or punctuation: llama3.1-70b and Llama-3.1-70B look alike."""
+    return "".join(c for c in name.lower() if c.isalnum())
+
+
+def _digits(name: str) -> str:
+    return "".join(c for c in name if c.isdigit())
+
+
+def _did_you_mean(key: str) -> str:
+    """' (did you mean 'x'?)' for the catalog name closest to ``key``, or ''. Only a name with
+    the same numbers is offered: llama-3.2-1b is no typo of llama-3.1-8b."""
+    names = {**{n: n for n in MODELS}, **HF_IDS}
+    squashed = {_squash(n): name for n, name in names.items()}
+    if _squash(key) in squashed:
+        return f" (did you mean {squashed[_squash(key)]!r}?)"
+    same = [n for n in names if _digits(n) == _digits(key)]
+    close = difflib.get_close_matches(key, same, n=1, cutoff=0.75)
+    return f" (did you mean {names[close[0]]!r}?)" if close else ""
+
 
 def get_model(name_or_path: str | Path) -> ModelSpec:
     """A catalog model by name (case-insensitive), or the model of a local HF config.json.
@@ -197,6 +259,8 @@ def get_model(name_or_path: str | Path) -> ModelSpec:
     key = name_or_path.strip().lower()
     if key in MODELS:
         return MODELS[key]
+    if key in HF_IDS:
+        return MODELS[HF_IDS[key]]
     try:
         exists = Path(name_or_path).exists()
     except OSError:  # e.g. a name longer than the file system allows
@@ -205,9 +269,12 @@ def get_model(name_or_path: str | Path) -> ModelSpec:
         return load_hf_config(name_or_path)
     catalog = ", ".join(sorted(MODELS))
     shown = repr(name_or_path) if len(name_or_path) <= 60 else repr(name_or_path[:57]) + "..."
+    hint = _did_you_mean(key)
     if "/" in name_or_path or "\\" in name_or_path or key.endswith(".json"):
         raise ModelError(
-            f"model={shown}: no such file or directory (hub ids are not fetched; "
+            f"model={shown}: no such file or directory{hint} (hub ids are not fetched; "
             f"give a local config.json, or a catalog name: {catalog})"
         )
-    raise ModelError(f"model={shown}: unknown model; catalog: {catalog} or a path to a config.json")
+    raise ModelError(
+        f"model={shown}: unknown model{hint}; catalog: {catalog} or a path to a config.json"
+    )

@@ -56,6 +56,18 @@ _LLAMA_KEYS = (
 )
 _LLAMA_LIKE = ("llama", "mistral", "qwen2")
 SUPPORTED_TYPES = ("gpt2", "gpt_neox", "llama", "mistral", "opt", "qwen2")
+#: Fields of layer structures tpsim does not model yet (mixture-of-experts routing and expert
+#: FFNs, multi-head latent attention). A config that sets one is refused, never timed as the
+#: dense model its other fields describe (a Mixtral read as a dense 7B is ten times off).
+UNMODELLED_FIELDS = {
+    "num_local_experts": "mixture-of-experts (Mixtral)",
+    "num_experts": "mixture-of-experts (Qwen-MoE)",
+    "n_routed_experts": "mixture-of-experts (DeepSeek)",
+    "num_experts_per_tok": "mixture-of-experts routing",
+    "moe_intermediate_size": "mixture-of-experts FFN",
+    "kv_lora_rank": "multi-head latent attention (DeepSeek)",
+    "q_lora_rank": "multi-head latent attention (DeepSeek)",
+}
 
 _MISSING = object()
 
@@ -256,23 +268,34 @@ def spec_from_hf_dict(cfg: dict[str, Any], name: str, *, source: str = "config.j
         raise ModelError(f"{source}: top level must be a JSON object, got {type(cfg).__name__}")
     r = _Reader(cfg, source)
     model_type = r.string("model_type")
+    for key, what in UNMODELLED_FIELDS.items():
+        value = cfg.get(key)
+        if value not in (None, 0, 1) and value is not False:
+            raise r.fail(
+                key,
+                value,
+                f"{what} is not modelled by tpsim, which would time this config as a dense "
+                f"model; supported families: {', '.join(SUPPORTED_TYPES)}",
+            )
     if model_type == "gpt2":
         return _gpt2(r, name)
     if model_type == "opt":
         return _opt(r, name)
     if model_type == "gpt_neox":
         return _gpt_neox(r, name)
-    if model_type in _LLAMA_LIKE or all(key in cfg for key in _LLAMA_KEYS):
+    if model_type in _LLAMA_LIKE or (model_type is None and all(k in cfg for k in _LLAMA_KEYS)):
         return _llama_like(r, name, model_type)
     if model_type is None:
         raise ModelError(
             f"model_type missing in {source}: required unless the llama keys "
             f"({', '.join(_LLAMA_KEYS)}) are all present"
         )
+    # a family tpsim does not know is refused, never run as the llama its keys resemble
     raise r.fail(
         "model_type",
         model_type,
-        f"unsupported; supported: {', '.join(SUPPORTED_TYPES)} or any config with llama keys",
+        f"unsupported model family; supported: {', '.join(SUPPORTED_TYPES)} (or a config "
+        "without model_type that has the llama keys)",
     )
 
 
@@ -281,6 +304,21 @@ class _NonFinite:
 
     def __init__(self, token: str) -> None:
         self.token = token
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's dict, refusing a key given twice (Python's json keeps the last)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
 
 
 def _key(name: str) -> str:
@@ -337,7 +375,11 @@ def load_hf_config(path: str | Path) -> ModelSpec:
         head = where if reason.startswith(("larger", "not UTF-8")) else f"model={_show(str(file))}"
         raise ModelError(f"{head}: {reason}") from None
     try:
-        cfg = json.loads(text, parse_constant=_NonFinite)
+        cfg = json.loads(text, parse_constant=_NonFinite, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:
+        raise ModelError(
+            f"{_key(exc.key)} in {where}: given twice (JSON readers disagree on which wins)"
+        ) from None
     except json.JSONDecodeError as exc:
         raise ModelError(
             f"{where}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"

@@ -9,6 +9,7 @@ is what a run uses, the profile's or its first-principles variant (``--ideal``).
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from functools import cache
 from importlib import resources
@@ -65,20 +66,53 @@ def engines() -> list[str]:
     return ["ideal", *(n for n in names if n != "ideal")]
 
 
+#: Other names people give the shipped engines (compared without case or punctuation).
+ALIASES = {
+    "tensorrt-llm": "trtllm",
+    "trt-llm": "trtllm",
+    "vllm-v1": "vllm",
+    "faster-transformer": "fastertransformer",
+    "ft": "fastertransformer",
+    "sglang-srt": "sglang",
+}
+
+
+def _squash(name: str) -> str:
+    return "".join(c for c in name.lower() if c.isalnum())
+
+
+def is_profile_file(name_or_path: str) -> bool:
+    """Whether ``--engine`` names a profile file rather than a shipped engine."""
+    return "/" in name_or_path or name_or_path.endswith((".yaml", ".yml"))
+
+
+def canonical(name_or_path: str) -> str:
+    """The shipped engine a name means, whatever its case or punctuation (``vLLM``,
+    ``TensorRT-LLM``, ``gpt_fast``); a profile file's path, or an unknown name, unchanged
+    (an unknown name is refused where the profile is read, with the known ones)."""
+    if not isinstance(name_or_path, str) or is_profile_file(name_or_path):
+        return name_or_path
+    known = {_squash(n): n for n in engines()}
+    known.update({_squash(a): n for a, n in ALIASES.items()})
+    return known.get(_squash(name_or_path), name_or_path)
+
+
 def _profile_text(name_or_path: str) -> tuple[str, str]:
     """(the profile's text, where it comes from) for a shipped name or a file path."""
     if len(name_or_path) > 1000:
         raise CalibrationError(f"engine={show(name_or_path)}: name too long")
     folder = resources.files("tpsim.calibration").joinpath(ENGINES)
     shipped = folder.joinpath(f"{name_or_path}.yaml")
-    if "/" not in name_or_path and not name_or_path.endswith((".yaml", ".yml")):
+    if not is_profile_file(name_or_path):
         try:
             found = shipped.is_file()
         except OSError:  # a name longer than the file system allows
             found = False
         if not found:
+            close = difflib.get_close_matches(_squash(name_or_path), engines(), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise CalibrationError(
-                f"engine={name_or_path!r}: unknown engine; known: {', '.join(engines())} "
+                f"engine={name_or_path!r}: unknown engine{hint}; known: {', '.join(engines())} "
                 "(or a profile file .yaml)"
             )
         return shipped.read_text("utf-8"), f"engines/{name_or_path}.yaml"
@@ -126,6 +160,9 @@ def _overrides(name_or_path: str, depth: int = 0) -> tuple[str, list[tuple[str, 
         base = data["extends"]
         if not isinstance(base, str):
             raise CalibrationError(f"{where}: extends={base!r}: must name a profile")
+        if is_profile_file(base) and not Path(base).is_absolute() and is_profile_file(where):
+            # a relative path is the profile's own neighbour, wherever tpsim runs from
+            base = str(Path(where).parent / base)
         chain = _overrides(base, depth + 1)[1]
     overrides = data.get("overrides", {})
     if not isinstance(overrides, dict):

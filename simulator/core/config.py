@@ -185,6 +185,7 @@ class Options:
         _positive_int("max_records", self.max_records)
         if not isinstance(self.engine, str) or not self.engine.strip():
             raise ConfigError(f"engine={self.engine!r}: must name an engine or a profile file")
+        object.__setattr__(self, "engine", calibration.profiles.canonical(self.engine))
         for flag in ("ideal", "allow_oom", "fused", "sequence_parallel"):
             if not isinstance(getattr(self, flag), bool):
                 raise ConfigError(f"{flag}={getattr(self, flag)!r}: must be true or false")

@@ -240,3 +240,50 @@ def test_the_summary_says_which_launch_mode_ran() -> None:
     assert "launch eager (no CUDA graph for this step in the engine)" in summary_text(eager)
     assert ran("tgi-v1", decode)["config"]["launch_effective"] == "eager"
     assert "launch graph," in summary_text(ran("vllm", decode))
+
+
+@pytest.mark.parametrize(
+    ("given", "engine"),
+    [
+        ("vLLM", "vllm"),
+        ("VLLM-V0", "vllm-v0"),
+        ("vllm_v0", "vllm-v0"),
+        ("TensorRT-LLM", "trtllm"),
+        ("tensorrt_llm", "trtllm"),
+        ("TRT-LLM", "trtllm"),
+        ("gpt_fast", "gpt-fast"),
+        ("SGLang", "sglang"),
+        ("FasterTransformer", "fastertransformer"),
+    ],
+)
+def test_engine_names_ignore_case_and_take_common_aliases(
+    given: str, engine: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert Options(engine=given).engine == engine
+    args = ["run", "--model", "llama-3.1-8b", "--topology", "dgx-h100", "--tp", "2"]
+    assert main([*args, "--engine", given, "--json"]) == 0
+    assert f'"engine": "{engine}"' in capsys.readouterr().out
+
+
+def test_an_unknown_engine_suggests_the_closest(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["run", "--model", "llama-3.1-8b", "--topology", "dgx-h100", "--tp", "2"]
+    assert main([*args, "--engine", "tgi"]) == 2
+    err = capsys.readouterr().err
+    assert "engine='tgi': unknown engine (did you mean 'tgi-v1'?)" in err
+
+
+def test_a_relative_extends_is_the_profiles_own_neighbour(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """extends: base.yaml means the base beside the profile, not in the current folder."""
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "base.yaml").write_text(
+        "name: base\nextends: vllm-v0\noverrides:\n  engine:\n    step_host_us:\n"
+        "      value: {schedule: [7, 1]}\n      source: my measurement\n"
+    )
+    (tmp_path / "p" / "mine.yaml").write_text("name: mine\nextends: base.yaml\n")
+    monkeypatch.chdir(tmp_path)  # no base.yaml here
+    profile.cache_clear()
+    c = profile("p/mine.yaml")
+    assert c.engine.name == "mine"
+    assert c.engine.step_host["schedule"].base_s == 7e-6

@@ -166,7 +166,7 @@ def cli_cases(tmp: Path) -> list[tuple[str, list[str], tuple[str, ...]]]:
         ("model name too long", run_argv("--model", "m" * 5000), ("model=",)),
         ("topology name too long", run_argv("--topology", "t" * 5000 + ".yaml"), ("file",)),
         ("model unknown", run_argv("--model", "llama-9"), ("model='llama-9'",)),
-        ("model hub id", run_argv("--model", "meta-llama/Llama-2-7b-hf"), ("model=",)),
+        ("model hub id", run_argv("--model", "meta-llama/Llama-3.2-1B"), ("model=",)),
         ("model NUL byte", run_argv("--model", "llama\x00"), ("model=",)),
         ("kernel table missing", [*RUN, "--kernel-table", "nope.csv"], ("kernel_table=",)),
         ("kernel table with ideal", [*RUN, "--ideal", "--kernel-table", "k.csv"], ("kernel_",)),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -228,10 +229,41 @@ def test_explicit_head_dim_wins() -> None:
     assert spec.num_params() == 768 + 192 + 16 + 80 + 8
 
 
-def test_spec_from_dict_accepts_llama_keys_under_an_unknown_model_type() -> None:
+def test_an_unknown_model_type_is_refused_even_with_llama_keys() -> None:
+    """A family tpsim does not know (jamba, a custom llama) is never run as a llama."""
     cfg = json.loads((DATA / "illustrative.json").read_text())
-    spec = spec_from_hf_dict({**cfg, "model_type": "my_llama"}, "mine")
-    assert spec.name == "mine" and spec.gated_mlp and spec.num_kv_heads == 32
+    for model_type in ("jamba", "my_llama"):
+        with pytest.raises(ModelError, match=f"model_type='{model_type}'.*supported: gpt2"):
+            spec_from_hf_dict({**cfg, "model_type": model_type}, "mine")
+    cfg.pop("model_type", None)  # no model_type and the llama keys: read as a llama
+    assert spec_from_hf_dict(cfg, "mine").gated_mlp
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("num_local_experts", 8),
+        ("num_experts", 128),
+        ("n_routed_experts", 256),
+        ("num_experts_per_tok", 2),
+        ("moe_intermediate_size", 768),
+        ("kv_lora_rank", 512),
+        ("q_lora_rank", 1536),
+    ],
+)
+def test_a_moe_or_mla_field_is_refused_not_read_as_dense(field: str, value: int) -> None:
+    """A Mixtral config.json is a llama's keys plus num_local_experts: never a dense 7B."""
+    cfg = {**json.loads((DATA / "illustrative.json").read_text()), field: value}
+    with pytest.raises(ModelError, match=f"^{field}={value} in .*not modelled"):
+        spec_from_hf_dict(cfg, "mine")
+    assert spec_from_hf_dict({**cfg, field: None}, "mine").gated_mlp  # unset: dense
+
+
+def test_a_config_with_a_key_given_twice_is_refused(tmp_path: Path) -> None:
+    f = tmp_path / "config.json"
+    f.write_text((DATA / "illustrative.json").read_text().replace("{", '{"hidden_size": 64, ', 1))
+    with pytest.raises(ModelError, match=r"^hidden_size in .*config.json: given twice"):
+        load_hf_config(f)
 
 
 # -- get_model -------------------------------------------------------------------------------
@@ -258,8 +290,9 @@ def test_get_model_unknown_name_lists_the_catalog() -> None:
 
 
 def test_get_model_hub_id_is_not_fetched() -> None:
-    with pytest.raises(ModelError, match="model='meta-llama/Llama-2-7b-hf': no such file"):
-        get_model("meta-llama/Llama-2-7b-hf")
+    """A hub id of a catalog model is its alias; any other is refused, never fetched."""
+    with pytest.raises(ModelError, match="model='meta-llama/Llama-3.2-1B': no such file"):
+        get_model("meta-llama/Llama-3.2-1B")
 
 
 # -- malformed configs -----------------------------------------------------------------------
@@ -414,3 +447,39 @@ def test_num_params_is_the_sum_of_its_parts(spec: ModelSpec) -> None:
     )
     assert spec.num_params() == parts
     assert spec.params_per_layer() * spec.num_layers <= spec.num_params()
+
+
+@pytest.mark.parametrize(
+    ("given", "name"),
+    [
+        ("meta-llama/Llama-3.1-70B-Instruct", "llama-3.1-70b"),
+        ("meta-llama/Meta-Llama-3.1-8B-Instruct", "llama-3.1-8b"),
+        ("Llama-3.1-70B-Instruct", "llama-3.1-70b"),
+        ("meta-llama/Llama-2-7b-chat-hf", "llama-2-7b"),
+        ("Qwen/Qwen2.5-72B-Instruct", "qwen2.5-72b"),
+        ("mistralai/Mistral-7B-v0.1", "mistral-7b"),
+    ],
+)
+def test_hugging_face_ids_are_aliases_of_their_catalog_entry(given: str, name: str) -> None:
+    assert get_model(given) is MODELS[name]
+
+
+@pytest.mark.parametrize(
+    ("given", "hint"),
+    [
+        ("llama3.1-70b", "did you mean 'llama-3.1-70b'?"),
+        ("lama-2-70b", "did you mean 'llama-2-70b'?"),
+        ("Llama_3.1_8B", "did you mean 'llama-3.1-8b'?"),
+    ],
+)
+def test_a_near_miss_model_name_says_did_you_mean(given: str, hint: str) -> None:
+    with pytest.raises(ModelError, match=re.escape(hint)):
+        get_model(given)
+
+
+@pytest.mark.parametrize("given", ["llama-2-8b", "meta-llama/Llama-3.2-1B", "mixtral"])
+def test_no_suggestion_of_a_model_with_other_numbers(given: str) -> None:
+    """llama-3.2-1b is no typo of llama-3.1-8b: a planner must not be steered to it."""
+    with pytest.raises(ModelError) as info:
+        get_model(given)
+    assert "did you mean" not in str(info.value)
