@@ -225,7 +225,7 @@ def _compare(a: argparse.Namespace) -> int:
     from tpsim.experiments.compare import comparison, table, verdict
     from tpsim.outputs import text as report
 
-    check_output(a.gantt, "--gantt", (".png", ".svg"))
+    check_output(a.gantt, "--gantt", (".png", ".svg"), a)
     if a.results is not None or a.rows is not None:
         entries = _entries_from_rows(a)
         ran = []
@@ -267,7 +267,7 @@ def _report(a: argparse.Namespace) -> int:
     from tpsim.outputs import text as report
     from tpsim.outputs.export import write_text
 
-    check_output(a.out, "--out", (".html", ".htm"))
+    check_output(a.out, "--out", (".html", ".htm"), a)
     if a.results is None and a.model is None:
         raise ConfigError("report: give a results file, or run's flags (--model, --topology, --tp)")
     rows = read_rows(a.results) if a.results is not None else []

@@ -210,8 +210,8 @@ def run_inputs(a: argparse.Namespace) -> tuple[Layout, Workload, Options]:
 def _run(a: argparse.Namespace) -> int:
     from tpsim.core.api import simulate
 
-    check_output(a.gantt, "--gantt", (".png", ".svg"))
-    check_output(a.trace, "--trace", (".json",))
+    check_output(a.gantt, "--gantt", (".png", ".svg"), a)
+    check_output(a.trace, "--trace", (".json",), a)
     layout, workload, options = run_inputs(a)
     if a.gantt_ranks and max(a.gantt_ranks) >= a.tp * a.pp * a.dp:
         last = a.tp * a.pp * a.dp - 1

@@ -145,6 +145,7 @@ def _sweep(a: argparse.Namespace) -> int:
         points = grid_from_yaml(a.grid)
     else:
         points = grid_from_flags(flags)
+    paths.check_not_an_input(a.out, "--out", a)
     check_output(a.out, resume=a.resume, overwrite=a.overwrite)
     if a.resume and a.out.exists():  # a damaged file is refused before anything is printed
         read_rows(a.out)
@@ -284,10 +285,16 @@ def _calibrate(a: argparse.Namespace) -> int:
     out: Path = a.out
     if a.jobs is not None and not 1 <= a.jobs <= 64:
         raise ConfigError(f"--jobs={a.jobs}: must be between 1 and 64")
-    paths.check_output(out, "--out", (".yaml", ".yml"))  # an engine profile
-    for what, path in (("the measurements", a.measurements), ("the base profile", a.engine)):
-        if Path(path).exists() and Path(path).resolve() == out.resolve():
-            raise ConfigError(f"--out={out}: is {what}; write the profile elsewhere")
+    paths.check_output(out, "--out", (".yaml", ".yml"), a)  # an engine profile
+    # nor any model or topology file the measurements name
+    from tpsim.experiments.calibrate.measurements import read_points
+
+    named = {(p.model, p.topology) for p in read_points(Path(a.measurements))}
+    paths.check_not_an_input(
+        out,
+        "--out",
+        argparse.Namespace(model=[m for m, _ in named], topology=[t for _, t in named]),
+    )
     result = calibrate(a.measurements, a.engine, out.stem, a.jobs or default_jobs())
     try:
         write_text(out, result.profile)
