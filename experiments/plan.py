@@ -12,8 +12,6 @@ tokens/s, then TPOT.
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,8 @@ from tpsim.core.comm.layout import stage_layers
 from tpsim.core.config import Layout, Options, Workload, tp_problem
 from tpsim.core.errors import ConfigError
 from tpsim.core.memory import memory_per_stage
+from tpsim.experiments.sweep.pool import map_in_workers
+from tpsim.experiments.sweep.run import default_jobs
 from tpsim.models.catalog import get_model
 from tpsim.topologies.io import get_topology
 
@@ -163,12 +163,9 @@ def plan(req: PlanRequest, jobs: int = 0) -> list[Row]:
     if not cands:
         raise ConfigError(f"model={req.model}: no TP x PP x DP layout splits it over these GPUs")
     args = [(req, *c) for c in cands]
-    jobs = jobs or min(len(args), os.cpu_count() or 1)
-    if jobs <= 1:
-        rows = [_evaluate(a) for a in args]
-    else:
-        with ProcessPoolExecutor(jobs) as pool:
-            rows = list(pool.map(_evaluate, args))
+    jobs = min(jobs or default_jobs(), len(args))
+    # in parallel: workers that die with this process and stop at the first Ctrl-C
+    rows = [_evaluate(a) for a in args] if jobs <= 1 else map_in_workers(_evaluate, args, jobs)
     found = [r for r in rows if r is not None]
     if not found:
         raise ConfigError(f"model={req.model}: no layout fits in memory on these GPUs")

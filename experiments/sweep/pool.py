@@ -16,15 +16,18 @@ import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from typing import TypeVar
 
 from tpsim.experiments.sweep import tasks
 from tpsim.experiments.sweep.grid import Point
 from tpsim.experiments.sweep.results import WORKER_DIED
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 def _worker_init(sweep: int) -> None:
@@ -85,6 +88,20 @@ def _stop(pool: ProcessPoolExecutor) -> None:
             p.terminate()
     for p in processes:
         p.join(timeout=5)
+
+
+def map_in_workers(fn: Callable[[T], R], items: Sequence[T], workers: int) -> list[R]:
+    """``[fn(x) for x in items]`` on ``workers`` processes that leave Ctrl-C to this one and
+    die with it: interrupted (Ctrl-C, SIGTERM), the pool is stopped at once, never waited for
+    (a second Ctrl-C would otherwise find this process joining busy workers)."""
+    pool = _new_pool(workers)
+    try:
+        rows = list(pool.map(fn, items))
+    except BaseException:
+        _stop(pool)
+        raise
+    pool.shutdown(wait=True)
+    return rows
 
 
 def pool_rows(

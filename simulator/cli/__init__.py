@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 
 from tpsim import calibration
 from tpsim.calibration.bounded import shorten
+from tpsim.cli import signals
 from tpsim.cli.compare import COMPARE_COMMANDS, add_compare_parser
 from tpsim.cli.paths import check_output
 from tpsim.cli.plan import PLAN_COMMANDS, add_plan_parser
@@ -240,12 +241,13 @@ def _silence_stdout() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command. Bad input, an output that cannot be written (stdout included) and
-    a file that cannot be read: one line, exit 2; Ctrl-C: one line, exit 130. A command that
+    a file that cannot be read: one line, exit 2; Ctrl-C: one line, exit 130 (SIGTERM 143,
+    SIGHUP 129, handled as Ctrl-C). A command that
     fails leaves none of its output files behind."""
     from tpsim.outputs.export import all_or_nothing
 
     try:
-        with all_or_nothing():
+        with signals.as_interrupts(), all_or_nothing():
             args: Any = _parser().parse_args(argv)
             rc = COMMANDS[args.command](args)
             sys.stdout.flush()  # a full disk or /dev/full shows here, not at exit
@@ -253,9 +255,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except INPUT_ERRORS as exc:
         _error(str(exc))
         return 2
-    except KeyboardInterrupt:
-        print("tpsim: interrupted; no output written", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP (signals.Terminated)
+        print(f"tpsim: {signals.described(exc)}; no output written", file=sys.stderr)
+        return signals.exit_code(exc)
     except BrokenPipeError:  # `tpsim list models | head -1`: the reader has what it wanted
         _silence_stdout()
         return 0

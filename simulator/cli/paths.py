@@ -8,7 +8,6 @@ from pathlib import Path
 
 from tpsim.core.errors import ConfigError
 
-
 #: The flags whose values name files a command reads (a catalog name is no file).
 INPUT_FLAGS = ("model", "topology", "kernel_table", "engine", "results", "measurements", "grid")
 

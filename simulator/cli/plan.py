@@ -29,7 +29,9 @@ def add_plan_parser(sub: Any) -> None:
     p.add_argument("--gpu-hour-usd", type=float, help="price of one GPU-hour: adds $/Mtok")
     p.add_argument("--engine", default="vllm")
     p.add_argument("--ideal", action="store_true")
-    p.add_argument("--jobs", type=int, default=0, help="processes (default: one per core)")
+    p.add_argument(
+        "--jobs", type=int, help="worker processes, 1 to 64 (default: the CPUs, at most 8)"
+    )
     p.add_argument("--json", action="store_true")
     p.add_argument("--plots", type=Path, help="folder for the Pareto plot (plan_pareto.png)")
 
@@ -38,9 +40,10 @@ def _plan(a: argparse.Namespace) -> int:
     from tpsim.experiments.plan import PlanRequest, plan, table, to_dicts
 
     check_nodes(a.nodes)
-    for flag in ("gpus", "jobs"):
-        if getattr(a, flag) < 0:
-            raise ConfigError(f"--{flag}={getattr(a, flag)}: must be 0 (all) or more")
+    if a.gpus < 0:
+        raise ConfigError(f"--gpus={a.gpus}: must be 0 (all) or more")
+    if a.jobs is not None and not 1 <= a.jobs <= 64:
+        raise ConfigError(f"--jobs={a.jobs}: must be between 1 and 64")
     if a.batch_max < 1:
         raise ConfigError(f"--batch-max={a.batch_max}: must be at least 1")
     for flag in ("slo_ttft_ms", "slo_tpot_ms", "gpu_hour_usd"):
@@ -54,7 +57,7 @@ def _plan(a: argparse.Namespace) -> int:
         from tpsim.cli.studies import check_folder
 
         check_folder(a.plots, "--plots")
-    rows = plan(req, a.jobs)
+    rows = plan(req, a.jobs or 0)
     if a.json:
         print(json.dumps({"layouts": to_dicts(rows)}, indent=2))
     else:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tpsim.calibration.bounded import shorten
-from tpsim.cli import paths
+from tpsim.cli import paths, signals
 from tpsim.cli.types import tokens
 from tpsim.core.config import PHASES, Layout, Workload, check_nodes
 from tpsim.core.errors import ConfigError
@@ -165,13 +165,13 @@ def _sweep(a: argparse.Namespace) -> int:
             progress=not a.quiet,
             wait_workers_s=a.wait_workers,
         )
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM or SIGHUP
         print(
-            f"tpsim: sweep interrupted; the rows so far are in {a.out}; "
+            f"tpsim: sweep {signals.described(exc)}; the rows so far are in {a.out}; "
             "rerun with --resume to finish",
             file=sys.stderr,
         )
-        return 130
+        return signals.exit_code(exc)
     print(
         f"{done.ran} points simulated ({done.skipped} already in the file), {done.errors} "
         f"errors, {done.not_fitting} not fitting in memory: {done.path}"

@@ -10,6 +10,7 @@ share is in hostile_corpus.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -240,35 +241,106 @@ SLOW_RUN = ["run", "--model", "llama-3.1-70b", "--topology", "dgx-h100", "--tp",
 SLOW_RUN += ["--phase", "prefill", "--overlap", "chunked", "--batch", "4"]
 
 
+SLOW_REPORT = ["report", *SLOW_RUN[1:], "--out", "r.html"]
+#: Each signal as it arrives: Ctrl-C at the terminal's whole process group; SIGTERM as
+#: ``timeout``, a scheduler or a container sends it, and SIGHUP, to the process alone.
+SIGNALS = {
+    "SIGINT": (signal.SIGINT, True, 130, "interrupted"),
+    "SIGTERM": (signal.SIGTERM, False, 143, "terminated (SIGTERM)"),
+    "SIGHUP": (signal.SIGHUP, False, 129, "terminated (SIGHUP)"),
+}
+
+
+@pytest.mark.parametrize("how", list(SIGNALS))
 @pytest.mark.parametrize(
     ("argv", "wait_s"),
     [
-        (
-            [*SLOW_RUN, "--trace", "t.json", "--gantt", "g.png"],
-            3.0,
-        ),
+        ([*SLOW_RUN, "--trace", "t.json", "--gantt", "g.png"], 3.0),
         (["demo", "--out", "d"], 3.0),
+        (SLOW_REPORT, 3.0),
     ],
-    ids=["run", "demo"],
+    ids=["run", "demo", "report"],
 )
-def test_ctrl_c_is_one_line_and_leaves_no_output(
-    tmp_path: Path, argv: list[str], wait_s: float
+def test_a_signal_is_one_line_and_leaves_no_output(
+    tmp_path: Path, argv: list[str], wait_s: float, how: str
 ) -> None:
+    """Ctrl-C, SIGTERM and SIGHUP alike: one line, 128 + the signal, no file left behind
+    (no hidden temporary, no finished-looking trace, no partial folder)."""
+    signum, to_group, code, said = SIGNALS[how]
     p = subprocess.Popen(
         [sys.executable, "-m", "tpsim", *argv],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        start_new_session=True,  # Ctrl-C reaches the whole process group, workers included
+        start_new_session=True,  # its own process group, as a terminal's foreground job
     )
     time.sleep(wait_s)
-    os.killpg(p.pid, signal.SIGINT)
+    if to_group:
+        os.killpg(p.pid, signum)
+    else:
+        p.send_signal(signum)
     _, err = p.communicate(timeout=60)
     if p.returncode == 0:  # finished before the signal (a very fast machine): nothing to see
-        pytest.skip("the command finished before Ctrl-C")
-    assert p.returncode == 130 and err == "tpsim: interrupted; no output written\n", err
+        pytest.skip(f"the command finished before {how}")
+    assert p.returncode == code and err == f"tpsim: {said}; no output written\n", err
     assert [f for f in tmp_path.rglob("*") if f.is_file()] == []
+    assert list(tmp_path.iterdir()) == []
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_ctrl_c_twice_stops_plan_and_its_workers_at_once(tmp_path: Path) -> None:
+    """plan's workers leave Ctrl-C to it and die with it; it stops them, never waits on them
+    (a second Ctrl-C found it joining busy workers, and they outlived a killed plan)."""
+    argv = ["plan", "--model", "llama-3.1-70b", "--topology", "dgx-h100", "--nodes", "4"]
+    p = subprocess.Popen(
+        [sys.executable, "-m", "tpsim", *argv, "--jobs", "2"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    time.sleep(4.0)
+    os.killpg(p.pid, signal.SIGINT)
+    time.sleep(0.3)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(p.pid, signal.SIGINT)
+    start = time.monotonic()
+    _, err = p.communicate(timeout=30)
+    if p.returncode == 0:
+        pytest.skip("plan finished before Ctrl-C")
+    assert time.monotonic() - start < 15
+    assert p.returncode == 130 and "Traceback" not in err, err
+    deadline = time.monotonic() + 10  # the workers follow their parent
+    while _group_alive(p.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _group_alive(p.pid)
+
+
+def test_plan_workers_die_with_a_killed_plan(tmp_path: Path) -> None:
+    argv = ["plan", "--model", "llama-3.1-70b", "--topology", "dgx-h100", "--nodes", "4"]
+    p = subprocess.Popen(
+        [sys.executable, "-m", "tpsim", *argv, "--jobs", "2"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    time.sleep(4.0)
+    p.kill()  # SIGKILL to the plan alone: no clean-up of its own
+    p.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while _group_alive(p.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _group_alive(p.pid)
 
 
 def _strict(text: str) -> object:

@@ -241,7 +241,7 @@ def test_two_points_fit_one_parameter_and_say_which_they_leave(
         (["--engine", "vllm-v9"], "engine='vllm-v9': unknown engine"),
         (["--engine", "vllm-v0", "--out", "p.json"], "--out=p.json: must end in .yaml"),
         (["--engine", "vllm-v0", "--out", "nowhere/p.yaml"], "folder nowhere does not exist"),
-        (["--engine", "p.yaml", "--out", "p.yaml"], "--out=p.yaml: is the --engine file this command reads"),
+        (["--engine", "p.yaml", "--out", "p.yaml"], "--out=p.yaml: is the --engine file"),
     ],
 )
 def test_bad_flags_exit_2_with_one_line(
