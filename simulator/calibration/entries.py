@@ -29,6 +29,12 @@ class CalibrationError(ValueError):
     """A calibration data file or profile that cannot be read; one line naming the value."""
 
 
+#: The sizes a calibrated constant can have, in its file's units (seconds to hours, bytes to
+#: petabytes, FLOP/s, ratios): a denormal or a 1e297 is a typo or an attack, never a value
+#: whose products stay finite.
+PHYSICAL = (1e-30, 1e30)
+
+
 def scale(x: float, exponent: int) -> float:
     """``x * 10**exponent``, exact in decimal (0.35 us -> 0.35e-6 s, like the literal)."""
     return float(Decimal(repr(float(x))).scaleb(exponent))
@@ -49,6 +55,11 @@ def number(value: object, field: str) -> float:
         or not math.isfinite(value)
     ):
         raise CalibrationError(f"{field}={show(value)}: must be a finite number or a ratio a/b")
+    if value != 0 and not PHYSICAL[0] <= abs(value) <= PHYSICAL[1]:
+        raise CalibrationError(
+            f"{field}={show(value)}: outside the physical range of any constant "
+            f"({PHYSICAL[0]:g} to {PHYSICAL[1]:g} in size, or 0)"
+        )
     return value
 
 

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tpsim.cli.types import tokens
+from tpsim.cli.types import number, tokens
 from tpsim.core.config import check_nodes
 from tpsim.core.errors import ConfigError
 
@@ -24,9 +24,9 @@ def add_plan_parser(sub: Any) -> None:
     p.add_argument("--batch-max", type=int, default=64, help="largest batch per replica")
     p.add_argument("--prompt-len", type=tokens("--prompt-len"), default=1024)
     p.add_argument("--context-len", type=tokens("--context-len"), default=2048)
-    p.add_argument("--slo-ttft-ms", type=float)
-    p.add_argument("--slo-tpot-ms", type=float)
-    p.add_argument("--gpu-hour-usd", type=float, help="price of one GPU-hour: adds $/Mtok")
+    p.add_argument("--slo-ttft-ms", type=number(0, 1e7))
+    p.add_argument("--slo-tpot-ms", type=number(0, 1e7))
+    p.add_argument("--gpu-hour-usd", type=number(0, 1e5), help="price of one GPU-hour: adds $/Mtok")
     p.add_argument("--engine", default="vllm")
     p.add_argument("--ideal", action="store_true")
     p.add_argument(

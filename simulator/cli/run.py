@@ -11,7 +11,7 @@ from typing import Any
 
 from tpsim import calibration
 from tpsim.cli.paths import check_output
-from tpsim.cli.types import parse_counts, parse_layers, parse_ranks, tokens
+from tpsim.cli.types import number, parse_counts, parse_layers, parse_ranks, tokens
 from tpsim.core.config import (
     ALLREDUCE_ALGOS,
     LAUNCH_MODES,
@@ -92,7 +92,7 @@ def add_run_parser(sub: Any) -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--launch-skew-us",
-        type=float,
+        type=number(0, 1e7, low_open=False),
         default=0.0,
         help="the last rank's host thread starts this much later (us)",
     )
@@ -143,7 +143,7 @@ def network_flags(p: argparse.ArgumentParser) -> None:
     """``--nic-gbps`` and ``--nics-per-node`` (``run`` and ``collective``)."""
     p.add_argument(
         "--nic-gbps",
-        type=float,
+        type=number(0, 1e5),
         metavar="G",
         help="bandwidth of one NIC of the multi-host join, Gb/s per direction "
         "(default: the topology's network, else the NIC paired with its GPUs)",

@@ -15,7 +15,7 @@ from typing import Any
 
 from tpsim.calibration.bounded import shorten
 from tpsim.cli import paths, signals
-from tpsim.cli.types import tokens
+from tpsim.cli.types import number, tokens
 from tpsim.core.config import PHASES, Layout, Workload, check_nodes
 from tpsim.core.errors import ConfigError
 
@@ -57,7 +57,7 @@ def add_study_parsers(sub: Any) -> None:
     sw.add_argument("--scheduler", help="run on a Dask cluster: tcp://HOST:PORT")
     sw.add_argument(
         "--wait-workers",
-        type=float,
+        type=number(0, 86400),
         default=30.0,
         metavar="SECONDS",
         help="Dask: stop when the cluster has had no workers this long (default 30)",
@@ -82,7 +82,9 @@ def add_study_parsers(sub: Any) -> None:
     cc.add_argument("--context-len", type=tokens("--context-len"), default=1024)
     cc.add_argument("--dtype", choices=("bf16", "fp16", "fp8"))
     cc.add_argument("--kv-dtype", choices=("bf16", "fp16", "fp8"))
-    cc.add_argument("--tokens-per-s", type=float, required=True, help="the claimed throughput")
+    cc.add_argument(
+        "--tokens-per-s", type=number(0, 1e12), required=True, help="the claimed throughput"
+    )
     cc.add_argument("--json", action="store_true")
 
     st = sub.add_parser("study", help="run a named study of experiments/")

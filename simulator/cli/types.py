@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable
 
 from tpsim.core.config import parse_tokens
@@ -17,6 +18,28 @@ def tokens(flag: str) -> Callable[[str], int]:
             return parse_tokens(text, flag)
         except ConfigError as e:
             raise argparse.ArgumentTypeError(str(e).partition("=")[2]) from None
+
+    return parse
+
+
+def number(low: float, high: float, *, low_open: bool = True) -> Callable[[str], float]:
+    """A float flag checked once, as every number read from the command line is: finite,
+    not a denormal, within the physical bounds ``(low, high]`` (``[low, high]`` with
+    ``low_open=False``). ``--nic-gbps 1e-320`` is refused here, never divided by."""
+    shown = f"{'above' if low_open else 'at least'} {low:g} and at most {high:g}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: not a number") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text!r}: must be a finite number")
+        if value != 0 and abs(value) < 1e-30:
+            raise argparse.ArgumentTypeError(f"{text!r}: too small to mean anything ({shown})")
+        if value < low or (low_open and value == low) or value > high:
+            raise argparse.ArgumentTypeError(f"{text!r}: must be {shown}")
+        return value
 
     return parse
 

@@ -149,6 +149,15 @@ def test_a_profile_file_overrides_and_extends(tmp_path: Path) -> None:
         ("name: x\noverrides:\n  gpus: {}\n", "unknown data file"),
         ("name: x\nfoo: 1\n", "unknown key"),
         ("name: x\nextends: nowhere\n", "unknown engine"),
+        (
+            "name: x\noverrides:\n  kernels:\n"
+            "    hbm_efficiency_scale: {value: 1.0e+297, source: s}\n",
+            "outside the physical range",
+        ),
+        (
+            "name: x\noverrides:\n  engine:\n    host_overlap: {value: 4.9e-324, source: s}\n",
+            "outside the physical range",
+        ),
         ("overrides: {}\n", "name=None"),
         ("name: [\n", "not valid YAML"),
     ],

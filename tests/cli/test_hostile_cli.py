@@ -93,8 +93,24 @@ def build_cases(tmp: Path) -> list[Case]:
     cases.append(("run --tp of 5000 digits", run_argv("--tp", HUGE), ("--tp",)))
     cases.append(("run --batch of 400 digits", run_argv("--batch", BIG), ("batch=",)))
     cases.append(
-        ("run --launch-skew-us 10**400", run_argv("--launch-skew-us", BIG), ("launch_skew",))
+        ("run --launch-skew-us 10**400", run_argv("--launch-skew-us", BIG), ("launch-skew",))
     )
+    # numbers at the limits of float: every float flag through the one checked reader
+    two_nodes = [*run_argv("--tp", "16"), "--nodes", "2"]
+    plan = ["plan", "--model", "llama-2-7b", "--topology", "dgx-h100", "--json"]
+    float_flags = [
+        ("run", two_nodes, "--nic-gbps"),
+        ("compare", ["compare", *RUN[1:5], "--tp", "8,16", "--nodes", "2"], "--nic-gbps"),
+        ("collective", ["collective", "--topology", "dgx-h100", "--ranks", "8"], "--nic-gbps"),
+        ("run", RUN, "--launch-skew-us"),
+        ("plan", plan, "--slo-ttft-ms"),
+        ("plan", plan, "--slo-tpot-ms"),
+        ("plan", plan, "--gpu-hour-usd"),
+        ("sweep", [*sweep, "--out", out], "--wait-workers"),
+    ]
+    for command, argv, flag in float_flags:
+        for v in ("1e-320", "-1e-320", "1e308", "inf", "nan", "-5", BIG, "4e5x"):
+            cases.append((f"{command} {flag} {v[:8]}", [*argv, flag, v], (flag,)))
     cases.append(
         (
             "collective --ranks 8000",
