@@ -46,15 +46,16 @@ def test_demo_writes_its_plots(demo_run: tuple[Path, list[str]]) -> None:
 def test_calibrate_example_prints_what_the_readme_shows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The "Calibrate your own engine profile" example runs and prints the report the README
-    shows: the same lines, parameters and warnings (numbers masked: the fit's last digits
-    may move with the cost models, the report's shape may not)."""
+    """The "Calibrate your own engine profile" example of docs/guide.md runs and prints the
+    report the guide shows: the same lines, parameters and warnings (numbers masked: the
+    fit's last digits may move with the cost models, the report's shape may not)."""
     from tpsim.cli import main
 
-    section = README.read_text().split("## Calibrate your own engine profile")[1]
+    guide = README.parent / "docs" / "guide.md"
+    section = guide.read_text().split("## Calibrate your own engine profile")[1]
     section = section.split("\n## ")[0]
-    (csv,) = re.findall(r"```csv\n(.*?)```", section, re.S)
-    (command,) = re.findall(r"```bash\n(.*?)```", section, re.S)
+    (csv,) = re.findall(r"```csv[^\n]*\n(.*?)```", section, re.S)
+    (command,) = re.findall(r"```console-slow\n(.*?)```", section, re.S)
     (shown,) = re.findall(r"```text\n(.*?)```", section, re.S)
     monkeypatch.chdir(tmp_path)
     Path("measured.csv").write_text(csv)
