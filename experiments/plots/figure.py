@@ -22,6 +22,14 @@ def ok(row: Row) -> bool:
     return not row.get("error") and row.get("fits") is True and bool(row.get("latency_s"))
 
 
+def outcome(row: Row) -> int:
+    """0: a result that fits; 1: a result that does not fit; 2: an error. Where several rows
+    fall in one cell of a figure (placements of a layout), the lowest is drawn."""
+    if row.get("error"):
+        return 2
+    return 0 if ok(row) else 1
+
+
 def layout_of(r: Row) -> tuple[int, int, int, int]:
     """(tp, pp, dp, micro_batches) of a results row (older rows: one TP group)."""
     return (r["tp"], r.get("pp") or 1, r.get("dp") or 1, r.get("micro_batches") or 1)

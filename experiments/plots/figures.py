@@ -19,6 +19,7 @@ from typing import Any
 from tpsim.core.api import simulate
 from tpsim.core.errors import ConfigError
 from tpsim.experiments.plots import sweep as sweep_plots
+from tpsim.experiments.plots.figure import outcome
 from tpsim.experiments.plots.gantt import gantt
 from tpsim.experiments.sweep.grid import point_from_row
 from tpsim.outputs.export import write_text
@@ -51,8 +52,11 @@ def _key(row: Row) -> tuple[Any, ...]:
 
 
 def _order(row: Row) -> tuple[Any, ...]:
-    """Prefer the simplest placement of a (tp, batch): fewest hosts, then nodes."""
-    return (row.get("hosts") or 0, row["nodes"], row["gpus_per_node"], row["point_id"])
+    """Prefer, for a (tp, batch), a point that ran and fits over one that does not fit over
+    one that failed (TP 16 fails on one host and runs on two: the cell is the run), then the
+    simplest placement: fewest hosts, then nodes."""
+    hosts = row.get("hosts") or 0
+    return (outcome(row), hosts, row["nodes"], row["gpus_per_node"], row["point_id"])
 
 
 def _one_per(rows: Iterable[Row], fields: Sequence[str]) -> list[Row]:

@@ -45,7 +45,9 @@ def draw_regime_map(rows: Sequence[shared.Row], *, title: str) -> Figure:
     cmap = ListedColormap([*shades, "#DDDDDD", "#FFFFFF"])
     failed, empty = 2 * n, 2 * n + 1
     grid = [[empty] * len(tps) for _ in batches]
-    cells = {(r["batch"], shared.layout_of(r)): r for r in rows}
+    # one row per cell: a run that fits over one that does not over an error
+    ordered = sorted(rows, key=shared.outcome, reverse=True)
+    cells = {(r["batch"], shared.layout_of(r)): r for r in ordered}
     fig = shared.bare_figure(1.6 * len(tps) + 5.0, 0.75 * len(batches) + 2.5)
     ax = fig.subplots()
     present: set[str] = set()
@@ -53,7 +55,9 @@ def draw_regime_map(rows: Sequence[shared.Row], *, title: str) -> Figure:
     for (batch, tp), r in cells.items():
         y, x = batches.index(batch), tps.index(tp)
         regime = r.get("regime")
-        if regime in regimes and not r.get("error"):
+        if r.get("fits") is False and not r.get("error"):
+            grid[y][x] = empty  # white, hatched: no regime of a layout that cannot run
+        elif regime in regimes and not r.get("error"):
             tie = near_tie(r)
             ties |= tie
             grid[y][x] = regimes.index(regime) + (n if tie else 0)
@@ -66,6 +70,10 @@ def draw_regime_map(rows: Sequence[shared.Row], *, title: str) -> Figure:
         tie = False
         if r.get("error"):
             text = "error"
+        elif r.get("fits") is False:  # no tokens/s: a reviewer must not quote an impossible one
+            needs = r.get("total_bytes_per_gpu")
+            text = "does not fit" + (f"\nneeds {needs / 1e9:.0f} GB/GPU" if needs else "")
+            ax.add_patch(Rectangle((x - 0.5, y - 0.5), 1, 1, fill=False, hatch="///", linewidth=0))
         else:
             share, second, share2 = regime_margin(r)
             tie = is_near_tie(share, share2)
@@ -77,11 +85,6 @@ def draw_regime_map(rows: Sequence[shared.Row], *, title: str) -> Figure:
                         (x - 0.5, y - 0.5), 1, 1, fill=False, hatch="..", linewidth=0, gid="tie"
                     )
                 )
-            if r.get("fits") is False:
-                ax.add_patch(
-                    Rectangle((x - 0.5, y - 0.5), 1, 1, fill=False, hatch="///", linewidth=0)
-                )
-                text += "\nno fit"
         dark = r.get("regime") in ("compute-bound", "communication-bound") and not tie
         plain = r.get("fits") is False or tie
         box = {"facecolor": "white", "alpha": 0.8, "edgecolor": "none", "pad": 1.5}

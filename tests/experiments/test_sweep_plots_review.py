@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from tpsim.cli import main
+from tpsim.experiments.plots import figures
 from tpsim.experiments.plots import sweep as sp
 from tpsim.experiments.plots.figures import plot_results
 from tpsim.experiments.plots.words import assumption_lines, row_regime_text
@@ -219,3 +220,32 @@ def test_a_narrow_log_axis_still_has_labels() -> None:
     shown = [t.get_text() for t in ax.get_yticklabels(minor=True) if t.get_text()]
     shown += [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
     assert shown  # within one decade the minor ticks carry the labels
+
+
+def test_a_cell_with_a_run_and_an_error_shows_the_run(tmp_path: Path) -> None:
+    """Issue #27: TP 16 fails on one host and runs on two; the regime map said "error" for
+    it and the throughput plots left it out."""
+    rows = [row(tp, b) for tp in (4, 8) for b in (1, 16)]
+    rows += [row(16, b, error="tp=16: only 8 GPUs on this host") for b in (1, 16)]
+    rows += [row(16, b, hosts=2) for b in (1, 16)]
+    plot_results(rows, tmp_path, gantt_ids=[])
+    drawn = figures._one_per(rows, figures.POINT)  # what every figure of the series is given
+    assert [(r["tp"], r["hosts"], r["error"]) for r in drawn if r["tp"] == 16] == [
+        (16, 2, None),
+        (16, 2, None),
+    ]
+    fig = sp.draw_regime_map(rows, title="t")
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert "error" not in texts and sum("tok/s" in t for t in texts) == 6
+
+
+def test_a_layout_that_does_not_fit_gets_no_tokens_per_s() -> None:
+    """Issue #27: the demo's map printed "18.5 tok/s ... no fit", a number a reviewer could
+    quote for a layout that cannot run; it says what the layout would need instead."""
+    rows = [row(1, 1, fits=False, total_bytes_per_gpu=142e9), row(2, 1)]
+    fig = sp.draw_regime_map(rows, title="t")
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert "does not fit\nneeds 142 GB/GPU" in texts
+    assert sum("tok/s" in t for t in texts) == 1
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "does not fit" in legend
