@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 
 from tpsim import calibration
 from tpsim.calibration.bounded import shorten
-from tpsim.cli import signals
+from tpsim.cli import helptext, signals
 from tpsim.cli.compare import COMPARE_COMMANDS, add_compare_parser
 from tpsim.cli.paths import check_output
 from tpsim.cli.plan import PLAN_COMMANDS, add_plan_parser
@@ -82,37 +82,6 @@ class _Parser(argparse.ArgumentParser):
         raise ConfigError(f"{self.prog}: {message}")
 
 
-#: Help for flags that several sub-commands share, filled in where a parser gave none.
-COMMON_HELP = {
-    "model": "catalog name (tpsim list models) or a Hugging Face config.json",
-    "topology": "catalog name (tpsim list topologies) or a topology file (.yaml/.json)",
-    "nodes": "hosts joined over the network (copies of a catalog node)",
-    "tp": "tensor-parallel degree",
-    "ranks": "GPUs taking part in the collective",
-    "gpus_per_node": "GPUs of the group on each host (0: fill each host first)",
-    "batch": "sequences per step",
-    "phase": "prefill (one pass over the prompts) or decode (one new token per sequence)",
-    "prompt_len": "prefill: tokens per sequence (K = 1024: 2K)",
-    "context_len": "decode: keys each new token attends to (K = 1024: 4K)",
-    "dtype": "weights and activations (default: the model's)",
-    "kv_dtype": "KV cache (default: --dtype)",
-    "launch": "eager: one host launch per kernel; graph: CUDA graph replay; compiled: "
-    "torch.compile with graphs (fewer, fused kernels)",
-    "allreduce_algo": "all-reduce algorithm: auto (the engine decides), nccl, or one by name",
-    "op": "the collective",
-    "min_bytes": "smallest size; sizes double up to --max-bytes",
-    "max_bytes": "largest size",
-    "ideal": "first principles: every efficiency 1, every fixed overhead 0",
-    "json": "print JSON instead of text",
-    "what": "which catalog to list",
-    "out": "where to write the outputs",
-    "name": "the study to run",
-    "engine": "serving engine profile (tpsim list engines) or a profile file .yaml",
-    "slo_ttft_ms": "time-to-first-token target (ms): layouts that miss it are marked",
-    "slo_tpot_ms": "time-per-output-token target (ms): the batch is cut until it holds",
-}
-
-
 def _fill_help(parser: argparse.ArgumentParser) -> None:
     """Give every flag of every sub-command a help line (COMMON_HELP where it has none)."""
     for action in parser._actions:
@@ -120,7 +89,7 @@ def _fill_help(parser: argparse.ArgumentParser) -> None:
             for sub in action.choices.values():
                 _fill_help(sub)
         elif not action.help:
-            action.help = COMMON_HELP.get(action.dest, action.dest.replace("_", " "))
+            action.help = helptext.base(action)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tpsim.cli import helptext
 from tpsim.cli.types import parse_layers
 from tpsim.core.errors import ConfigError
 
@@ -59,7 +60,7 @@ def _add_run_lists(
             dest=action.dest,
             required=action.required and required,
             metavar="V[,V...]",
-            help=(action.help or action.dest.replace("_", " "))
+            help=helptext.described(action)
             + (
                 " (';' between configurations, or one for all)"
                 if action.dest in LIST_VALUED

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tpsim.cli.types import number, tokens
-from tpsim.core.config import check_nodes
+from tpsim.core.config import Workload, check_nodes
 from tpsim.core.errors import ConfigError
 
 
@@ -22,8 +22,9 @@ def add_plan_parser(sub: Any) -> None:
     p.add_argument("--nodes", type=int, default=1)
     p.add_argument("--gpus", type=int, default=0, help="GPUs to use (default: all)")
     p.add_argument("--batch-max", type=int, default=64, help="largest batch per replica")
-    p.add_argument("--prompt-len", type=tokens("--prompt-len"), default=1024)
-    p.add_argument("--context-len", type=tokens("--context-len"), default=2048)
+    # one default context everywhere: the Workload's, as run, sweep and check-claim use
+    p.add_argument("--prompt-len", type=tokens("--prompt-len"), default=Workload.prompt_len)
+    p.add_argument("--context-len", type=tokens("--context-len"), default=Workload.context_len)
     p.add_argument("--slo-ttft-ms", type=number(0, 1e7))
     p.add_argument("--slo-tpot-ms", type=number(0, 1e7))
     p.add_argument("--gpu-hour-usd", type=number(0, 1e5), help="price of one GPU-hour: adds $/Mtok")

@@ -62,12 +62,14 @@ def add_run_parser(sub: Any) -> argparse.ArgumentParser:
     run.add_argument(
         "--prompt-len",
         type=tokens("--prompt-len"),
-        help="prefill: tokens per sequence (2K = 2048)",
+        help="prefill: tokens per sequence (2K = 2048; "
+        f"default: {Workload.prompt_len}, as every command)",
     )
     run.add_argument(
         "--context-len",
         type=tokens("--context-len"),
-        help="decode: keys each new token attends to (4K = 4096)",
+        help="decode: keys each new token attends to (4K = 4096; "
+        f"default: {Workload.context_len}, as every command)",
     )
     run.add_argument("--dtype", choices=("bf16", "fp16", "fp8"))
     run.add_argument("--kv-dtype", choices=("bf16", "fp16", "fp8"))

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from tpsim.calibration.bounded import shorten
-from tpsim.cli import paths, signals
+from tpsim.cli import helptext, paths, signals
 from tpsim.cli.types import number, tokens
-from tpsim.core.config import PHASES, Layout, Workload, check_nodes
+from tpsim.core.config import PHASES, Layout, Options, Workload, check_nodes
 from tpsim.core.errors import ConfigError
 
 #: Named studies of experiments/studies/__init__.py (kept here so that --help imports nothing
@@ -31,6 +31,18 @@ STUDY_NAMES = (
 )
 
 
+def _axis_help(flag: str) -> str:
+    """A sweep axis: what the flag means (as run says it), its default, and that it takes a
+    comma-separated list."""
+    dest = flag.removeprefix("--").replace("-", "_")
+    text = helptext.COMMON_HELP.get(dest, dest.replace("_", " "))
+    for defaults in (Layout, Workload, Options):
+        value = getattr(defaults, dest, None)
+        if value not in (None, (), "") and "default" not in text:
+            text += f" (default: {value})"
+    return text + "; a comma-separated list"
+
+
 def add_study_parsers(sub: Any) -> None:
     """Sub-commands of experiments/: demo, sweep, plot, check-claim, study, bench,
     calibrate."""
@@ -39,17 +51,16 @@ def add_study_parsers(sub: Any) -> None:
 
     sw = sub.add_parser("sweep", help="simulate a grid of points, one row each, to CSV/JSONL")
     sw.add_argument("--grid", type=Path, help="YAML grid file (instead of the grid flags)")
-    lists = "comma-separated list"
     for flag in ("--model", "--topology", "--nodes", "--gpus-per-node", "--tp", "--batch"):
-        sw.add_argument(flag, help=lists)
+        sw.add_argument(flag, help=_axis_help(flag))
     for flag in ("--phase", "--prompt-len", "--context-len", "--dtype", "--kv-dtype"):
-        sw.add_argument(flag, help=lists)
+        sw.add_argument(flag, help=_axis_help(flag))
     for flag in ("--launch", "--overlap", "--allreduce-algo", "--engine"):
-        sw.add_argument(flag, help=lists)
+        sw.add_argument(flag, help=_axis_help(flag))
     for flag in ("--sequence-parallel", "--ideal"):
         sw.add_argument(flag, nargs="?", const="true", help="alone: true; or a list: false,true")
     for flag in ("--pp", "--dp", "--micro-batches"):  # layouts of several TP groups
-        sw.add_argument(flag, help=lists)
+        sw.add_argument(flag, help=_axis_help(flag))
     sw.add_argument("--out", type=Path, required=True, help="results file (.csv or .jsonl)")
     sw.add_argument("--resume", action="store_true", help="skip the points already in --out")
     sw.add_argument("--overwrite", action="store_true", help="replace an existing --out")
@@ -78,8 +89,8 @@ def add_study_parsers(sub: Any) -> None:
     cc.add_argument("--gpus-per-node", type=int, default=0)
     cc.add_argument("--batch", type=int, default=1)
     cc.add_argument("--phase", choices=PHASES, default="decode")
-    cc.add_argument("--prompt-len", type=tokens("--prompt-len"), default=512)
-    cc.add_argument("--context-len", type=tokens("--context-len"), default=1024)
+    cc.add_argument("--prompt-len", type=tokens("--prompt-len"), default=Workload.prompt_len)
+    cc.add_argument("--context-len", type=tokens("--context-len"), default=Workload.context_len)
     cc.add_argument("--dtype", choices=("bf16", "fp16", "fp8"))
     cc.add_argument("--kv-dtype", choices=("bf16", "fp16", "fp8"))
     cc.add_argument(

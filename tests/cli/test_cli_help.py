@@ -91,3 +91,23 @@ def test_api_errors_name_the_api_keyword() -> None:
 
     with pytest.raises(ConfigError, match=r"nodes= in the API"):
         simulate("llama-3.1-8b", "dgx-h100", Layout(16))
+
+
+def test_one_default_context_and_prompt_everywhere_stated_in_help(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue #27: run said 1024, plan 2048, check-claim 512 (prompt); one default now, the
+    Workload's, and every --help states it, compare's and report's copies included."""
+    from tpsim.core.config import Workload
+
+    for name, parser in _commands().items():
+        for action in parser._actions:
+            if action.dest not in ("context_len", "prompt_len"):
+                continue
+            with pytest.raises(SystemExit):
+                main([name, "--help"])
+            text = " ".join(capsys.readouterr().out.split())
+            want = getattr(Workload, action.dest)
+            assert f"default: {want}" in text, f"{name} {action.option_strings[0]}"
+            if action.default is not None:
+                assert action.default == want, f"{name} {action.option_strings[0]}"
