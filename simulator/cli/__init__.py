@@ -134,6 +134,11 @@ def _parser() -> argparse.ArgumentParser:
 
     ls = sub.add_parser("list", help="list catalog entries")
     ls.add_argument("what", choices=("models", "topologies", "gpus", "engines"))
+    ls.add_argument(
+        "name",
+        nargs="?",
+        help="one entry, described in full (an engine profile: what it models, whole)",
+    )
 
     add_study_parsers(sub)
     add_compare_parser(sub, run)
@@ -174,7 +179,7 @@ def _collective(a: argparse.Namespace) -> int:
 
 
 def _list(a: argparse.Namespace) -> int:
-    print(report.catalog_text(a.what))
+    print(report.catalog_text(a.what) if a.name is None else report.entry_text(a.what, a.name))
     return 0
 
 

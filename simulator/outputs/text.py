@@ -6,7 +6,8 @@ import textwrap
 from collections.abc import Mapping
 from typing import Any
 
-from tpsim.calibration.profiles import about, engines
+from tpsim.calibration.profiles import about, canonical, engines, is_profile_file, profile
+from tpsim.core.errors import ConfigError
 from tpsim.core.metrics import REGIMES
 from tpsim.models.catalog import MODELS
 from tpsim.topologies.builders import DESCRIPTIONS
@@ -55,8 +56,20 @@ def title(s: dict[str, Any]) -> str:
     return (
         f"{c['model']['name']} on {where}, {split}, {w['phase']} batch {w['batch']}, "
         f"{lengths}, {c['options']['dtype']}, launch {launch_label(c)}"
-        + (f", engine {c['options']['engine']}" if c["options"]["engine"] != "ideal" else "")
+        + (
+            f", engine {engine_label(c['options']['engine'])}"
+            if c["options"]["engine"] != "ideal"
+            else ""
+        )
     )
+
+
+def engine_label(engine: str) -> str:
+    """A shipped engine's name; a profile file's own ``name:`` with its file in brackets
+    (``mine (profiles/mine-v2.yaml)``), not the file name alone."""
+    if not is_profile_file(engine):
+        return engine
+    return f"{profile(engine).engine.name} ({engine})"
 
 
 #: The regime each part of the critical path stands for (host work and launches both
@@ -225,6 +238,8 @@ def collective_table(
 
 
 def catalog_text(what: str) -> str:
+    """The one-line-per-entry list of ``tpsim list WHAT`` (long descriptions cut short; the
+    whole one is ``tpsim list WHAT NAME``)."""
     if what == "engines":
         return "\n".join(f"{name:<18} {textwrap.shorten(about(name), 100)}" for name in engines())
     if what == "models":
@@ -248,3 +263,21 @@ def catalog_text(what: str) -> str:
             )
         return "\n".join(rows)
     return "\n".join(f"{name:<14} {desc}" for name, desc in sorted(DESCRIPTIONS.items()))
+
+
+def entry_text(what: str, name: str) -> str:
+    """``tpsim list WHAT NAME``: one catalog entry in full. An engine: its name, where its
+    profile comes from and its whole description, wrapped; a model, a GPU or a topology:
+    its row of the list with its header."""
+    if what == "engines":
+        engine = canonical(name)
+        text = about(engine)  # an unknown name is refused here, naming the known ones
+        wrapped = "\n".join(textwrap.fill(p, 92) for p in text.split("\n\n"))
+        return f"{engine}\n\n{wrapped}"
+    lines = catalog_text(what).splitlines()
+    header = lines[:1] if what in ("models", "gpus") else []
+    rows = [line for line in lines[len(header) :] if line.split()[:1] == [name.lower()]]
+    if not rows:
+        known = ", ".join(line.split()[0] for line in lines[len(header) :] if line.strip())
+        raise ConfigError(f"{what[:-1]}={name!r}: not in the catalog; known: {known}")
+    return "\n".join([*header, *rows])

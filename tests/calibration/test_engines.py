@@ -296,3 +296,32 @@ def test_a_relative_extends_is_the_profiles_own_neighbour(
     c = profile("p/mine.yaml")
     assert c.engine.name == "mine"
     assert c.engine.step_host["schedule"].base_s == 7e-6
+
+
+def test_list_engines_name_shows_the_whole_description(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue #27: the list cuts each description with [...]; ``list engines NAME`` shows it
+    whole (any spelling of the name), and an unknown one exits 2."""
+    assert main(["list", "engines"]) == 0
+    assert "[...]" in capsys.readouterr().out
+    assert main(["list", "engines", "TensorRT-LLM"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("trtllm\n") and "[...]" not in out
+    from tpsim.calibration.profiles import about
+
+    assert " ".join(out.split()[1:]) == " ".join(about("trtllm").split())
+    assert main(["list", "engines", "nope"]) == 2
+    assert main(["list", "models", "llama-3.1-70b"]) == 0
+    assert "llama-3.1-70b" in capsys.readouterr().out
+
+
+def test_a_profile_file_is_named_by_its_own_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    f = tmp_path / "mine-v2.yaml"
+    f.write_text("name: my-vllm\nextends: vllm\n")
+    argv = ["run", "--model", "llama-3.1-8b", "--topology", "dgx-h100", "--tp", "2"]
+    assert main([*argv, "--engine", str(f)]) == 0
+    head = capsys.readouterr().out.splitlines()[0]
+    assert head.endswith(f"engine my-vllm ({f})"), head
