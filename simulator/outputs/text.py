@@ -272,7 +272,9 @@ def entry_text(what: str, name: str) -> str:
     if what == "engines":
         engine = canonical(name)
         text = about(engine)  # an unknown name is refused here, naming the known ones
-        wrapped = "\n".join(textwrap.fill(p, 92) for p in text.split("\n\n"))
+        wrapped = "\n".join(
+            textwrap.fill(p, 92, break_on_hyphens=False) for p in text.split("\n\n")
+        )
         return f"{engine}\n\n{wrapped}"
     lines = catalog_text(what).splitlines()
     header = lines[:1] if what in ("models", "gpus") else []
