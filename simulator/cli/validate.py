@@ -20,8 +20,8 @@ from tpsim.core.errors import ConfigError
 if TYPE_CHECKING:
     from tpsim.experiments.validation.registry import Result, Validation
 
-#: Exit status when an entry misses its bound.
-EXIT_FAIL = 1
+#: Exit status when an entry misses its bound, and on bad input.
+EXIT_FAIL, EXIT_INPUT = 1, 2
 
 
 def add_validate_parser(sub: Any) -> argparse.ArgumentParser:
@@ -50,9 +50,9 @@ def select(
         valid = [v.name for v in entries]
         unknown = [n for n in names if n not in valid]
         if unknown or not any(names):
+            named = ",".join(unknown) if unknown else repr(only)
             raise ConfigError(
-                f"--only={','.join(unknown) or only!r}: no such validation; valid names: "
-                f"{', '.join(valid)}"
+                f"--only={named}: no such validation; valid names: {', '.join(valid)}"
             )
         chosen = [v for v in chosen if v.name in names]
     if quick:
@@ -194,7 +194,14 @@ def validate(a: argparse.Namespace) -> int:
     check_output(a.out, "--out", (".md",))
     from tpsim.experiments.validation.registry import VALIDATIONS
 
-    entries = select(VALIDATIONS, a.quick, a.only)
+    try:
+        entries = select(VALIDATIONS, a.quick, a.only)
+    except ConfigError as exc:
+        if "no such validation" not in str(exc):
+            raise
+        # every valid name, on the one line (main() would cut a message this long short)
+        print(f"tpsim: error: {exc}", file=sys.stderr)
+        return EXIT_INPUT
     start = time.monotonic()
     widths = [max(len(c), *(len(v.name) for v in entries)) if c == "name" else 0
               for c in COLUMNS]  # fmt: skip
