@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tpsim.core.errors import ConfigError
-from tpsim.experiments.calibrate.fit import calibrate
+from tpsim.experiments.calibrate.fit import Calibrated, calibrate
 from tpsim.experiments.calibrate.measurements import COLUMNS, read_points
 from tpsim.experiments.calibrate.simulate import step_time
 from tpsim.experiments.validation.collectives import geomean_error
@@ -94,23 +94,58 @@ def csv_text(cases: Sequence[Case]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run(out: Path, jobs: int = 1, only: Sequence[str] = ()) -> Iterator[str]:
+@dataclass(frozen=True)
+class HeldOut:
+    """One file's hold-out: the fit's cases, the calibration result and the held-out cases
+    with their predictions (seconds), in the held-out file's order."""
+
+    holdout: Holdout
+    fit: list[Case]
+    result: Calibrated
+    held: list[tuple[Case, float]]
+
+    @property
+    def error(self) -> float:
+        """The held-out points' geometric-mean error."""
+        return geomean_error([(t, c.measured_s) for c, t in self.held])
+
+
+def write_base(out: Path) -> None:
+    """Write the unfitted TGI profile (the base of the TGI hold-out) into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     write_text(out / "tgi-v1-unfitted.yaml", TGI_UNFITTED)
+
+
+def holdout(h: Holdout, out: Path, jobs: int = 1) -> HeldOut:
+    """Fit ``h``'s fit cases with ``tpsim calibrate`` and predict the rest (files written
+    under ``out``, which :func:`write_base` has prepared)."""
+    cases = h.cases()
+    fit = [c for c in cases if h.fit(c, cases)]
+    held = [c for c in cases if not h.fit(c, cases)]
+    fit_csv, held_csv = out / f"{h.name}-fit.csv", out / f"{h.name}-held.csv"
+    write_text(fit_csv, csv_text(fit))
+    write_text(held_csv, csv_text(held))
+    base = str(out / f"{h.base}.yaml") if h.base == "tgi-v1-unfitted" else h.base
+    result = calibrate(fit_csv, base, name=f"{h.name}-fitted", jobs=jobs)
+    profile = out / f"{h.name}.yaml"
+    write_text(profile, result.profile)
+    predicted = []
+    for case, point in zip(held, read_points(held_csv), strict=True):
+        t = step_time(point, str(profile))
+        if isinstance(t, str):  # tpsim refused the point: say which and why
+            raise ConfigError(f"{held_csv} row {point.row}: {t}")
+        predicted.append((case, t))
+    return HeldOut(h, fit, result, predicted)
+
+
+def run(out: Path, jobs: int = 1, only: Sequence[str] = ()) -> Iterator[str]:
+    write_base(out)
     within = []
     for h in HOLDOUTS:
         if only and h.name not in only:
             continue
-        cases = h.cases()
-        fit = [c for c in cases if h.fit(c, cases)]
-        held = [c for c in cases if not h.fit(c, cases)]
-        fit_csv, held_csv = out / f"{h.name}-fit.csv", out / f"{h.name}-held.csv"
-        write_text(fit_csv, csv_text(fit))
-        write_text(held_csv, csv_text(held))
-        base = str(out / f"{h.base}.yaml") if h.base == "tgi-v1-unfitted" else h.base
-        result = calibrate(fit_csv, base, name=f"{h.name}-fitted", jobs=jobs)
-        profile = out / f"{h.name}.yaml"
-        write_text(profile, result.profile)
+        done = holdout(h, out, jobs)
+        fit, result = done.fit, done.result
         yield f"{h.name}: fitted on {len(fit)} points (TP {fit[0].tp}) to {h.base}"
         for f in result.parameters:
             if not f.reason:
@@ -119,16 +154,11 @@ def run(out: Path, jobs: int = 1, only: Sequence[str] = ()) -> Iterator[str]:
             errs = result.errors(which)
             label = "in sample" if which == "fitted" else "leaving each point out"
             yield f"  {label:<28} mean |e| {sum(map(abs, errs)) / len(errs):.1%}"
-        pairs = []
-        yield f"  held out: {len(held)} points"
-        for case, point in zip(held, read_points(held_csv), strict=True):
-            t = step_time(point, str(profile))
-            if isinstance(t, str):  # tpsim refused the point: say which and why
-                raise ConfigError(f"{held_csv} row {point.row}: {t}")
-            pairs.append((t, case.measured_s))
+        yield f"  held out: {len(done.held)} points"
+        for case, t in done.held:
             yield (f"    {case.label:<42} {case.measured_s * 1e3:>10.1f}ms {t * 1e3:>10.1f}ms "
                    f"{t / case.measured_s - 1:>+7.1%}")  # fmt: skip
-        err = geomean_error(pairs)
+        err = done.error
         within.append(err <= BOUND)
         verdict = "within" if err <= BOUND else "OUTSIDE"
         yield f"  held-out geomean error {err:.1%} ({verdict} {BOUND:.0%})"
@@ -151,4 +181,4 @@ if __name__ == "__main__":
     raise SystemExit(main())
 
 
-__all__ = ["HOLDOUTS", "csv_text", "run"]
+__all__ = ["HOLDOUTS", "HeldOut", "csv_text", "holdout", "run", "write_base"]

@@ -28,6 +28,7 @@ from tpsim.cli.run import (
 )
 from tpsim.cli.studies import STUDY_COMMANDS, add_study_parsers
 from tpsim.cli.types import parse_counts, parse_ranks, parse_size, parse_sizes
+from tpsim.cli.validate import VALIDATE_COMMANDS, add_validate_parser
 from tpsim.core.comm.collectives import ALGORITHMS, OPS
 from tpsim.core.config import check_nodes
 from tpsim.core.errors import INPUT_ERRORS, ConfigError
@@ -143,6 +144,7 @@ def _parser() -> argparse.ArgumentParser:
     add_study_parsers(sub)
     add_compare_parser(sub, run)
     add_plan_parser(sub)
+    add_validate_parser(sub)
     _fill_help(p)
     return p
 
@@ -190,6 +192,7 @@ COMMANDS = {
     **STUDY_COMMANDS,
     **COMPARE_COMMANDS,
     **PLAN_COMMANDS,
+    **VALIDATE_COMMANDS,
 }
 
 
