@@ -55,7 +55,17 @@ class Result:
     typed_summary: Summary | None = None
 
     @property
+    def typed(self) -> Summary:
+        """The summary as a :class:`~tpsim.core.summary.Summary` (``summary`` is its
+        ``to_dict()``)."""
+        if self.typed_summary is None:
+            raise ValueError("this Result was built without its typed summary")
+        return self.typed_summary
+
+    @property
     def latency_s(self) -> float:
+        if self.typed_summary is not None:
+            return self.typed_summary.latency_s
         return float(self.summary["latency_s"])
 
 
