@@ -269,7 +269,7 @@ def _run(a: argparse.Namespace) -> int:
     else:
         from tpsim.experiments.compare import assumptions
 
-        print(report.summary_text(result.summary, assumptions(graph, result.summary)))
+        print(report.summary_text(result.typed, assumptions(graph, result.summary)))
         for flag, path in (("gantt", a.gantt), ("trace", a.trace)):
             if path:
                 print(f"  wrote {flag:<12}{path}")
