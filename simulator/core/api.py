@@ -81,7 +81,9 @@ def simulate(
     use_symmetry: bool = True,
 ) -> Result:
     """Simulate one forward pass of ``model`` split ``layout.tp`` ways on ``topology`` (with
-    ``layout.pp`` stages, ``layout.dp`` replicas: :mod:`tpsim.core.parallel`)."""
+    ``layout.pp`` stages, ``layout.dp`` replicas: :mod:`tpsim.core.parallel`): the arguments
+    resolved once (:func:`tpsim.core.plan.resolve`), every rank's program lowered and run, and
+    one :class:`~tpsim.core.summary.Summary` built (:func:`summarize`)."""
     plan = resolve(model, topology, layout, workload, options, nodes=nodes)
     spec, layout, workload, options = plan.model, plan.layout, plan.workload, plan.options
     tp, calib = layout.tp, plan.calib
