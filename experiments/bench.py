@@ -92,14 +92,14 @@ def run_case(name: str, layers: int | None = None, tp: int | None = None,
     r = simulate(model, c["topology"], tp_, Workload(**c["workload"]), Options(**opts),
                  nodes=nodes)  # fmt: skip
     wall = time.perf_counter() - t
-    e = r.summary["engine"]
-    factor = tp_ / e.get("ranks_simulated", tp_)
+    e = r.typed.engine
+    factor = tp_ / e.ranks_simulated
     return {
         "case": name, "layers": model.num_layers, "tp": tp_, "chunks": chunks or 0,
-        "wall_s": wall, "engine_wall_s": e["wall_s"], "events": e["events"],
-        "events_per_s": e["events"] / e["wall_s"],
-        "events_represented_per_s": e["events"] * factor / e["wall_s"],
-        "ranks_simulated": e.get("ranks_simulated", tp_), "records": len(r.records),
+        "wall_s": wall, "engine_wall_s": e.wall_s, "events": e.events,
+        "events_per_s": e.events / e.wall_s,
+        "events_represented_per_s": e.events * factor / e.wall_s,
+        "ranks_simulated": e.ranks_simulated, "records": len(r.records),
         "peak_rss_MB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "latency_s": r.latency_s,
     }  # fmt: skip

@@ -21,6 +21,7 @@ from tpsim.core.comm.layout import stage_layers
 from tpsim.core.config import Layout, Options, Workload, tp_problem
 from tpsim.core.errors import ConfigError
 from tpsim.core.memory import memory_per_stage
+from tpsim.core.summary import Summary
 from tpsim.experiments.sweep.pool import map_in_workers
 from tpsim.experiments.sweep.run import default_jobs
 from tpsim.models.catalog import get_model
@@ -115,9 +116,9 @@ def fitting_batches(req: PlanRequest, tp: int, pp: int) -> list[int]:
     return out
 
 
-def _headroom(summary: dict[str, Any]) -> int:
-    stages = summary.get("memory_per_stage") or [summary["memory"]]
-    return min(m["capacity_bytes_per_gpu"] - m["total_bytes_per_gpu"] for m in stages)
+def _headroom(summary: Summary) -> int:
+    stages = summary.memory_per_stage or (summary.memory,)
+    return min(m.capacity_bytes_per_gpu - m.total_bytes_per_gpu for m in stages)
 
 
 def evaluate(req: PlanRequest, tp: int, pp: int, dp: int) -> Row | None:
@@ -128,24 +129,24 @@ def evaluate(req: PlanRequest, tp: int, pp: int, dp: int) -> Row | None:
     opts = Options(ideal=req.ideal, engine=req.engine)
     prefill = simulate(req.model, req.topology, Layout(tp, pp=pp, dp=dp),
                        Workload(1, "prefill", req.prompt_len, req.context_len), opts,
-                       nodes=req.nodes).summary  # fmt: skip
-    ttft = prefill["latency_s"]
+                       nodes=req.nodes).typed  # fmt: skip
+    ttft = prefill.latency_s
     for b in reversed(batches):
         lay = Layout(tp, pp=pp, dp=dp, micro_batches=min(pp, b))
         s = simulate(req.model, req.topology, lay,
                      Workload(b, "decode", req.prompt_len, req.context_len), opts,
-                     nodes=req.nodes).summary  # fmt: skip
-        tpot = s["latency_s"]
+                     nodes=req.nodes).typed  # fmt: skip
+        tpot = s.latency_s
         tpot_ok = req.slo_tpot_ms is None or tpot * 1e3 <= req.slo_tpot_ms
         if tpot_ok or b == batches[0]:
             break
     gpus = tp * pp * dp
-    rate = s["tokens_per_s"]
+    rate = s.tokens_per_s
     usd = None
     if req.gpu_hour_usd is not None and rate > 0:
         usd = gpus * req.gpu_hour_usd / 3600 / rate * 1e6
     return Row(
-        tp, pp, dp, b, ttft, tpot, rate, rate / gpus, _headroom(s), s["regime"],
+        tp, pp, dp, b, ttft, tpot, rate, rate / gpus, _headroom(s), s.regime,
         req.slo_ttft_ms is None or ttft * 1e3 <= req.slo_ttft_ms, tpot_ok, usd,
     )  # fmt: skip
 

@@ -15,6 +15,7 @@ from tpsim.core.collective_bench import collective_sweep
 from tpsim.core.config import Layout, Options, Workload
 from tpsim.core.errors import ConfigError
 from tpsim.core.records import Record
+from tpsim.core.summary import Summary
 
 __all__ = [
     "ConfigError",
@@ -22,6 +23,7 @@ __all__ = [
     "Options",
     "Record",
     "Result",
+    "Summary",
     "Workload",
     "collective_sweep",
     "simulate",

@@ -32,9 +32,9 @@ def _run(case: tuple, options: Options) -> Result:  # type: ignore[type-arg]
 
 
 def _line(label: str, r: Result) -> str:
-    b = r.summary["breakdown_s"]
+    b = r.typed.breakdown.to_dict()
     parts = ", ".join(f"{k} {seconds(v)}" for k, v in b.items() if v > 0)
-    return f"  {label:<11} {seconds(r.latency_s):>11}  {r.summary['regime']:<20} {parts}"
+    return f"  {label:<11} {seconds(r.latency_s):>11}  {r.typed.regime:<20} {parts}"
 
 
 def run(out: Path) -> Iterator[str]:

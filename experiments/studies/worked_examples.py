@@ -64,9 +64,10 @@ def _illustrative(batch: int) -> dict[str, int]:
         Workload(batch, "decode", context_len=128),
         Options(allreduce_algo="ring", engine=NAPKIN),
     )
-    sites = r.summary["communication"]["by_site"]
-    count = sites["attn_out"]["count"] + sites["mlp_out"]["count"]
-    sent = sites["attn_out"]["bytes_sent_per_gpu"] + sites["mlp_out"]["bytes_sent_per_gpu"]
+    attn, mlp = (r.typed.communication.site(k) for k in ("attn_out", "mlp_out"))
+    assert attn is not None and mlp is not None
+    count = attn.count + mlp.count
+    sent = attn.bytes_sent_per_gpu + mlp.bytes_sent_per_gpu
     per_allreduce = sent // count
     return {
         "allreduces": count,

@@ -36,23 +36,23 @@ def run_point(point: Point) -> Row:
         graph = get_topology(point.topology, point.nodes)
         s = simulate(
             point.model, graph, point.layout(), point.workload(), point.options(), nodes=point.nodes
-        ).summary
+        ).typed
     except INPUT_ERRORS as exc:
         return row | {"error": str(exc)}
-    comm = s["communication"]
+    comm, parts, mem = s.communication, s.breakdown, s.memory
     return row | {
-        "gpu": s["config"]["gpu"],
-        "hosts": len({graph.nodes[n].get("host", 0) for n in s["config"]["gpus"]}),
-        "latency_s": s["latency_s"],
-        "tokens_per_s": s["tokens_per_s"],
-        "tokens_per_s_per_gpu": s["tokens_per_s_per_gpu"],
-        "regime": s["regime"],
-        **{f"{c}_s": s["breakdown_s"][c] for c in BREAKDOWN},
-        "bubble_s": s["breakdown_s"].get("bubble", 0.0),
-        "fits": s["memory"]["fits"],
-        **{m: s["memory"][m] for m in MEMORY},
-        "collectives": comm["collectives"],
-        "comm_bytes_per_gpu": comm["bytes_sent_per_gpu"],
+        "gpu": s.config.gpu,
+        "hosts": len({graph.nodes[n].get("host", 0) for n in s.config.gpus}),
+        "latency_s": s.latency_s,
+        "tokens_per_s": s.tokens_per_s,
+        "tokens_per_s_per_gpu": s.tokens_per_s_per_gpu,
+        "regime": s.regime,
+        **{f"{c}_s": getattr(parts, c) for c in BREAKDOWN},
+        "bubble_s": 0.0 if parts.bubble is None else parts.bubble,
+        "fits": mem.fits,
+        **{m: getattr(mem, m) for m in MEMORY},
+        "collectives": comm.collectives,
+        "comm_bytes_per_gpu": comm.bytes_sent_per_gpu,
     }
 
 

@@ -44,22 +44,22 @@ CONTEXT, PROMPT = 1024, 512
 
 def measure(r: Result) -> dict[str, Any]:
     """Per-rank (rank 0) bandwidth and FLOP figures of one simulated step."""
-    s = r.summary
-    gpu = get_gpu(s["config"]["gpu"])
-    dtype = s["config"]["options"]["dtype"]
+    s = r.typed
+    gpu = get_gpu(s.config.gpu)
+    dtype = s.config.dtype
     peak = gpu.fp8_flops if dtype == "fp8" and gpu.fp8_flops else gpu.bf16_flops
     kernels = [x for x in r.records if x.rank == 0 and x.stream == "compute"]
     gemms = [x for x in kernels if x.kind == "gemm"]
     gemm_s = sum(x.duration_s for x in gemms)
-    lat = s["latency_s"]
+    lat = s.latency_s
     big = max(gemms, key=lambda x: x.flops)
     return {
         "latency_ms": lat * 1e3,
-        "tokens_per_s": s["tokens_per_s"],
-        "regime": s["regime"],
+        "tokens_per_s": s.tokens_per_s,
+        "regime": s.regime,
         "hbm_TBps": sum(x.bytes for x in kernels) / lat / 1e12,
         "gemm_TBps": sum(x.bytes for x in gemms) / gemm_s / 1e12,
-        "weights_TBps": s["memory"]["weights_bytes_per_gpu"] / lat / 1e12,
+        "weights_TBps": s.memory.weights_bytes_per_gpu / lat / 1e12,
         "hbm_peak_TBps": gpu.hbm_Bps / 1e12,
         "mfu": sum(x.flops for x in kernels) / (lat * peak),
         "gemm_mfu": sum(x.flops for x in gemms) / (gemm_s * peak),

@@ -231,7 +231,7 @@ def _run(a: argparse.Namespace) -> int:
     title = report.title(result.summary)
     if a.gantt and a.gantt_layers:
         lo, hi = a.gantt_layers
-        last = result.summary["config"]["model"]["num_layers"]
+        last = result.typed.config.model.num_layers
         if lo > last or hi < -1:
             raise ConfigError(f"--gantt-layers={lo}-{hi}: the model has layers -1 to {last}")
     written: list[Path] = []
@@ -271,7 +271,7 @@ def _run(a: argparse.Namespace) -> int:
     else:
         from tpsim.experiments.compare import assumptions
 
-        print(report.summary_text(result.summary, assumptions(graph, result.summary)))
+        print(report.summary_text(result.typed, assumptions(graph, result.summary)))
         for flag, path in (("gantt", a.gantt), ("trace", a.trace)):
             if path:
                 print(f"  wrote {flag:<12}{path}")

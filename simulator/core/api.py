@@ -1,42 +1,49 @@
 """The Python API: ``simulate(model, topology, layout, workload, options) -> Result``.
 
 A pure function of its inputs: no global state, no files. The CLI is a thin layer on top.
+One path for every layout: the options resolved once (:func:`tpsim.core.plan.resolve`),
+every rank's program lowered, the engine run (one TP group through
+:func:`tpsim.core.comm.group.run_programs`, stages and replicas through
+:func:`tpsim.core.parallel.run_layout`) and one :class:`~tpsim.core.summary.Summary` built.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-import networkx as nx
 from tpsim.core import metrics
 from tpsim.core.comm import algorithms
-from tpsim.core.comm.group import connect, run_programs
-from tpsim.core.config import (
-    Layout,
-    Options,
-    Workload,
-    precision,
-    tp_problem,
-    valid_tp_degrees,
-)
+from tpsim.core.comm.group import Comms, run_programs
+from tpsim.core.config import Layout, Options, Workload
 from tpsim.core.errors import ConfigError
-from tpsim.core.kernels import kernel_table
-from tpsim.core.kernels.costs import hardware_for
-from tpsim.core.lowering.lower import launch_mode, lower
-from tpsim.core.lowering.shard import shard
-from tpsim.core.memory import memory_per_gpu
+from tpsim.core.lowering.lower import lower
+from tpsim.core.lowering.pipeline import lower_layout
+from tpsim.core.parallel import labels, placement, run_layout
+from tpsim.core.plan import RunPlan, resolve
 from tpsim.core.program import Programs
 from tpsim.core.records import Record
-from tpsim.models.catalog import get_model
+from tpsim.core.summary import (
+    Breakdown,
+    Communication,
+    EngineStats,
+    LayoutShape,
+    ModelSplit,
+    RunConfig,
+    Summary,
+    layers_of,
+)
 from tpsim.models.spec import ModelSpec
-from tpsim.topologies.io import get_topology
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 
 @dataclass(frozen=True)
 class Result:
-    """What one simulation produced: the records, the summary (the JSON contract) and the
+    """What one simulation produced: the records, the summary (the JSON contract, a dict;
+    ``typed_summary`` is the same as a :class:`~tpsim.core.summary.Summary`) and the
     critical path (record ids)."""
 
     records: tuple[Record, ...]
@@ -45,19 +52,21 @@ class Result:
     rank_labels: dict[int, str]
     #: (time, "src->dst", bytes/s) each time a link's load changed; only with link_usage=True
     link_usage: tuple[tuple[float, str, float], ...] = ()
+    typed_summary: Summary | None = None
+
+    @property
+    def typed(self) -> Summary:
+        """The summary as a :class:`~tpsim.core.summary.Summary` (``summary`` is its
+        ``to_dict()``)."""
+        if self.typed_summary is None:
+            raise ValueError("this Result was built without its typed summary")
+        return self.typed_summary
 
     @property
     def latency_s(self) -> float:
+        if self.typed_summary is not None:
+            return self.typed_summary.latency_s
         return float(self.summary["latency_s"])
-
-
-def _check_layout(model: ModelSpec, tp: int, gpus: int) -> None:
-    problem = tp_problem(tp, model.num_heads, model.num_kv_heads)
-    if problem:
-        valid = ", ".join(
-            map(str, valid_tp_degrees(model.num_heads, model.num_kv_heads, max(gpus, tp)))
-        )
-        raise ConfigError(f"tp={tp} {problem} of {model.name}; valid: {valid}")
 
 
 def simulate(
@@ -72,98 +81,114 @@ def simulate(
     use_symmetry: bool = True,
 ) -> Result:
     """Simulate one forward pass of ``model`` split ``layout.tp`` ways on ``topology`` (with
-    ``layout.pp`` stages, ``layout.dp`` replicas: :mod:`tpsim.core.parallel`)."""
-    spec = get_model(model) if isinstance(model, str) else model
-    graph = get_topology(topology, nodes) if isinstance(topology, str) else topology
-    layout = Layout(layout) if isinstance(layout, int) else layout
-    workload = workload or Workload()
-    options = options or Options()
-    calib = options.calibration  # an unknown engine or bad profile is refused first
-    gpu_count = sum(1 for _, k in graph.nodes(data="kind") if k == "gpu")
-    _check_layout(spec, layout.tp, gpu_count)
-    if layout.pp * layout.dp * layout.micro_batches > 1 or layout.pp_layers or layout.placement:
-        from tpsim.core.parallel import simulate_layout  # stages, replicas, micro-batches
-
-        result: Result = simulate_layout(
-            spec, graph, layout, workload, options, nodes=nodes, link_usage=link_usage,
-            use_symmetry=use_symmetry,
-        )  # fmt: skip
-        return result
-    comms = connect(
-        graph,
-        layout.tp,
-        per_host=layout.gpus_per_node,
-        calib=calib,
-        algo=options.collective_algo,
-    )
-    group = comms.group
-
-    table = kernel_table.load(options.kernel_table) if options.kernel_table else None
-    mem = memory_per_gpu(spec, layout.tp, workload, options, group.gpu)
-    if not mem.fits and not options.allow_oom:
-        what = f"tp={layout.tp}: {spec.name}"
-        raise ConfigError(mem.refusal(what, group.gpu.name, "raise --tp or pass --allow-oom"))
-
-    check_records(records_lower_bound(spec, layout.tp, workload, options), options, "at least")
-    prec = precision(options, spec.dtype, group.gpu.fp8_flops is not None)
-    dtype = prec.weights  # the resolved --dtype (fp32 checkpoints run in fp16, as vLLM's auto)
-    hw = hardware_for(group.gpu, prec.math, calib.kernels, kv_dtype=prec.kv)
-    programs = lower(spec, layout.tp, workload, options, hw, table)
+    ``layout.pp`` stages, ``layout.dp`` replicas: :mod:`tpsim.core.parallel`): the arguments
+    resolved once (:func:`tpsim.core.plan.resolve`), every rank's program lowered and run, and
+    one :class:`~tpsim.core.summary.Summary` built (:func:`summarize`)."""
+    plan = resolve(model, topology, layout, workload, options, nodes=nodes)
+    spec, layout, workload, options = plan.model, plan.layout, plan.workload, plan.options
+    tp, calib = layout.tp, plan.calib
+    if plan.one_group:
+        check_records(records_lower_bound(spec, tp, workload, options), options, "at least")
+        programs = lower(spec, tp, workload, options, plan.hardware, plan.table)
+    else:
+        programs = lower_layout(spec, tp, plan.stages, layout.dp, workload, options,
+                                plan.hardware, plan.table, layout.micro_batches)  # fmt: skip
     check_records(estimate_records(programs, options.collective_algo), options, "up to")
-    _ = comms.planner  # collectives are planned before the engine's clock starts
+    _ = plan.comms.planner  # collectives are planned before the engine's clock starts
     wall = time.perf_counter()
     log: list[tuple[float, int, float]] | None = [] if link_usage else None
-    skew = 0.0 if layout.tp < 2 else options.launch_skew_s / (layout.tp - 1)
-    # One host can stand for all when the hosts are identical and nothing tells them apart.
-    ran = run_programs(
-        comms,
-        programs,
-        rank_delay_s=[r * skew for r in range(layout.tp)],
-        comm_sms=calib.collectives.comm_sms,
-        link_log=log,
-        use_symmetry=use_symmetry,
-    )
-    records, events, ranks = ran.records, ran.events, ran.ranks_simulated
+    skew = 0.0 if tp < 2 else options.launch_skew_s / (tp - 1)
+    if isinstance(plan.comms, Comms):
+        # One host can stand for all when the hosts are identical and nothing tells them apart.
+        ran = run_programs(
+            plan.comms,
+            programs,
+            rank_delay_s=[r * skew for r in range(tp)],
+            comm_sms=calib.collectives.comm_sms,
+            link_log=log,
+            use_symmetry=use_symmetry,
+        )
+        rank_labels = plan.comms.group.labels()
+    else:
+        ran = run_layout(
+            plan.comms,
+            programs,
+            layout,
+            plan.gpu,
+            skew=skew,
+            comm_sms=calib.collectives.comm_sms,
+            link_log=log,
+            use_symmetry=use_symmetry,
+        )
+        rank_labels = labels(plan.comms, layout)
+    records = ran.records
     wall = time.perf_counter() - wall
-
     path = metrics.critical_path(records)
-    parts = metrics.breakdown(records, path)
+    summary = summarize(plan, records, path, EngineStats(ran.events, wall, ran.ranks_simulated))
+    fab = plan.comms.fabric
+    usage = tuple((t, "->".join(fab.edges[link]), bps) for t, link, bps in log or ())
+    return Result(
+        tuple(records), summary.to_dict(), tuple(r.id for r in path), rank_labels, usage, summary
+    )
+
+
+def summarize(
+    plan: RunPlan, records: list[Record], path: list[Record], engine: EngineStats
+) -> Summary:
+    """The summary of ``records`` (``path`` their critical path) run as ``plan`` says."""
+    spec, layout, workload = plan.model, plan.layout, plan.workload
+    tp, pp, dp = layout.tp, layout.pp, layout.dp
+    if pp > 1:
+        per_replica = tp * pp
+        end = path[-1].rank if path else 0
+        d = end // per_replica
+        last = set(range(d * per_replica + (pp - 1) * tp, (d + 1) * per_replica))
+        parts = metrics.pipeline_breakdown(records, path, last)
+    else:
+        parts = metrics.breakdown(records, path)
     latency = metrics.makespan(records)
     tokens = workload.batch * (workload.prompt_len if workload.phase == "prefill" else 1)
-    split = shard(spec, layout.tp)
-    summary: dict[str, Any] = {
-        "config": {
-            "model": asdict(spec),
-            "topology": graph.graph.get("name", ""),
-            "nodes": int(graph.graph.get("hosts", nodes)),
-            "gpu": group.gpu.name,
-            "tp": layout.tp,
-            "gpus_per_node": layout.gpus_per_node,
-            "gpus": [group.routes.node(g) for g in group.gpu_ranks],
-            "ring_order": list(group.ring),
-            "layout": {
-                "tp": layout.tp,
-                "pp": 1,
-                "dp": 1,
-                "micro_batches": 1,
-                "pp_layers": [spec.num_layers],
-            },
-            "workload": asdict(workload),
-            "options": asdict(options) | {"dtype": dtype, "kv_dtype": options.kv_dtype or dtype},
-            "launch_effective": launch_mode(workload, options),
-        },
-        "latency_s": latency,
-        "tokens_per_s": tokens / latency if latency > 0 else float("inf"),
-        "tokens_per_s_per_gpu": tokens / latency / layout.tp if latency > 0 else float("inf"),
-        "regime": metrics.regime(parts),
-        "breakdown_s": parts,
-        "memory": mem.to_dict(),
-        **metrics.pass_details(
-            records, path, split, {"events": events, "wall_s": wall, "ranks_simulated": ranks}
-        ),
-    }
-    usage = tuple((t, "->".join(comms.fabric.edges[link]), bps) for t, link, bps in log or ())
-    return Result(tuple(records), summary, tuple(r.id for r in path), group.labels(), usage)
+    per_s = tokens / latency if latency > 0 else float("inf")
+    regime = metrics.regime(parts)
+    if parts.get("bubble", 0.0) > max(parts[c] for c in metrics.CATEGORIES):
+        regime = metrics.REGIMES["bubble"]
+    one = plan.one_group
+    routes, gpu_ranks, graph = plan.routes, plan.gpu_ranks, plan.graph
+    weights = plan.precision.weights  # the resolved --dtype (fp32 checkpoints run in fp16)
+    config = RunConfig(
+        model=spec,
+        topology=graph.graph.get("name", ""),
+        nodes=int(graph.graph.get("hosts", plan.nodes)),
+        gpu=plan.gpu.name,
+        tp=tp,
+        gpus_per_node=layout.gpus_per_node,
+        gpus=tuple(routes.node(g) for g in gpu_ranks),
+        ring_order=plan.ring,
+        layout=LayoutShape(tp, pp, dp, layout.micro_batches, tuple(len(r) for r in plan.stages)),
+        workload=workload,
+        options=plan.options,
+        dtype=weights,
+        kv_dtype=plan.options.kv_dtype or weights,
+        launch_effective=plan.launch,
+        placement=None if isinstance(plan.comms, Comms) else placement(plan.comms, pp),
+    )
+    split = plan.split
+    return Summary(
+        config=config,
+        latency_s=latency,
+        tokens_per_s=per_s * dp,
+        tokens_per_s_per_gpu=per_s * dp / len(gpu_ranks),
+        regime=regime,
+        breakdown=Breakdown.of(parts),
+        memory=plan.memory[plan.worst_stage],
+        communication=Communication.of(metrics.communication(records)),
+        model_split=ModelSplit(split.heads, split.kv_heads, split.kv_replication),
+        layers=layers_of(metrics.breakdown_by_layer(path)),
+        engine=engine,
+        tokens_per_s_per_replica=None if one else per_s,
+        memory_stage=None if one else plan.worst_stage,
+        memory_per_stage=None if one else plan.memory,
+    )
 
 
 #: Bytes one record holds in memory, about (see check_records; tests/cli/test_limits.py measures).

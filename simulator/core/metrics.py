@@ -133,21 +133,3 @@ def pipeline_breakdown(
     out["idle"] = max(0.0, total - bubble - math.fsum(out.values()))
     out["bubble"] = bubble
     return out
-
-
-def pass_details(
-    records: Sequence[Record], path: Sequence[Record], split: Any, engine: dict[str, Any]
-) -> dict[str, Any]:
-    """The summary's closing keys, the same for every layout: ``communication`` (as rank 0
-    sees it), ``model_split`` (``split``: a :class:`~tpsim.core.lowering.shard.Shard`), ``layers``
-    (the critical path per layer) and ``engine`` (events, wall time, ranks simulated)."""
-    return {
-        "communication": communication(records),
-        "model_split": {
-            "heads_per_gpu": split.heads,
-            "kv_heads_per_gpu": split.kv_heads,
-            "kv_replication": split.kv_replication,
-        },
-        "layers": breakdown_by_layer(path),
-        "engine": engine,
-    }

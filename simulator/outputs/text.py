@@ -9,6 +9,7 @@ from typing import Any
 from tpsim.calibration.profiles import about, canonical, engines, is_profile_file, profile
 from tpsim.core.errors import ConfigError
 from tpsim.core.metrics import REGIMES
+from tpsim.core.summary import Summary
 from tpsim.models.catalog import MODELS
 from tpsim.topologies.builders import DESCRIPTIONS
 from tpsim.topologies.gpus import GPUS
@@ -121,70 +122,71 @@ def chart_title(s: dict[str, Any]) -> str:
     return f"{title(s)}\n{seconds(s['latency_s'])} per {per}, {regime_text(s)}"
 
 
-def summary_text(s: dict[str, Any], assumptions: Mapping[str, str] | None = None) -> str:
-    c, mem, comm, split = s["config"], s["memory"], s["communication"], s["model_split"]
-    per = "step" if c["workload"]["phase"] == "decode" else "prefill"
-    b = s["breakdown_s"]
-    total = s["latency_s"] or 1.0
+def summary_text(s: Summary, assumptions: Mapping[str, str] | None = None) -> str:
+    """``tpsim run``'s text: title, latency, throughput, regime, critical path, memory, split,
+    assumptions, communication by site and, for stages or replicas, :func:`layout_lines`."""
+    c, mem, comm, split = s.config, s.memory, s.communication, s.model_split
+    as_dict = s.to_dict()  # title and regime_text also read summaries rebuilt from rows
+    per = "step" if c.workload.phase == "decode" else "prefill"
+    b = s.breakdown.to_dict()
+    total = s.latency_s or 1.0
     parts = " | ".join(f"{k} {seconds(v)} ({v / total:.0%})" for k, v in b.items() if v > 0)
     gb = 1e9
     lines = [
-        title(s),
-        f"  latency       {seconds(s['latency_s'])} per {per}",
-        f"  throughput    {s['tokens_per_s']:,.0f} tokens/s "
-        f"({s['tokens_per_s_per_gpu']:,.0f} per GPU)",
-        f"  regime        {regime_text(s)}",
+        title(as_dict),
+        f"  latency       {seconds(s.latency_s)} per {per}",
+        f"  throughput    {s.tokens_per_s:,.0f} tokens/s ({s.tokens_per_s_per_gpu:,.0f} per GPU)",
+        f"  regime        {regime_text(as_dict)}",
         f"  critical path {parts}",
-        f"  memory/GPU    weights {mem['weights_bytes_per_gpu'] / gb:.2f} GB + KV cache "
-        f"{mem['kv_cache_bytes_per_gpu'] / gb:.2f} GB + activations "
-        f"{mem['activation_bytes_per_gpu'] / gb:.2f} GB = {mem['total_bytes_per_gpu'] / gb:.2f}"
-        f" of {mem['capacity_bytes_per_gpu'] / gb:.1f} GB "
-        f"({'fits' if mem['fits'] else 'DOES NOT FIT'})",
-        f"  split         {split['heads_per_gpu']} heads, {split['kv_heads_per_gpu']} KV heads "
-        f"per GPU (KV replicated x{split['kv_replication']})",
+        f"  memory/GPU    weights {mem.weights_bytes_per_gpu / gb:.2f} GB + KV cache "
+        f"{mem.kv_cache_bytes_per_gpu / gb:.2f} GB + activations "
+        f"{mem.activation_bytes_per_gpu / gb:.2f} GB = {mem.total_bytes_per_gpu / gb:.2f}"
+        f" of {mem.capacity_bytes_per_gpu / gb:.1f} GB "
+        f"({'fits' if mem.fits else 'DOES NOT FIT'})",
+        f"  split         {split.heads_per_gpu} heads, {split.kv_heads_per_gpu} KV heads "
+        f"per GPU (KV replicated x{split.kv_replication})",
         *(
             [f"  assumptions   {'; '.join(f'{k} {v}' for k, v in assumptions.items())}"]
             if assumptions
             else []
         ),
-        f"  collectives   {comm['collectives']} per GPU"
-        + (f" and {comm['p2p']} p2p sends/receives" if comm.get("p2p") else "")
-        + f", {size(comm['bytes_sent_per_gpu'])} sent per GPU, {seconds(comm['time_s'])}",
+        f"  collectives   {comm.collectives} per GPU"
+        + (f" and {comm.p2p} p2p sends/receives" if comm.p2p else "")
+        + f", {size(comm.bytes_sent_per_gpu)} sent per GPU, {seconds(comm.time_s)}",
     ]
-    for site, v in comm["by_site"].items():
-        each = v["bytes_sent_per_gpu"] / v["count"] if v["count"] else 0
+    for site, v in comm.by_site:
+        each = v.bytes_sent_per_gpu / v.count if v.count else 0
         lines.append(
-            f"    {site:<11} {v['count']:>5} {'call ' if v['count'] == 1 else 'calls'}, "
-            f"{size(v['bytes_sent_per_gpu']):>10} sent in "
-            f"all ({size(each)} each), {seconds(v['time_s']):>10}"
+            f"    {site:<11} {v.count:>5} {'call ' if v.count == 1 else 'calls'}, "
+            f"{size(v.bytes_sent_per_gpu):>10} sent in "
+            f"all ({size(each)} each), {seconds(v.time_s):>10}"
         )
-    lay = c.get("layout", {})
-    if lay.get("pp", 1) > 1 or lay.get("dp", 1) > 1:
+    if c.layout.pp > 1 or c.layout.dp > 1:
         lines += layout_lines(s)
     return "\n".join(lines)
 
 
-def layout_lines(s: dict[str, Any]) -> list[str]:
+def layout_lines(s: Summary) -> list[str]:
     """The layout of a run with stages or replicas: degrees, per-replica throughput, memory
     per stage and which GPU each (dp, pp, tp) rank runs on."""
-    c, lay = s["config"], s["config"]["layout"]
+    lay = s.config.layout
     out = [
-        f"  layout        TP {lay['tp']} x PP {lay['pp']} x DP {lay['dp']}, "
-        f"{lay['micro_batches']} micro-batch(es); layers per stage "
-        + ",".join(map(str, lay["pp_layers"])),
-        f"  per replica   {s['tokens_per_s_per_replica']:,.0f} tokens/s "
-        f"(x{lay['dp']} replicas = {s['tokens_per_s']:,.0f})",
+        f"  layout        TP {lay.tp} x PP {lay.pp} x DP {lay.dp}, "
+        f"{lay.micro_batches} micro-batch(es); layers per stage "
+        + ",".join(map(str, lay.pp_layers)),
+        f"  per replica   {s.tokens_per_s_per_replica or 0.0:,.0f} tokens/s "
+        f"(x{lay.dp} replicas = {s.tokens_per_s:,.0f})",
     ]
-    for k, m in enumerate(s.get("memory_per_stage", [])):
+    for k, m in enumerate(s.memory_per_stage or ()):
         out.append(
-            f"    stage {k:<3} {m['total_bytes_per_gpu'] / 1e9:7.2f} GB per GPU "
-            f"(weights {m['weights_bytes_per_gpu'] / 1e9:.2f}, "
-            f"KV {m['kv_cache_bytes_per_gpu'] / 1e9:.2f})"
+            f"    stage {k:<3} {m.total_bytes_per_gpu / 1e9:7.2f} GB per GPU "
+            f"(weights {m.weights_bytes_per_gpu / 1e9:.2f}, "
+            f"KV {m.kv_cache_bytes_per_gpu / 1e9:.2f})"
         )
     out.append("  placement     (replica, stage): GPUs of its TP ranks in order")
     groups: dict[tuple[int, int], list[str]] = {}
-    for p in c["placement"]:
-        groups.setdefault((p["dp"], p["pp"]), []).append(str(p["gpu"]))
+    for p in s.config.placement or ():
+        groups.setdefault((p.dp, p.pp), []).append(str(p.gpu))
     for (d, k), gpus in groups.items():
         out.append(f"    dp {d} pp {k}: {gpu_ranges(gpus)}")
     return out

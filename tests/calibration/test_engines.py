@@ -7,7 +7,7 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
-from tpsim import Layout, Options, Workload, simulate
+from tpsim import Layout, Options, Result, Workload, simulate
 from tpsim.calibration import CalibrationError, default, engines, profile
 from tpsim.calibration.profiles import PROFILE_KEYS
 from tpsim.cli import main
@@ -237,18 +237,18 @@ def test_the_summary_says_which_launch_mode_ran() -> None:
     eagerly, and the summary and its text say so."""
     from tpsim.outputs.text import summary_text
 
-    def ran(engine: str, w: Workload) -> dict:  # type: ignore[type-arg]
-        return simulate("llama-3.1-8b", "dgx-h100", 1, w, Options(engine=engine)).summary
+    def ran(engine: str, w: Workload) -> Result:
+        return simulate("llama-3.1-8b", "dgx-h100", 1, w, Options(engine=engine))
 
     decode, prefill = Workload(1, "decode", context_len=1024), Workload(1, "prefill", 2048)
-    assert ran("vllm", decode)["config"]["launch_effective"] == "graph"
+    assert ran("vllm", decode).summary["config"]["launch_effective"] == "graph"
     eager = ran("vllm", prefill)  # vLLM captures graphs up to 512 tokens
-    assert (eager["config"]["options"]["launch"], eager["config"]["launch_effective"]) == (
-        "graph", "eager",
-    )  # fmt: skip
-    assert "launch eager (no CUDA graph for this step in the engine)" in summary_text(eager)
-    assert ran("tgi-v1", decode)["config"]["launch_effective"] == "eager"
-    assert "launch graph," in summary_text(ran("vllm", decode))
+    c = eager.summary["config"]
+    assert (c["options"]["launch"], c["launch_effective"]) == ("graph", "eager")
+    assert eager.typed.config.launch_effective == "eager"
+    assert "launch eager (no CUDA graph for this step in the engine)" in summary_text(eager.typed)
+    assert ran("tgi-v1", decode).summary["config"]["launch_effective"] == "eager"
+    assert "launch graph," in summary_text(ran("vllm", decode).typed)
 
 
 @pytest.mark.parametrize(

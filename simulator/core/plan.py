@@ -1,0 +1,190 @@
+"""A run's options resolved once: :func:`resolve` turns ``simulate``'s arguments into a frozen
+:class:`RunPlan` (calibration, GPU, precision, shard, launch mode, stages, memory, the groups
+and their communication), refusing what cannot run before anything is lowered.
+
+A TP-only run is a layout of one group (``pp = dp = micro_batches = 1``, no explicit stages
+or placement; :attr:`RunPlan.one_group`): its group is the topology's first ``tp`` GPUs
+(:func:`tpsim.core.comm.group.connect`) and it keeps its own refusals and lowering; any
+other layout is placed by :func:`tpsim.core.comm.layout.place`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tpsim.core.comm.group import Comms, connect
+from tpsim.core.comm.layout import LayoutComms, place, stage_layers
+from tpsim.core.config import (
+    Layout,
+    Options,
+    Precision,
+    Workload,
+    precision,
+    tp_problem,
+    valid_tp_degrees,
+)
+from tpsim.core.errors import ConfigError
+from tpsim.core.kernels import kernel_table
+from tpsim.core.kernels.costs import Hardware, hardware_for
+from tpsim.core.lowering.lower import launch_mode
+from tpsim.core.lowering.pipeline import micro_slices
+from tpsim.core.lowering.shard import Shard, shard
+from tpsim.core.memory import MemoryUse, memory_per_stage
+from tpsim.models.catalog import get_model
+from tpsim.models.spec import ModelSpec
+from tpsim.topologies.io import get_topology
+from tpsim.topologies.routing import Routes
+
+if TYPE_CHECKING:
+    import networkx as nx
+    from tpsim.calibration import Calibration
+    from tpsim.core.kernels.kernel_table import KernelTable
+    from tpsim.topologies.gpus import GPUSpec
+
+
+def one_group(layout: Layout) -> bool:
+    """Whether ``layout`` is one TP group alone: no stages, replicas, micro-batches, explicit
+    stage sizes or placement."""
+    return (
+        layout.pp * layout.dp * layout.micro_batches == 1
+        and not layout.pp_layers
+        and not layout.placement
+    )
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """Everything a run needs besides its programs, resolved once by :func:`resolve`."""
+
+    model: ModelSpec
+    graph: nx.DiGraph
+    layout: Layout
+    workload: Workload
+    options: Options
+    nodes: int
+    calib: Calibration
+    gpu: GPUSpec
+    precision: Precision
+    hardware: Hardware
+    launch: str  # the launch mode in effect (tpsim.core.lowering.lower.launch_mode)
+    split: Shard
+    stages: tuple[range, ...]  # the layers of each pipeline stage
+    memory: tuple[MemoryUse, ...]  # per stage
+    table: KernelTable | None
+    #: one group's communication (one_group) or the layout's (every group's)
+    comms: Comms | LayoutComms
+
+    @property
+    def one_group(self) -> bool:
+        return isinstance(self.comms, Comms)
+
+    @property
+    def worst_stage(self) -> int:
+        """The stage needing the most memory per GPU (the first of equals)."""
+        mems = self.memory
+        return max(range(len(mems)), key=lambda s: (mems[s].total_bytes_per_gpu, -s))
+
+    @property
+    def routes(self) -> Routes:
+        c = self.comms
+        return c.group.routes if isinstance(c, Comms) else c.routes
+
+    @property
+    def gpu_ranks(self) -> tuple[int, ...]:
+        """GPU rank of each layout rank."""
+        c = self.comms
+        return c.group.gpu_ranks if isinstance(c, Comms) else c.gpu_ranks
+
+    @property
+    def ring(self) -> tuple[int, ...]:
+        """The first group's TP ranks in ring order."""
+        c = self.comms
+        return (c if isinstance(c, Comms) else c.group_comms[0]).group.ring
+
+
+def check_tp(model: ModelSpec, tp: int, gpus: int) -> None:
+    """ConfigError when ``tp`` does not split ``model``'s heads; names the degrees that do."""
+    problem = tp_problem(tp, model.num_heads, model.num_kv_heads)
+    if problem:
+        valid = ", ".join(
+            map(str, valid_tp_degrees(model.num_heads, model.num_kv_heads, max(gpus, tp)))
+        )
+        raise ConfigError(f"tp={tp} {problem} of {model.name}; valid: {valid}")
+
+
+def resolve(
+    model: ModelSpec | str,
+    topology: nx.DiGraph | str,
+    layout: Layout | int,
+    workload: Workload | None = None,
+    options: Options | None = None,
+    *,
+    nodes: int = 1,
+) -> RunPlan:
+    """``simulate``'s arguments resolved into a :class:`RunPlan`; ConfigError for a layout
+    that does not split the model, does not fit the topology or its memory."""
+    spec = get_model(model) if isinstance(model, str) else model
+    graph = get_topology(topology, nodes) if isinstance(topology, str) else topology
+    layout = Layout(layout) if isinstance(layout, int) else layout
+    workload = workload or Workload()
+    options = options or Options()
+    calib = options.calibration  # an unknown engine or bad profile is refused first
+    gpu_count = sum(1 for _, k in graph.nodes(data="kind") if k == "gpu")
+    check_tp(spec, layout.tp, gpu_count)
+    tp, pp = layout.tp, layout.pp
+    stages = stage_layers(spec.num_layers, pp, layout.pp_layers)
+    micro_slices(workload, layout.micro_batches)  # refuses more micro-batches than sequences
+    comms: Comms | LayoutComms
+    if one_group(layout):
+        comms = connect(
+            graph, tp, per_host=layout.gpus_per_node, calib=calib, algo=options.collective_algo
+        )
+        gpu = comms.group.gpu
+    else:
+        routes = Routes(graph)
+        gpu_ranks = place(routes, tp, pp, layout.dp, layout.gpus_per_node, layout.placement)
+        comms = LayoutComms(graph, routes, gpu_ranks, tp, calib, options.collective_algo)
+        gpus = {graph.nodes[routes.node(g)]["gpu"] for g in gpu_ranks}
+        if len(gpus) > 1:
+            names = ", ".join(sorted(g.name for g in gpus))
+            raise ConfigError(f"tp*pp*dp={len(gpu_ranks)}: the layout mixes GPU types ({names})")
+        gpu = gpus.pop()
+
+    table = kernel_table.load(options.kernel_table) if options.kernel_table else None
+    mems = tuple(
+        memory_per_stage(spec, tp, workload, options, gpu, layers=layers, first=s == 0,
+                         last=s == pp - 1, micro_batches=layout.micro_batches)
+        for s, layers in enumerate(stages)
+    )  # fmt: skip
+    worst = max(range(len(mems)), key=lambda s: (mems[s].total_bytes_per_gpu, -s))
+    if not all(m.fits for m in mems) and not options.allow_oom:
+        if isinstance(comms, Comms):
+            what, remedy = f"tp={tp}: {spec.name}", "raise --tp or pass --allow-oom"
+        else:
+            where = f" stage {worst}" if pp > 1 else ""
+            what = f"tp={tp} pp={pp}: {spec.name}{where}"
+            remedy = "raise --tp or --pp, or pass --allow-oom"
+        raise ConfigError(mems[worst].refusal(what, gpu.name, remedy))
+    prec = precision(options, spec.dtype, gpu.fp8_flops is not None)
+    return RunPlan(
+        model=spec,
+        graph=graph,
+        layout=layout,
+        workload=workload,
+        options=options,
+        nodes=nodes,
+        calib=calib,
+        gpu=gpu,
+        precision=prec,
+        hardware=hardware_for(gpu, prec.math, calib.kernels, kv_dtype=prec.kv),
+        launch=launch_mode(workload, options),
+        split=shard(spec, tp),
+        stages=stages,
+        memory=mems,
+        table=table,
+        comms=comms,
+    )
+
+
+__all__ = ["RunPlan", "check_tp", "one_group", "resolve"]

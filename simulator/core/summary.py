@@ -1,0 +1,276 @@
+"""The typed summary of one run: :class:`Summary` and its parts, all frozen.
+
+:meth:`Summary.to_dict` is the JSON contract (``tpsim run --json``, ``Result.summary``):
+its keys, their order and their values. A TP-only run (one group) leaves the layout's keys
+out (``placement``, ``tokens_per_s_per_replica``, ``memory.stage``, ``memory_per_stage``),
+as do its dicts; :meth:`Breakdown.to_dict` writes ``bubble`` only for a pipeline.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from tpsim.core.config import Options, Workload
+from tpsim.core.memory import MemoryUse
+from tpsim.core.records import CATEGORIES
+from tpsim.models.spec import ModelSpec
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Seconds of the critical path in each category, ``idle`` (its gaps) and, for a
+    pipeline, ``bubble`` (:func:`tpsim.core.metrics.pipeline_breakdown`)."""
+
+    compute: float
+    memory: float
+    communication: float
+    launch_overhead: float
+    host: float
+    idle: float
+    bubble: float | None = None
+
+    @classmethod
+    def of(cls, parts: Mapping[str, float]) -> Breakdown:
+        return cls(
+            compute=parts["compute"],
+            memory=parts["memory"],
+            communication=parts["communication"],
+            launch_overhead=parts["launch_overhead"],
+            host=parts["host"],
+            idle=parts["idle"],
+            bubble=parts.get("bubble"),
+        )
+
+    def to_dict(self) -> dict[str, float]:
+        out = {c: getattr(self, c) for c in (*CATEGORIES, "idle")}
+        if self.bubble is not None:
+            out["bubble"] = self.bubble
+        return out
+
+    def total(self) -> float:
+        """The parts' sum: the makespan, to rounding."""
+        return math.fsum(self.to_dict().values())
+
+
+@dataclass(frozen=True)
+class SiteComm:
+    """Communication at one site, as rank 0 sees it."""
+
+    count: int
+    bytes_sent_per_gpu: int
+    time_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Communication:
+    """:func:`tpsim.core.metrics.communication`, typed: ``p2p`` is None without sends."""
+
+    collectives: int
+    bytes_sent_per_gpu: int
+    time_s: float
+    by_site: tuple[tuple[str, SiteComm], ...]
+    p2p: int | None = None
+
+    @classmethod
+    def of(cls, comm: Mapping[str, Any]) -> Communication:
+        sites = tuple((k, SiteComm(**v)) for k, v in comm["by_site"].items())
+        return cls(
+            comm["collectives"], comm["bytes_sent_per_gpu"], comm["time_s"], sites, comm.get("p2p")
+        )
+
+    def site(self, name: str) -> SiteComm | None:
+        return dict(self.by_site).get(name)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "collectives": self.collectives,
+            "bytes_sent_per_gpu": self.bytes_sent_per_gpu,
+            "time_s": self.time_s,
+            "by_site": {k: v.to_dict() for k, v in self.by_site},
+        }
+        if self.p2p is not None:
+            out["p2p"] = self.p2p
+        return out
+
+
+@dataclass(frozen=True)
+class ModelSplit:
+    """What one rank holds of the model's heads (:class:`tpsim.core.lowering.shard.Shard`)."""
+
+    heads_per_gpu: int
+    kv_heads_per_gpu: int
+    kv_replication: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class LayerBreakdown:
+    """The critical path within one layer (-1 the embedding, ``num_layers`` the head)."""
+
+    layer: int
+    breakdown: Breakdown
+    regime: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"layer": self.layer, "breakdown_s": self.breakdown.to_dict(), "regime": self.regime}
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """The engine's own figures: SimPy events, wall seconds, ranks it ran."""
+
+    events: int
+    wall_s: float
+    ranks_simulated: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class LayoutShape:
+    tp: int
+    pp: int
+    dp: int
+    micro_batches: int
+    pp_layers: tuple[int, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tp": self.tp,
+            "pp": self.pp,
+            "dp": self.dp,
+            "micro_batches": self.micro_batches,
+            "pp_layers": list(self.pp_layers),
+        }
+
+
+@dataclass(frozen=True)
+class Placed:
+    """One layout rank: its (dp, pp, tp) coordinates and the GPU it runs on."""
+
+    rank: int
+    dp: int
+    pp: int
+    tp: int
+    gpu: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What was run: the summary's ``config``. ``dtype`` and ``kv_dtype`` are the resolved
+    precisions, written over the options' own; ``placement`` only for a layout."""
+
+    model: ModelSpec
+    topology: str
+    nodes: int
+    gpu: str
+    tp: int
+    gpus_per_node: int
+    gpus: tuple[str, ...]
+    ring_order: tuple[int, ...]
+    layout: LayoutShape
+    workload: Workload
+    options: Options
+    dtype: str
+    kv_dtype: str
+    launch_effective: str
+    placement: tuple[Placed, ...] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "model": asdict(self.model),
+            "topology": self.topology,
+            "nodes": self.nodes,
+            "gpu": self.gpu,
+            "tp": self.tp,
+            "gpus_per_node": self.gpus_per_node,
+            "gpus": list(self.gpus),
+            "ring_order": list(self.ring_order),
+            "layout": self.layout.to_dict(),
+        }
+        if self.placement is not None:
+            out["placement"] = [p.to_dict() for p in self.placement]
+        out["workload"] = asdict(self.workload)
+        out["options"] = asdict(self.options) | {"dtype": self.dtype, "kv_dtype": self.kv_dtype}
+        out["launch_effective"] = self.launch_effective
+        return out
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One run's summary. ``memory`` is the worst stage's (``memory_stage``, None for one
+    group); ``tokens_per_s_per_replica`` and ``memory_per_stage`` are None for one group."""
+
+    config: RunConfig
+    latency_s: float
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    regime: str
+    breakdown: Breakdown
+    memory: MemoryUse
+    communication: Communication
+    model_split: ModelSplit
+    layers: tuple[LayerBreakdown, ...]
+    engine: EngineStats
+    tokens_per_s_per_replica: float | None = None
+    memory_stage: int | None = None
+    memory_per_stage: tuple[MemoryUse, ...] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON contract: today's keys in today's order."""
+        out: dict[str, Any] = {
+            "config": self.config.to_dict(),
+            "latency_s": self.latency_s,
+            "tokens_per_s": self.tokens_per_s,
+        }
+        if self.tokens_per_s_per_replica is not None:
+            out["tokens_per_s_per_replica"] = self.tokens_per_s_per_replica
+        out["tokens_per_s_per_gpu"] = self.tokens_per_s_per_gpu
+        out["regime"] = self.regime
+        out["breakdown_s"] = self.breakdown.to_dict()
+        memory: dict[str, Any] = self.memory.to_dict()
+        if self.memory_stage is not None:
+            memory = memory | {"stage": self.memory_stage}
+        out["memory"] = memory
+        if self.memory_per_stage is not None:
+            out["memory_per_stage"] = [m.to_dict() for m in self.memory_per_stage]
+        out["communication"] = self.communication.to_dict()
+        out["model_split"] = self.model_split.to_dict()
+        out["layers"] = [layer.to_dict() for layer in self.layers]
+        out["engine"] = self.engine.to_dict()
+        return out
+
+
+def layers_of(layers: Sequence[Mapping[str, Any]]) -> tuple[LayerBreakdown, ...]:
+    """:func:`tpsim.core.metrics.breakdown_by_layer`'s rows, typed."""
+    return tuple(
+        LayerBreakdown(row["layer"], Breakdown.of(row["breakdown_s"]), row["regime"])
+        for row in layers
+    )
+
+
+__all__ = [
+    "Breakdown",
+    "Communication",
+    "EngineStats",
+    "LayerBreakdown",
+    "LayoutShape",
+    "ModelSplit",
+    "Placed",
+    "RunConfig",
+    "SiteComm",
+    "Summary",
+    "layers_of",
+]
