@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
 
 from tpsim.core.config import Options, Workload, dtype_bytes, precision
 from tpsim.core.lowering.shard import shard
@@ -145,3 +146,35 @@ def memory_per_stage(
     reserve = options.calibration.memory
     capacity = int(gpu.hbm_bytes * reserve.usable_fraction) - reserve.runtime_bytes
     return MemoryUse(weights, kv_cache, activations, total, capacity, total <= capacity)
+
+
+def _largest(fits: Callable[[int], bool], low: int, high: int) -> int:
+    """The largest n in [low, high] with ``fits(n)`` (monotone: fewer always fits too), or
+    ``low - 1`` when none does."""
+    if high < low or not fits(low):
+        return low - 1
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid - 1)
+    return low
+
+
+def what_fits(fits: Callable[[Workload], bool], workload: Workload, *, least_batch: int = 1) -> str:
+    """What a planner needs next when ``workload`` does not fit: the largest batch that fits
+    at its length, and the longest prompt or context that fits at its batch (``fits``: the
+    memory check of a workload; batch and length each searched with the other held)."""
+    length = "prompt" if workload.phase == "prefill" else "context"
+    field = "prompt_len" if workload.phase == "prefill" else "context_len"
+    n = workload.kv_len
+    batch = _largest(lambda b: fits(replace(workload, batch=b)), least_batch, workload.batch - 1)
+    tokens = _largest(lambda t: fits(replace(workload, **{field: t})), 1, n - 1)
+    parts = []
+    if batch >= least_batch:
+        parts.append(f"batch {batch} at {length} {n}")
+    if tokens >= 1:
+        parts.append(f"{length} {tokens} at batch {workload.batch}")
+    if not parts and workload.batch == least_batch:  # every shorter length searched
+        return f"no {length} length fits at batch {least_batch}: the weights alone leave no room"
+    if not parts:
+        return f"neither a smaller batch at {length} {n} nor a shorter {length} fits"
+    return "what fits: at most " + ", or ".join(parts)

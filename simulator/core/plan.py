@@ -30,7 +30,7 @@ from tpsim.core.kernels.costs import Hardware, hardware_for
 from tpsim.core.lowering.lower import launch_mode
 from tpsim.core.lowering.pipeline import micro_slices
 from tpsim.core.lowering.shard import Shard, shard
-from tpsim.core.memory import MemoryUse, memory_per_stage
+from tpsim.core.memory import MemoryUse, memory_per_stage, what_fits
 from tpsim.models.catalog import get_model
 from tpsim.models.spec import ModelSpec
 from tpsim.topologies.io import get_topology
@@ -113,6 +113,18 @@ def check_tp(model: ModelSpec, tp: int, gpus: int) -> None:
         raise ConfigError(f"tp={tp} {problem} of {model.name}; valid: {valid}")
 
 
+def check_context(model: ModelSpec, workload: Workload) -> None:
+    """ConfigError when a pass attends over more tokens than the model was built for (its
+    ``max_position_embeddings``; a serving engine refuses such a request too)."""
+    limit = model.max_position_embeddings
+    if limit and workload.kv_len > limit:
+        field = "prompt_len" if workload.phase == "prefill" else "context_len"
+        raise ConfigError(
+            f"{field}={workload.kv_len}: beyond {model.name}'s context of {limit:,} tokens "
+            "(max_position_embeddings)"
+        )
+
+
 def resolve(
     model: ModelSpec | str,
     topology: nx.DiGraph | str,
@@ -130,6 +142,7 @@ def resolve(
     workload = workload or Workload()
     options = options or Options()
     calib = options.calibration  # an unknown engine or bad profile is refused first
+    check_context(spec, workload)
     gpu_count = sum(1 for _, k in graph.nodes(data="kind") if k == "gpu")
     check_tp(spec, layout.tp, gpu_count)
     tp, pp = layout.tp, layout.pp
@@ -152,11 +165,15 @@ def resolve(
         gpu = gpus.pop()
 
     table = kernel_table.load(options.kernel_table) if options.kernel_table else None
-    mems = tuple(
-        memory_per_stage(spec, tp, workload, options, gpu, layers=layers, first=s == 0,
-                         last=s == pp - 1, micro_batches=layout.micro_batches)
-        for s, layers in enumerate(stages)
-    )  # fmt: skip
+
+    def memory_of(w: Workload) -> tuple[MemoryUse, ...]:
+        return tuple(
+            memory_per_stage(spec, tp, w, options, gpu, layers=layers, first=s == 0,
+                             last=s == pp - 1, micro_batches=layout.micro_batches)
+            for s, layers in enumerate(stages)
+        )  # fmt: skip
+
+    mems = memory_of(workload)
     worst = max(range(len(mems)), key=lambda s: (mems[s].total_bytes_per_gpu, -s))
     if not all(m.fits for m in mems) and not options.allow_oom:
         if isinstance(comms, Comms):
@@ -165,7 +182,9 @@ def resolve(
             where = f" stage {worst}" if pp > 1 else ""
             what = f"tp={tp} pp={pp}: {spec.name}{where}"
             remedy = "raise --tp or --pp, or pass --allow-oom"
-        raise ConfigError(mems[worst].refusal(what, gpu.name, remedy))
+        room = what_fits(lambda w: all(m.fits for m in memory_of(w)), workload,
+                         least_batch=layout.micro_batches)  # fmt: skip
+        raise ConfigError(mems[worst].refusal(what, gpu.name, f"{room}; {remedy}"))
     prec = precision(options, spec.dtype, gpu.fp8_flops is not None)
     return RunPlan(
         model=spec,

@@ -87,3 +87,46 @@ def test_shard_sizes_by_hand() -> None:
     assert shard(get_model("llama-2-7b"), 1).vocab == 32000
     spec = get_model("llama-2-7b")
     assert (shard(spec, 3).vocab, shard(spec, 3).mlp_width) == (10667, 3670)
+
+
+def test_a_refusal_says_the_largest_batch_and_length_that_fit() -> None:
+    """Issue #27: an OOM refusal names what a planner needs next. At TP 2, batch 64 of
+    llama-3.1-70b at context 8192 does not fit; the message gives the largest batch at 8192
+    and the longest context at batch 64, and each of them does fit (one more does not)."""
+    import re
+
+    from tpsim import Layout, Workload, simulate
+
+    with pytest.raises(ConfigError) as info:
+        simulate("llama-3.1-70b", "dgx-h100", Layout(2), Workload(64, context_len=8192))
+    text = str(info.value)
+    found = re.search(r"at most batch (\d+) at context 8192, or context (\d+) at batch 64", text)
+    assert found, text
+    batch, context = map(int, found.groups())
+
+    def fits(b: int, c: int) -> bool:
+        try:
+            simulate("llama-3.1-70b", "dgx-h100", Layout(2), Workload(b, context_len=c))
+        except ConfigError:
+            return False
+        return True
+
+    assert fits(batch, 8192) and not fits(batch + 1, 8192)
+    assert fits(64, context) and not fits(64, context + 1)
+
+
+def test_weights_that_alone_do_not_fit_say_so() -> None:
+    from tpsim import Layout, Workload, simulate
+
+    with pytest.raises(ConfigError, match="no context length fits at batch 1: the weights"):
+        simulate("llama-3.1-70b", "dgx-h100", Layout(1), Workload(1))
+
+
+def test_a_context_beyond_the_model_is_refused() -> None:
+    """Issue #27: --context-len 200k on a 128K-context model ran without a word."""
+    from tpsim import Layout, Workload, simulate
+
+    with pytest.raises(ConfigError, match=r"context_len=204800: beyond llama-3.1-70b's context"):
+        simulate("llama-3.1-70b", "dgx-h100", Layout(8), Workload(1, context_len=204800))
+    with pytest.raises(ConfigError, match=r"prompt_len=204800: beyond"):
+        simulate("llama-3.1-8b", "dgx-h100", Layout(8), Workload(1, "prefill", 204800))
