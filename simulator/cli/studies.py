@@ -278,6 +278,7 @@ def _bench(a: argparse.Namespace) -> int:
 
 def _calibrate(a: argparse.Namespace) -> int:
     from tpsim.experiments.calibrate.fit import calibrate
+    from tpsim.experiments.calibrate.report import report_dict, report_text
     from tpsim.experiments.sweep.run import default_jobs
     from tpsim.outputs.export import write_text
 
@@ -294,9 +295,9 @@ def _calibrate(a: argparse.Namespace) -> int:
     except OSError as e:
         raise ConfigError(f"--out={out}: cannot write ({e.strerror or e})") from None
     if a.json:
-        print(json.dumps(result.to_dict(out), indent=2, allow_nan=False))
+        print(json.dumps(report_dict(result, out), indent=2, allow_nan=False))
     else:
-        print(result.text(out))
+        print(report_text(result, out))
     return 0
 
 
