@@ -28,6 +28,7 @@ from tpsim.core.lowering.lower import launch_mode
 from tpsim.core.lowering.pipeline import lower_layout, micro_slices
 from tpsim.core.lowering.shard import shard
 from tpsim.core.memory import memory_per_stage
+from tpsim.core.result import Result, check_records, estimate_records
 from tpsim.models.spec import ModelSpec
 from tpsim.topologies.routing import Routes
 
@@ -43,8 +44,7 @@ def simulate_layout(
     link_usage: bool = False,
     use_symmetry: bool = True,
 ) -> Any:
-    """One step of ``layout`` (see the module doc); returns a :class:`tpsim.core.api.Result`."""
-    from tpsim.core.api import Result, check_records, estimate_records
+    """One step of ``layout`` (see the module doc); returns a :class:`tpsim.core.result.Result`."""
 
     calib = options.calibration
     tp, pp, dp = layout.tp, layout.pp, layout.dp
