@@ -19,7 +19,7 @@ from typing import Any
 import networkx as nx
 from tpsim import Options, Workload, collective_sweep, simulate
 from tpsim.core.memory import memory_per_gpu
-from tpsim.experiments.studies import Study, points, save
+from tpsim.experiments.studies.base import Study, StudyEntry, points, save
 from tpsim.experiments.sweep.run import run_points
 from tpsim.models.catalog import get_model
 from tpsim.models.spec import ModelSpec
@@ -142,3 +142,11 @@ def worked_examples(out: Path | None = None, *, jobs: int = 1) -> Study:
     ]
     save("worked_examples", out, tp_rows, summary)
     return Study("worked_examples", lines, summary, tp_rows, [])
+
+
+STUDY = StudyEntry(
+    "worked_examples",
+    0,
+    "every worked number of the design, reproduced by the simulator",
+    worked_examples,
+)

@@ -19,8 +19,9 @@ from tpsim.cli.types import tokens
 from tpsim.core.config import PHASES, Layout, Workload, check_nodes
 from tpsim.core.errors import ConfigError
 
-#: Named studies of experiments/studies/__init__.py (kept here so that --help imports nothing
-#: heavy).
+#: The named studies, in the registry's order (tpsim.experiments.studies.STUDIES, discovered
+#: from its modules; kept here so that --help imports nothing heavy, and checked against it by
+#: tests/experiments/test_studies.py).
 STUDY_NAMES = (
     "worked_examples",
     "tp_batch_sweep",
@@ -246,7 +247,7 @@ def _study(a: argparse.Namespace) -> int:
         raise ConfigError(f"--jobs={a.jobs}: must be between 1 and 1024")
     if a.out:
         check_folder(a.out, "--out")
-    study = STUDIES[a.name](a.out, jobs=a.jobs or default_jobs())
+    study = STUDIES[a.name].run(a.out, jobs=a.jobs or default_jobs())
     if a.json:
         plots = [str(p) for p in study.plots]
         print(
