@@ -22,7 +22,6 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import networkx as nx
 from tpsim.calibration.bounded import ReadRefused, read_text, shorten
 from tpsim.core.comm.group import tp_group
 from tpsim.core.config import (
@@ -36,6 +35,7 @@ from tpsim.core.config import (
 from tpsim.core.errors import INPUT_ERRORS, ConfigError
 from tpsim.models.catalog import get_model
 from tpsim.models.spec import ModelSpec
+from tpsim.topologies.builders import TopologyGraph
 from tpsim.topologies.gpus import GPUSpec
 from tpsim.topologies.io import get_topology
 
@@ -72,7 +72,7 @@ class Point:
     dtype: str | None  # None: the model's own
     measured_s: float
     spec: ModelSpec = field(repr=False, compare=False)
-    graph: nx.DiGraph = field(repr=False, compare=False)
+    graph: TopologyGraph = field(repr=False, compare=False)
     gpu: GPUSpec = field(repr=False, compare=False)
     #: a whole request (``output_len``): the decode steps after the prefill (0: one step)
     decode_steps: int = 0
@@ -151,7 +151,7 @@ class _Reader:
     def __init__(self, name: str) -> None:
         self.name = name
         self.models: dict[str, ModelSpec] = {}
-        self.graphs: dict[tuple[str, int], nx.DiGraph] = {}
+        self.graphs: dict[tuple[str, int], TopologyGraph] = {}
 
     def fail(self, row: int, key: str, value: str, why: str) -> ConfigError:
         shown = value if len(value) <= 40 else value[:40] + "..."

@@ -42,13 +42,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from matplotlib.figure import Figure
 from tpsim import calibration
 from tpsim.calibration import Calibration
 from tpsim.calibration.loader import read
 from tpsim.core.comm.group import connect, run_programs
 from tpsim.core.program import CollectiveCall, Op, Program, Programs
-from tpsim.experiments.plots.gantt import save_figure
+from tpsim.experiments.plots.validation import custom_allreduce_scatter
 from tpsim.experiments.validation.collectives import geomean_error
 from tpsim.topologies.io import get_topology
 
@@ -250,10 +249,9 @@ MARKERS = ("o", "s", "^", "v", "D", "P", "X", "<", ">")
 def run(out: Path) -> Iterator[str]:
     out.mkdir(parents=True, exist_ok=True)
     table = rows(calibration.measured(FILE))
-    fig = Figure(figsize=(8, 7))
-    ax = fig.subplots()
     everything: list[Point] = []
-    for g, color, marker in zip(GROUPS, COLORS, MARKERS, strict=True):
+    series: list[tuple[list[tuple[float, float]], str]] = []
+    for g in GROUPS:
         pts, err = compare(g, table)
         everything += pts
         worst = max(pts, key=lambda q: abs(math.log(q.simulated_s / q.measured_s)))
@@ -269,35 +267,14 @@ def run(out: Path) -> Iterator[str]:
             f"  geomean error {err:.1%} ({verdict} {BOUND:.0%}); worst {worst.error:+.1%} "
             f"at {worst.ranks} ranks, {worst.bytes} B"
         )
-        ax.scatter(
-            [q.measured_s * 1e6 for q in pts],
-            [q.simulated_s * 1e6 for q in pts],
-            color=color,
-            marker=marker,
-            s=28,
-            label=f"{g.name}: {err:.0%}",
+        series.append(
+            ([(q.measured_s * 1e6, q.simulated_s * 1e6) for q in pts], f"{g.name}: {err:.0%}")
         )
     total = geomean_error([(q.simulated_s, q.measured_s) for q in everything])
     yield f"overall geomean error {total:.1%} over {len(everything)} points"
     for reason in EXCLUDED:
         yield f"excluded: {reason}"
-    lo, hi = 2.0, 150.0
-    line = [lo, hi]
-    ax.plot(line, line, color="#444444", lw=1)
-    ax.fill_between(line, [x * 0.85 for x in line], [x * 1.15 for x in line], color="#999999",
-                    alpha=0.25, label="±15 %")  # fmt: skip
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlim(lo, hi)
-    ax.set_ylim(lo, hi)
-    ax.set_xlabel("measured time per all-reduce (µs)")
-    ax.set_ylabel("simulated time per all-reduce (µs)")
-    ax.set_title(f"Custom all-reduce: tpsim against measurements (overall {total:.0%})",
-                 fontsize=10)  # fmt: skip
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left")
-    fig.tight_layout()
-    save_figure(fig, out / "custom_allreduce.png")
+    custom_allreduce_scatter(series, COLORS, MARKERS, total, out / "custom_allreduce.png")
     yield f"wrote {out / 'custom_allreduce.png'}"
 
 

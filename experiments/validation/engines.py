@@ -141,37 +141,16 @@ def run(out: Path | None, cases: list[Case]) -> Iterator[str]:
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         path = out / "engine_calibration.png"
-        _plot(results, path)
+        from tpsim.experiments.plots.validation import engine_calibration_scatter
+
+        errors = {}
+        for file in by_file:  # as the plot's points: in ms
+            pts = [(c.measured_s * 1e3, s * 1e3) for c, s in results if c.file == file]
+            errors[file] = geomean_error([(s, m) for m, s in pts])
+        engine_calibration_scatter(
+            [(c.file, c.measured_s, s) for c, s in results], errors, BOUND, path
+        )
         yield f"wrote {path}"
-
-
-def _plot(results: list[tuple[Case, float]], path: Path) -> None:
-    from matplotlib.figure import Figure
-    from tpsim.experiments.plots.gantt import save_figure
-
-    markers = {"lmdeploy": ("o", "#0072B2"), "tgi": ("s", "#D55E00"), "vllm-2023": ("^", "#009E73")}
-    fig = Figure(figsize=(6.5, 6))
-    ax = fig.subplots()
-    lo = min(min(c.measured_s, s) for c, s in results) * 1e3 / 1.5
-    hi = max(max(c.measured_s, s) for c, s in results) * 1e3 * 1.5
-    ax.plot([lo, hi], [lo, hi], "-", color="#000000", lw=1, label="simulated = measured")
-    for f in (1 - BOUND, 1 + BOUND):
-        ax.plot([lo, hi], [lo * f, hi * f], ":", color="#999999", lw=1)
-    for file, (marker, colour) in markers.items():
-        pts = [(c.measured_s * 1e3, s * 1e3) for c, s in results if c.file == file]
-        if pts:
-            err = geomean_error([(s, m) for m, s in pts])
-            ax.scatter([m for m, _ in pts], [s for _, s in pts], marker=marker, color=colour,
-                       label=f"{file} ({len(pts)}, geomean error {err:.0%})")  # fmt: skip
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("measured (ms)")
-    ax.set_ylabel("simulated (ms)")
-    ax.set_title(f"serving engines end to end (dotted: ±{BOUND:.0%})", fontsize=10)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

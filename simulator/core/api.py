@@ -9,7 +9,6 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-import networkx as nx
 from tpsim.core import metrics
 from tpsim.core.comm.group import connect, run_programs
 from tpsim.core.config import (
@@ -29,6 +28,7 @@ from tpsim.core.memory import memory_per_gpu
 from tpsim.core.result import Result, check_records, estimate_records, records_lower_bound
 from tpsim.models.catalog import get_model
 from tpsim.models.spec import ModelSpec
+from tpsim.topologies.builders import TopologyGraph
 from tpsim.topologies.io import get_topology
 
 
@@ -43,7 +43,7 @@ def _check_layout(model: ModelSpec, tp: int, gpus: int) -> None:
 
 def simulate(
     model: ModelSpec | str,
-    topology: nx.DiGraph | str,
+    topology: TopologyGraph | str,
     layout: Layout | int,
     workload: Workload | None = None,
     options: Options | None = None,

@@ -15,7 +15,6 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-import networkx as nx
 from tpsim.core import metrics
 from tpsim.core.comm import symmetry
 from tpsim.core.comm.layout import LayoutComms, place, replicas_independent, stage_layers
@@ -30,12 +29,13 @@ from tpsim.core.lowering.shard import shard
 from tpsim.core.memory import memory_per_stage
 from tpsim.core.result import Result, check_records, estimate_records
 from tpsim.models.spec import ModelSpec
+from tpsim.topologies.builders import TopologyGraph
 from tpsim.topologies.routing import Routes
 
 
 def simulate_layout(
     spec: ModelSpec,
-    graph: nx.DiGraph,
+    graph: TopologyGraph,
     layout: Layout,
     workload: Workload,
     options: Options,
