@@ -39,7 +39,7 @@ from tpsim.core.errors import ConfigError
 from tpsim.core.lowering.host import step_mode
 from tpsim.experiments.calibrate import lsq
 from tpsim.experiments.calibrate.knobs import KNOBS, Knob, profile_yaml
-from tpsim.experiments.calibrate.measurements import Point, read_points
+from tpsim.experiments.calibrate.measurements import MeasuredPoint, read_points
 from tpsim.experiments.calibrate.simulate import Simulator
 
 #: Largest |d log(step) / d log(parameter)| at which no point is taken to depend on it:
@@ -91,7 +91,7 @@ class Calibrated:
 
     source: str  # the measurements file, as given
     base: str
-    points: list[Point]
+    points: list[MeasuredPoint]
     parameters: list[Fitted]
     warnings: list[str]
     predicted_s: list[float]
@@ -260,7 +260,7 @@ def _sigma(sol: lsq.Solution, kept: Sequence[int]) -> np.ndarray:
     return np.where(flat, np.inf, sigma)
 
 
-def _structural(calib: Calibration, points: Sequence[Point]) -> dict[str, str]:
+def _structural(calib: Calibration, points: Sequence[MeasuredPoint]) -> dict[str, str]:
     """Parameters these points cannot identify whatever their values."""
     reasons = {}
     tps = sorted({p.tp for p in points})

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tpsim.experiments.plots.words import row_regime_text
-from tpsim.experiments.sweep.grid import Point, expand
+from tpsim.experiments.sweep.grid import GridPoint, expand
 from tpsim.experiments.sweep.results import results_text
 from tpsim.outputs.export import write_json, write_text
 
@@ -42,7 +42,7 @@ class StudyEntry:
     run: Callable[..., Study]  # run(out: Path | None = None, *, jobs: int = 1) -> Study
 
 
-def points(*grids: dict[str, Any]) -> list[Point]:
+def points(*grids: dict[str, Any]) -> list[GridPoint]:
     """The points of several grids, in order, without duplicates."""
     return list(dict.fromkeys(p for g in grids for p in expand(g, "study grid")))
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tpsim.experiments.studies.base import Row, Study, StudyEntry, good, save
-from tpsim.experiments.sweep.grid import Point, expand
+from tpsim.experiments.sweep.grid import GridPoint, expand
 from tpsim.experiments.sweep.run import run_points
 
 NAME = "tp_vs_pp_vs_dp"
@@ -27,7 +27,7 @@ CONTEXT, PROMPT = 1024, 2048
 
 
 @dataclass(frozen=True)
-class Case:
+class LayoutCase:
     key: str  # short name in the summary
     model: str
     topology: str
@@ -44,11 +44,11 @@ class Case:
         return f"{self.model} on {self.gpus} GPUs ({where})"
 
 
-CASES: tuple[Case, ...] = (
-    Case("70b_h100x16", "llama-3.1-70b", "dgx-h100", 2, ((16, 1, 1), (8, 2, 1), (8, 1, 2))),
-    Case("70b_a100x8", "llama-3.1-70b", "dgx-a100", 1, ((8, 1, 1), (4, 2, 1), (4, 1, 2))),
-    Case("175b_h100x16", "gpt3-175b", "dgx-h100", 2, ((16, 1, 1), (8, 2, 1), (8, 1, 2))),
-    Case(
+CASES: tuple[LayoutCase, ...] = (
+    LayoutCase("70b_h100x16", "llama-3.1-70b", "dgx-h100", 2, ((16, 1, 1), (8, 2, 1), (8, 1, 2))),
+    LayoutCase("70b_a100x8", "llama-3.1-70b", "dgx-a100", 1, ((8, 1, 1), (4, 2, 1), (4, 1, 2))),
+    LayoutCase("175b_h100x16", "gpt3-175b", "dgx-h100", 2, ((16, 1, 1), (8, 2, 1), (8, 1, 2))),
+    LayoutCase(
         "405b_h100x32",
         "llama-3.1-405b",
         "dgx-h100",
@@ -71,7 +71,7 @@ def label(tp: int, pp: int, dp: int) -> str:
     return f"{dp} x {text}" if dp > 1 else text
 
 
-def _point(case: Case, lay: tuple[int, int, int], phase: str, total: int) -> Point:
+def _point(case: LayoutCase, lay: tuple[int, int, int], phase: str, total: int) -> GridPoint:
     tp, pp, dp = lay
     batch = total if phase == "prefill" else max(1, total // dp)
     grid: dict[str, Any] = {
@@ -101,7 +101,7 @@ def tp_vs_pp_vs_dp(
     out: Path | None = None,
     *,
     jobs: int = 1,
-    cases: Sequence[Case] = CASES,
+    cases: Sequence[LayoutCase] = CASES,
     workloads: Sequence[tuple[str, str, int]] = WORKLOADS,
 ) -> Study:
     """Run the study (``cases`` and ``workloads`` narrow it, as the tests do)."""

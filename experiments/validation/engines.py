@@ -41,7 +41,7 @@ BOUND = 0.20
 
 
 @dataclass(frozen=True)
-class Case:
+class EngineCase:
     """One published number and how to simulate it."""
 
     file: str
@@ -68,7 +68,7 @@ LMDEPLOY_MODELS = {
 }
 
 
-def lmdeploy_cases(engine: str = "fastertransformer") -> list[Case]:
+def lmdeploy_cases(engine: str = "fastertransformer") -> list[EngineCase]:
     out = []
     for r in _rows("lmdeploy_a100_static.csv"):
         model = LMDEPLOY_MODELS.get(r["model"])
@@ -78,11 +78,11 @@ def lmdeploy_cases(engine: str = "fastertransformer") -> list[Case]:
         prompt, output = int(r["prompt_tokens"]), int(r["output_tokens"])
         ctx = prompt + output // 2
         tag = f"{r['model']} b{batch} p{prompt} o{output}"
-        out.append(Case("lmdeploy", f"{tag} step", model, "dgx-a100", tp, engine,
+        out.append(EngineCase("lmdeploy", f"{tag} step", model, "dgx-a100", tp, engine,
                         float(r["token_latency_p50_s"]), Workload(batch, "decode",
                         context_len=ctx)))  # fmt: skip
         if batch == 1 and prompt >= 128:
-            out.append(Case("lmdeploy", f"{tag} first token", model, "dgx-a100", tp, engine,
+            out.append(EngineCase("lmdeploy", f"{tag} first token", model, "dgx-a100", tp, engine,
                             float(r["ftl_avg_s"]), Workload(1, "prefill",
                             prompt_len=prompt)))  # fmt: skip
     return out
@@ -92,25 +92,26 @@ TGI_GPUS = {"A100-80G": "dgx-a100", "H100": "dgx-h100"}
 VLLM_MODELS = {"Llama 70B": "llama-2-70b", "Llama 33B": "llama-33b"}
 
 
-def e2e_cases(tgi_engine: str = "tgi-v1", vllm_engine: str = "vllm-v0") -> list[Case]:
+def e2e_cases(tgi_engine: str = "tgi-v1", vllm_engine: str = "vllm-v0") -> list[EngineCase]:
     out = []
     for r in _rows("e2e_tgi_vllm_2023.csv"):
         tp = int(r["tp"])
         if r["engine"].startswith("TGI") and r["metric"] == "per-token latency avg":
-            out.append(Case("tgi", f"TGI {r['gpu']} TP{tp}", "codellama-34b", TGI_GPUS[r["gpu"]],
-                            tp, tgi_engine, float(r["value"]) / 1e3,
-                            Workload(1, "decode", context_len=256)))  # fmt: skip
+            out.append(EngineCase("tgi", f"TGI {r['gpu']} TP{tp}", "codellama-34b",
+                                  TGI_GPUS[r["gpu"]], tp, tgi_engine, float(r["value"]) / 1e3,
+                                  Workload(1, "decode", context_len=256)))  # fmt: skip
         elif r["engine"].startswith("vLLM") and r["gpu"] in TGI_GPUS:
             nccl = "NCCL" in r["metric"]
-            out.append(Case("vllm-2023", f"vLLM {r['model']} TP{tp} {'NCCL' if nccl else 'custom'}",
-                            VLLM_MODELS[r["model"]], TGI_GPUS[r["gpu"]], tp, vllm_engine,
-                            float(r["value"]), Workload(64, "decode", context_len=256 + 128),
-                            steps=255, prefill=Workload(64, "prefill", prompt_len=256),
-                            allreduce_algo="nccl" if nccl else "auto"))  # fmt: skip
+            label = f"vLLM {r['model']} TP{tp} {'NCCL' if nccl else 'custom'}"
+            out.append(EngineCase("vllm-2023", label,
+                                  VLLM_MODELS[r["model"]], TGI_GPUS[r["gpu"]], tp, vllm_engine,
+                                  float(r["value"]), Workload(64, "decode", context_len=256 + 128),
+                                  steps=255, prefill=Workload(64, "prefill", prompt_len=256),
+                                  allreduce_algo="nccl" if nccl else "auto"))  # fmt: skip
     return out
 
 
-def simulate_case(case: Case) -> float:
+def simulate_case(case: EngineCase) -> float:
     """Seconds the case's number stands for, simulated."""
     opts = Options(engine=case.engine, allreduce_algo=case.allreduce_algo, allow_oom=True)
     step = simulate(case.model, case.topology, case.tp, case.workload, opts).latency_s
@@ -120,7 +121,7 @@ def simulate_case(case: Case) -> float:
     return total
 
 
-def run(out: Path | None, cases: list[Case]) -> Iterator[str]:
+def run(out: Path | None, cases: list[EngineCase]) -> Iterator[str]:
     results = [(c, simulate_case(c)) for c in cases]
     by_file: dict[str, list[tuple[float, float]]] = {}
     for c, sim in results:

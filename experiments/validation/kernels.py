@@ -30,7 +30,7 @@ from tpsim.calibration.profiles import profile
 from tpsim.core.kernels import kernel_table
 from tpsim.core.kernels.kernel_table import KernelTable
 from tpsim.core.kernels.table_formats import Shape
-from tpsim.experiments.calibrate.vidur_cases import EXTRA, FAMILIES, Case, cases, predict
+from tpsim.experiments.calibrate.vidur_cases import EXTRA, FAMILIES, KernelCase, cases, predict
 from tpsim.experiments.plots.validation import kernel_accuracy
 from tpsim.experiments.validation.collectives import geomean_error
 from tpsim.outputs.export import write_text
@@ -45,7 +45,7 @@ def refit_kernels() -> Kernels:
     return profile("_kernels").kernels
 
 
-def _left_out(table: KernelTable, c: Case, kernels: Kernels) -> float:
+def _left_out(table: KernelTable, c: KernelCase, kernels: Kernels) -> float:
     """Case ``c`` priced by ``table`` without its own point, under ``kernels`` (which price
     beyond the remaining points)."""
     shape = Shape(c.n_embd, c.heads, c.kv_heads, c.intermediate, c.tp)

@@ -5,7 +5,7 @@ Per rank there is a CPU launch thread, a compute stream and a communication stre
 starts when it has been launched, its dependencies have finished and its stream is free;
 overlap and launch starvation follow from that. A collective runs as a sequence of steps
 (:class:`~tpsim.core.schedule.Schedule`); in each step a rank starts its sends, which cross
-the shared links of a :class:`~tpsim.core.engine.flows.Network`, and waits for the arrivals
+the shared links of a :class:`~tpsim.core.engine.flows.FlowNetwork`, and waits for the arrivals
 it expects. A point-to-point send crosses the route to its peer
 (:data:`~tpsim.core.schedule.Router`) the same way; the matching receive is over when the
 send's bytes have arrived. The engine knows nothing of
@@ -28,7 +28,7 @@ from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 import simpy
-from tpsim.core.engine.flows import Network
+from tpsim.core.engine.flows import FlowNetwork
 from tpsim.core.engine.mailbox import Mailboxes
 from tpsim.core.engine.recordlog import RecordLog
 from tpsim.core.engine.sm_sharing import SMSharing
@@ -80,7 +80,7 @@ class _Run:
         self.log = RecordLog()
         self.boxes = Mailboxes(env)
         self.sms = SMSharing(env, ranks, comm_sms, sm_count)
-        self.net = Network(env, capacities, link_log)
+        self.net = FlowNetwork(env, capacities, link_log)
         self.programs = programs
         # a program without p2p ops has the same keys on every rank: make them once
         made: dict[int, list[Any]] = {}
