@@ -40,7 +40,7 @@ def engines_lines(
     path: Path,
     models: Sequence[str],
     engines: Sequence[str],
-    tps: Sequence[int],
+    tp_degrees: Sequence[int],
     batch: int,
     context: int,
 ) -> None:
@@ -63,7 +63,7 @@ def engines_lines(
                 ax.plot(tps, host, "s:", color=colours[engine], alpha=0.7,
                         label=f"{engine}: host work on the path")  # fmt: skip
         ax.set_xscale("log", base=2)
-        ax.set_xticks(list(tps), [str(t) for t in tps])
+        ax.set_xticks(list(tp_degrees), [str(t) for t in tp_degrees])
         ax.set_xlabel("TP degree (GPUs)", fontsize=FONT)
         ax.set_ylabel("decode step (ms)", fontsize=FONT)
         ax.set_title(f"{model}, batch {batch}, context {context}", fontsize=FONT)
