@@ -29,8 +29,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import simpy
 from tpsim import Options, Workload, simulate
+from tpsim.core.engine.baseline import bare_simpy_rate
 from tpsim.models.catalog import get_model
 from tpsim.outputs.export import write_json
 
@@ -60,20 +60,6 @@ STANDARD_GRID: dict[str, Any] = {
     "phase": ["decode", "prefill"],
     "engine": "ideal",
 }
-
-
-def bare_simpy_rate(n: int = 400_000) -> float:
-    """Timeout events per second of one SimPy process doing nothing else."""
-    env = simpy.Environment()
-
-    def proc(env: simpy.Environment) -> Any:
-        for _ in range(n):
-            yield env.timeout(1)
-
-    env.process(proc(env))
-    t = time.perf_counter()
-    env.run()
-    return n / (time.perf_counter() - t)
 
 
 def run_case(name: str, layers: int | None = None, tp: int | None = None,
@@ -154,7 +140,9 @@ def run(out: Path, quick: bool = False) -> Iterator[str]:
     write_json(out / "bench.json", report, indent=2)  # atomic; NaN refused
     yield f"wrote {out / 'bench.json'}"
     if scaling:
-        _plot(scaling, out / "scaling.png")
+        from tpsim.experiments.plots.bench import scaling_plot
+
+        scaling_plot(scaling, out / "scaling.png")
         yield f"wrote {out / 'scaling.png'}"
 
 
@@ -167,30 +155,6 @@ def _scaling() -> Iterator[dict[str, Any]]:
     for chunks in (1, 2, 4, 8, 16):
         yield {"axis": "chunks", "value": chunks,
                **_in_child("70b-tp8-prefill-chunked", chunks=chunks)}  # fmt: skip
-
-
-def _plot(rows: list[dict[str, Any]], path: Path) -> None:
-    from matplotlib.figure import Figure
-    from tpsim.experiments.plots.gantt import save_figure
-
-    fig = Figure(figsize=(13, 4))
-    axes = fig.subplots(1, 3)
-    titles = {"layers": "Llama-3.1-405B TP 64 (8 nodes), decode: layers",
-              "tp": "405B (32 layers) decode: TP degree (8 GPUs per node)",
-              "chunks": "Llama-3.1-70B TP 8 prefill: --overlap-chunks"}  # fmt: skip
-    for ax, axis in zip(axes, ("layers", "tp", "chunks"), strict=True):
-        pts = [r for r in rows if r["axis"] == axis]
-        xs = [r["value"] for r in pts]
-        ax.plot(xs, [r["wall_s"] for r in pts], "o-", color="#0072B2", label="wall time (s)")
-        ax.set_xlabel(axis)
-        ax.set_ylabel("wall time (s)", color="#0072B2")
-        twin = ax.twinx()
-        twin.plot(xs, [r["peak_rss_MB"] for r in pts], "s--", color="#D55E00")
-        twin.set_ylabel("peak memory (MB)", color="#D55E00")
-        ax.set_title(titles[axis], fontsize=9)
-        ax.grid(True, alpha=0.3)
-    fig.tight_layout()
-    save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,7 +24,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-import networkx as nx
 from tpsim.core.comm.group import tp_group
 from tpsim.core.config import (
     Layout,
@@ -38,7 +37,9 @@ from tpsim.core.errors import ConfigError
 from tpsim.core.lowering.shard import shard
 from tpsim.core.memory import linear_params_per_gpu, memory_per_gpu
 from tpsim.models.catalog import get_model
+from tpsim.topologies.builders import TopologyGraph
 from tpsim.topologies.io import get_topology
+from tpsim.topologies.routing import max_inflow
 
 TERMS = ("memory", "compute", "communication")
 
@@ -136,7 +137,7 @@ def lower_bound(
 
 
 def _communication(
-    graph: nx.DiGraph, gpu_ranks: tuple[int, ...], routes: Any, tp: int, n: float, layers: int
+    graph: TopologyGraph, gpu_ranks: tuple[int, ...], routes: Any, tp: int, n: float, layers: int
 ) -> dict[str, Any]:
     """Least time for 2 all-reduces of ``n`` bytes per layer, and how it is derived."""
     if tp == 1:
@@ -160,7 +161,7 @@ def _communication(
     host_Bps = 0.0
     if len(hosts) > 1:
         host_Bps = min(
-            _inflow(graph, [x for x in nodes if x not in inside], inside)
+            max_inflow(graph, [x for x in nodes if x not in inside], inside)
             for inside in hosts.values()
         )
         per_allreduce = max(per_allreduce, n / host_Bps)
@@ -174,18 +175,6 @@ def _communication(
         "gpu_link_Bps": link_Bps,
         "host_ingress_Bps": host_Bps,
     }
-
-
-def _inflow(graph: nx.DiGraph, sources: list[str], sinks: list[str]) -> float:
-    """Most bytes/s the raw links can carry from ``sources`` into ``sinks`` (a max-flow)."""
-    g = nx.DiGraph()
-    for u, v, bw in graph.edges(data="bandwidth_Bps"):
-        g.add_edge(u, v, capacity=bw)
-    for x in sources:
-        g.add_edge("_source", x)  # no capacity attribute: unbounded
-    for x in sinks:
-        g.add_edge(x, "_sink")
-    return float(nx.maximum_flow_value(g, "_source", "_sink"))
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import networkx as nx
 from tpsim.core.config import Options
 from tpsim.outputs.text import launch_label, regime_shares, regime_text
+from tpsim.topologies.builders import TopologyGraph
 
 #: Parts of the critical path, in the order the table prints them.
 PARTS = ("compute", "memory", "communication", "launch_overhead", "host", "bubble", "idle")
@@ -65,7 +65,7 @@ def _crosses_hosts(config: Mapping[str, Any]) -> bool:
     return any(len(h) > 1 for h in hosts.values())
 
 
-def assumptions(graph: nx.DiGraph, summary: Mapping[str, Any]) -> dict[str, str]:
+def assumptions(graph: TopologyGraph, summary: Mapping[str, Any]) -> dict[str, str]:
     """What a configuration's numbers rest on, read from its topology graph and options:
     GPU, the links between GPUs (kind and per-direction bandwidth), the network (NICs per
     host and their rate, when the group spans hosts), engine and launch mode."""

@@ -1,9 +1,9 @@
 """``tpsim demo``: the headline study. Does more TP pay for a 70B model on 8x H100?
 
-Runs :func:`tpsim.experiments.studies.tp_batch_sweep` (Llama-3.1-70B decode at TP 1, 2, 4, 8 in one
-node and TP 16 over two, four batch sizes) on a process pool, prints its table and writes
-its plots: throughput against TP, the critical-path breakdown, the regime map and a Gantt
-chart of two layers at TP 8.
+Runs :func:`tpsim.experiments.studies.tp_batch_sweep.tp_batch_sweep` (Llama-3.1-70B decode
+at TP 1, 2, 4, 8 in one node and TP 16 over two, four batch sizes) on a process pool, prints
+its table and writes its plots: throughput against TP, the critical-path breakdown, the
+regime map and a Gantt chart of two layers at TP 8.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from tpsim.experiments.studies import tp_batch_sweep
+from tpsim.experiments.studies.tp_batch_sweep import tp_batch_sweep
 from tpsim.experiments.sweep.run import default_jobs
 
 

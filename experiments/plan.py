@@ -47,7 +47,7 @@ class PlanRequest:
 
 
 @dataclass(frozen=True)
-class Row:
+class PlanRow:
     tp: int
     pp: int
     dp: int
@@ -121,7 +121,7 @@ def _headroom(summary: Summary) -> int:
     return min(m.capacity_bytes_per_gpu - m.total_bytes_per_gpu for m in stages)
 
 
-def evaluate(req: PlanRequest, tp: int, pp: int, dp: int) -> Row | None:
+def evaluate(req: PlanRequest, tp: int, pp: int, dp: int) -> PlanRow | None:
     """The layout at its best batch: the largest fitting one meeting the TPOT SLO (or 1)."""
     batches = fitting_batches(req, tp, pp)
     if not batches:
@@ -145,20 +145,20 @@ def evaluate(req: PlanRequest, tp: int, pp: int, dp: int) -> Row | None:
     usd = None
     if req.gpu_hour_usd is not None and rate > 0:
         usd = gpus * req.gpu_hour_usd / 3600 / rate * 1e6
-    return Row(
+    return PlanRow(
         tp, pp, dp, b, ttft, tpot, rate, rate / gpus, _headroom(s), s.regime,
         req.slo_ttft_ms is None or ttft * 1e3 <= req.slo_ttft_ms, tpot_ok, usd,
     )  # fmt: skip
 
 
-def _evaluate(args: tuple[PlanRequest, int, int, int]) -> Row | None:
+def _evaluate(args: tuple[PlanRequest, int, int, int]) -> PlanRow | None:
     try:
         return evaluate(*args)
     except ConfigError:  # a layout refused (memory, records): not a candidate
         return None
 
 
-def plan(req: PlanRequest, jobs: int = 0) -> list[Row]:
+def plan(req: PlanRequest, jobs: int = 0) -> list[PlanRow]:
     """Every candidate layout evaluated, ranked (see the module doc)."""
     cands = layouts(req)
     if not cands:
@@ -173,7 +173,7 @@ def plan(req: PlanRequest, jobs: int = 0) -> list[Row]:
     return sorted(found, key=lambda r: (not r.slo_ok, -r.tokens_per_s, r.tpot_s, r.tp, r.pp))
 
 
-def table(rows: list[Row], req: PlanRequest) -> str:
+def table(rows: list[PlanRow], req: PlanRequest) -> str:
     """The ranked table, then the recommendation."""
     head = (
         f"{'#':>2}  {'layout':<20} {'batch':>5} {'TTFT ms':>9} {'TPOT ms':>9} "
@@ -197,7 +197,7 @@ def table(rows: list[Row], req: PlanRequest) -> str:
     return "\n".join(lines)
 
 
-def recommendation(rows: list[Row]) -> str:
+def recommendation(rows: list[PlanRow]) -> str:
     best = rows[0]
     what = (
         f"Recommended: {best.label} at batch {best.batch} per replica, "
@@ -215,7 +215,7 @@ def recommendation(rows: list[Row]) -> str:
     )
 
 
-def _why(best: Row, other: Row) -> str:
+def _why(best: PlanRow, other: PlanRow) -> str:
     ratio = best.tokens_per_s / other.tokens_per_s if other.tokens_per_s else float("inf")
     if best.slo_ok and not other.slo_ok:
         return f"the runner-up misses an SLO ({'TPOT' if not other.tpot_ok else 'TTFT'})"
@@ -232,20 +232,19 @@ def _why(best: Row, other: Row) -> str:
     return f"it gives {ratio:.2f}x the runner-up's tokens/s ({reason})"
 
 
-def short_label(r: Row) -> str:
+def short_label(r: PlanRow) -> str:
     """``TP 4 x DP 2 b64``: the degrees above 1 (TP always) and the batch per replica."""
     parts = [f"TP {r.tp}"] + [f"{k} {v}" for k, v in (("PP", r.pp), ("DP", r.dp)) if v > 1]
     return " x ".join(parts) + f" b{r.batch}"
 
 
-def plot_front(rows: list[Row], req: PlanRequest, out: Path) -> Path:
+def plot_front(rows: list[PlanRow], req: PlanRequest, out: Path) -> Path:
     """``out/plan_pareto.png``: tokens/s per GPU against TPOT, the front joined, the layouts
     labelled, the recommendation (``rows[0]``) marked."""
-    from tpsim.experiments.plots.pareto import Layout as Point
-    from tpsim.experiments.plots.pareto import pareto_plot
+    from tpsim.experiments.plots.pareto import ParetoPoint, pareto_plot
 
     points = [
-        Point(r.tpot_s, r.tokens_per_s_per_gpu, short_label(r), best=k == 0)
+        ParetoPoint(r.tpot_s, r.tokens_per_s_per_gpu, short_label(r), best=k == 0)
         for k, r in enumerate(rows)
     ]
     gpus = rows[0].tp * rows[0].pp * rows[0].dp
@@ -258,8 +257,8 @@ def plot_front(rows: list[Row], req: PlanRequest, out: Path) -> Path:
     return pareto_plot(points, out / "plan_pareto.png", title=title, slo_x=slo_s)
 
 
-def to_dicts(rows: list[Row]) -> list[dict[str, Any]]:
+def to_dicts(rows: list[PlanRow]) -> list[dict[str, Any]]:
     return [asdict(r) for r in rows]
 
 
-__all__ = ["PlanRequest", "Row", "layouts", "plan", "recommendation", "table", "to_dicts"]
+__all__ = ["PlanRequest", "PlanRow", "layouts", "plan", "recommendation", "table", "to_dicts"]

@@ -10,11 +10,12 @@ if __name__ != "tpsim":  # one name per module
     raise ImportError(f"{__name__}: this folder is tpsim; import tpsim")
 
 
-from tpsim.core.api import Result, simulate
+from tpsim.core.api import simulate
 from tpsim.core.collective_bench import collective_sweep
 from tpsim.core.config import Layout, Options, Workload
 from tpsim.core.errors import ConfigError
 from tpsim.core.records import Record
+from tpsim.core.result import Result
 from tpsim.core.summary import Summary
 
 __all__ = [

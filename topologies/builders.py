@@ -32,8 +32,14 @@ __all__ = [
     "join_hosts",
     "nic_bandwidth_Bps",
     "pcie_bandwidth_Bps",
+    "two_gpus",
     "validate",
 ]
+
+#: A topology as every layer passes it around: a directed graph of GPUs, switches and hosts
+#: whose edges are links (the conventions of :func:`validate`). Code outside the topologies
+#: and the comm layer names the type through this alias and never imports networkx itself.
+TopologyGraph = nx.DiGraph
 
 NODE_KINDS = ("gpu", "nvswitch", "switch", "pcie_switch", "cpu", "nic")
 LINK_KINDS = ("nvlink", "xgmi", "pcie", "upi", "infiniband", "nvlink_bridge")
@@ -301,6 +307,18 @@ def join_hosts(host: nx.DiGraph, nodes: int, network: Network | None = None) -> 
                 _link(g, nic, "ib_switch", bw * max(1.0, nics / per_host), nic_lat, "infiniband")
     if net is not None:
         g.graph["network"] = net
+    return g
+
+
+def two_gpus(bandwidth_Bps: float) -> nx.DiGraph:
+    """Two H100s joined by one duplex link of ``bandwidth_Bps`` per direction, no latency
+    (the napkin all-reduce of the design's worked examples)."""
+    g = nx.DiGraph(name="two-gpus", nvls=False, hosts=1, gpus_per_host=2)
+    for rank in (0, 1):
+        g.add_node(f"gpu{rank}", kind="gpu", gpu=get_gpu("h100-sxm"), rank=rank, host=0)
+    for a, b in (("gpu0", "gpu1"), ("gpu1", "gpu0")):
+        g.add_edge(a, b, bandwidth_Bps=bandwidth_Bps, latency_s=0.0, link="nvlink")
+    validate(g, "two-gpus")
     return g
 
 

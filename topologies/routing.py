@@ -290,3 +290,15 @@ def ring_order(routes: Routes, ranks: Sequence[int]) -> list[int]:
         else:
             order.extend(_greedy_order(routes, block, block[0]))
     return order
+
+
+def max_inflow(graph: nx.DiGraph, sources: Sequence[str], sinks: Sequence[str]) -> float:
+    """Most bytes/s the raw links can carry from ``sources`` into ``sinks`` (a max-flow)."""
+    g = nx.DiGraph()
+    for u, v, bw in graph.edges(data="bandwidth_Bps"):
+        g.add_edge(u, v, capacity=bw)
+    for x in sources:
+        g.add_edge("_source", x)  # no capacity attribute: unbounded
+    for x in sinks:
+        g.add_edge(x, "_sink")
+    return float(nx.maximum_flow_value(g, "_source", "_sink"))

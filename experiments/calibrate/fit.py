@@ -31,7 +31,6 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from tpsim import calibration
@@ -40,8 +39,7 @@ from tpsim.core.errors import ConfigError
 from tpsim.core.lowering.host import step_mode
 from tpsim.experiments.calibrate import lsq
 from tpsim.experiments.calibrate.knobs import KNOBS, Knob, profile_yaml
-from tpsim.experiments.calibrate.measurements import Point, read_points
-from tpsim.experiments.calibrate.report import report_dict, report_text
+from tpsim.experiments.calibrate.measurements import MeasuredPoint, read_points
 from tpsim.experiments.calibrate.simulate import Simulator
 
 #: Largest |d log(step) / d log(parameter)| at which no point is taken to depend on it:
@@ -93,7 +91,7 @@ class Calibrated:
 
     source: str  # the measurements file, as given
     base: str
-    points: list[Point]
+    points: list[MeasuredPoint]
     parameters: list[Fitted]
     warnings: list[str]
     predicted_s: list[float]
@@ -107,12 +105,6 @@ class Calibrated:
         """simulated / measured - 1 per point, in sample or (``"loo"``) left out."""
         pred = self.predicted_s if which == "fitted" else self.loo_s
         return [p / m.measured_s - 1 for p, m in zip(pred, self.points, strict=True)]
-
-    def text(self, out: Path | None = None) -> str:
-        return report_text(self, out)
-
-    def to_dict(self, out: Path | None = None) -> dict[str, Any]:
-        return report_dict(self, out)
 
 
 def calibrate(csv_path: Path, base: str, name: str = "calibrated", jobs: int = 1) -> Calibrated:
@@ -268,7 +260,7 @@ def _sigma(sol: lsq.Solution, kept: Sequence[int]) -> np.ndarray:
     return np.where(flat, np.inf, sigma)
 
 
-def _structural(calib: Calibration, points: Sequence[Point]) -> dict[str, str]:
+def _structural(calib: Calibration, points: Sequence[MeasuredPoint]) -> dict[str, str]:
     """Parameters these points cannot identify whatever their values."""
     reasons = {}
     tps = sorted({p.tp for p in points})

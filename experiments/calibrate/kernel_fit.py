@@ -24,7 +24,7 @@ from dataclasses import replace
 
 from tpsim.calibration import Kernels, default
 from tpsim.calibration.loader import scale
-from tpsim.experiments.calibrate.vidur_cases import EXTRA, FAMILIES, Case, cases, predict
+from tpsim.experiments.calibrate.vidur_cases import EXTRA, FAMILIES, KernelCase, cases, predict
 
 #: name -> (start, how the value enters Kernels); start values are the calibration README's
 #: figures or round guesses, the search moves them.
@@ -60,7 +60,7 @@ def kernels_of(values: dict[str, float], base: Kernels | None = None) -> Kernels
     return k
 
 
-def family_errors(k: Kernels, among: Sequence[Case] | None = None) -> dict[str, float]:
+def family_errors(k: Kernels, among: Sequence[KernelCase] | None = None) -> dict[str, float]:
     """Mean absolute log(predicted / measured) per family (geomean error = exp - 1)."""
     group = cases() if among is None else among
     logs: dict[str, list[float]] = {}
@@ -69,7 +69,7 @@ def family_errors(k: Kernels, among: Sequence[Case] | None = None) -> dict[str, 
     return {f: sum(v) / len(v) for f, v in logs.items()}
 
 
-def loss(k: Kernels, among: Sequence[Case]) -> float:
+def loss(k: Kernels, among: Sequence[KernelCase]) -> float:
     """The families' mean error plus their worst."""
     e = list(family_errors(k, among).values())
     return sum(e) / len(e) + max(e)
@@ -89,7 +89,7 @@ GATHER = ("gather_efficiency",)
 
 
 def _search(
-    x: dict[str, float], names: Sequence[str], among: Sequence[Case], rounds: int
+    x: dict[str, float], names: Sequence[str], among: Sequence[KernelCase], rounds: int
 ) -> dict[str, float]:
     best = loss(kernels_of(x), among)
     for r in range(rounds):

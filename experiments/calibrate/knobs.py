@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from tpsim.calibration import Calibration
 from tpsim.calibration.loader import scale
-from tpsim.experiments.calibrate.measurements import Point
+from tpsim.experiments.calibrate.measurements import MeasuredPoint
 
 
 def _same(c: Calibration, value: float) -> object:
@@ -36,7 +36,7 @@ class Knob:
     shift: float  # fitted as log(value + shift): 0 for a scale, a typical size for a time
     lower: float
     base: Callable[[Calibration], float]  # its value in the base profile
-    upper: Callable[[Calibration, Sequence[Point]], float]
+    upper: Callable[[Calibration, Sequence[MeasuredPoint]], float]
     unused: str  # what a zero Jacobian column means
     entry: Callable[[Calibration, float], object] = _same  # the override's value
 
@@ -64,7 +64,7 @@ def _step_host(c: Calibration, s: float) -> object:
     }
 
 
-def _peak_cap(fraction: Callable[[Calibration, Point], float]) -> Callable[..., float]:
+def _peak_cap(fraction: Callable[[Calibration, MeasuredPoint], float]) -> Callable[..., float]:
     """The largest scale that keeps every point's GPU at or under its peak."""
     return lambda c, points: 1.0 / max(fraction(c, p) for p in points)
 

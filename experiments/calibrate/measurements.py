@@ -22,7 +22,6 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import networkx as nx
 from tpsim.calibration.bounded import ReadRefused, read_text, shorten
 from tpsim.core.comm.group import tp_group
 from tpsim.core.config import (
@@ -36,6 +35,7 @@ from tpsim.core.config import (
 from tpsim.core.errors import INPUT_ERRORS, ConfigError
 from tpsim.models.catalog import get_model
 from tpsim.models.spec import ModelSpec
+from tpsim.topologies.builders import TopologyGraph
 from tpsim.topologies.gpus import GPUSpec
 from tpsim.topologies.io import get_topology
 
@@ -60,7 +60,7 @@ MAX_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
-class Point:
+class MeasuredPoint:
     """One measured step: what ran and how long it took."""
 
     row: int  # line number in the file
@@ -72,7 +72,7 @@ class Point:
     dtype: str | None  # None: the model's own
     measured_s: float
     spec: ModelSpec = field(repr=False, compare=False)
-    graph: nx.DiGraph = field(repr=False, compare=False)
+    graph: TopologyGraph = field(repr=False, compare=False)
     gpu: GPUSpec = field(repr=False, compare=False)
     #: a whole request (``output_len``): the decode steps after the prefill (0: one step)
     decode_steps: int = 0
@@ -98,7 +98,7 @@ class Point:
         return f"{self.model} {where} TP {self.tp} {what}"
 
 
-def read_points(path: Path) -> list[Point]:
+def read_points(path: Path) -> list[MeasuredPoint]:
     """The measurements in ``path``, validated (models, topologies and TP degrees resolved)."""
     name = str(path)
     try:  # bounded: a regular file, at most MAX_BYTES; a spreadsheet's byte-order mark is no column
@@ -151,7 +151,7 @@ class _Reader:
     def __init__(self, name: str) -> None:
         self.name = name
         self.models: dict[str, ModelSpec] = {}
-        self.graphs: dict[tuple[str, int], nx.DiGraph] = {}
+        self.graphs: dict[tuple[str, int], TopologyGraph] = {}
 
     def fail(self, row: int, key: str, value: str, why: str) -> ConfigError:
         shown = value if len(value) <= 40 else value[:40] + "..."
@@ -165,7 +165,7 @@ class _Reader:
             raise self.fail(row, key, text, "must be a positive whole number (below 10^9)")
         return int(text)
 
-    def point(self, row: int, cells: dict[str, str]) -> Point:
+    def point(self, row: int, cells: dict[str, str]) -> MeasuredPoint:
         for key in REQUIRED:
             if not cells[key]:
                 raise self.fail(row, key, "", "must be given")
@@ -216,8 +216,8 @@ class _Reader:
             workload = Workload(batch, phase, prompt, context)
         except ConfigError as e:
             raise ConfigError(f"{self.name} row {row}: {e}") from None
-        return Point(row, model, topology, nodes, tp, workload, dtype, measured, spec, graph, gpu,
-                     max(0, output - 1), allreduce)  # fmt: skip
+        return MeasuredPoint(row, model, topology, nodes, tp, workload, dtype, measured, spec,
+                             graph, gpu, max(0, output - 1), allreduce)  # fmt: skip
 
     def measured(self, row: int, text: str) -> float:
         try:
@@ -229,4 +229,4 @@ class _Reader:
         return ms * 1e-3
 
 
-__all__ = ["COLUMNS", "Point", "read_points"]
+__all__ = ["COLUMNS", "MeasuredPoint", "read_points"]

@@ -24,20 +24,20 @@ from tpsim.core.api import simulate
 from tpsim.core.config import Layout, Options
 from tpsim.core.errors import INPUT_ERRORS, ConfigError
 from tpsim.experiments.calibrate.knobs import KNOBS, profile_yaml
-from tpsim.experiments.calibrate.measurements import Point
+from tpsim.experiments.calibrate.measurements import MeasuredPoint
 from tpsim.outputs.export import write_text
 
 #: The points a worker process simulates (set once, when the worker starts).
-_WORKER_POINTS: list[Point] = []
+_WORKER_POINTS: list[MeasuredPoint] = []
 
 
-def _start_worker(points: list[Point]) -> None:
+def _start_worker(points: list[MeasuredPoint]) -> None:
     """Workers leave Ctrl-C to the parent, which stops the pool."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _WORKER_POINTS[:] = points
 
 
-def step_time(point: Point, profile: str) -> float | str:
+def step_time(point: MeasuredPoint, profile: str) -> float | str:
     """The point's simulated time (s) under the profile file: its step, or its prefill and
     decode steps; or the one-line reason tpsim refuses it."""
     options = Options(
@@ -63,7 +63,7 @@ class Simulator:
     the worker processes end with it)."""
 
     def __init__(
-        self, points: Sequence[Point], base: str, folder: Path, source: str, jobs: int = 1
+        self, points: Sequence[MeasuredPoint], base: str, folder: Path, source: str, jobs: int = 1
     ) -> None:
         self.points, self.base, self.folder, self.source = list(points), base, folder, source
         self.calib = calibration.profile(base)

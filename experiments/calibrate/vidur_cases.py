@@ -2,7 +2,7 @@
 
 The measurements ship in ``tpsim/calibration/measured`` (``vidur_mlp_per_op.csv``,
 ``vidur_attention_a100_tp2.csv``; their ``#`` headers say what was measured). Each row and
-operator is one :class:`Case`: a family (QKV, O, gate/up, down, norms, act, rotary, add,
+operator is one :class:`KernelCase`: a family (QKV, O, gate/up, down, norms, act, rotary, add,
 embedding, attention decode, attention prefill), the GPU, the model shape at its TP, the
 tokens (attention: the decode batch or the prefill chunk), the KV length, and the measured
 kernel time (Vidur's median; repeated points keep their median, as the table reader does).
@@ -56,7 +56,7 @@ FAMILY = {
 
 
 @dataclass(frozen=True)
-class Case:
+class KernelCase:
     """One measured operator: ``op`` the lowering's kernel name (attention by phase)."""
 
     family: str
@@ -81,7 +81,7 @@ _Key = tuple[str, str, int, int, int, int, int, int, int]
 
 
 @cache
-def cases() -> tuple[Case, ...]:
+def cases() -> tuple[KernelCase, ...]:
     """Every (row, operator) of Vidur's two files, repeated points as their median."""
     found: dict[_Key, list[float]] = {}
     for r in _rows(MLP_FILE):
@@ -100,10 +100,10 @@ def cases() -> tuple[Case, ...]:
         key = (op, gpu, int(shape["n_embd"]), int(shape["n_q_head"]), int(shape["n_kv_head"]),
                0, int(r["tp"]), x, int(r["kv_cache_size"]))  # fmt: skip
         found.setdefault(key, []).append(float(r["time_median_ms"]) / 1e3)
-    return tuple(Case(FAMILY[k[0]], *k, float(median(v))) for k, v in sorted(found.items()))
+    return tuple(KernelCase(FAMILY[k[0]], *k, float(median(v))) for k, v in sorted(found.items()))
 
 
-def _model(c: Case) -> ModelSpec:
+def _model(c: KernelCase) -> ModelSpec:
     inner = c.intermediate or 4 * c.n_embd  # attention rows: any MLP width
     return ModelSpec(f"vidur-{c.n_embd}-{c.heads}-{c.kv_heads}-{inner}", c.n_embd, 1, c.heads,
                      c.kv_heads, c.n_embd // c.heads, inner, 32000, dtype="fp16")  # fmt: skip
@@ -120,7 +120,7 @@ def _lowered(model: ModelSpec, gpu: str, tp: int, tokens: int, kernels: Kernels,
     return {op.name: op.seconds - gap for op in program.ops if op.stream == "compute"}
 
 
-def _attention(c: Case, kernels: Kernels, table: KernelTable | None) -> float:
+def _attention(c: KernelCase, kernels: Kernels, table: KernelTable | None) -> float:
     model = _model(c)
     hw = hardware_for(get_gpu(c.gpu), "fp16", kernels, kv_dtype="fp16")
     bound = None if table is None else table.bind(model, c.tp)
@@ -141,7 +141,7 @@ def _attention(c: Case, kernels: Kernels, table: KernelTable | None) -> float:
 
 
 def predict(
-    kernels: Kernels, table: KernelTable | None = None, among: Iterable[Case] | None = None
+    kernels: Kernels, table: KernelTable | None = None, among: Iterable[KernelCase] | None = None
 ) -> list[float]:
     """What tpsim prices each case at (``among``, default all) under ``kernels`` and
     ``table``, in order."""

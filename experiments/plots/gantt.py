@@ -21,8 +21,8 @@ from matplotlib import rc_context
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.transforms import blended_transform_factory
-from tpsim.core.engine.simulation import NET_STEP
 from tpsim.core.records import Record
+from tpsim.core.schedule import NET_STEP
 from tpsim.outputs.export import atomic_output, write_text
 
 #: Bar colour per record kind (Okabe–Ito palette, colour-blind friendly).

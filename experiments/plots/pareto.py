@@ -25,7 +25,7 @@ LOG_SPAN = 4.0  # an axis whose values span more than this factor is drawn logar
 
 
 @dataclass(frozen=True)
-class Layout:
+class ParetoPoint:
     """One point of the plot: x (seconds), y (tokens/s per GPU), its label."""
 
     x: float
@@ -34,9 +34,9 @@ class Layout:
     best: bool = False
 
 
-def pareto_front(points: Sequence[Layout]) -> list[Layout]:
+def pareto_front(points: Sequence[ParetoPoint]) -> list[ParetoPoint]:
     """The points no other beats on both axes (lower x, higher y), by increasing x."""
-    front: list[Layout] = []
+    front: list[ParetoPoint] = []
     for p in sorted(points, key=lambda p: (p.x, -p.y, p.label)):
         if not front or p.y > front[-1].y:
             front.append(p)
@@ -47,7 +47,7 @@ def _overlaps(box: Bbox, taken: Sequence[Bbox]) -> bool:
     return any(box.overlaps(t) for t in taken)
 
 
-def place_labels(fig: Figure, ax: object, points: Sequence[Layout]) -> list[Bbox]:
+def place_labels(fig: Figure, ax: object, points: Sequence[ParetoPoint]) -> list[Bbox]:
     """Write each point's label where it overlaps no label, no point and stays inside the
     axes: candidate offsets around the point, nearer first; returns the labels' boxes."""
     canvas = FigureCanvasAgg(fig)
@@ -108,7 +108,7 @@ def place_labels(fig: Figure, ax: object, points: Sequence[Layout]) -> list[Bbox
 
 
 def pareto_plot(
-    points: Sequence[Layout],
+    points: Sequence[ParetoPoint],
     path: str | Path,
     *,
     title: str,
@@ -122,7 +122,7 @@ def pareto_plot(
     ax = fig.subplots()
     front = pareto_front(points)
     on_front = {id(p) for p in front}
-    scaled = [Layout(p.x * 1e3, p.y, p.label, p.best) for p in points]
+    scaled = [ParetoPoint(p.x * 1e3, p.y, p.label, p.best) for p in points]
     xs = [p.x for p in scaled] + ([slo_x * 1e3] if slo_x is not None else [])
     ys = [p.y for p in scaled]
     if min(xs) > 0 and max(xs) / min(xs) > LOG_SPAN:
@@ -171,4 +171,4 @@ def pareto_plot(
     return out
 
 
-__all__ = ["Layout", "pareto_front", "pareto_plot", "place_labels"]
+__all__ = ["ParetoPoint", "pareto_front", "pareto_plot", "place_labels"]

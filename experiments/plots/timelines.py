@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tpsim import Options, Workload, simulate
-from tpsim.core.api import Result
+from tpsim.core.result import Result
 from tpsim.experiments.plots.gantt import gantt
 from tpsim.outputs.text import seconds, title
 

@@ -9,14 +9,11 @@ GPU's share is small, more TP stops paying, or costs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tpsim.experiments.studies import Study, _table, points, save
+from tpsim.experiments.studies.base import Study, StudyEntry, points, save, table
 from tpsim.experiments.sweep.run import run_points
-
-Row = dict[str, Any]
 
 MODELS = ("llama-3.1-8b", "llama-3.1-70b")
 ENGINES = ("ideal", "vllm-v0", "vllm")
@@ -50,7 +47,7 @@ def engines(out: Path | None = None, *, jobs: int = 1) -> Study:
                 r8, r4 = ok[m, e, 8], ok[m, e, 4]
                 summary["tp8_over_tp4"][key] = round(r4["latency_s"] / r8["latency_s"], 4)
                 summary["host_share_at_tp8"][key] = round(r8["host_s"] / r8["latency_s"], 4)
-    lines += _table(
+    lines += table(
         rows, lambda r: f"{r['model'].removeprefix('llama-3.1-')} {r['engine']} TP{r['tp']}"
     )
     for key, gain in summary["tp8_over_tp4"].items():
@@ -64,42 +61,15 @@ def engines(out: Path | None = None, *, jobs: int = 1) -> Study:
     plots: list[Path] = []
     if out is not None:
         plots = [out / "engines.png"]
-        _plot(rows, plots[0])
+        from tpsim.experiments.plots.studies import engines_lines
+
+        engines_lines(rows, plots[0], MODELS, ENGINES, TPS, BATCH, CONTEXT)
     return Study("engines", lines, summary, rows, plots)
 
 
-def _plot(rows: Sequence[Row], path: Path) -> None:
-    from matplotlib.figure import Figure
-    from tpsim.experiments.plots.gantt import save_figure
-    from tpsim.experiments.plots.sweep import FONT
-
-    colours = {"ideal": "#0072B2", "vllm-v0": "#D55E00", "vllm": "#009E73"}
-    fig = Figure(figsize=(12, 4.8))
-    axes = fig.subplots(1, len(MODELS))
-    for ax, model in zip(axes, MODELS, strict=True):
-        for engine in ENGINES:
-            mine = sorted(
-                (r for r in rows if r["model"] == model and r["engine"] == engine
-                 and r.get("fits") is True),
-                key=lambda r: r["tp"],
-            )  # fmt: skip
-            tps = [r["tp"] for r in mine]
-            step = [r["latency_s"] * 1e3 for r in mine]
-            host = [r["host_s"] * 1e3 for r in mine]
-            ax.plot(tps, step, "o-", color=colours[engine], label=f"{engine}: step")
-            if any(host):
-                ax.plot(tps, host, "s:", color=colours[engine], alpha=0.7,
-                        label=f"{engine}: host work on the path")  # fmt: skip
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(list(TPS), [str(t) for t in TPS])
-        ax.set_xlabel("TP degree (GPUs)", fontsize=FONT)
-        ax.set_ylabel("decode step (ms)", fontsize=FONT)
-        ax.set_title(f"{model}, batch {BATCH}, context {CONTEXT}", fontsize=FONT)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=FONT - 3)
-    fig.suptitle("dgx-h100 decode: where the engine, not the GPU, sets the limit", fontsize=FONT)
-    fig.tight_layout()
-    save_figure(fig, path)
-
-
-__all__ = ["engines"]
+STUDY = StudyEntry(
+    "engines",
+    4,
+    "one model on the ideal engine and on vLLM V0 and V1 across TP",
+    engines,
+)

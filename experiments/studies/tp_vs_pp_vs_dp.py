@@ -18,16 +18,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tpsim.experiments.sweep.grid import Point, expand
+from tpsim.experiments.studies.base import Row, Study, StudyEntry, good, save
+from tpsim.experiments.sweep.grid import GridPoint, expand
 from tpsim.experiments.sweep.run import run_points
 
-Row = dict[str, Any]
 NAME = "tp_vs_pp_vs_dp"
 CONTEXT, PROMPT = 1024, 2048
 
 
 @dataclass(frozen=True)
-class Case:
+class LayoutCase:
     key: str  # short name in the summary
     model: str
     topology: str
@@ -44,11 +44,11 @@ class Case:
         return f"{self.model} on {self.gpus} GPUs ({where})"
 
 
-CASES: tuple[Case, ...] = (
-    Case("70b_h100x16", "llama-3.1-70b", "dgx-h100", 2, ((16, 1, 1), (8, 2, 1), (8, 1, 2))),
-    Case("70b_a100x8", "llama-3.1-70b", "dgx-a100", 1, ((8, 1, 1), (4, 2, 1), (4, 1, 2))),
-    Case("175b_h100x16", "gpt3-175b", "dgx-h100", 2, ((16, 1, 1), (8, 2, 1), (8, 1, 2))),
-    Case(
+CASES: tuple[LayoutCase, ...] = (
+    LayoutCase("70b_h100x16", "llama-3.1-70b", "dgx-h100", 2, ((16, 1, 1), (8, 2, 1), (8, 1, 2))),
+    LayoutCase("70b_a100x8", "llama-3.1-70b", "dgx-a100", 1, ((8, 1, 1), (4, 2, 1), (4, 1, 2))),
+    LayoutCase("175b_h100x16", "gpt3-175b", "dgx-h100", 2, ((16, 1, 1), (8, 2, 1), (8, 1, 2))),
+    LayoutCase(
         "405b_h100x32",
         "llama-3.1-405b",
         "dgx-h100",
@@ -71,7 +71,7 @@ def label(tp: int, pp: int, dp: int) -> str:
     return f"{dp} x {text}" if dp > 1 else text
 
 
-def _point(case: Case, lay: tuple[int, int, int], phase: str, total: int) -> Point:
+def _point(case: LayoutCase, lay: tuple[int, int, int], phase: str, total: int) -> GridPoint:
     tp, pp, dp = lay
     batch = total if phase == "prefill" else max(1, total // dp)
     grid: dict[str, Any] = {
@@ -101,11 +101,10 @@ def tp_vs_pp_vs_dp(
     out: Path | None = None,
     *,
     jobs: int = 1,
-    cases: Sequence[Case] = CASES,
+    cases: Sequence[LayoutCase] = CASES,
     workloads: Sequence[tuple[str, str, int]] = WORKLOADS,
-) -> Any:
+) -> Study:
     """Run the study (``cases`` and ``workloads`` narrow it, as the tests do)."""
-    from tpsim.experiments.studies import Study, _good, save
 
     plan = [
         (case, lay, wl) for case in cases for wl in workloads for lay in case.layouts
@@ -131,11 +130,11 @@ def tp_vs_pp_vs_dp(
             cells, row = {}, f"  {name:<18}"
             for lay in case.layouts:
                 r = at[case.key, lay, name]
-                ok = _good(r) and _good(base)
+                ok = good(r) and good(base)
                 v = _speed(r, base, phase) if ok else None
                 cells[label(*lay)] = v
                 row += (
-                    f"{v:>15.2f}x" if v is not None else f"{'no fit' if not _good(r) else '-':>16}"
+                    f"{v:>15.2f}x" if v is not None else f"{'no fit' if not good(r) else '-':>16}"
                 )
             speed[case.key][name] = cells
             fit = {k: v for k, v in cells.items() if v is not None}
@@ -150,49 +149,19 @@ def tp_vs_pp_vs_dp(
     save(NAME, out, rows, summary)
     plots: list[Path] = []
     if out is not None:
-        plots = [_plot(cases, workloads, speed, out / f"{NAME}.png")]
+        from tpsim.experiments.plots.studies import layout_speed_bars
+
+        panels = [
+            (case.title(), [label(*lay) for lay in case.layouts], speed[case.key]) for case in cases
+        ]
+        names = [w[0] for w in workloads]
+        plots = [layout_speed_bars(panels, names, out / f"{NAME}.png")]
     return Study(NAME, lines, summary, rows, plots)
 
 
-def _plot(
-    cases: Sequence[Case],
-    workloads: Sequence[tuple[str, str, int]],
-    speed: dict[str, dict[str, dict[str, float | None]]],
-    path: Path,
-) -> Path:
-    from matplotlib.figure import Figure
-    from tpsim.experiments.plots.gantt import save_figure
-
-    colours = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00")
-    fig = Figure(figsize=(6.0 * min(2, len(cases)), 4.2 * ((len(cases) + 1) // 2)), dpi=100)
-    axes = fig.subplots((len(cases) + 1) // 2, min(2, len(cases)), squeeze=False).flat
-    for ax, case in zip(axes, cases, strict=False):
-        names = [w[0] for w in workloads]
-        n = len(case.layouts)
-        width = 0.8 / n
-        for i, lay in enumerate(case.layouts):
-            vals = [speed[case.key][w][label(*lay)] for w in names]
-            xs = [k + (i - (n - 1) / 2) * width for k in range(len(names))]
-            ax.bar(
-                [x for x, v in zip(xs, vals, strict=True) if v is not None],
-                [v for v in vals if v is not None],
-                width,
-                color=colours[i % len(colours)],
-                label=label(*lay),
-            )
-        ax.axhline(1.0, color="black", linewidth=0.8)
-        ax.set_xticks(range(len(names)), names, fontsize=9)
-        ax.set_ylabel(f"speed vs {label(*case.layouts[0])}", fontsize=9)
-        ax.set_title(case.title(), fontsize=10)
-        top = max((v for w in names for v in speed[case.key][w].values() if v), default=1.0)
-        ax.set_ylim(0, max(1.0, top) * 1.4)  # room above the bars for the legend
-        ax.legend(fontsize=8, loc="upper center", ncols=3)
-        ax.grid(True, axis="y", alpha=0.3)
-    for ax in list(axes):
-        ax.set_visible(False)
-    fig.suptitle(
-        "tokens/s (decode) or 1/TTFT (prefill) relative to all-TP: above 1 beats it", fontsize=11
-    )
-    fig.tight_layout()
-    save_figure(fig, path)
-    return path
+STUDY = StudyEntry(
+    "tp_vs_pp_vs_dp",
+    5,
+    "all-TP across nodes against TP x PP and replicas on the same GPUs",
+    tp_vs_pp_vs_dp,
+)

@@ -16,15 +16,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import networkx as nx
 from tpsim import Options, Workload, collective_sweep, simulate
 from tpsim.core.memory import memory_per_gpu
-from tpsim.experiments.studies import Study, points, save
+from tpsim.experiments.studies.base import Study, StudyEntry, points, save
 from tpsim.experiments.sweep.run import run_points
 from tpsim.models.catalog import get_model
 from tpsim.models.spec import ModelSpec
+from tpsim.topologies.builders import two_gpus
 from tpsim.topologies.gpus import get_gpu
-from tpsim.topologies.io import validate
 
 KiB, MiB = 1024, 1024**2
 
@@ -39,17 +38,6 @@ ILLUSTRATIVE = ModelSpec(
     intermediate_size=11008,
     vocab_size=32000,
 )
-
-
-def two_gpus(bandwidth_Bps: float) -> nx.DiGraph:
-    """Two H100s joined by one duplex link of ``bandwidth_Bps`` per direction, no latency."""
-    g = nx.DiGraph(name="two-gpus", nvls=False, hosts=1, gpus_per_host=2)
-    for rank in (0, 1):
-        g.add_node(f"gpu{rank}", kind="gpu", gpu=get_gpu("h100-sxm"), rank=rank, host=0)
-    for a, b in (("gpu0", "gpu1"), ("gpu1", "gpu0")):
-        g.add_edge(a, b, bandwidth_Bps=bandwidth_Bps, latency_s=0.0, link="nvlink")
-    validate(g, "two-gpus")
-    return g
 
 
 #: The design's worked examples are napkin figures: the ideal engine, no serving-engine work.
@@ -143,3 +131,11 @@ def worked_examples(out: Path | None = None, *, jobs: int = 1) -> Study:
     ]
     save("worked_examples", out, tp_rows, summary)
     return Study("worked_examples", lines, summary, tp_rows, [])
+
+
+STUDY = StudyEntry(
+    "worked_examples",
+    0,
+    "every worked number of the design, reproduced by the simulator",
+    worked_examples,
+)

@@ -17,7 +17,7 @@ from typing import Any
 
 from tpsim.core.errors import ConfigError
 from tpsim.experiments.sweep import tasks
-from tpsim.experiments.sweep.grid import Point
+from tpsim.experiments.sweep.grid import GridPoint
 from tpsim.experiments.sweep.results import DASK_FAILED, infrastructure_error
 
 log = logging.getLogger(__name__)
@@ -100,7 +100,7 @@ def _n_workers(client: Any) -> int | None:
 
 
 def dask_rows(
-    points: Sequence[Point], scheduler: Any, evaluate: tasks.Evaluate, wait_workers_s: float
+    points: Sequence[GridPoint], scheduler: Any, evaluate: tasks.Evaluate, wait_workers_s: float
 ) -> Iterator[list[tasks.Row]]:
     """Batches as Dask tasks; ``scheduler`` is an address (connected and closed here) or a
     client (left open). A task that fails (after Dask's own retries) or is cancelled is
@@ -110,10 +110,10 @@ def dask_rows(
     client = connect(scheduler) if isinstance(scheduler, str) else scheduler
     try:
         workers = max(1, sum(client.nthreads().values()))
-        pending: dict[Any, tuple[list[Point], int]] = {}
-        later: list[tuple[float, list[Point], int]] = []  # (when, batch, attempt)
+        pending: dict[Any, tuple[list[GridPoint], int]] = {}
+        later: list[tuple[float, list[GridPoint], int]] = []  # (when, batch, attempt)
 
-        def submit(batch: list[Point], attempt: int) -> None:
+        def submit(batch: list[GridPoint], attempt: int) -> None:
             f = client.submit(tasks.run_batch, evaluate, batch, pure=False)
             pending[f] = (batch, attempt)
 

@@ -52,7 +52,7 @@ CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True)
-class Point:
+class GridPoint:
     """One simulation of a sweep. ``prompt_len`` is None for decode, ``context_len`` None
     for prefill (the other length does not change the pass); ``dtype`` None: the model's."""
 
@@ -130,7 +130,7 @@ class Point:
 
 #: The axes of a layout of several TP groups (pipeline stages, replicas).
 LAYOUT_AXES: tuple[str, ...] = ("pp", "dp", "micro_batches")
-POINT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Point))
+POINT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(GridPoint))
 
 
 def _name(kind: str, catalog: Iterable[str]) -> Callable[[object], str]:
@@ -243,7 +243,7 @@ AXES: dict[str, tuple[Callable[[Any], Any], Any]] = {
 REQUIRED = ("model", "topology", "tp")
 
 
-def expand(grid: Mapping[str, Any], where: str = "sweep grid") -> list[Point]:
+def expand(grid: Mapping[str, Any], where: str = "sweep grid") -> list[GridPoint]:
     """The points of one grid: each axis a value or a list of values (checked here)."""
     return _product(_axes(grid, where), where)
 
@@ -282,7 +282,7 @@ def _size(axes: list[list[Any]]) -> int:
     return math.prod(len(a) for a in axes)
 
 
-def _product(axes: list[list[Any]], where: str) -> list[Point]:
+def _product(axes: list[list[Any]], where: str) -> list[GridPoint]:
     size = _size(axes)
     if size > MAX_POINTS:
         raise ConfigError(f"{where}: {size} points: at most {MAX_POINTS} in one sweep")
@@ -290,19 +290,19 @@ def _product(axes: list[list[Any]], where: str) -> list[Point]:
     return _dedupe(_canonical(dict(zip(AXES, combo, strict=True))) for combo in combos)
 
 
-def _canonical(values: dict[str, Any]) -> Point:
+def _canonical(values: dict[str, Any]) -> GridPoint:
     if values["phase"] == "decode":
         values["prompt_len"] = None
     else:
         values["context_len"] = None
-    return Point(**values)
+    return GridPoint(**values)
 
 
-def _dedupe(points: Iterable[Point]) -> list[Point]:
+def _dedupe(points: Iterable[GridPoint]) -> list[GridPoint]:
     return list(dict.fromkeys(points))
 
 
-def grid_from_flags(flags: Mapping[str, str | None]) -> list[Point]:
+def grid_from_flags(flags: Mapping[str, str | None]) -> list[GridPoint]:
     """Points from CLI flags: each flag a comma-separated list (``--tp 1,2,4,8``)."""
     grid: dict[str, Any] = {}
     for key, text in flags.items():
@@ -335,7 +335,7 @@ def _mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
 
 
-def grid_from_yaml(path: str | Path) -> list[Point]:
+def grid_from_yaml(path: str | Path) -> list[GridPoint]:
     """Points of a YAML grid file: one mapping, or a list of mappings (concatenated)."""
     where = f"grid file {shorten(str(path), 100)}"
     try:
@@ -368,13 +368,13 @@ def grid_from_yaml(path: str | Path) -> list[Point]:
         total += _size(checked[-1][1])  # counted before anything is expanded
         if total > MAX_POINTS:
             raise ConfigError(f"{where}: {total}+ points: at most {MAX_POINTS} in one sweep")
-    points: list[Point] = []
+    points: list[GridPoint] = []
     for label, axes in checked:
         points += _product(axes, label)
     return _dedupe(points)
 
 
-def describe(points: Sequence[Point]) -> str:
+def describe(points: Sequence[GridPoint]) -> str:
     """A one-line summary: how many points and the values of each axis that varies."""
     varying = []
     for name in POINT_FIELDS:
@@ -385,10 +385,10 @@ def describe(points: Sequence[Point]) -> str:
     return f"{len(points)} points" + (f" ({'; '.join(varying)})" if varying else "")
 
 
-def point_from_row(row: Mapping[str, Any]) -> Point:
+def point_from_row(row: Mapping[str, Any]) -> GridPoint:
     """The point a results row was simulated from (its parameter columns)."""
     values: dict[str, Any] = {name: row.get(name) for name in POINT_FIELDS}
     for k in LAYOUT_AXES:  # a row of a file from before these axes: one TP group
         if values[k] is None:
             values[k] = 1
-    return Point(**values)
+    return GridPoint(**values)

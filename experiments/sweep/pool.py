@@ -22,7 +22,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import TypeVar
 
 from tpsim.experiments.sweep import tasks
-from tpsim.experiments.sweep.grid import Point
+from tpsim.experiments.sweep.grid import GridPoint
 from tpsim.experiments.sweep.results import WORKER_DIED
 
 log = logging.getLogger(__name__)
@@ -105,14 +105,14 @@ def map_in_workers(fn: Callable[[T], R], items: Sequence[T], workers: int) -> li
 
 
 def pool_rows(
-    points: Sequence[Point], jobs: int, evaluate: tasks.Evaluate
+    points: Sequence[GridPoint], jobs: int, evaluate: tasks.Evaluate
 ) -> Iterator[list[tasks.Row]]:
     queue = deque(tasks.batches(points, jobs))
     while queue:
-        suspects: list[Point] = []
+        suspects: list[GridPoint] = []
         pool = _new_pool(jobs)
         try:
-            inflight: dict[Future[list[tasks.Row]], list[Point]] = {}
+            inflight: dict[Future[list[tasks.Row]], list[GridPoint]] = {}
             while queue or inflight:
                 while queue and len(inflight) < 2 * jobs and not suspects:
                     batch = queue.popleft()
@@ -144,7 +144,7 @@ def pool_rows(
             yield from _isolated(suspects, evaluate)
 
 
-def _isolated(points: Sequence[Point], evaluate: tasks.Evaluate) -> Iterator[list[tasks.Row]]:
+def _isolated(points: Sequence[GridPoint], evaluate: tasks.Evaluate) -> Iterator[list[tasks.Row]]:
     """Run each point alone in a one-worker pool, up to :data:`MAX_TRIES` times with backoff
     while its worker dies; a point that still has no row is lost (not done)."""
     pool = _new_pool(1)

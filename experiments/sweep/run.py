@@ -35,7 +35,7 @@ from tpsim.experiments.sweep.cluster import (
     dask_rows,
     quiet_dask,
 )
-from tpsim.experiments.sweep.grid import Point
+from tpsim.experiments.sweep.grid import GridPoint
 from tpsim.experiments.sweep.pool import die_with, pool_rows
 from tpsim.experiments.sweep.results import infrastructure_error, open_results
 from tpsim.experiments.sweep.tasks import (
@@ -81,7 +81,7 @@ EXIT_INCOMPLETE = 3
 
 
 def iter_rows(
-    points: Sequence[Point],
+    points: Sequence[GridPoint],
     *,
     jobs: int = 1,
     scheduler: Any = None,
@@ -123,7 +123,7 @@ def default_jobs() -> int:
 
 
 def run_sweep(
-    points: Sequence[Point],
+    points: Sequence[GridPoint],
     out: str | Path,
     *,
     jobs: int | None = None,
@@ -186,7 +186,7 @@ def run_sweep(
 
 
 def run_points(
-    points: Sequence[Point], *, jobs: int = 1, scheduler: str | None = None
+    points: Sequence[GridPoint], *, jobs: int = 1, scheduler: str | None = None
 ) -> list[Row]:
     """Rows of ``points`` in the points' order (for studies: no file, no progress bar).
     Raises :class:`SweepIncomplete` if the machinery lost points after its retries."""

@@ -15,21 +15,21 @@ from typing import Any
 
 from tpsim.core.api import simulate
 from tpsim.core.errors import INPUT_ERRORS
-from tpsim.experiments.sweep.grid import Point
+from tpsim.experiments.sweep.grid import GridPoint
 from tpsim.experiments.sweep.results import BREAKDOWN, MEMORY
 from tpsim.topologies.io import get_topology
 
 log = logging.getLogger(__name__)
 
 Row = dict[str, Any]
-Evaluate = Callable[[Point], Row]
+Evaluate = Callable[[GridPoint], Row]
 
 MAX_BATCH = 8  # points per task at most: small enough that a kill loses little
 MAX_TRIES = 3  # runs of a point whose worker or task is lost, before it is left not done
 BACKOFF_S = 0.25  # wait before retry k: BACKOFF_S * 2**(k - 1)
 
 
-def run_point(point: Point) -> Row:
+def run_point(point: GridPoint) -> Row:
     """Simulate one point and return its row (never raises for a bad point: ``error``)."""
     row: Row = point.params()
     try:
@@ -56,7 +56,7 @@ def run_point(point: Point) -> Row:
     }
 
 
-def _safe(evaluate: Evaluate, point: Point) -> Row:
+def _safe(evaluate: Evaluate, point: GridPoint) -> Row:
     try:
         return evaluate(point)
     except Exception as exc:  # a bug for one point must not end the sweep
@@ -64,18 +64,18 @@ def _safe(evaluate: Evaluate, point: Point) -> Row:
         return point.params() | {"error": f"{type(exc).__name__}: {exc}"}
 
 
-def run_batch(evaluate: Evaluate, points: Sequence[Point]) -> list[Row]:
+def run_batch(evaluate: Evaluate, points: Sequence[GridPoint]) -> list[Row]:
     """One task: the rows of a few points, in order; a point that raises gets an error row."""
     return [_safe(evaluate, p) for p in points]
 
 
-def batches(points: Sequence[Point], workers: int) -> list[list[Point]]:
+def batches(points: Sequence[GridPoint], workers: int) -> list[list[GridPoint]]:
     """The points in order, in tasks of at most :data:`MAX_BATCH` (about four per worker)."""
     size = max(1, min(MAX_BATCH, math.ceil(len(points) / (4 * workers))))
     return [list(points[i : i + size]) for i in range(0, len(points), size)]
 
 
-def lost_rows(points: Sequence[Point], why: str) -> list[Row]:
+def lost_rows(points: Sequence[GridPoint], why: str) -> list[Row]:
     """Rows for points the machinery lost: not done, never written (see results.py)."""
     return [p.params() | {"error": why} for p in points]
 

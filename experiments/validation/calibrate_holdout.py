@@ -32,7 +32,7 @@ from tpsim.experiments.calibrate.fit import Calibrated, calibrate
 from tpsim.experiments.calibrate.measurements import COLUMNS, read_points
 from tpsim.experiments.calibrate.simulate import step_time
 from tpsim.experiments.validation.collectives import geomean_error
-from tpsim.experiments.validation.engines import Case, e2e_cases, lmdeploy_cases
+from tpsim.experiments.validation.engines import EngineCase, e2e_cases, lmdeploy_cases
 from tpsim.outputs.export import write_text
 
 #: The acceptance bound of issue #13: held-out geomean error on at least two files.
@@ -56,15 +56,15 @@ class Holdout:
 
     name: str
     base: str  # a shipped profile, or "tgi-v1-unfitted" (written beside the outputs)
-    cases: Callable[[], list[Case]]
-    fit: Callable[[Case, list[Case]], bool]
+    cases: Callable[[], list[EngineCase]]
+    fit: Callable[[EngineCase, list[EngineCase]], bool]
 
 
-def _smallest_tp(case: Case, cases: list[Case]) -> bool:
+def _smallest_tp(case: EngineCase, cases: list[EngineCase]) -> bool:
     return case.tp == min(c.tp for c in cases)
 
 
-def _file(name: str) -> Callable[[], list[Case]]:
+def _file(name: str) -> Callable[[], list[EngineCase]]:
     return lambda: [c for c in e2e_cases() if c.file == name]
 
 
@@ -75,7 +75,7 @@ HOLDOUTS = (
 )
 
 
-def csv_text(cases: Sequence[Case]) -> str:
+def csv_text(cases: Sequence[EngineCase]) -> str:
     """The cases as ``tpsim calibrate`` measurements (every column)."""
     lines = [",".join(COLUMNS)]
     for c in cases:
@@ -100,9 +100,9 @@ class HeldOut:
     with their predictions (seconds), in the held-out file's order."""
 
     holdout: Holdout
-    fit: list[Case]
+    fit: list[EngineCase]
     result: Calibrated
-    held: list[tuple[Case, float]]
+    held: list[tuple[EngineCase, float]]
 
     @property
     def error(self) -> float:

@@ -25,12 +25,10 @@ import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
-from matplotlib.figure import Figure
 from tpsim.calibration import Calibration, csv_rows, default, measured
 from tpsim.core.collective_bench import collective_sweep
-from tpsim.experiments.plots.gantt import save_figure
+from tpsim.experiments.plots.validation import collective_busbw, launch_floors, multinode_busbw
 from tpsim.topologies.io import get_topology
 from tpsim.topologies.network import network_named
 
@@ -166,30 +164,6 @@ def _point_lines(rows: Sequence[dict[str, float | str]]) -> Iterator[str]:
         )
 
 
-def _busbw_axes(
-    ax: Any,
-    rows: Sequence[dict[str, float | str]],
-    ranks: int,
-    err: float,
-    measured: str,
-    title: str,
-) -> None:
-    """Measured and simulated all-reduce busbw over size (log axes) on ``ax``."""
-    sizes = [int(r["bytes"]) for r in rows]
-    factor = 2 * (ranks - 1) / ranks / 1e3  # busbw GB/s from bytes / us
-    meas = [int(r["bytes"]) / float(r["measured_us"]) * factor for r in rows]
-    sim = [int(r["bytes"]) / float(r["simulated_us"]) * factor for r in rows]
-    ax.plot(sizes, meas, "o-", color="#000000", label=measured)
-    ax.plot(sizes, sim, "s--", color="#D55E00", label=f"tpsim (geomean error {err:.0%})")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("message size (bytes)")
-    ax.set_ylabel("all-reduce busbw (GB/s)")
-    ax.set_title(title, fontsize=10)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-
-
 def _multinode_report(out: Path, data: Path) -> Iterator[str]:
     for curve in MULTINODE:
         rows, err, _ = compare_multinode(curve, data)
@@ -201,14 +175,8 @@ def _multinode_report(out: Path, data: Path) -> Iterator[str]:
             f"  geomean error {err:.1%} ({verdict} the {curve.bound:.0%} target); "
             f"{_worst_text(rows)}"
         )
-        fig = Figure(figsize=(6.4, 4.8))
-        _busbw_axes(
-            fig.subplots(), rows, 16, err, "measured (nccl-tests, out of place)",
-            f"{curve.name}: 2 nodes x 8 GPUs",
-        )  # fmt: skip
-        fig.tight_layout()
         path = out / f"multinode_{curve.slug}.png"
-        save_figure(fig, path)
+        multinode_busbw(rows, err, f"{curve.name}: 2 nodes x 8 GPUs", path)
         yield f"wrote {path}"
 
 
@@ -252,11 +220,8 @@ def floors_host(data: Path) -> tuple[float, Calibration]:
 def _floors_report(out: Path, data: Path) -> Iterator[str]:
     ampere = default().collectives.host_enqueue["ampere"]
     per_gpu, fitted = floors_host(data)
-    fig = Figure(figsize=(6.4, 4.8))
-    ax = fig.subplots()
     floors = read_floors(data)
-    ax.plot([n for n, _ in floors], [us for _, us in floors], "o-", color="#000000",
-            label="measured (nccl-tests issue 123, NCCL_MAX_NCHANNELS=1)")  # fmt: skip
+    simulated: list[tuple[list[dict[str, float | str]], str, tuple[str, str]]] = []
     for (label, calib), style in zip(
         (
             (f"the calibration's {(ampere.gpu_s + ampere.channel_s) * 1e6:.2f} us per GPU", None),
@@ -266,8 +231,7 @@ def _floors_report(out: Path, data: Path) -> Iterator[str]:
         strict=True,
     ):
         rows, err = compare_floors(data, calib)
-        ax.plot([int(r["bytes"]) for r in rows], [float(r["simulated_us"]) for r in rows],
-                style[0], color=style[1], label=f"tpsim, {label} ({err:.0%})")  # fmt: skip
+        simulated.append((rows, f"tpsim, {label} ({err:.0%})", style))
         yield f"8x A100 one-channel floors (nccl-tests issue 123, -g N, 8-128 B), {label}:"
         yield f"  {'GPUs':>12} {'measured us':>12} {'simulated us':>13} {'error':>7}  choice"
         for r in rows:
@@ -275,14 +239,7 @@ def _floors_report(out: Path, data: Path) -> Iterator[str]:
             yield (f"  {r['bytes']:>12} {r['measured_us']:>12.1f} {r['simulated_us']:>13.1f} "
                    f"{e:>+7.1%}  {r['choice']}")  # fmt: skip
         yield f"  geomean error {err:.1%}; {_worst_text(rows, 'GPUs')}"
-    ax.set_xlabel("GPUs driven by one thread (-g N)")
-    ax.set_ylabel("8-128 B all-reduce, us per iteration")
-    ax.set_title("8x A100: one-channel launch floors", fontsize=10)
-    ax.set_ylim(bottom=0)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    save_figure(fig, out / "launch_floors.png")
+    launch_floors(floors, simulated, out / "launch_floors.png")
     yield f"wrote {out / 'launch_floors.png'}"
 
 
@@ -309,9 +266,8 @@ def peaks(algorithms: Iterable[str]) -> dict[str, float]:
 def run(out: Path) -> Iterator[str]:
     out.mkdir(parents=True, exist_ok=True)
     data = data_dir()
-    fig = Figure(figsize=(12, 4.8))
-    axes = fig.subplots(1, 2)
-    for ax, curve in zip(axes, CURVES, strict=True):
+    panels: list[tuple[list[dict[str, float | str]], float, str]] = []
+    for curve in CURVES:
         rows, err = compare(curve, data)
         yield f"{curve.name} on {curve.topology} (launcher {curve.launcher}):"
         yield from _point_lines(rows)
@@ -320,7 +276,7 @@ def run(out: Path) -> Iterator[str]:
             f"  geomean error {err:.1%} ({verdict} the {curve.bound:.0%} target); "
             f"{_worst_text(rows)}"
         )
-        _busbw_axes(ax, rows, 8, err, "measured", curve.name)
+        panels.append((rows, err, curve.name))
     want_peaks = measured_peaks()
     got = peaks(want_peaks)
     for algo, want in want_peaks.items():
@@ -328,8 +284,7 @@ def run(out: Path) -> Iterator[str]:
             f"8x H100 {algo} peak busbw at 16 GiB: simulated {got[algo]:.1f} GB/s, "
             f"measured {want:.1f} GB/s ({got[algo] / want - 1:+.1%}, target within 5%)"
         )
-    fig.tight_layout()
-    save_figure(fig, out / "collective_busbw.png")
+    collective_busbw(panels, out / "collective_busbw.png")
     yield f"wrote {out / 'collective_busbw.png'}"
     yield from _multinode_report(out, data)
     yield from _floors_report(out, data)

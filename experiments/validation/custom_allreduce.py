@@ -42,13 +42,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from matplotlib.figure import Figure
 from tpsim import calibration
 from tpsim.calibration import Calibration
 from tpsim.calibration.loader import read
 from tpsim.core.comm.group import connect, run_programs
 from tpsim.core.program import CollectiveCall, Op, Program, Programs
-from tpsim.experiments.plots.gantt import save_figure
+from tpsim.experiments.plots.validation import custom_allreduce_scatter
 from tpsim.experiments.validation.collectives import geomean_error
 from tpsim.topologies.io import get_topology
 
@@ -60,7 +59,7 @@ BOUND = 0.15
 
 
 @dataclass(frozen=True)
-class Group:
+class CustomAllReduceGroup:
     """One implementation as one source measured it, and how to simulate its rows."""
 
     name: str
@@ -83,26 +82,30 @@ HELION = "https://github.com/pytorch/helion/pull/245"
 TRT_SGL = "SGLang custom allreduce (TRT-LLM-derived kernels, copy-input mode)"
 
 GROUPS = (
-    Group("H100 vLLM, eager (sglang #2904)", "H100", "vLLM custom allreduce", SGL_2904,
-          "dgx-h100", "vllm", "eager", "fp32"),
-    Group("H100 TRT-LLM via SGLang, eager (#2904)", "H100", TRT_SGL, SGL_2904,
-          "dgx-h100", "trtllm", "eager", "fp32"),
-    Group("A100 vLLM, eager (sglang #2688)", "A100", "vLLM custom allreduce", SGL_2688,
-          "dgx-a100", "vllm", "eager", "fp32", host="a100-sglang-2688"),
-    Group("A100 TRT-LLM via SGLang, eager (#2688)", "A100",
-          "SGLang custom allreduce incl. TRT-LLM two-shot", SGL_2688,
-          "dgx-a100", "trtllm", "eager", "fp32", host="a100-sglang-2688", copy="memcpy"),
-    Group("vLLM ca_1stage, graph (vllm #24532)", "unknown (NVIDIA, symm-mem capable)",
-          "ca_1stage", VLLM_24532, "dgx-h100", "vllm", "graph", "MiB", algo="oneshot"),
-    Group("vLLM ca_2stage, graph (vllm #24532)", "unknown (NVIDIA, symm-mem capable)",
-          "ca_2stage", VLLM_24532, "dgx-h100", "vllm", "graph", "MiB", algo="twoshot"),
-    Group("8x H100 triton one-shot (helion #245)", "H100", "triton one-shot", HELION,
-          "dgx-h100", "symm_mem", "graph", "bf16k", algo="oneshot"),
-    Group("8x H100 helion one-shot (helion #245)", "H100", "helion one-shot", HELION,
-          "dgx-h100", "symm_mem", "graph", "bf16k", algo="oneshot"),
-    Group("8x H100 torch symm-mem one-shot (helion #245)", "H100",
-          "torch.distributed one-shot (symm mem)", HELION,
-          "dgx-h100", "symm_mem", "graph", "bf16k", algo="oneshot"),
+    CustomAllReduceGroup("H100 vLLM, eager (sglang #2904)",
+        "H100", "vLLM custom allreduce", SGL_2904,
+        "dgx-h100", "vllm", "eager", "fp32"),
+    CustomAllReduceGroup("H100 TRT-LLM via SGLang, eager (#2904)", "H100", TRT_SGL, SGL_2904,
+        "dgx-h100", "trtllm", "eager", "fp32"),
+    CustomAllReduceGroup("A100 vLLM, eager (sglang #2688)",
+        "A100", "vLLM custom allreduce", SGL_2688,
+        "dgx-a100", "vllm", "eager", "fp32", host="a100-sglang-2688"),
+    CustomAllReduceGroup("A100 TRT-LLM via SGLang, eager (#2688)", "A100",
+        "SGLang custom allreduce incl. TRT-LLM two-shot", SGL_2688,
+        "dgx-a100", "trtllm", "eager", "fp32", host="a100-sglang-2688", copy="memcpy"),
+    CustomAllReduceGroup("vLLM ca_1stage, graph (vllm #24532)",
+        "unknown (NVIDIA, symm-mem capable)",
+        "ca_1stage", VLLM_24532, "dgx-h100", "vllm", "graph", "MiB", algo="oneshot"),
+    CustomAllReduceGroup("vLLM ca_2stage, graph (vllm #24532)",
+        "unknown (NVIDIA, symm-mem capable)",
+        "ca_2stage", VLLM_24532, "dgx-h100", "vllm", "graph", "MiB", algo="twoshot"),
+    CustomAllReduceGroup("8x H100 triton one-shot (helion #245)", "H100", "triton one-shot", HELION,
+        "dgx-h100", "symm_mem", "graph", "bf16k", algo="oneshot"),
+    CustomAllReduceGroup("8x H100 helion one-shot (helion #245)", "H100", "helion one-shot", HELION,
+        "dgx-h100", "symm_mem", "graph", "bf16k", algo="oneshot"),
+    CustomAllReduceGroup("8x H100 torch symm-mem one-shot (helion #245)", "H100",
+        "torch.distributed one-shot (symm mem)", HELION,
+        "dgx-h100", "symm_mem", "graph", "bf16k", algo="oneshot"),
 )  # fmt: skip
 
 #: Rows of the file not simulated here, and why.
@@ -141,7 +144,9 @@ def rows(path: Path) -> list[dict[str, str]]:
     return calibration.csv_rows(path)
 
 
-def points(group: Group, table: Sequence[dict[str, str]]) -> list[tuple[int, int, float]]:
+def points(
+    group: CustomAllReduceGroup, table: Sequence[dict[str, str]]
+) -> list[tuple[int, int, float]]:
     """(ranks, bytes, measured seconds) of the group's rows, in file order."""
     out = []
     for r in table:
@@ -160,7 +165,7 @@ def bench_host_s(name: str) -> float:
     return float(hosts[name]) * 1e-6
 
 
-def group_calibration(group: Group) -> Calibration:
+def group_calibration(group: CustomAllReduceGroup) -> Calibration:
     """The shipped calibration running the group's kernels and their one-shot/two-shot
     switch."""
     calib = calibration.default()
@@ -171,7 +176,9 @@ def group_calibration(group: Group) -> Calibration:
     )
 
 
-def simulate(group: Group, ranks: int, nbytes: int, calib: Calibration | None = None) -> float:
+def simulate(
+    group: CustomAllReduceGroup, ranks: int, nbytes: int, calib: Calibration | None = None
+) -> float:
     """Seconds per call of the group's benchmark loop at one size (module docstring)."""
     calib = calib or group_calibration(group)
     graph = get_topology(group.topology, 1)
@@ -217,7 +224,7 @@ def _op(name: str, i: int, launch_s: float, seconds: float, nbytes: int, coll: i
 
 
 @dataclass(frozen=True)
-class Point:
+class AllReducePoint:
     ranks: int
     bytes: int
     measured_s: float
@@ -229,7 +236,9 @@ class Point:
         return self.simulated_s / self.measured_s - 1
 
 
-def compare(group: Group, table: Sequence[dict[str, str]]) -> tuple[list[Point], float]:
+def compare(
+    group: CustomAllReduceGroup, table: Sequence[dict[str, str]]
+) -> tuple[list[AllReducePoint], float]:
     """The group's points, measured against simulated, and its geomean error."""
     calib = group_calibration(group)
     out = []
@@ -238,7 +247,7 @@ def compare(group: Group, table: Sequence[dict[str, str]]) -> tuple[list[Point],
         sched = connect(graph, p, calib=calib, algo=group.algo).planner(
             CollectiveCall("all_reduce", n)
         )
-        out.append(Point(p, n, t, simulate(group, p, n, calib), sched.algorithm))
+        out.append(AllReducePoint(p, n, t, simulate(group, p, n, calib), sched.algorithm))
     return out, geomean_error([(q.simulated_s, q.measured_s) for q in out])
 
 
@@ -250,10 +259,9 @@ MARKERS = ("o", "s", "^", "v", "D", "P", "X", "<", ">")
 def run(out: Path) -> Iterator[str]:
     out.mkdir(parents=True, exist_ok=True)
     table = rows(calibration.measured(FILE))
-    fig = Figure(figsize=(8, 7))
-    ax = fig.subplots()
-    everything: list[Point] = []
-    for g, color, marker in zip(GROUPS, COLORS, MARKERS, strict=True):
+    everything: list[AllReducePoint] = []
+    series: list[tuple[list[tuple[float, float]], str]] = []
+    for g in GROUPS:
         pts, err = compare(g, table)
         everything += pts
         worst = max(pts, key=lambda q: abs(math.log(q.simulated_s / q.measured_s)))
@@ -269,35 +277,14 @@ def run(out: Path) -> Iterator[str]:
             f"  geomean error {err:.1%} ({verdict} {BOUND:.0%}); worst {worst.error:+.1%} "
             f"at {worst.ranks} ranks, {worst.bytes} B"
         )
-        ax.scatter(
-            [q.measured_s * 1e6 for q in pts],
-            [q.simulated_s * 1e6 for q in pts],
-            color=color,
-            marker=marker,
-            s=28,
-            label=f"{g.name}: {err:.0%}",
+        series.append(
+            ([(q.measured_s * 1e6, q.simulated_s * 1e6) for q in pts], f"{g.name}: {err:.0%}")
         )
     total = geomean_error([(q.simulated_s, q.measured_s) for q in everything])
     yield f"overall geomean error {total:.1%} over {len(everything)} points"
     for reason in EXCLUDED:
         yield f"excluded: {reason}"
-    lo, hi = 2.0, 150.0
-    line = [lo, hi]
-    ax.plot(line, line, color="#444444", lw=1)
-    ax.fill_between(line, [x * 0.85 for x in line], [x * 1.15 for x in line], color="#999999",
-                    alpha=0.25, label="±15 %")  # fmt: skip
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlim(lo, hi)
-    ax.set_ylim(lo, hi)
-    ax.set_xlabel("measured time per all-reduce (µs)")
-    ax.set_ylabel("simulated time per all-reduce (µs)")
-    ax.set_title(f"Custom all-reduce: tpsim against measurements (overall {total:.0%})",
-                 fontsize=10)  # fmt: skip
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left")
-    fig.tight_layout()
-    save_figure(fig, out / "custom_allreduce.png")
+    custom_allreduce_scatter(series, COLORS, MARKERS, total, out / "custom_allreduce.png")
     yield f"wrote {out / 'custom_allreduce.png'}"
 
 

@@ -41,7 +41,7 @@ BOUND = 0.20
 
 
 @dataclass(frozen=True)
-class Case:
+class EngineCase:
     """One published number and how to simulate it."""
 
     file: str
@@ -68,7 +68,7 @@ LMDEPLOY_MODELS = {
 }
 
 
-def lmdeploy_cases(engine: str = "fastertransformer") -> list[Case]:
+def lmdeploy_cases(engine: str = "fastertransformer") -> list[EngineCase]:
     out = []
     for r in _rows("lmdeploy_a100_static.csv"):
         model = LMDEPLOY_MODELS.get(r["model"])
@@ -78,11 +78,11 @@ def lmdeploy_cases(engine: str = "fastertransformer") -> list[Case]:
         prompt, output = int(r["prompt_tokens"]), int(r["output_tokens"])
         ctx = prompt + output // 2
         tag = f"{r['model']} b{batch} p{prompt} o{output}"
-        out.append(Case("lmdeploy", f"{tag} step", model, "dgx-a100", tp, engine,
+        out.append(EngineCase("lmdeploy", f"{tag} step", model, "dgx-a100", tp, engine,
                         float(r["token_latency_p50_s"]), Workload(batch, "decode",
                         context_len=ctx)))  # fmt: skip
         if batch == 1 and prompt >= 128:
-            out.append(Case("lmdeploy", f"{tag} first token", model, "dgx-a100", tp, engine,
+            out.append(EngineCase("lmdeploy", f"{tag} first token", model, "dgx-a100", tp, engine,
                             float(r["ftl_avg_s"]), Workload(1, "prefill",
                             prompt_len=prompt)))  # fmt: skip
     return out
@@ -92,25 +92,26 @@ TGI_GPUS = {"A100-80G": "dgx-a100", "H100": "dgx-h100"}
 VLLM_MODELS = {"Llama 70B": "llama-2-70b", "Llama 33B": "llama-33b"}
 
 
-def e2e_cases(tgi_engine: str = "tgi-v1", vllm_engine: str = "vllm-v0") -> list[Case]:
+def e2e_cases(tgi_engine: str = "tgi-v1", vllm_engine: str = "vllm-v0") -> list[EngineCase]:
     out = []
     for r in _rows("e2e_tgi_vllm_2023.csv"):
         tp = int(r["tp"])
         if r["engine"].startswith("TGI") and r["metric"] == "per-token latency avg":
-            out.append(Case("tgi", f"TGI {r['gpu']} TP{tp}", "codellama-34b", TGI_GPUS[r["gpu"]],
-                            tp, tgi_engine, float(r["value"]) / 1e3,
-                            Workload(1, "decode", context_len=256)))  # fmt: skip
+            out.append(EngineCase("tgi", f"TGI {r['gpu']} TP{tp}", "codellama-34b",
+                                  TGI_GPUS[r["gpu"]], tp, tgi_engine, float(r["value"]) / 1e3,
+                                  Workload(1, "decode", context_len=256)))  # fmt: skip
         elif r["engine"].startswith("vLLM") and r["gpu"] in TGI_GPUS:
             nccl = "NCCL" in r["metric"]
-            out.append(Case("vllm-2023", f"vLLM {r['model']} TP{tp} {'NCCL' if nccl else 'custom'}",
-                            VLLM_MODELS[r["model"]], TGI_GPUS[r["gpu"]], tp, vllm_engine,
-                            float(r["value"]), Workload(64, "decode", context_len=256 + 128),
-                            steps=255, prefill=Workload(64, "prefill", prompt_len=256),
-                            allreduce_algo="nccl" if nccl else "auto"))  # fmt: skip
+            label = f"vLLM {r['model']} TP{tp} {'NCCL' if nccl else 'custom'}"
+            out.append(EngineCase("vllm-2023", label,
+                                  VLLM_MODELS[r["model"]], TGI_GPUS[r["gpu"]], tp, vllm_engine,
+                                  float(r["value"]), Workload(64, "decode", context_len=256 + 128),
+                                  steps=255, prefill=Workload(64, "prefill", prompt_len=256),
+                                  allreduce_algo="nccl" if nccl else "auto"))  # fmt: skip
     return out
 
 
-def simulate_case(case: Case) -> float:
+def simulate_case(case: EngineCase) -> float:
     """Seconds the case's number stands for, simulated."""
     opts = Options(engine=case.engine, allreduce_algo=case.allreduce_algo, allow_oom=True)
     step = simulate(case.model, case.topology, case.tp, case.workload, opts).latency_s
@@ -120,7 +121,7 @@ def simulate_case(case: Case) -> float:
     return total
 
 
-def run(out: Path | None, cases: list[Case]) -> Iterator[str]:
+def run(out: Path | None, cases: list[EngineCase]) -> Iterator[str]:
     results = [(c, simulate_case(c)) for c in cases]
     by_file: dict[str, list[tuple[float, float]]] = {}
     for c, sim in results:
@@ -141,37 +142,16 @@ def run(out: Path | None, cases: list[Case]) -> Iterator[str]:
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         path = out / "engine_calibration.png"
-        _plot(results, path)
+        from tpsim.experiments.plots.validation import engine_calibration_scatter
+
+        errors = {}
+        for file in by_file:  # as the plot's points: in ms
+            pts = [(c.measured_s * 1e3, s * 1e3) for c, s in results if c.file == file]
+            errors[file] = geomean_error([(s, m) for m, s in pts])
+        engine_calibration_scatter(
+            [(c.file, c.measured_s, s) for c, s in results], errors, BOUND, path
+        )
         yield f"wrote {path}"
-
-
-def _plot(results: list[tuple[Case, float]], path: Path) -> None:
-    from matplotlib.figure import Figure
-    from tpsim.experiments.plots.gantt import save_figure
-
-    markers = {"lmdeploy": ("o", "#0072B2"), "tgi": ("s", "#D55E00"), "vllm-2023": ("^", "#009E73")}
-    fig = Figure(figsize=(6.5, 6))
-    ax = fig.subplots()
-    lo = min(min(c.measured_s, s) for c, s in results) * 1e3 / 1.5
-    hi = max(max(c.measured_s, s) for c, s in results) * 1e3 * 1.5
-    ax.plot([lo, hi], [lo, hi], "-", color="#000000", lw=1, label="simulated = measured")
-    for f in (1 - BOUND, 1 + BOUND):
-        ax.plot([lo, hi], [lo * f, hi * f], ":", color="#999999", lw=1)
-    for file, (marker, colour) in markers.items():
-        pts = [(c.measured_s * 1e3, s * 1e3) for c, s in results if c.file == file]
-        if pts:
-            err = geomean_error([(s, m) for m, s in pts])
-            ax.scatter([m for m, _ in pts], [s for _, s in pts], marker=marker, color=colour,
-                       label=f"{file} ({len(pts)}, geomean error {err:.0%})")  # fmt: skip
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("measured (ms)")
-    ax.set_ylabel("simulated (ms)")
-    ax.set_title(f"serving engines end to end (dotted: ±{BOUND:.0%})", fontsize=10)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

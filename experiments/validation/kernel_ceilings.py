@@ -28,9 +28,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from matplotlib.figure import Figure
 from tpsim import ConfigError, Result, Workload, simulate
-from tpsim.experiments.plots.gantt import save_figure
+from tpsim.experiments.plots.validation import kernel_study
 from tpsim.models.catalog import MODELS as CATALOG
 from tpsim.outputs.export import write_text
 from tpsim.topologies.gpus import get_gpu
@@ -111,7 +110,7 @@ def run_study(out: Path, models: Sequence[str] = MODELS) -> Iterator[str]:
     yield from sanity(rows)
     for phase in ("decode", "prefill"):
         path = out / f"kernel_study_{phase}.png"
-        plot(rows, phase, path, models[:2])
+        kernel_study(rows, phase, path, models[:2], TOPOLOGIES, TPS, CONTEXT, PROMPT)
         yield f"wrote {path}"
     yield f"wrote {out / 'kernel_study.csv'}"
 
@@ -145,55 +144,6 @@ def sanity(rows: Sequence[dict[str, Any]]) -> Iterator[str]:
             f"{max(r['gemm_mfu'] for r in big):.0%} of the dense peak; best single GEMM "
             f"{hi['largest_gemm']} ({hi['model']} TP{hi['tp']}) at {hi['largest_gemm_mfu']:.0%}"
         )
-
-
-def plot(rows: Sequence[dict[str, Any]], phase: str, path: Path, models: Sequence[str]) -> None:
-    """Step time, achieved HBM bandwidth and MFU against batch for up to two models."""
-    metrics = (
-        ("latency_ms", "step time (ms)", True),
-        ("hbm_TBps", "achieved HBM (TB/s, all kernels / step)", False),
-        ("mfu", "MFU (step FLOPs / step x peak)", False),
-    )
-    fig = Figure(figsize=(16, 9), dpi=110)
-    axes = fig.subplots(len(TOPOLOGIES), 3, squeeze=False)
-    colors = {1: "tab:blue", 2: "tab:orange", 4: "tab:green", 8: "tab:red"}
-    styles = dict(zip(models, ("-", "--"), strict=False))
-    for i, topo in enumerate(TOPOLOGIES):
-        for j, (key, label, log) in enumerate(metrics):
-            ax = axes[i][j]
-            for model in models:
-                for tp in TPS:
-                    pts = sorted(
-                        (r["batch"], r[key])
-                        for r in rows
-                        if (r["model"], r["topology"], r["phase"], r["tp"])
-                        == (model, topo, phase, tp)
-                    )
-                    if pts:
-                        ax.plot(
-                            *zip(*pts, strict=True),
-                            styles[model],
-                            color=colors[tp],
-                            marker="o",
-                            ms=3,
-                            label=f"{model} TP{tp}",
-                        )
-            if key == "hbm_TBps":
-                peak = get_gpu("a100-sxm-80gb" if "a100" in topo else "h100-sxm").hbm_Bps / 1e12
-                ax.axhline(peak, color="k", lw=0.8, ls=":", label="HBM peak")
-            ax.set_xscale("log", base=2)
-            if log:
-                ax.set_yscale("log")
-            ax.set_xlabel("batch (sequences)")
-            ax.set_ylabel(label)
-            ax.set_title(f"{topo}, {phase}")
-            ax.grid(alpha=0.3)
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=len(models) * len(TPS), fontsize=8)
-    what = f"context {CONTEXT}" if phase == "decode" else f"prompts of {PROMPT}"
-    fig.suptitle(f"Kernel study: {phase} ({what}), default options (graph launch, fused)")
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
-    save_figure(fig, path)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -25,15 +25,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from matplotlib import colormaps
-from matplotlib.figure import Figure
 from tpsim.calibration import Kernels, default
 from tpsim.calibration.profiles import profile
 from tpsim.core.kernels import kernel_table
 from tpsim.core.kernels.kernel_table import KernelTable
 from tpsim.core.kernels.table_formats import Shape
-from tpsim.experiments.calibrate.vidur_cases import EXTRA, FAMILIES, Case, cases, predict
-from tpsim.experiments.plots.gantt import save_figure
+from tpsim.experiments.calibrate.vidur_cases import EXTRA, FAMILIES, KernelCase, cases, predict
+from tpsim.experiments.plots.validation import kernel_accuracy
 from tpsim.experiments.validation.collectives import geomean_error
 from tpsim.outputs.export import write_text
 
@@ -47,7 +45,7 @@ def refit_kernels() -> Kernels:
     return profile("_kernels").kernels
 
 
-def _left_out(table: KernelTable, c: Case, kernels: Kernels) -> float:
+def _left_out(table: KernelTable, c: KernelCase, kernels: Kernels) -> float:
     """Case ``c`` priced by ``table`` without its own point, under ``kernels`` (which price
     beyond the remaining points)."""
     shape = Shape(c.n_embd, c.heads, c.kv_heads, c.intermediate, c.tp)
@@ -121,39 +119,7 @@ def write_csv(path: Path, p: dict[str, list[float]]) -> None:
 def plot(path: Path, p: dict[str, list[float]]) -> None:
     """Measured against simulated, log-log, one panel per variant, a colour per family
     (hollow: the embedding, outside the acceptance families), +-15% dashed."""
-    fig = Figure(figsize=(22, 5.6), dpi=100)
-    e = errors(p)
-    families = (*FAMILIES, *EXTRA)
-    colours = [colormaps["tab20"](i / 20) for i in range(0, 2 * len(families), 2)]
-    markers = {"a100-sxm-80gb": "o", "h100-sxm": "^"}
-    for j, v in enumerate(VARIANTS):
-        ax = fig.add_subplot(1, len(VARIANTS), j + 1)
-        for f, colour in zip(families, colours, strict=True):
-            for gpu, marker in markers.items():
-                pts = [(c.measured_s * 1e6, p[v][i] * 1e6) for i, c in enumerate(cases())
-                       if c.family == f and c.gpu == gpu]  # fmt: skip
-                if not pts:
-                    continue
-                label = f"{f} ({100 * e[v][f]:.0f}%)" if gpu == "a100-sxm-80gb" else None
-                hollow = "none" if f in EXTRA else colour
-                xs, ys = [m for m, _ in pts], [t for _, t in pts]
-                ax.scatter(xs, ys, s=9, marker=marker, facecolors=hollow, edgecolors=colour,
-                           linewidths=0.6, label=label)  # fmt: skip
-        lo, hi = 0.8, 2.5e4
-        ax.plot([lo, hi], [lo, hi], color="black", linewidth=0.8)
-        for band in (0.85, 1.15):
-            ax.plot([lo, hi], [lo * band, hi * band], color="grey", linewidth=0.5, ls="--")
-        ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi),
-               xlabel="measured kernel time (us, Vidur)", ylabel="simulated (us)")  # fmt: skip
-        title = {"today": "analytic, shipped calibration", "refit": "analytic, _kernels refit",
-                 "tables": "shipped kernel tables",
-                 "between": "tables, each point left out (interpolated)"}[v]  # fmt: skip
-        ax.set_title(f"{title}", fontsize=10)
-        ax.legend(fontsize=6, loc="upper left", title="geomean error (o A100, ^ H100)",
-                  title_fontsize=6)  # fmt: skip
-        ax.grid(True, which="major", linewidth=0.3)
-    fig.tight_layout()
-    save_figure(fig, path)
+    kernel_accuracy(path, p, errors(p), cases(), (*FAMILIES, *EXTRA), EXTRA, VARIANTS)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -19,8 +19,9 @@ from tpsim.cli.types import number, tokens
 from tpsim.core.config import PHASES, Layout, Options, Workload, check_nodes
 from tpsim.core.errors import ConfigError
 
-#: Named studies of experiments/studies/__init__.py (kept here so that --help imports nothing
-#: heavy).
+#: The named studies, in the registry's order (tpsim.experiments.studies.STUDIES, discovered
+#: from its modules; kept here so that --help imports nothing heavy, and checked against it by
+#: tests/experiments/test_studies.py).
 STUDY_NAMES = (
     "worked_examples",
     "tp_batch_sweep",
@@ -260,7 +261,7 @@ def _study(a: argparse.Namespace) -> int:
         raise ConfigError(f"--jobs={a.jobs}: must be between 1 and 1024")
     if a.out:
         check_folder(a.out, "--out")
-    study = STUDIES[a.name](a.out, jobs=a.jobs or default_jobs())
+    study = STUDIES[a.name].run(a.out, jobs=a.jobs or default_jobs())
     if a.json:
         plots = [str(p) for p in study.plots]
         print(
@@ -292,6 +293,7 @@ def _bench(a: argparse.Namespace) -> int:
 
 def _calibrate(a: argparse.Namespace) -> int:
     from tpsim.experiments.calibrate.fit import calibrate
+    from tpsim.experiments.calibrate.report import report_dict, report_text
     from tpsim.experiments.sweep.run import default_jobs
     from tpsim.outputs.export import write_text
 
@@ -314,9 +316,9 @@ def _calibrate(a: argparse.Namespace) -> int:
     except OSError as e:
         raise ConfigError(f"--out={out}: cannot write ({e.strerror or e})") from None
     if a.json:
-        print(json.dumps(result.to_dict(out), indent=2, allow_nan=False))
+        print(json.dumps(report_dict(result, out), indent=2, allow_nan=False))
     else:
-        print(result.text(out))
+        print(report_text(result, out))
     return 0
 
 

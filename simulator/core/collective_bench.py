@@ -14,7 +14,6 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-import networkx as nx
 from tpsim import calibration
 from tpsim.core import metrics
 from tpsim.core.comm.collectives import OPS
@@ -22,6 +21,7 @@ from tpsim.core.comm.enqueue import enqueue_s
 from tpsim.core.comm.group import connect, run_programs
 from tpsim.core.errors import ConfigError
 from tpsim.core.program import CollectiveCall, Op, Program, Programs
+from tpsim.topologies.builders import TopologyGraph
 
 #: busbw = algbw x this factor (nccl-tests' definition).
 BUS_FACTOR = {
@@ -38,7 +38,7 @@ MAX_WORK = 500_000
 
 
 def collective_sweep(
-    topology: nx.DiGraph | str,
+    topology: TopologyGraph | str,
     ranks: int,
     sizes: Sequence[int],
     *,

@@ -17,7 +17,7 @@ from tpsim.core.collective_bench import collective_sweep
 from tpsim.core.comm.collectives import make_planner
 from tpsim.core.comm.group import tp_group
 from tpsim.core.comm.schedules import chunk_sizes, predict
-from tpsim.core.engine.flows import Network
+from tpsim.core.engine.flows import FlowNetwork
 from tpsim.core.errors import ConfigError
 from tpsim.experiments.validation.collectives import CURVES, compare, measured_peaks, peaks
 from tpsim.topologies.builders import build
@@ -143,7 +143,7 @@ def test_ll_ring_moves_nccls_share_of_the_link(tmp_path: Path, op: str, share: f
 def test_two_flows_over_one_link_take_twice_as_long() -> None:
     def finish(n_flows: int) -> float:
         env = simpy.Environment()
-        net = Network(env, [100e9])
+        net = FlowNetwork(env, [100e9])
         done = [net.send((0,), 1e6) for _ in range(n_flows)]
         env.run(simpy.AllOf(env, done))
         return env.now
@@ -154,7 +154,7 @@ def test_two_flows_over_one_link_take_twice_as_long() -> None:
 
 def test_max_min_fairness_gives_the_unshared_rest_to_the_other_flow() -> None:
     env = simpy.Environment()
-    net = Network(env, [100e9, 100e9, 30e9])
+    net = FlowNetwork(env, [100e9, 100e9, 30e9])
     a = net.send((0, 1), 1e6)  # shares link 0 with b
     b = net.send((0, 2), 1e6)  # held to 30 GB/s by link 2
     env.run(simpy.AllOf(env, [a, b]))

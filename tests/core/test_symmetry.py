@@ -6,7 +6,6 @@ import dataclasses
 
 import pytest
 from tpsim import Options, Workload, simulate
-from tpsim.cli.studies import STUDY_NAMES
 from tpsim.models.catalog import get_model
 
 
@@ -68,9 +67,3 @@ def test_skew_is_not_collapsed() -> None:
     wl = Workload(4, "decode", context_len=128)
     skew = simulate(model, "dgx-h100", 16, wl, Options(launch_skew_s=1e-5), nodes=2)
     assert skew.summary["engine"]["ranks_simulated"] == 16
-
-
-def test_study_names_match_the_studies() -> None:
-    from tpsim.experiments.studies import STUDIES
-
-    assert tuple(STUDIES) == STUDY_NAMES

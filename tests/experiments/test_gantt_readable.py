@@ -90,7 +90,7 @@ def test_svg_bars_have_tooltips(graph_decode, tmp_path: Path) -> None:
 
 
 def test_cross_node_steps_are_distinct_from_nvlink_steps() -> None:
-    from tpsim.core.engine.simulation import NET_STEP
+    from tpsim.core.schedule import NET_STEP
 
     two = simulate("llama-3.1-8b", "dgx-h100", Layout(16), Workload(8), Options(), nodes=2)
     net = [r for r in two.records if r.kind == "collective" and r.detail.endswith(NET_STEP)]

@@ -7,17 +7,23 @@ from pathlib import Path
 import pytest
 from matplotlib.figure import Figure
 from tpsim.cli import main
-from tpsim.experiments.plots.pareto import Layout, pareto_front, place_labels
+from tpsim.experiments.plots.pareto import ParetoPoint, pareto_front, place_labels
 
 
 def test_pareto_front_keeps_the_undominated_by_increasing_tpot() -> None:
-    pts = [Layout(1, 10, "a"), Layout(2, 30, "b"), Layout(3, 20, "c"), Layout(4, 40, "d")]
+    pts = [
+        ParetoPoint(1, 10, "a"),
+        ParetoPoint(2, 30, "b"),
+        ParetoPoint(3, 20, "c"),
+        ParetoPoint(4, 40, "d"),
+    ]
     assert [p.label for p in pareto_front(pts)] == ["a", "b", "d"]
 
 
 def test_labels_of_a_crowded_plot_do_not_overlap() -> None:
     pts = [
-        Layout(1 + 0.01 * i, 100 + i, f"TP {i} x PP 2 x DP 2 b64", best=i == 0) for i in range(8)
+        ParetoPoint(1 + 0.01 * i, 100 + i, f"TP {i} x PP 2 x DP 2 b64", best=i == 0)
+        for i in range(8)
     ]
     fig = Figure(figsize=(8, 5))
     ax = fig.subplots()

@@ -4,11 +4,15 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 from tpsim.cli import main
-from tpsim.experiments.studies import STUDIES, in_node_vs_cross_node, launch_overhead
+from tpsim.cli.studies import STUDY_NAMES
+from tpsim.experiments.studies import STUDIES
+from tpsim.experiments.studies.in_node_vs_cross_node import in_node_vs_cross_node
+from tpsim.experiments.studies.launch_overhead import launch_overhead
 from tpsim.experiments.studies.worked_examples import worked_examples
 
 KiB, MiB = 1024, 1024**2
@@ -102,3 +106,27 @@ def test_engines_study_shows_where_the_engine_sets_the_limit(tmp_path: Path) -> 
     assert gain["llama-3.1-70b vllm"] > 1.25
     assert (tmp_path / "engines.png").stat().st_size > 10_000
     assert (tmp_path / "engines.csv").read_text().count("\n") == 25  # header + 24 points
+
+
+def test_study_names_are_the_discovered_registry() -> None:
+    """The CLI's static STUDY_NAMES (read by --help without importing the studies) are the
+    registry discovered from the study modules, in its order."""
+    assert tuple(STUDIES) == STUDY_NAMES
+    for name, entry in STUDIES.items():
+        assert entry.name == name and entry.about and "\n" not in entry.about
+        assert entry.run.__module__ == f"tpsim.experiments.studies.{name}"
+
+
+def test_a_study_module_without_its_entry_is_refused(tmp_path: Path) -> None:
+    """The registry refuses a study module whose STUDY is missing or misnamed."""
+    import tpsim.experiments.studies as studies
+
+    (tmp_path / "stray.py").write_text("STUDY = None\n")
+    path = list(studies.__path__)
+    studies.__path__.append(str(tmp_path))
+    try:
+        with pytest.raises(ImportError, match="needs STUDY = StudyEntry"):
+            studies._discover()
+    finally:
+        studies.__path__[:] = path
+        sys.modules.pop("tpsim.experiments.studies.stray", None)

@@ -8,14 +8,14 @@ from typing import Any
 
 import pytest
 from tpsim.cli import main
-from tpsim.experiments.sweep.grid import Point, grid_from_flags, grid_from_yaml, point_from_row
+from tpsim.experiments.sweep.grid import GridPoint, grid_from_flags, grid_from_yaml, point_from_row
 from tpsim.experiments.sweep.results import COLUMNS, WORKER_DIED, open_results, read_rows
 from tpsim.experiments.sweep.run import run_point, run_sweep
 
 CHEAP = {"model": "llama-3.1-8b", "topology": "dgx-h100", "phase": "decode", "context_len": "256"}
 
 
-def cheap(**axes: str) -> list[Point]:
+def cheap(**axes: str) -> list[GridPoint]:
     return grid_from_flags(CHEAP | axes)
 
 
@@ -107,7 +107,7 @@ def test_resume_skips_done_points_and_cuts_a_partial_line(tmp_path: Path) -> Non
         open_results(out, resume=False)
 
 
-def crash_on_batch_3(point: Point) -> dict[str, Any]:
+def crash_on_batch_3(point: GridPoint) -> dict[str, Any]:
     """An evaluate function whose worker process dies on batch 3 (runs in the worker)."""
     if point.batch == 3:
         os._exit(3)

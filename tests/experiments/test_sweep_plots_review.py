@@ -12,7 +12,7 @@ from tpsim.experiments.plots import figures
 from tpsim.experiments.plots import sweep as sp
 from tpsim.experiments.plots.figures import plot_results
 from tpsim.experiments.plots.words import assumption_lines, row_regime_text
-from tpsim.experiments.studies import _table
+from tpsim.experiments.studies.base import table
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64)
 
@@ -172,7 +172,7 @@ def test_regime_text_of_rows_and_study_tables() -> None:
     """Defect: the regime without its share or its near runner-up."""
     assert row_regime_text(row(1, 1, memory_share=0.53)) == "memory-bound (53%; communication 47%)"
     assert row_regime_text(row(1, 1, memory_share=0.9)) == "memory-bound (90%)"
-    lines = _table([row(1, 1, memory_share=0.53)], lambda r: "x")
+    lines = table([row(1, 1, memory_share=0.53)], lambda r: "x")
     assert lines[1].endswith("memory-bound (53%; communication 47%)")
 
 

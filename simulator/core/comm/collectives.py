@@ -17,9 +17,9 @@ from tpsim.core.comm import algorithms
 from tpsim.core.comm.algorithms import REGISTRY, Context
 from tpsim.core.comm.fabric import Fabric
 from tpsim.core.comm.schedules import predict
-from tpsim.core.engine.simulation import Planner, Schedule
 from tpsim.core.errors import ConfigError
 from tpsim.core.program import CollectiveCall
+from tpsim.core.schedule import Planner, Schedule
 
 OPS: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter")
 #: ``--algo`` / ``--allreduce-algo`` choices: auto, nccl, then every algorithm.

@@ -22,10 +22,10 @@ from tpsim.core.comm import symmetry
 from tpsim.core.comm.collectives import make_planner
 from tpsim.core.comm.fabric import Fabric, build_fabric
 from tpsim.core.engine import simulation as engine
-from tpsim.core.engine.simulation import Planner, Router, Schedule, Send
 from tpsim.core.errors import ConfigError
 from tpsim.core.program import CollectiveCall, Programs
 from tpsim.core.records import Record
+from tpsim.core.schedule import Planner, Router, Schedule, Send
 from tpsim.topologies.gpus import GPUSpec
 from tpsim.topologies.routing import Routes, ring_order
 

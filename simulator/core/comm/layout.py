@@ -25,9 +25,9 @@ import networkx as nx
 from tpsim.calibration import Calibration
 from tpsim.core.comm.fabric import Fabric, build_fabric
 from tpsim.core.comm.group import Comms, group_on, p2p_router
-from tpsim.core.engine.simulation import Planner, Router, Schedule, Send, Step
 from tpsim.core.errors import ConfigError
 from tpsim.core.program import CollectiveCall, Programs
+from tpsim.core.schedule import Planner, Router, Schedule, Send, Step
 from tpsim.topologies.routing import Routes
 
 

@@ -1,6 +1,6 @@
 """Building blocks of collective step schedules (pure functions, no SimPy).
 
-A schedule (:class:`~tpsim.core.engine.simulation.Schedule`) gives, per rank, the steps it runs and
+A schedule (:class:`~tpsim.core.schedule.Schedule`) gives, per rank, the steps it runs and
 in
 each step the transfers it starts and the arrivals it waits for; the engine times them over
 shared links. Here: one transfer under a protocol (:func:`send`), the ring schedule every
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from tpsim.calibration import Protocol
 from tpsim.core.comm.fabric import Fabric
-from tpsim.core.engine.simulation import Schedule, Send, Step
+from tpsim.core.schedule import Schedule, Send, Step
 
 
 def chunk_sizes(nbytes: int, parts: int) -> list[int]:

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpsim.core.comm.fabric import Fabric
-from tpsim.core.engine.simulation import Planner, Schedule, Send, Step
 from tpsim.core.program import CollectiveCall, Programs
 from tpsim.core.records import STREAMS, Record
+from tpsim.core.schedule import Planner, Schedule, Send, Step
 
 _HOST = re.compile(r"^n(\d+)\.(.+)$")
 

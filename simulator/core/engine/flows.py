@@ -36,7 +36,7 @@ class Flow(Rated):
         self.cap = cap  # the flow's own rate limit, B/s (math.inf if none)
 
 
-class Network:
+class FlowNetwork:
     """Active flows over links with capacities in B/s (indexed 0 .. n-1)."""
 
     def __init__(

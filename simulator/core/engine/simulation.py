@@ -4,10 +4,11 @@ records what happened.
 Per rank there is a CPU launch thread, a compute stream and a communication stream. An op
 starts when it has been launched, its dependencies have finished and its stream is free;
 overlap and launch starvation follow from that. A collective runs as a sequence of steps
-(:class:`Schedule`); in each step a rank starts its sends, which cross the shared links of
-a :class:`~tpsim.core.engine.flows.Network`, and waits for the arrivals it expects. A
-point-to-point send crosses the route to its peer (:data:`Router`) the same way; the
-matching receive is over when the send's bytes have arrived. The engine knows nothing of
+(:class:`~tpsim.core.schedule.Schedule`); in each step a rank starts its sends, which cross
+the shared links of a :class:`~tpsim.core.engine.flows.FlowNetwork`, and waits for the arrivals
+it expects. A point-to-point send crosses the route to its peer
+(:data:`~tpsim.core.schedule.Router`) the same way; the matching receive is over when the
+send's bytes have arrived. The engine knows nothing of
 transformers, topologies or collective algorithms.
 
 The run is made of pieces with one job each: the record log (:mod:`tpsim.core.engine.recordlog`),
@@ -24,58 +25,17 @@ causes back from the last record gives the critical path (:mod:`tpsim.core.metri
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import simpy
-from tpsim.core.engine.flows import Network
+from tpsim.core.engine.flows import FlowNetwork
 from tpsim.core.engine.mailbox import Mailboxes
 from tpsim.core.engine.recordlog import RecordLog
 from tpsim.core.engine.sm_sharing import SMSharing
 from tpsim.core.errors import ProgramError
 from tpsim.core.program import CollectiveCall, Op, Program, Programs, check
 from tpsim.core.records import Record
-
-#: Ends the detail of a collective step whose sends cross the network between hosts.
-NET_STEP = " over the network"
-
-
-@dataclass(frozen=True, slots=True)
-class Send:
-    """One transfer of a collective step (or a point-to-point send)."""
-
-    links: tuple[int, ...]  # indices of the directed links it crosses
-    payload: int  # bytes of data it carries
-    wire: float  # bytes on the wire (payload times the protocol's overhead)
-    latency_s: float  # before its first byte arrives
-    cap_Bps: float  # its own rate limit in wire bytes/s (math.inf: links alone limit it)
-    notify: tuple[int, ...]  # ranks whose step waits for its arrival
-    peer: int = -1  # destination rank, for the trace (-1: a switch)
-    shift: int = 0  # blocks between sender and receiver, when one block stands for all
-    shifts: tuple[int, ...] = ()  # the same per notified rank, for sends seen by several
-    net: bool = False  # it crosses the network between hosts (the trace and Gantt say so)
-
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    sends: tuple[Send, ...]
-    expect: int  # arrivals this rank waits for before the step is over
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """A collective as steps per rank (``steps[rank]``), after a fixed ``base_s``."""
-
-    algorithm: str
-    protocol: str
-    base_s: float
-    steps: tuple[tuple[Step, ...], ...]
-
-
-#: Called once per distinct collective call; returns its schedule over the group.
-Planner = Callable[[CollectiveCall], Schedule]
-#: (source rank, destination rank, bytes) -> the transfer of a point-to-point send.
-Router = Callable[[int, int, int], Send]
+from tpsim.core.schedule import NET_STEP, Planner, Router, Schedule, Send
 
 _NO_CAUSE = (-1, 0.0)
 Cause = tuple[int, float]  # (record id, its end time) of what released a start
@@ -120,7 +80,7 @@ class _Run:
         self.log = RecordLog()
         self.boxes = Mailboxes(env)
         self.sms = SMSharing(env, ranks, comm_sms, sm_count)
-        self.net = Network(env, capacities, link_log)
+        self.net = FlowNetwork(env, capacities, link_log)
         self.programs = programs
         # a program without p2p ops has the same keys on every rank: make them once
         made: dict[int, list[Any]] = {}
@@ -372,4 +332,4 @@ def run(
     return r.log.records, events
 
 
-__all__ = ["Planner", "Router", "Schedule", "Send", "Step", "run"]
+__all__ = ["run"]

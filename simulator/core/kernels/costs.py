@@ -80,7 +80,7 @@ class Traits:
 
 
 @dataclass(frozen=True, slots=True)
-class Row:
+class RowKernel:
     """A row-per-CTA elementwise kernel: ``rows`` rows of ``width`` elements, its input read
     ``passes`` times (an RMSNorm kernel that reduces, then rereads to scale, reads twice);
     ``tensor_bytes``: the bytes of one ``[rows, width]`` tensor."""
@@ -323,7 +323,7 @@ def _attention_peak(hw: Hardware) -> float:
 
 
 def elementwise(
-    nbytes: float, flops: float, hw: Hardware, *, row: Row | None = None, gather: bool = False
+    nbytes: float, flops: float, hw: Hardware, *, row: RowKernel | None = None, gather: bool = False
 ) -> KernelCost:
     """A bandwidth-bound kernel (norm, residual add, activation, rotary, embedding gather).
 

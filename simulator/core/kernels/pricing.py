@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 from tpsim.core.config import Precision, dtype_bytes
 from tpsim.core.kernels import costs
-from tpsim.core.kernels.costs import Hardware, KernelCost, Row
+from tpsim.core.kernels.costs import Hardware, KernelCost, RowKernel
 from tpsim.core.kernels.kernel_table import KernelTable
 
 #: Row-per-CTA kernels (norms, SwiGLU/GELU, rotary) and the norms among them.
@@ -132,7 +132,7 @@ class Pricing:
 
         def price(r: int) -> KernelCost:  # this kernel over r rows: bytes and FLOPs scale
             s = r / rows if rows else 1.0
-            row = Row(r, width, passes, r * width * self.act_b) if op in ROWWISE else None
+            row = RowKernel(r, width, passes, r * width * self.act_b) if op in ROWWISE else None
             gather = op == "embedding"
             return costs.elementwise(nbytes * s, flops * s, self.hw, row=row, gather=gather)
 

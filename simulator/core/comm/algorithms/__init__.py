@@ -19,8 +19,8 @@ from typing import Any
 
 from tpsim.calibration import Protocol
 from tpsim.core.comm.fabric import Fabric
-from tpsim.core.engine.simulation import Schedule
 from tpsim.core.program import CollectiveCall
+from tpsim.core.schedule import Schedule
 
 
 @dataclass

@@ -15,7 +15,7 @@ import math
 from tpsim.calibration import Protocol
 from tpsim.core.comm.fabric import Fabric
 from tpsim.core.comm.schedules import send
-from tpsim.core.engine.simulation import Send
+from tpsim.core.schedule import Send
 
 #: Peer-memory transfers: plain loads and stores, no protocol overhead or cap (the hop
 #: latency is the calibration's flag per step).

@@ -8,8 +8,8 @@ from tpsim.calibration import Protocol
 from tpsim.core.comm.algorithms import Algorithm, Context
 from tpsim.core.comm.fabric import Fabric
 from tpsim.core.comm.schedules import chunk_sizes, send, share, steps
-from tpsim.core.engine.simulation import Schedule, Send
 from tpsim.core.program import CollectiveCall
+from tpsim.core.schedule import Schedule, Send
 
 
 def hierarchical(fab: Fabric, nbytes: int, proto: Protocol, order: Sequence[int]) -> Schedule:

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from tpsim.core.comm.algorithms import Algorithm, Context
 from tpsim.core.comm.fabric import Fabric
 from tpsim.core.comm.schedules import predict, ring
-from tpsim.core.engine.simulation import Schedule
 from tpsim.core.program import CollectiveCall
+from tpsim.core.schedule import Schedule
 
 
 def _why_not(fab: Fabric, op: str) -> str | None:

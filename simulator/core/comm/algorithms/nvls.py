@@ -5,8 +5,8 @@ from __future__ import annotations
 from tpsim.core.comm.algorithms import Algorithm, Context
 from tpsim.core.comm.fabric import Fabric
 from tpsim.core.comm.schedules import steps
-from tpsim.core.engine.simulation import Schedule, Send
 from tpsim.core.program import CollectiveCall
+from tpsim.core.schedule import Schedule, Send
 
 
 def nvls(fab: Fabric, nbytes: int) -> Schedule:

@@ -17,8 +17,8 @@ from tpsim.core.comm.algorithms import Algorithm, Context
 from tpsim.core.comm.algorithms.tree import binary_tree
 from tpsim.core.comm.fabric import Fabric
 from tpsim.core.comm.schedules import best_pieces, chunk_sizes, send, step_costs, steps
-from tpsim.core.engine.simulation import Schedule, Send
 from tpsim.core.program import CollectiveCall
+from tpsim.core.schedule import Schedule, Send
 
 #: Most pieces the pipeline cuts the data into (as the tree).
 MAX_PIECES = 64

@@ -6,8 +6,8 @@ from tpsim.core.comm.algorithms import Algorithm, Context
 from tpsim.core.comm.algorithms._peer import auto_oneshot_max, read, why_not
 from tpsim.core.comm.fabric import Fabric
 from tpsim.core.comm.schedules import steps
-from tpsim.core.engine.simulation import Schedule
 from tpsim.core.program import CollectiveCall
+from tpsim.core.schedule import Schedule
 
 
 def oneshot(fab: Fabric, nbytes: int) -> Schedule:

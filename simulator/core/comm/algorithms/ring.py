@@ -5,8 +5,8 @@ from __future__ import annotations
 from tpsim.core.comm.algorithms import Algorithm, Context
 from tpsim.core.comm.fabric import Fabric
 from tpsim.core.comm.schedules import ring
-from tpsim.core.engine.simulation import Schedule
 from tpsim.core.program import CollectiveCall
+from tpsim.core.schedule import Schedule
 
 
 def _why_not(fab: Fabric, op: str) -> str | None:

@@ -16,8 +16,8 @@ from tpsim.core.comm.schedules import (
     step_costs,
     steps,
 )
-from tpsim.core.engine.simulation import Schedule, Send
 from tpsim.core.program import CollectiveCall
+from tpsim.core.schedule import Schedule, Send
 
 #: Pieces the tree pipeline may cut each half into (NCCL pipelines a tree in chunks).
 MAX_PIECES = 64

@@ -6,8 +6,8 @@ from tpsim.core.comm.algorithms import Algorithm, Context
 from tpsim.core.comm.algorithms._peer import auto_twoshot_min, read, why_not
 from tpsim.core.comm.fabric import Fabric
 from tpsim.core.comm.schedules import chunk_sizes, steps
-from tpsim.core.engine.simulation import Schedule
 from tpsim.core.program import CollectiveCall
+from tpsim.core.schedule import Schedule
 
 
 def twoshot(fab: Fabric, nbytes: int) -> Schedule:
