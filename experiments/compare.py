@@ -101,6 +101,63 @@ def assumptions(graph: TopologyGraph, summary: Mapping[str, Any]) -> dict[str, s
     return out
 
 
+def load(summary: Mapping[str, Any]) -> int:
+    """Sequences a configuration serves per step: its batch per replica times its replicas
+    (the load it carries; tokens/s of different loads are not a like-for-like answer)."""
+    c = summary["config"]
+    return int(c["workload"]["batch"]) * int(c.get("layout", {}).get("dp", 1))
+
+
+def load_note(entries: Sequence[Entry]) -> str:
+    """'' when every configuration carries the same load; else one plain sentence saying
+    that they differ, by how much, and how to compare them at equal load."""
+    loads = [load(e.summary) for e in entries]
+    if len(set(loads)) == 1:
+        return ""
+    each = ", ".join(f"{n} ({e.label})" for e, n in zip(entries, loads, strict=True))
+    return (
+        f"The configurations carry different loads, in sequences per step: {each}. --batch is "
+        "per replica, so their tokens/s differ by load as much as by layout; "
+        f"--load {max(loads)} compares them at equal load."
+    )
+
+
+def common_title(entries: Sequence[Entry]) -> str:
+    """What every configuration shares, in run's words (model, topology, phase, length,
+    dtype, launch, engine): the varying ones are the table's columns."""
+    configs = [e.summary["config"] for e in entries]
+
+    def same(get: Any) -> Any:
+        values = {str(get(c)) for c in configs}
+        return get(configs[0]) if len(values) == 1 else None
+
+    parts = [str(same(lambda c: c["model"]["name"]) or "models differ")]
+    topology = same(lambda c: c["topology"])
+    if topology is not None:
+        parts[0] += f" on {topology}"
+    phase = same(lambda c: c["workload"]["phase"])
+    if phase is not None:
+        key = "prompt_len" if phase == "prefill" else "context_len"
+        length = same(lambda c, k=key: c["workload"].get(k))
+        words = "prompt" if phase == "prefill" else "context"
+        parts.append(phase + (f", {words} {length}" if length is not None else ""))
+    batch = same(lambda c: c["workload"]["batch"])
+    loads = {load(e.summary) for e in entries}
+    if len(loads) == 1:
+        parts.append(f"{loads.pop()} sequences per step")
+    elif batch is not None:
+        parts.append(f"batch {batch} per replica")
+    for name, get in (
+        ("dtype", lambda c: c["options"]["dtype"]),
+        ("launch", lambda c: c["options"]["launch"]),
+        ("engine", lambda c: c["options"]["engine"]),
+    ):
+        value = same(get)
+        if value is not None:
+            parts.append(f"{name} {value}" if name != "dtype" else str(value))
+    return ", ".join(parts)
+
+
 def gpus(summary: Mapping[str, Any]) -> int:
     """GPUs a configuration uses: TP x PP x DP."""
     c = summary["config"]
@@ -137,6 +194,7 @@ def table(entries: Sequence[Entry]) -> str:
     lines.append(row("tokens/s per GPU", [f"{x:,.1f}" for x in per_gpu]))
     lines.append(row("  ratio to first", [f"{x / per_gpu[0]:.2f}x" for x in per_gpu]))
     lines.append(row("GPUs", [str(gpus(e.summary)) for e in entries]))
+    lines.append(row("sequences per step", [str(load(e.summary)) for e in entries]))
     mem = [e.summary["memory"] for e in entries]
     lines.append(
         row(
@@ -216,8 +274,8 @@ def verdict(entries: Sequence[Entry]) -> str:
         )
     text = f"{best.label} gives " + "; and ".join(parts)
     efficient = max(entries, key=lambda e: (e.summary["tokens_per_s_per_gpu"], -entries.index(e)))
-    if efficient is not best:
-        r = efficient.summary["tokens_per_s_per_gpu"] / best.summary["tokens_per_s_per_gpu"]
+    r = efficient.summary["tokens_per_s_per_gpu"] / best.summary["tokens_per_s_per_gpu"]
+    if efficient is not best and r >= 1.005:  # 1.00x would compare a tie with itself
         text += f"; but {efficient.label} gives {r:.2f}x the tokens/s per GPU"
     return text + "."
 
@@ -241,7 +299,13 @@ def comparison(entries: Sequence[Entry]) -> dict[str, Any]:
                 "summary": s,
             }
         )
-    return {"configurations": out, "verdict": verdict(entries)}
+    loads = {load(e.summary) for e in entries}
+    return {
+        "configurations": out,
+        "equal_load": len(loads) == 1,
+        "load_note": load_note(entries),
+        "verdict": verdict(entries),
+    }
 
 
 def config_from_row(row: Mapping[str, Any]) -> dict[str, Any]:

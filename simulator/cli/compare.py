@@ -70,6 +70,16 @@ def _add_run_lists(
     p.set_defaults(_run_parser=run)
 
 
+def _add_load(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--load",
+        type=int,
+        metavar="N",
+        help="compare at equal load: N sequences per step in every configuration, split over "
+        "its replicas (each gets N / DP; instead of --batch, which is per replica)",
+    )
+
+
 def add_compare_parser(sub: Any, run: argparse.ArgumentParser) -> None:
     """The ``compare`` and ``report`` sub-commands, their flags copied from ``run``'s."""
     cmp = sub.add_parser(
@@ -81,6 +91,7 @@ def add_compare_parser(sub: Any, run: argparse.ArgumentParser) -> None:
         "saying which wins, by how much and why.",
     )
     _add_run_lists(cmp, run, required=False)
+    _add_load(cmp)
     cmp.add_argument(
         "--results",
         type=Path,
@@ -108,6 +119,7 @@ def add_compare_parser(sub: Any, run: argparse.ArgumentParser) -> None:
     )
     rep.add_argument("results", nargs="?", type=Path, help="a sweep results file (.csv or .jsonl)")
     _add_run_lists(rep, run, required=False)
+    _add_load(rep)
     rep.add_argument("--out", type=Path, required=True, help="the HTML file to write")
 
 
@@ -148,12 +160,25 @@ def configurations(a: argparse.Namespace, minimum: int = 2) -> list[tuple[str, a
         (dest for dest, (_, items) in lists.items() if len(items) > 1),
         key=lambda d: LABEL_ORDER.index(d) if d in LABEL_ORDER else len(LABEL_ORDER),
     )
+    load = getattr(a, "load", None)
+    if load is not None:
+        if "batch" in lists:
+            raise ConfigError("--load: give the load or --batch (per replica), not both")
+        if not 1 <= load <= 10**6:
+            raise ConfigError(f"--load={load}: must be between 1 and 1000000 sequences")
     out = []
     for i in range(n):
         argv = list(flags)
         for flag, items in lists.values():
             argv += [flag, items[i] if len(items) > 1 else items[0]]
         ns = run.parse_args(argv)
+        if load is not None:  # the same sequences per step everywhere, split over replicas
+            if load % ns.dp:
+                raise ConfigError(
+                    f"--load={load}: configuration {i + 1} has {ns.dp} replicas (--dp), which "
+                    f"do not split {load} sequences evenly; give a multiple of {ns.dp}"
+                )
+            ns.batch = load // ns.dp
         label = (
             ", ".join(
                 LABELS.get(dest, lambda v, d=dest: f"{d.replace('_', '-')} {v}")(lists[dest][1][i])
@@ -223,8 +248,7 @@ def _entries_from_rows(a: argparse.Namespace) -> list[Any]:
 
 def _compare(a: argparse.Namespace) -> int:
     from tpsim.cli.paths import check_output
-    from tpsim.experiments.compare import comparison, table, verdict
-    from tpsim.outputs import text as report
+    from tpsim.experiments.compare import common_title, comparison, load_note, table, verdict
 
     check_output(a.gantt, "--gantt", (".png", ".svg"), a)
     if a.results is not None or a.rows is not None:
@@ -252,9 +276,12 @@ def _compare(a: argparse.Namespace) -> int:
     if a.json:
         print(json.dumps(comparison(entries), indent=2, allow_nan=False))
         return 0
-    print(f"# compare: {report.title(entries[0].summary)}")
+    print(f"# compare: {common_title(entries)}")
     print(table(entries))
     print()
+    note = load_note(entries)
+    if note:
+        print(note)
     print(verdict(entries))
     if a.gantt:
         print(f"wrote {a.gantt}")

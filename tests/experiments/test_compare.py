@@ -132,3 +132,57 @@ def test_compare_rows_of_a_results_file(tmp_path, capsys: pytest.CaptureFixture[
         assert main(["compare", *argv]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and needle in err
+
+
+UNEQUAL = [
+    "compare", "--model", "llama-3.1-70b", "--topology", "dgx-h100", "--tp", "8,16,8",
+    "--nodes", "1,2,2", "--dp", "1,1,2", "--batch", "1",
+]  # fmt: skip
+
+
+def test_unequal_loads_are_said_plainly(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue #27: batch is per replica, so TP 8 x DP 2 carried twice the load of the others
+    and 'won' 2.00x; the comparison says the loads differ, by how much, and how to compare at
+    equal load, and it names no one configuration's TP and batch as everyone's."""
+    assert main(UNEQUAL) == 0
+    out = capsys.readouterr().out
+    head = out.splitlines()[0]
+    assert head.startswith("# compare: llama-3.1-70b") and "TP 8" not in head
+    assert "batch 1 per replica" in head
+    loads = next(line for line in out.splitlines() if line.startswith("sequences per step"))
+    assert loads.split()[3:] == ["1", "1", "2"]
+    note = next(line for line in out.splitlines() if "different loads" in line)
+    assert "1 (TP 8, DP 1, 1 node), 1 (TP 16, DP 1, 2 nodes), 2 (TP 8, DP 2, 2 nodes)" in note
+    assert "--load 2" in note
+    j = _json(capsys, UNEQUAL)
+    assert j["equal_load"] is False and "different loads" in j["load_note"]
+
+
+def test_load_compares_at_equal_load(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [*UNEQUAL[: UNEQUAL.index("--batch")], "--load", "2"]
+    j = _json(capsys, argv)
+    assert j["equal_load"] is True and j["load_note"] == ""
+    batches = [c["summary"]["config"]["workload"]["batch"] for c in j["configurations"]]
+    assert batches == [2, 2, 1]  # 2 sequences per step each, split over the replicas
+    assert main([*argv]) == 0
+    out = capsys.readouterr().out
+    assert "2 sequences per step" in out.splitlines()[0] and "different loads" not in out
+    # no tie of a configuration with itself: "gives 1.00x the tokens/s per GPU"
+    assert "1.00x the tokens/s per GPU" not in out
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--load", "3"], "--load=3: configuration 3 has 2 replicas"),
+        (["--load", "2", "--batch", "4"], "--load: give the load or --batch"),
+        (["--load", "0"], "--load=0: must be between 1"),
+    ],
+)
+def test_bad_loads_exit_2(
+    extra: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = UNEQUAL[: UNEQUAL.index("--batch")] + extra
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and needle in err, err
