@@ -200,9 +200,8 @@ TOO_LARGE = {  # command, the output the file size limit stops (relative to the 
     "run --gantt .png": ([*RUN, "--gantt", "g.png"], "g.png"),
     "run --gantt .svg": ([*RUN, "--gantt", "g.svg"], "g.svg"),
     "compare --gantt": (["compare", *RUN[1:5], "--tp", "1,2", "--gantt", "c.png"], "c.png"),
-    "study --out": (["study", "worked_examples", "--out", "study/x"], "study"),
     "plan --plots": (["plan", *RUN[1:5], "--plots", "pl"], "pl"),
-    "demo": (["demo", "--out", "demo/out"], "demo"),
+    "demo": (["demo", "--out", "demo"], "demo"),
 }  # fmt: skip
 
 
@@ -217,13 +216,6 @@ def test_a_file_too_large_names_the_output_and_leaves_nothing(case: str, tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == [], list(tmp_path.iterdir())
 
 
-def test_a_full_device_names_the_output_file(tmp_path: Path) -> None:
-    (tmp_path / "t.json").symlink_to("/dev/full")
-    done = _tpsim([*RUN, "--trace", "t.json"], tmp_path)
-    assert done.returncode == 2, done.stderr
-    assert done.stderr.count("\n") == 1 and "t.json" in done.stderr, done.stderr
-
-
 @pytest.mark.parametrize("ext", [".csv", ".jsonl"])
 def test_a_sweep_stopped_by_a_full_disk_keeps_whole_rows_and_resume_finishes(
     tmp_path: Path, ext: str
@@ -234,7 +226,7 @@ def test_a_sweep_stopped_by_a_full_disk_keeps_whole_rows_and_resume_finishes(
     done = _tpsim(argv, tmp_path, limit=3000)
     assert done.returncode == 3, done.stderr[-2000:]
     assert "Traceback" not in done.stderr
-    assert f"cannot write {out}" in done.stderr and "File too large" in done.stderr
+    assert f"cannot write {out.name}" in done.stderr and "File too large" in done.stderr
     assert "--resume" in done.stderr
     written = read_rows(out)  # every line whole (a partial one would be refused or cut)
     assert out.read_bytes().endswith(b"\n")
