@@ -32,7 +32,7 @@ from typing import Any
 from tpsim import Options, Workload, simulate
 from tpsim.core.engine.baseline import bare_simpy_rate
 from tpsim.models.catalog import get_model
-from tpsim.outputs.export import write_json
+from tpsim.outputs.export import make_folder, write_json
 
 CASES: dict[str, dict[str, Any]] = {
     "70b-tp8-decode": dict(model="llama-3.1-70b", topology="dgx-h100", tp=8, nodes=1,
@@ -115,7 +115,7 @@ def sweep_rate(jobs: int = 2) -> dict[str, Any]:
 
 
 def run(out: Path, quick: bool = False) -> Iterator[str]:
-    out.mkdir(parents=True, exist_ok=True)
+    make_folder(out)
     bare = bare_simpy_rate()
     yield f"bare SimPy: {bare:,.0f} timeout events/s"
     results = []

@@ -9,14 +9,38 @@
 if __name__ != "tpsim":  # one name per module
     raise ImportError(f"{__name__}: this folder is tpsim; import tpsim")
 
+import sys as _sys
 
-from tpsim.core.api import simulate
-from tpsim.core.collective_bench import collective_sweep
-from tpsim.core.config import Layout, Options, Workload
-from tpsim.core.errors import ConfigError
-from tpsim.core.records import Record
-from tpsim.core.result import Result
-from tpsim.core.summary import Summary
+
+def _out_of_memory_at_import(kind: type, exc: BaseException, tb: object) -> None:
+    """A ``MemoryError`` raised while tpsim's modules were being imported (the ``tpsim``
+    command starting on a machine without free memory) ends in one line, exit 1, not a
+    traceback; any other uncaught exception goes to the hook that was there before."""
+    frames, at = [], tb
+    while at is not None:
+        frames.append(at.tb_frame)  # type: ignore[attr-defined]
+        at = at.tb_next  # type: ignore[attr-defined]
+    importing = any(
+        f.f_code.co_name == "<module>" and str(f.f_globals.get("__name__", "")).startswith("tpsim")
+        for f in frames
+    )
+    if issubclass(kind, MemoryError) and importing:
+        print("tpsim: error: out of memory while starting (importing tpsim)", file=_sys.stderr)
+        return
+    _previous_hook(kind, exc, tb)
+
+
+_previous_hook = _sys.excepthook
+_sys.excepthook = _out_of_memory_at_import
+
+
+from tpsim.core.api import simulate  # noqa: E402 (the hook above first)
+from tpsim.core.collective_bench import collective_sweep  # noqa: E402 (the hook above first)
+from tpsim.core.config import Layout, Options, Workload  # noqa: E402 (the hook above first)
+from tpsim.core.errors import ConfigError  # noqa: E402 (the hook above first)
+from tpsim.core.records import Record  # noqa: E402 (the hook above first)
+from tpsim.core.result import Result  # noqa: E402 (the hook above first)
+from tpsim.core.summary import Summary  # noqa: E402 (the hook above first)
 
 __all__ = [
     "ConfigError",

@@ -107,10 +107,17 @@ class Calibrated:
         return [p / m.measured_s - 1 for p, m in zip(pred, self.points, strict=True)]
 
 
-def calibrate(csv_path: Path, base: str, name: str = "calibrated", jobs: int = 1) -> Calibrated:
+def calibrate(
+    csv_path: Path,
+    base: str,
+    name: str = "calibrated",
+    jobs: int = 1,
+    folder: Path | None = None,
+) -> Calibrated:
     """Fit the knobs of engine profile ``base`` to the measurements in ``csv_path`` (the
     points simulated in ``jobs`` processes); the result holds the report and the profile
-    (named ``name``) to write."""
+    (named ``name``) to write in ``folder`` (its ``extends:`` a path relative to it when the
+    base is a file; absolute without a folder)."""
     points = read_points(csv_path)
     source = str(csv_path)
     if len(points) < 2:
@@ -122,7 +129,7 @@ def calibrate(csv_path: Path, base: str, name: str = "calibrated", jobs: int = 1
     ):
         result = _Fit(sim).run()
     digest = hashlib.sha256(csv_path.read_bytes()).hexdigest()[:12]
-    return replace(result, profile=_profile(result, sim.calib, name, digest))
+    return replace(result, profile=_profile(result, sim.calib, name, digest, folder))
 
 
 class _Fit:
@@ -306,7 +313,9 @@ def _numerical(knobs: Sequence[Knob], jac: np.ndarray) -> dict[str, str]:
     return reasons
 
 
-def _profile(result: Calibrated, calib: Calibration, name: str, digest: str) -> str:
+def _profile(
+    result: Calibrated, calib: Calibration, name: str, digest: str, folder: Path | None
+) -> str:
     """The profile to write: every fitted knob, its source naming the data and the fit."""
     where = f"{Path(result.source).name} (sha256 {digest}), {len(result.points)} points"
     entries = []
@@ -324,7 +333,7 @@ def _profile(result: Calibrated, calib: Calibration, name: str, digest: str) -> 
         f"{', '.join(k.name for k, _, _ in entries)}; mean error {fit:.1%} in sample, "
         f"{loo:.1%} leaving each point out"
     )
-    return profile_yaml(name, about, result.base, calib, entries)
+    return profile_yaml(name, about, result.base, calib, entries, folder)
 
 
 __all__ = ["Calibrated", "Fitted", "calibrate"]

@@ -9,14 +9,17 @@ brings the most efficient GPU among the points to its peak.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 from tpsim.calibration import Calibration
 from tpsim.calibration.loader import scale
+from tpsim.calibration.profiles import ENGINES, canonical, engines, is_profile_file
 from tpsim.experiments.calibrate.measurements import MeasuredPoint
 
 
@@ -119,24 +122,43 @@ KNOBS: tuple[Knob, ...] = (
 )  # fmt: skip
 
 
+def extends_name(base: str, folder: Path | None) -> str:
+    """What a profile written in ``folder`` puts in ``extends:`` for the base ``base``, so
+    that it travels: a shipped engine (by name, or a path to its shipped file) by its name;
+    a file by its path relative to ``folder`` (moved together, the two still find each
+    other; a profile's relative ``extends`` is read against its own folder), or absolute
+    when there is no folder."""
+    if not is_profile_file(base):
+        return canonical(base)
+    path = Path(base).resolve()
+    shipped = Path(str(resources.files("tpsim.calibration").joinpath(ENGINES))).resolve()
+    if path.parent == shipped and path.stem in engines() and path.suffix == ".yaml":
+        return path.stem
+    if folder is None:
+        return str(path)
+    relative = os.path.relpath(path, Path(folder).resolve())
+    return relative if is_profile_file(relative) else f"./{relative}"
+
+
 def profile_yaml(
     name: str,
     about: str,
     base: str,
     calib: Calibration,
     entries: Sequence[tuple[Knob, float, str]],
+    folder: Path | None = None,
 ) -> str:
     """An engine profile that ``extends`` ``base`` (calibration ``calib``) and overrides each
-    knob of ``entries`` with its value and source. A base given as a file is named by its
-    absolute path, which the profile then finds wherever it is run from."""
+    knob of ``entries`` with its value and source. The base is named as
+    :func:`extends_name` says: a shipped engine by its name, a file by its path relative to
+    ``folder`` (the written profile's folder), or absolute without one."""
     overrides: dict[str, dict[str, Any]] = {}
     for knob, value, source in entries:
         entry = {"value": knob.entry(calib, value), "source": source}
         overrides.setdefault(knob.file, {})[knob.key] = entry
-    if base.endswith((".yaml", ".yml")) or "/" in base:
-        base = str(Path(base).resolve())
+    base = extends_name(base, folder)
     doc = {"name": name, "about": about, "extends": base, "overrides": overrides}
     return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=1000, allow_unicode=True)
 
 
-__all__ = ["KNOBS", "Knob", "profile_yaml"]
+__all__ = ["KNOBS", "Knob", "extends_name", "profile_yaml"]

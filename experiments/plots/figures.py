@@ -22,7 +22,7 @@ from tpsim.experiments.plots import sweep as sweep_plots
 from tpsim.experiments.plots.figure import outcome
 from tpsim.experiments.plots.gantt import gantt
 from tpsim.experiments.sweep.grid import point_from_row
-from tpsim.outputs.export import write_text
+from tpsim.outputs.export import make_folder, write_text
 from tpsim.outputs.text import title as run_title
 from tpsim.topologies.io import get_topology
 
@@ -100,7 +100,7 @@ def plot_results(
     out = Path(out)
     if not rows:
         raise ConfigError("plot: the results file has no rows")
-    out.mkdir(parents=True, exist_ok=True)
+    make_folder(out)
     groups: dict[tuple[Any, ...], list[Row]] = {}
     for r in sorted(rows, key=lambda r: (tuple(map(str, _key(r))), _order(r))):
         groups.setdefault(_key(r), []).append(r)

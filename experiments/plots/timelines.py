@@ -19,6 +19,7 @@ from pathlib import Path
 from tpsim import Options, Workload, simulate
 from tpsim.core.result import Result
 from tpsim.experiments.plots.gantt import gantt
+from tpsim.outputs.export import make_folder
 from tpsim.outputs.text import seconds, title
 
 LAUNCH_CASE = ("llama-2-7b", "dgx-a100", 8, Workload(1, "decode", context_len=256))
@@ -38,7 +39,7 @@ def _line(label: str, r: Result) -> str:
 
 
 def run(out: Path) -> Iterator[str]:
-    out.mkdir(parents=True, exist_ok=True)
+    make_folder(out)
     studies = (
         ("launch", LAUNCH_CASE, [(m, Options(launch=m)) for m in ("eager", "graph", "compiled")]),
         (

@@ -17,7 +17,7 @@ from typing import Any
 from tpsim.experiments.plots.words import row_regime_text
 from tpsim.experiments.sweep.grid import GridPoint, expand
 from tpsim.experiments.sweep.results import results_text
-from tpsim.outputs.export import write_json, write_text
+from tpsim.outputs.export import make_folder, write_json, write_text
 
 Row = dict[str, Any]
 
@@ -74,6 +74,6 @@ def save(name: str, out: Path | None, rows: Sequence[Row], summary: dict[str, An
     """Write ``<name>.csv`` (the rows) and ``<name>.json`` (the summary) under ``out``."""
     if out is None:
         return
-    out.mkdir(parents=True, exist_ok=True)
+    make_folder(out)
     write_text(out / f"{name}.csv", results_text(rows, "csv"))
     write_json(out / f"{name}.json", summary, indent=2)

@@ -16,7 +16,9 @@ partial last line, which :func:`open_results` cuts off when resuming.
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import errno
 import fcntl
 import io
 import json
@@ -28,7 +30,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from tpsim.calibration.bounded import ReadRefused, read_text, shorten, show
+from tpsim.calibration.bounded import ReadRefused, read_lines, read_text, shorten, show
 from tpsim.core.errors import ConfigError
 from tpsim.experiments.sweep.grid import CONTROL, LAYOUT_AXES, POINT_FIELDS
 from tpsim.outputs.export import write_text
@@ -186,13 +188,19 @@ def _lines(path: Path, fmt: str) -> Iterator[tuple[int, str]]:
     """(line number, text) of every complete line, header excluded, blank lines skipped.
 
     Lines end at a newline only: a carriage return inside a quoted cell stays in its row."""
-    try:  # bounded: a regular file, at most MAX_RESULTS_BYTES, UTF-8
-        text = read_text(path, MAX_RESULTS_BYTES, bom=False)
-    except ReadRefused as exc:
-        raise ConfigError(f"results file {shorten(str(path), 100)}: {exc}") from None
-    *whole, _partial = text.split("\n")  # what follows the last newline is not a row
-    for number, line in enumerate(whole, 1):
-        line = line.removesuffix("\r")
+    # bounded: a regular file, at most MAX_RESULTS_BYTES, UTF-8, read a line at a time (a
+    # file of 500 MB is never held whole); what follows the last newline is not a row
+    lines = read_lines(path, MAX_RESULTS_BYTES)
+    number = 0
+    while True:
+        try:
+            line = next(lines, None)
+        except ReadRefused as exc:
+            raise ConfigError(f"results file {shorten(str(path), 100)}: {exc}") from None
+        if line is None:
+            return
+        number += 1
+        line = line.removesuffix("\n").removesuffix("\r")
         if number == 1 and fmt == "csv":
             if line != csv_header():
                 names = line.split(",")
@@ -243,20 +251,34 @@ def _checked(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def read_rows(path: str | Path) -> list[dict[str, Any]]:
-    """Every whole row of a results file, in file order (a partial last line is ignored)."""
+def stream_rows(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, row) of every whole row of a results file, in file order, read a line
+    at a time (a partial last line is ignored); every line is checked, so a damaged file is
+    refused whichever rows its reader keeps."""
     p = Path(path)
     fmt = result_format(p)
     if not p.exists():
         raise ConfigError(f"results file {path}: no such file")
-    rows: list[dict[str, Any]] = []
     for number, line in _lines(p, fmt):
         try:
-            rows.append(_checked(parse_line(line, fmt)))
+            row = _checked(parse_line(line, fmt))
         except (ValueError, KeyError, RecursionError) as exc:
             why = shorten(str(exc)) if not isinstance(exc, RecursionError) else "nested too deeply"
             raise ConfigError(f"results file {path}: line {number} is not a row ({why})") from None
-    return rows
+        yield number, row
+
+
+def read_rows(path: str | Path) -> list[dict[str, Any]]:
+    """Every whole row of a results file, in file order (a partial last line is ignored)."""
+    return [row for _, row in stream_rows(path)]
+
+
+class RowNotWritten(OSError):
+    """A row the results file could not take (its file keeps every row written before)."""
+
+    def __init__(self, path: Path, why: str) -> None:
+        super().__init__(f"cannot write {path} ({why})")
+        self.path, self.why = path, why
 
 
 class ResultsWriter:
@@ -270,9 +292,19 @@ class ResultsWriter:
         self._synced_at = (0, time.monotonic())
 
     def write(self, row: Mapping[str, Any]) -> None:
+        """Append one row whole, or raise :class:`RowNotWritten` (a full disk, a file too
+        large) with the file as it was: a row cut short is cut off again."""
         data = (format_row(row, self.fmt) + "\n").encode("utf-8")
-        if os.write(self._fd, data) != len(data):  # a regular file takes it whole, or raises
-            raise OSError(f"{self.path}: short write")
+        size = os.fstat(self._fd).st_size
+        try:
+            n = os.write(self._fd, data)
+            if n != len(data):  # a file size limit or a full disk takes part of it
+                os.write(self._fd, data[n:])  # raises the reason (EFBIG, ENOSPC)
+                raise OSError(errno.EIO, "short write")
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, size)
+            raise RowNotWritten(self.path, exc.strerror or str(exc)) from None
         self.written += 1
         rows, when = self._synced_at
         if self.written - rows >= FSYNC_EVERY or time.monotonic() - when >= FSYNC_S:
@@ -363,7 +395,17 @@ def open_results(
         os.close(lock)
         raise
     if fresh and fmt == "csv":
-        os.write(fd, (csv_header() + "\n").encode())
+        header = (csv_header() + "\n").encode()
+        try:
+            n = os.write(fd, header)
+            if n != len(header):
+                os.write(fd, header[n:])  # raises the reason (EFBIG, ENOSPC)
+        except OSError as exc:
+            os.close(fd)
+            os.close(lock)
+            p.unlink(missing_ok=True)
+            why = exc.strerror or exc
+            raise ConfigError(f"--out={shorten(str(p), 120)}: cannot write ({why})") from None
     return ResultsWriter(p, fmt, fd, lock), done
 
 

@@ -13,7 +13,9 @@ which is restarted, and the points it was running are retried one at a time in a
 worker (up to :data:`MAX_TRIES` times each, with backoff); a Dask task that fails or is
 cancelled is submitted again the same way. A point still without a row is left out, the
 report counts it as ``remaining`` and the CLI exits :data:`EXIT_INCOMPLETE`; ``resume=True``
-runs the points not done.
+runs the points not done. A results file that stops taking rows (a full disk, a file size
+limit) stops the sweep: the rows written stay whole, and every point without a row, from the
+batch in hand on, is ``remaining``.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from tpsim.experiments.sweep.cluster import (
 )
 from tpsim.experiments.sweep.grid import GridPoint
 from tpsim.experiments.sweep.pool import die_with, pool_rows
-from tpsim.experiments.sweep.results import infrastructure_error, open_results
+from tpsim.experiments.sweep.results import RowNotWritten, infrastructure_error, open_results
 from tpsim.experiments.sweep.tasks import (
     BACKOFF_S,
     MAX_BATCH,
@@ -148,7 +150,7 @@ def run_sweep(
         raise
     todo = [p for p in points if p.point_id not in done]
     ran = errors = not_fitting = remaining = 0
-    why = ""
+    why = stopped = ""
     bar = tqdm(
         total=len(points),
         initial=len(points) - len(todo),
@@ -172,15 +174,23 @@ def run_sweep(
                         remaining += 1
                         why = row["error"]
                         continue
-                    writer.write(row)
+                    try:
+                        writer.write(row)
+                    except RowNotWritten as exc:  # a full disk: stop, say what is not done
+                        stopped = str(exc)
+                        break
                     ran += 1
                     errors += bool(row.get("error"))
                     not_fitting += row.get("fits") is False
                 bar.update(len(rows))
+                if stopped:
+                    break
         finally:
             batches.close()  # stops the workers now, also on Ctrl-C
             if client is not None:
                 client.close(timeout=CONNECT_S)
+    if stopped:  # every point of this run without a row, from the batch in hand on
+        remaining, why = len(todo) - ran, stopped
     skipped = len(points) - len(todo)
     return SweepReport(Path(out), len(points), skipped, ran, errors, not_fitting, remaining, why)
 

@@ -44,7 +44,7 @@ class Point:
 
 
 @dataclass(frozen=True)
-class Result:
+class Comparison:
     """What a runner returns: the points compared, the error held against the bound (the
     geometric-mean error unless the entry's metric says otherwise) and every row."""
 
@@ -66,7 +66,7 @@ class Validation:
     data_files: tuple[str, ...]  # under tpsim/calibration/measured
     bound: float  # geomean error fraction the comparison is held to today
     metric: str  # what is compared, and how
-    runner: Callable[[], Result] = field(compare=False)
+    runner: Callable[[], Comparison] = field(compare=False)
     quick: bool = False  # seconds, not minutes
     target: float | None = None  # the issue's goal, where tighter than the bound
     expected_fail: str = ""  # why tpsim misses the bound today ("" when it should meet it)
@@ -81,7 +81,7 @@ class Validation:
         return "FAIL"
 
 
-def _from_rows(rows: Sequence[dict[str, float | str]], unit: str = "B") -> Result:
+def _from_rows(rows: Sequence[dict[str, float | str]], unit: str = "B") -> Comparison:
     """A :mod:`.collectives` comparison (rows of bytes, measured and simulated us)."""
     points = tuple(
         Point(
@@ -94,11 +94,11 @@ def _from_rows(rows: Sequence[dict[str, float | str]], unit: str = "B") -> Resul
         for r in rows
     )
     pairs = [(float(r["simulated_us"]), float(r["measured_us"])) for r in rows]
-    return Result(len(points), coll.geomean_error(pairs), points)
+    return Comparison(len(points), coll.geomean_error(pairs), points)
 
 
-def _curve(name: str) -> Callable[[], Result]:
-    def run() -> Result:
+def _curve(name: str) -> Callable[[], Comparison]:
+    def run() -> Comparison:
         (curve,) = [c for c in coll.CURVES if c.file == name]
         rows, _ = coll.compare(curve, coll.data_dir())
         return _from_rows(rows)
@@ -106,8 +106,8 @@ def _curve(name: str) -> Callable[[], Result]:
     return run
 
 
-def _multinode(slug: str) -> Callable[[], Result]:
-    def run() -> Result:
+def _multinode(slug: str) -> Callable[[], Comparison]:
+    def run() -> Comparison:
         (curve,) = [c for c in coll.MULTINODE if c.slug == slug]
         rows, _, _ = coll.compare_multinode(curve, coll.data_dir())
         return _from_rows(rows)
@@ -115,8 +115,8 @@ def _multinode(slug: str) -> Callable[[], Result]:
     return run
 
 
-def _floors(fitted: bool) -> Callable[[], Result]:
-    def run() -> Result:
+def _floors(fitted: bool) -> Callable[[], Comparison]:
+    def run() -> Comparison:
         calib = coll.floors_host(coll.data_dir())[1] if fitted else None
         rows, _ = coll.compare_floors(coll.data_dir(), calib)
         return _from_rows(rows, "GPUs")
@@ -124,7 +124,7 @@ def _floors(fitted: bool) -> Callable[[], Result]:
     return run
 
 
-def _peaks() -> Result:
+def _peaks() -> Comparison:
     want = coll.measured_peaks()
     got = coll.peaks(want)
     points = tuple(
@@ -133,11 +133,11 @@ def _peaks() -> Result:
     )
     # busbw is the inverse of time: the same log ratio, so the same geomean error
     err = coll.geomean_error([(w, got[a]) for a, w in want.items()])
-    return Result(len(points), err, points)
+    return Comparison(len(points), err, points)
 
 
-def _custom(group: str) -> Callable[[], Result]:
-    def run() -> Result:
+def _custom(group: str) -> Callable[[], Comparison]:
+    def run() -> Comparison:
         (g,) = [x for x in car.GROUPS if x.name == group]
         table = car.rows(calibration.measured(car.FILE))
         pts, err = car.compare(g, table)
@@ -151,13 +151,13 @@ def _custom(group: str) -> Callable[[], Result]:
             )
             for q in pts
         )
-        return Result(len(rows), err, rows)
+        return Comparison(len(rows), err, rows)
 
     return run
 
 
-def _engine(file: str) -> Callable[[], Result]:
-    def run() -> Result:
+def _engine(file: str) -> Callable[[], Comparison]:
+    def run() -> Comparison:
         cases = [c for c in engines.lmdeploy_cases() + engines.e2e_cases() if c.file == file]
         sims = [engines.simulate_case(c) for c in cases]
         rows = tuple(
@@ -165,13 +165,13 @@ def _engine(file: str) -> Callable[[], Result]:
             for c, s in zip(cases, sims, strict=True)
         )
         err = engines.geomean_error([(s, c.measured_s) for c, s in zip(cases, sims, strict=True)])
-        return Result(len(rows), err, rows)
+        return Comparison(len(rows), err, rows)
 
     return run
 
 
-def _holdout(name: str) -> Callable[[], Result]:
-    def run() -> Result:
+def _holdout(name: str) -> Callable[[], Comparison]:
+    def run() -> Comparison:
         (h,) = [x for x in holdouts.HOLDOUTS if x.name == name]
         with tempfile.TemporaryDirectory(prefix="tpsim-validate-") as tmp:
             holdouts.write_base(Path(tmp))
@@ -180,7 +180,7 @@ def _holdout(name: str) -> Callable[[], Result]:
             Point(c.label, t / c.measured_s - 1, c.measured_s * 1e3, t * 1e3, "ms")
             for c, t in done.held
         )
-        return Result(len(rows), done.error, rows)
+        return Comparison(len(rows), done.error, rows)
 
     return run
 
@@ -190,14 +190,14 @@ def _kernel_prices() -> dict[str, list[float]]:
     return kernels.prices()
 
 
-def _kernels(variant: str) -> Callable[[], Result]:
-    def run() -> Result:
+def _kernels(variant: str) -> Callable[[], Comparison]:
+    def run() -> Comparison:
         from tpsim.experiments.calibrate.vidur_cases import FAMILIES, cases
 
         errors = kernels.errors(_kernel_prices())[variant]
         counts = {f: sum(1 for c in cases() if c.family == f) for f in FAMILIES}
         rows = tuple(Point(f"{f} ({counts[f]} cases)", errors[f]) for f in FAMILIES)
-        return Result(sum(counts.values()), max(errors[f] for f in FAMILIES), rows)
+        return Comparison(sum(counts.values()), max(errors[f] for f in FAMILIES), rows)
 
     return run
 

@@ -13,12 +13,21 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-__all__ = ["MAX_YAML_NODES", "ReadRefused", "read_text", "shorten", "show", "yaml_load"]
+__all__ = [
+    "MAX_YAML_NODES",
+    "ReadRefused",
+    "read_lines",
+    "read_text",
+    "shorten",
+    "show",
+    "yaml_load",
+]
 
 #: Nodes a YAML document may expand to, aliases counted at each use (a billion laughs has 1e9).
 MAX_YAML_NODES = 1_000_000
@@ -78,6 +87,47 @@ def read_text(path: str | Path, limit: int, *, bom: bool = True) -> str:
         return b"".join(chunks).decode("utf-8-sig" if bom else "utf-8")
     except UnicodeDecodeError as e:
         raise ReadRefused(f"not UTF-8 text (bad byte at offset {e.start})") from None
+
+
+def read_lines(path: str | Path, limit: int) -> Iterator[str]:
+    """The complete lines (each ending in a newline, kept) of the regular file ``path``, one
+    at a time, as UTF-8, so that a file of ``limit`` bytes is never held whole; what follows
+    the last newline is not a line. ReadRefused as :func:`read_text` (no byte-order mark)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise ReadRefused("cannot read (no such file)") from None
+    except OSError as e:
+        if e.errno == errno.ENAMETOOLONG:
+            raise ReadRefused("cannot read (file name too long)") from None
+        raise ReadRefused(f"cannot read ({e.strerror or e})") from None
+    except (ValueError, TypeError) as e:  # a NUL byte in the name
+        raise ReadRefused(f"cannot read ({e})") from None
+    with os.fdopen(fd, "rb", buffering=1 << 20) as f:
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                kind = _KINDS.get(stat.S_IFMT(st.st_mode), "not a regular file")
+                raise ReadRefused(f"cannot read (not a regular file: {kind})")
+            if st.st_size > limit:
+                raise ReadRefused(f"larger than {limit} bytes")
+            offset = 0
+            while True:
+                raw = f.readline(limit + 1 - offset)  # a file growing while read stops too
+                if not raw:
+                    return
+                if offset + len(raw) > limit:
+                    raise ReadRefused(f"larger than {limit} bytes")
+                if not raw.endswith(b"\n"):
+                    return
+                try:
+                    yield raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    where = offset + e.start
+                    raise ReadRefused(f"not UTF-8 text (bad byte at offset {where})") from None
+                offset += len(raw)
+        except OSError as e:
+            raise ReadRefused(f"cannot read ({e.strerror or e})") from None
 
 
 def _expanded_size(root: yaml.Node, limit: int) -> int:

@@ -201,8 +201,9 @@ MAX_MESSAGE = 290
 
 
 def _error(text: str) -> None:
-    lines = text.splitlines() or [""]
-    print(f"tpsim: error: {shorten(lines[0], MAX_MESSAGE - 14)}", file=sys.stderr)
+    """One line: control characters escaped (a path holding a newline shows as ``\\n``,
+    whole, not cut there), at most :data:`MAX_MESSAGE` characters."""
+    print(f"tpsim: error: {shorten(text.strip(), MAX_MESSAGE - 14)}", file=sys.stderr)
 
 
 def _silence_stdout() -> None:
@@ -242,12 +243,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if exc.filename is None:
             _error(f"stdout: cannot write ({exc.strerror or exc})")
         else:
-            _error(f"{exc.filename}: {exc.strerror or exc}")
+            _error(f"{exc.filename}: cannot write ({exc.strerror or exc})")
         if exc.filename is None:
             _silence_stdout()
         return 2
-    except MemoryError:
-        _error("out of memory: the input is too large for this machine")
+    except MemoryError:  # not the input's fault as such: a tiny one can meet a full machine
+        _error("out of memory: this machine has too little free memory for this command")
         return 2
     except Exception as exc:  # a study or demo whose points the sweep machinery lost
         from tpsim.experiments.sweep.run import EXIT_INCOMPLETE, SweepIncomplete

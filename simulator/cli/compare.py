@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tpsim.calibration.bounded import shorten
 from tpsim.cli import helptext
 from tpsim.cli.types import parse_layers
 from tpsim.core.errors import ConfigError
@@ -216,24 +217,56 @@ def _missing_required(a: argparse.Namespace) -> list[str]:
     ]
 
 
+def _run_flags_given(a: argparse.Namespace) -> list[str]:
+    """``run``'s flags given on the command line (as written: ``--model``, ``--ideal``)."""
+    given = []
+    for action in a._run_parser._actions:
+        if action.dest in NOT_COMPARED or not action.option_strings:
+            continue
+        value = getattr(a, action.dest, None)
+        if value is not None and (not _is_flag(action) or value != action.default):
+            given.append(action.option_strings[0])
+    return given
+
+
 def _entries_from_rows(a: argparse.Namespace) -> list[Any]:
     """Comparison entries from rows of a sweep results file (``--results F --rows ID,ID``)."""
     from tpsim.experiments.compare import Entry, assumptions, summary_from_row
-    from tpsim.experiments.sweep.results import read_rows
+    from tpsim.experiments.sweep.results import stream_rows
     from tpsim.topologies.io import get_topology
 
     if a.results is None or not a.rows:
         raise ConfigError(
             "compare: --results and --rows go together (--results s.csv --rows ID,ID)"
         )
+    simulated = _run_flags_given(a)
+    if simulated:
+        raise ConfigError(
+            f"compare: {simulated[0]} simulates, --results compares rows of a file; "
+            "give one or the other"
+        )
     ids = [i.strip() for i in a.rows.split(",") if i.strip()]
     if len(ids) < 2 or len(set(ids)) < len(ids):
-        raise ConfigError(f"--rows={a.rows}: give two or more different point_ids")
-    by_id = {r["point_id"]: r for r in read_rows(a.results)}
+        raise ConfigError(f"--rows={shorten(a.rows)}: give two or more different point_ids")
+    by_id: dict[str, dict[str, Any]] = {}
+    lines: dict[str, int] = {}
+    wanted = set(ids)
+    for number, row in stream_rows(a.results):  # only the rows named are kept
+        i = row["point_id"]
+        if i not in wanted:
+            continue
+        if i in by_id:
+            raise ConfigError(
+                f"--results={shorten(str(a.results))}: point_id={shorten(i, 40)!r} is on lines "
+                f"{lines[i]} and {number}; which one to compare is ambiguous"
+            )
+        by_id[i], lines[i] = row, number
     entries = []
     for i in ids:
         if i not in by_id:
-            raise ConfigError(f"--rows: point_id={i!r} is not in {a.results}")
+            raise ConfigError(
+                f"--rows: point_id={shorten(i, 40)!r} is not in {shorten(str(a.results))}"
+            )
         try:
             summary = summary_from_row(by_id[i])
         except ValueError as e:

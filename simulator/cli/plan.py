@@ -65,8 +65,9 @@ def _plan(a: argparse.Namespace) -> int:
         print(table(rows, req))
     if a.plots is not None:
         from tpsim.experiments.plan import plot_front
+        from tpsim.outputs.export import make_folder
 
-        a.plots.mkdir(exist_ok=True)
+        make_folder(a.plots)
         path = plot_front(rows, req, a.plots)
         if not a.json:
             print(f"wrote {path}")

@@ -310,7 +310,7 @@ def _calibrate(a: argparse.Namespace) -> int:
         "--out",
         argparse.Namespace(model=[m for m, _ in named], topology=[t for _, t in named]),
     )
-    result = calibrate(a.measurements, a.engine, out.stem, a.jobs or default_jobs())
+    result = calibrate(a.measurements, a.engine, out.stem, a.jobs or default_jobs(), out.parent)
     try:
         write_text(out, result.profile)
     except OSError as e:

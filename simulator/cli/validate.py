@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from tpsim.core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from tpsim.experiments.validation.registry import Result, Validation
+    from tpsim.experiments.validation.registry import Comparison, Validation
 
 #: Exit status when an entry misses its bound, and on bad input.
 EXIT_FAIL, EXIT_INPUT = 1, 2
@@ -73,7 +73,7 @@ def _target(v: Validation, err: float) -> str:
     return f"{v.target:.0%} {'met' if err <= v.target else 'not met'}"
 
 
-def _worst(r: Result) -> str:
+def _worst(r: Comparison) -> str:
     w = r.worst
     return f"{w.label} ({w.error:+.1%})"
 
@@ -85,12 +85,12 @@ def _files(v: Validation) -> str:
 COLUMNS = ("name", "file", "points", "error", "bound", "target", "status", "worst point")
 
 
-def _cells(v: Validation, r: Result) -> tuple[str, ...]:
+def _cells(v: Validation, r: Comparison) -> tuple[str, ...]:
     return (v.name, _files(v), str(r.points), _pct(r.error), _pct(v.bound), _target(v, r.error),
             v.status(r.error), _worst(r))  # fmt: skip
 
 
-def _json_row(v: Validation, r: Result) -> dict[str, Any]:
+def _json_row(v: Validation, r: Comparison) -> dict[str, Any]:
     return {
         "name": v.name,
         "files": list(v.data_files),
@@ -120,7 +120,7 @@ def _md_cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def markdown(results: Sequence[tuple[Validation, Result]], command: str) -> str:
+def markdown(results: Sequence[tuple[Validation, Comparison]], command: str) -> str:
     """The table and each entry's metric, data files and points, as Markdown."""
     from tpsim.experiments.validation.registry import UNCOVERED, file_header
 
@@ -217,7 +217,7 @@ def validate(a: argparse.Namespace) -> int:
 
     if not a.json:
         print(line(COLUMNS), flush=True)
-    results: list[tuple[Validation, Result]] = []
+    results: list[tuple[Validation, Comparison]] = []
     for v in entries:
         r = v.runner()
         results.append((v, r))

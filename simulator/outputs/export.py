@@ -13,7 +13,7 @@ import json
 import os
 import secrets
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
@@ -300,6 +300,8 @@ def records_csv(records: Sequence[Record]) -> str:
 
 #: The files written so far by the command in progress (see :func:`all_or_nothing`).
 _WRITTEN: ContextVar[list[Path] | None] = ContextVar("tpsim_written", default=None)
+#: The folders created so far by the command in progress (see :func:`make_folder`).
+_MADE: ContextVar[list[Path] | None] = ContextVar("tpsim_made", default=None)
 
 
 @contextmanager
@@ -307,6 +309,9 @@ def atomic_output(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path beside ``path`` (same suffix); on success, move it onto ``path``.
 
     On any exception the temporary file is removed and ``path`` is left untouched.
+    A failure to write (a full disk, a file too large: ``OSError`` without a file name, or
+    naming the temporary file) is raised as an ``OSError`` naming ``path``, the file the
+    user asked for.
     """
     target = Path(path)
     tmp = target.with_name(f".{target.stem}.{secrets.token_hex(6)}.tmp{target.suffix}")
@@ -316,25 +321,50 @@ def atomic_output(path: str | Path) -> Iterator[Path]:
         written = _WRITTEN.get()
         if written is not None:
             written.append(target)
+    except OSError as exc:
+        if exc.filename not in (None, str(tmp), tmp):
+            raise
+        raise OSError(exc.errno, exc.strerror or str(exc), str(target)) from None
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def make_folder(path: str | Path) -> Path:
+    """Create the folder ``path`` (and its missing parents); under :func:`all_or_nothing`,
+    the folders created here are removed again, if left empty, when the command fails."""
+    folder = Path(path)
+    missing: list[Path] = []
+    for p in (folder, *folder.parents):
+        if p.is_dir():
+            break
+        missing.append(p)
+    folder.mkdir(parents=True, exist_ok=True)
+    made = _MADE.get()
+    if made is not None:
+        made.extend(reversed(missing))
+    return folder
 
 
 @contextmanager
 def all_or_nothing() -> Iterator[None]:
     """Around one command: if it fails or is interrupted (any exception, Ctrl-C included),
-    the files it has already written atomically are removed, so it leaves all its outputs
-    or none."""
+    the files it has already written atomically are removed, and the folders it created
+    (:func:`make_folder`) if they are left empty, so it leaves all its outputs or none."""
     written: list[Path] = []
-    token = _WRITTEN.set(written)
+    made: list[Path] = []
+    token, made_token = _WRITTEN.set(written), _MADE.set(made)
     try:
         yield
     except BaseException:
         for path in written:
             path.unlink(missing_ok=True)
+        for folder in reversed(made):  # innermost first; one holding anything else stays
+            with suppress(OSError):
+                folder.rmdir()
         raise
     finally:
         _WRITTEN.reset(token)
+        _MADE.reset(made_token)
 
 
 def write_text(path: str | Path, text: str) -> None:
