@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tpsim.cli import helptext
-from tpsim.cli.types import parse_layers
+from tpsim.cli.types import parse_gantt_layers
 from tpsim.core.errors import ConfigError
 
 #: run's flags whose one value is itself a comma list: configurations are separated by
@@ -95,7 +95,10 @@ def add_compare_parser(sub: Any, run: argparse.ArgumentParser) -> None:
         "axis (.png or .svg)",
     )
     cmp.add_argument(
-        "--gantt-layers", type=parse_layers, help="layers to zoom on, e.g. 0-1 or 3 (-1: embedding)"
+        "--gantt-layers",
+        type=parse_gantt_layers,
+        help="layers to zoom on, e.g. 0-1 or 3 (-1: embedding), or 'all' for the whole step "
+        "(default: the whole step with the layers between the first and the last collapsed)",
     )
 
     rep = sub.add_parser(
@@ -223,7 +226,7 @@ def _entries_from_rows(a: argparse.Namespace) -> list[Any]:
 
 def _compare(a: argparse.Namespace) -> int:
     from tpsim.cli.paths import check_output
-    from tpsim.experiments.compare import comparison, table, verdict
+    from tpsim.experiments.compare import comparison, gantt_title, table, verdict
     from tpsim.outputs import text as report
 
     check_output(a.gantt, "--gantt", (".png", ".svg"), a)
@@ -246,7 +249,7 @@ def _compare(a: argparse.Namespace) -> int:
         gantt_compare(
             [(e.label, r.records, r.critical_path) for e, r in ran],
             a.gantt,
-            title=verdict(entries).split(" (")[0],
+            title=gantt_title(entries),
             layers=a.gantt_layers,
         )
     if a.json:
