@@ -40,6 +40,9 @@ CRITICAL_COLOUR = "#000000"
 #: Kinds whose bars are dark enough for white text.
 DARK_KINDS = frozenset({"gemm", "host", "attention", "collective", "collective (network)"})
 
+#: Lines of a chart with one line per configuration, in order.
+LINE_COLOURS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000"]
+
 #: Font sizes in points, for a figure 12 inches wide shown on a 16:9 slide: nothing under
 #: ``MIN_FONT_PT``.
 MIN_FONT_PT = 9.0

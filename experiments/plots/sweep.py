@@ -72,7 +72,7 @@ CATEGORY_COLOURS = {
     k: style.CATEGORY_COLOURS[k]
     for k in ("compute", "memory", "communication", "launch_overhead", "host", "idle")
 }
-LINE_COLOURS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000"]
+LINE_COLOURS = style.LINE_COLOURS
 MARKERS = ["o", "s", "^", "D", "v", "P", "X"]
 HOST_BOUNDARY = "host-boundary"  # the gid of the line where a TP group leaves its host
 

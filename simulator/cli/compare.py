@@ -264,6 +264,37 @@ def _compare(a: argparse.Namespace) -> int:
     return 0
 
 
+def command_line(a: argparse.Namespace) -> str:
+    """The ``tpsim report`` command that gives these arguments, flags in run's order (the
+    report says how it was made; the same arguments give the same line)."""
+    import shlex
+
+    argv = ["tpsim", "report"]
+    if a.results is not None:
+        argv.append(str(a.results))
+    for action in a._run_parser._actions:
+        if action.dest in NOT_COMPARED:
+            continue
+        value = getattr(a, action.dest, None)
+        if _is_flag(action):
+            if value != action.default:
+                argv.append(next(s for s in action.option_strings if value or "no-" in s))
+        elif value is not None:
+            argv += [action.option_strings[0], str(value)]
+    argv += ["--out", str(a.out)]
+    return shlex.join(argv)
+
+
+def tpsim_version() -> str:
+    """The installed tpsim's version (``importlib.metadata``), or "unknown"."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tpsim")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def _report(a: argparse.Namespace) -> int:
     from tpsim.cli.paths import check_output
     from tpsim.experiments.report import Run, html_report
@@ -287,7 +318,16 @@ def _report(a: argparse.Namespace) -> int:
             question = "Which is better: " + " or ".join(r.entry.label for r in runs) + "?"
     else:
         question = f"Sweep {a.results.name}: {len(rows):,} points"
-    write_text(a.out, html_report(runs, question=question, sweep_rows=rows))
+    write_text(
+        a.out,
+        html_report(
+            runs,
+            question=question,
+            sweep_rows=rows,
+            command=command_line(a),
+            version=tpsim_version(),
+        ),
+    )
     print(f"wrote {a.out}")
     return 0
 
