@@ -68,6 +68,9 @@ def _page(path: Path) -> _Page:
     return page
 
 
+DATA = Path(__file__).parents[1] / "data"
+
+
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("circulated") / "r.html"
@@ -121,11 +124,11 @@ EVIL = '<a href="https:evil.example">click</a> http:evil.example'
 def test_input_text_never_becomes_a_link(tmp_path: Path) -> None:
     model = tmp_path / "model"
     model.mkdir()
-    cfg = json.loads(Path("tests/data/models/tiny-llama/config.json").read_text())
+    cfg = json.loads((DATA / "models" / "tiny-llama" / "config.json").read_text())
     cfg["_name_or_path"] = EVIL.replace("/", "")
     (model / "config.json").write_text(json.dumps(cfg))
     topo = tmp_path / "topo.yaml"
-    text = Path("tests/data/topologies/pair.yaml").read_text()
+    text = (DATA / "topologies" / "pair.yaml").read_text()
     topo.write_text(text.replace("name: two-gpus", f"name: '{EVIL} http://evil.example'"))
     out = tmp_path / "r.html"
     argv = ["--model", str(model), "--topology", str(topo), "--tp", "1,2", "--batch", "1"]
