@@ -155,7 +155,7 @@ def gantt_figure(run: Run, x_max_us: float | None = None) -> tuple[go.Figure, in
     fig.update_layout(
         barmode="overlay",
         height=max(320, 26 * len(lanes) + 140),
-        margin={"l": 10, "r": 10, "t": 40, "b": 40},
+        margin={"l": 10, "r": 10, "t": 64, "b": 40},
         xaxis={
             "title": "time (us)",
             "rangeslider": {"visible": False},
@@ -195,7 +195,7 @@ def breakdown_figure(entries: Sequence[Entry]) -> go.Figure:
     fig.update_layout(
         barmode="stack",
         height=120 + 50 * len(entries),
-        margin={"l": 10, "r": 20, "t": 30, "b": 50},
+        margin={"l": 10, "r": 20, "t": 64, "b": 50},
         xaxis={"title": "critical path (ms)", "rangemode": "tozero", "automargin": True},
         yaxis={"autorange": "reversed", "automargin": True},
         legend={"orientation": "h", "x": 0, "y": 1.0, "yanchor": "bottom"},
@@ -349,7 +349,8 @@ def _row_facts(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
         ("prompt", "prompt_len"),
         ("context", "context_len"),
     ):
-        values = sorted({str(r[field]) for r in rows if r.get(field) not in (None, "")})
+        found = {r[field] for r in rows if r.get(field) not in (None, "")}
+        values = [str(v) for v in sorted(found, key=lambda v: (isinstance(v, str), v))]
         if values:
             out[key] = ", ".join(values)
     return out
