@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpsim.core.config import Options
-from tpsim.outputs.text import launch_label, regime_shares, regime_text
+from tpsim.outputs.text import engine_label, launch_label, regime_shares, regime_text
 from tpsim.topologies.builders import TopologyGraph
 
 #: Parts of the critical path, in the order the table prints them.
@@ -174,30 +174,74 @@ def _ms(seconds: float) -> str:
     return f"{ms:.3g} ms" if ms < 100 else f"{ms:.0f} ms"
 
 
-def table(entries: Sequence[Entry]) -> str:
-    """The side-by-side table: one column per configuration, ratios against the first."""
+#: The facts every configuration of a comparison states, in this order.
+FACTS = ("model", "topology", "phase", "batch", "prompt", "context", "dtype", "engine")
+
+
+def _fact_values(summary: Mapping[str, Any]) -> dict[str, str]:
+    c = summary["config"]
+    w = c["workload"]
+    where = str(c["topology"])
+    if int(c.get("nodes", 1)) > 1 and not where.endswith(f"x{c['nodes']}"):
+        where += f" x{c['nodes']} nodes"
+    return {
+        "model": str(c["model"]["name"]),
+        "topology": where,
+        "phase": str(w["phase"]),
+        "batch": str(w["batch"]),
+        "prompt": f"{w['prompt_len']} tokens",
+        "context": f"{w['context_len']} tokens",
+        "dtype": str(c["options"]["dtype"]),
+        "engine": engine_label(str(c["options"]["engine"])),
+    }
+
+
+def facts(entries: Sequence[Entry]) -> dict[str, str]:
+    """What the configurations are about (model, topology, phase, batch, prompt and context
+    length, dtype, engine): one value when they share it, else each configuration's
+    (``TP 8: 1; TP 16: 8``)."""
+    each = [_fact_values(e.summary) for e in entries]
+    out = {}
+    for key in FACTS:
+        values = [v[key] for v in each]
+        if len(set(values)) == 1:
+            out[key] = values[0]
+        else:
+            out[key] = "; ".join(f"{e.label}: {v}" for e, v in zip(entries, values, strict=True))
+    return out
+
+
+def gantt_title(entries: Sequence[Entry]) -> str:
+    """``compare --gantt``'s title: the verdict, then the model, phase, batch, lengths, dtype
+    and engine (each configuration's where they differ)."""
+    f = facts(entries)
+    phase = f["phase"]
+    length = f"prompt {f['prompt']}" if phase == "prefill" else f"context {f['context']}"
+    about = (
+        f"{f['model']}, {phase}, batch {f['batch']}, {length}, {f['dtype']}, engine {f['engine']}"
+    )
+    return f"{verdict(entries).split(' (')[0]}\n{about}"
+
+
+def table_rows(entries: Sequence[Entry]) -> list[tuple[str, list[str]]]:
+    """The side-by-side table as rows (name, one cell per configuration); a section
+    heading is a row with no cells. The first row is the header (the labels)."""
     base = entries[0].summary
-    longest = max(len(v) for e in entries for v in (e.label, *e.assumptions.values()))
-    width = max(14, longest + 2)
-
-    def row(name: str, cells: Sequence[str]) -> str:
-        return f"{name:<24}" + "".join(f"{c:>{width}}" for c in cells)
-
-    lines = [row("", [e.label for e in entries])]
+    rows: list[tuple[str, list[str]]] = [("", [e.label for e in entries])]
     lat = [e.summary["latency_s"] for e in entries]
     tps = [e.summary["tokens_per_s"] for e in entries]
     per_gpu = [e.summary["tokens_per_s_per_gpu"] for e in entries]
-    lines.append(row(f"latency per {_per(base)}", [_ms(x) for x in lat]))
-    lines.append(row("  ratio to first", [f"{x / lat[0]:.2f}x" for x in lat]))
-    lines.append(row("tokens/s", [f"{x:,.0f}" for x in tps]))
-    lines.append(row("  ratio to first", [f"{x / tps[0]:.2f}x" for x in tps]))
-    lines.append(row("tokens/s per GPU", [f"{x:,.1f}" for x in per_gpu]))
-    lines.append(row("  ratio to first", [f"{x / per_gpu[0]:.2f}x" for x in per_gpu]))
-    lines.append(row("GPUs", [str(gpus(e.summary)) for e in entries]))
-    lines.append(row("sequences per step", [str(load(e.summary)) for e in entries]))
+    rows.append((f"latency per {_per(base)}", [_ms(x) for x in lat]))
+    rows.append(("  ratio to first", [f"{x / lat[0]:.2f}x" for x in lat]))
+    rows.append(("tokens/s", [f"{x:,.0f}" for x in tps]))
+    rows.append(("  ratio to first", [f"{x / tps[0]:.2f}x" for x in tps]))
+    rows.append(("tokens/s per GPU", [f"{x:,.1f}" for x in per_gpu]))
+    rows.append(("  ratio to first", [f"{x / per_gpu[0]:.2f}x" for x in per_gpu]))
+    rows.append(("GPUs", [str(gpus(e.summary)) for e in entries]))
+    rows.append(("sequences per step", [str(load(e.summary)) for e in entries]))
     mem = [e.summary["memory"] for e in entries]
-    lines.append(
-        row(
+    rows.append(
+        (
             "memory per GPU",
             [
                 f"{m['total_bytes_per_gpu'] / 1e9:.1f}/{m['capacity_bytes_per_gpu'] / 1e9:.0f} GB"
@@ -205,17 +249,27 @@ def table(entries: Sequence[Entry]) -> str:
             ],
         )
     )
-    lines.append(row("regime", [e.summary["regime"] for e in entries]))
-    lines.append(row("  share", [regime_text(e.summary).partition("(")[2][:-1] for e in entries]))
-    lines.append("critical path:")
+    rows.append(("regime", [e.summary["regime"] for e in entries]))
+    rows.append(("  share", [regime_text(e.summary).partition("(")[2][:-1] for e in entries]))
+    rows.append(("critical path:", []))
     for part in PARTS:
         vals = [e.summary["breakdown_s"].get(part, 0.0) for e in entries]
         if any(v > 0 for v in vals):
-            lines.append(row(f"  {part}", [_ms(v) for v in vals]))
-    lines.append("assumptions:")
+            rows.append((f"  {part}", [_ms(v) for v in vals]))
+    rows.append(("assumptions:", []))
     for key in ("gpu", "links", "network", "engine", "launch"):
-        lines.append(row(f"  {key}", [e.assumptions[key] for e in entries]))
-    return "\n".join(lines)
+        rows.append((f"  {key}", [e.assumptions[key] for e in entries]))
+    return rows
+
+
+def table(entries: Sequence[Entry]) -> str:
+    """The side-by-side table: one column per configuration, ratios against the first."""
+    longest = max(len(v) for e in entries for v in (e.label, *e.assumptions.values()))
+    width = max(14, longest + 2)
+    return "\n".join(
+        f"{name:<24}" + "".join(f"{c:>{width}}" for c in cells) if cells else name
+        for name, cells in table_rows(entries)
+    )
 
 
 def _network_note(win: Entry, lose: Entry) -> str:

@@ -14,31 +14,36 @@ import re
 from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from matplotlib import rc_context
+from matplotlib.backends.backend_agg import RendererAgg
 from matplotlib.figure import Figure
+from matplotlib.font_manager import FontProperties
 from matplotlib.patches import Patch, Rectangle
+from matplotlib.ticker import MaxNLocator
 from matplotlib.transforms import blended_transform_factory
 from tpsim.core.records import Record
 from tpsim.core.schedule import NET_STEP
+from tpsim.experiments.plots.style import (
+    BAR_NAME_PT,
+    CRITICAL_COLOUR,
+    DARK_KINDS,
+    KIND_COLOURS,
+    LABEL_PT,
+    MIN_FONT_PT,
+    OTHER_COLOUR,
+    TICK_PT,
+    TITLE_PT,
+)
 from tpsim.outputs.export import atomic_output, write_text
 
-#: Bar colour per record kind (Okabe–Ito palette, colour-blind friendly).
-KIND_COLORS: dict[str, str] = {
-    "launch": "#999999",  # grey
-    "host": "#8C6D31",  # brown: engine host work (schedule, sample, Python per layer)
-    "dispatch": "#CCCCCC",  # light grey: the GPU's gap before an eagerly launched kernel
-    "gemm": "#0072B2",  # blue
-    "attention": "#CC79A7",  # reddish purple
-    "elementwise": "#009E73",  # bluish green
-    "collective": "#E69F00",  # orange
-    "collective (network)": "#A6361F",  # brick red: a step whose sends cross hosts
-    "p2p": "#56B4E9",  # sky blue
-}
+#: Bar colour per record kind: the palette every chart shares (:mod:`.style`).
+KIND_COLORS: dict[str, str] = KIND_COLOURS
 NET_KIND = "collective (network)"  # collective steps over the network get their own colour
-OTHER_COLOR = "#D55E00"  # vermillion, for a kind not listed above
+OTHER_COLOR = OTHER_COLOUR
 
 #: Rows of one rank, top to bottom, with their y-axis labels.
 ROWS: tuple[tuple[str, str], ...] = (("cpu", "CPU"), ("compute", "compute"), ("comm", "comm"))
@@ -47,36 +52,53 @@ MAX_DEFAULT_RANKS = 8  # draw every rank up to this many, else ranks 0, 1 and th
 MAX_LAYER_LINES = 40  # draw layer boundaries only when fewer layers are visible
 DENSE_BARS_PER_ROW = 300  # above this many bars per row (on average), drop the bar edges
 RAIL = 0.15  # height of the critical-path rail under a bar (a row is 1)
-AXES_WIDTH = 0.78  # the plot area's share of the figure width (room for labels and legend)
 LABEL_GAP_PX = 22  # layer labels closer than this to the previous one are left out
-LABEL_PX_PER_CHAR = 8  # width of a layer label's character (7 pt at 150 dpi), with margin
-NAME_PX_PER_CHAR = 4.2  # an op name fits in a bar at about this many pixels per character
 MAX_BAR_NAMES = 600  # op names written on bars at most (the rest: zoom in, or the SVG's tooltips)
 MAX_SVG_TOOLTIPS = 20_000  # bars given a hover tooltip in an SVG at most
-DARK_KINDS = frozenset({"gemm", "host", "attention"})  # bars dark enough for white text
 FORMATS = {".png": "png", ".svg": "svg"}
+#: The figure: 12 inches wide at 150 dpi (1800 px), for a 16:9 slide; a row 0.42 inches.
+WIDTH_IN, DPI, ROW_IN = 12.0, 150, 0.42
+#: The default view collapses the layers between the first and the last when it would hide
+#: at least this many.
+MIN_COLLAPSED = 3
+GAP_PAD_PX = 28  # room either side of the collapsed gap's words
+ALL = "all"  # ``layers=ALL``: the whole step, every layer
+
+#: What :func:`gantt_view` takes as ``layers``: None (the readable default: the first and
+#: the last layer with those between collapsed), ``"all"`` (the whole step) or (a, b).
+Layers = tuple[int, int] | Literal["all"] | None
 
 
 @dataclass(frozen=True)
 class GanttView:
-    """What a Gantt chart shows: which ranks, which time window (seconds), a title note."""
+    """What a Gantt chart shows: which ranks, which time window (seconds), a title note,
+    and the stretch of time collapsed out of the window (with the layers it hides)."""
 
     ranks: tuple[int, ...]
     t0_s: float
     t1_s: float
     note: str  # "" or e.g. "showing 3 of 64 GPUs"
+    gap_s: tuple[float, float] | None = None  # (start, end) of the collapsed stretch
+    gap_layers: tuple[int, int] | None = None  # the layers it hides, first and last
 
 
 def gantt_view(
     records: Sequence[Record],
     *,
     ranks: Sequence[int] | None = None,
-    layers: tuple[int, int] | None = None,
+    layers: Layers = None,
 ) -> GanttView:
-    """Choose ranks and time window as :func:`gantt` does (pure; raises ValueError)."""
+    """Choose ranks and time window as :func:`gantt` does (pure; raises ValueError).
+
+    ``layers=None`` (the default) shows the whole step but collapses the layers between the
+    first and the last into one marked gap when there are enough of them (a whole step of a
+    deep model is a barcode); ``layers="all"`` shows the whole step uncollapsed;
+    ``layers=(a, b)`` zooms on layers a..b."""
     all_ranks = sorted({r.rank for r in records})
     if not all_ranks:
         raise ValueError("gantt: no records to plot")
+    if isinstance(layers, str) and layers != ALL:
+        raise ValueError(f"gantt: layers={layers!r}: give (first, last), 'all' or None")
     identical = ranks is None and len(all_ranks) > 1 and _identical_ranks(records)
     if identical:
         shown = [all_ranks[0]]  # every rank runs the same timeline: one row group says it all
@@ -93,7 +115,7 @@ def gantt_view(
         raise ValueError("gantt: ranks=[] selects nothing")
     shown_set = set(shown)
     window = [r for r in records if r.rank in shown_set]
-    if layers is not None:
+    if isinstance(layers, tuple):
         lo, hi = layers
         window = [r for r in window if lo <= r.layer <= hi]
         if not window:
@@ -105,7 +127,41 @@ def gantt_view(
     note = f"showing {len(shown)} of {len(all_ranks)} GPUs" if len(shown) < len(all_ranks) else ""
     if identical:
         note = f"all {len(all_ranks)} GPUs run this same timeline"
-    return GanttView(ranks=tuple(shown), t0_s=t0, t1_s=t1, note=note)
+    gap, hidden = _collapse(window, shown) if layers is None else (None, None)
+    return GanttView(tuple(shown), t0, t1, note, gap, hidden)
+
+
+def _collapse(
+    window: Sequence[Record], shown: Sequence[int]
+) -> tuple[tuple[float, float] | None, tuple[int, int] | None]:
+    """The stretch of time between the first layer and the last that the default view
+    collapses, and the layers it hides; (None, None) when there is nothing worth hiding
+    (few layers, or ranks holding different layers, as pipeline stages do)."""
+    starts: dict[int, dict[int, float]] = defaultdict(dict)  # rank -> layer -> first start
+    ends: dict[int, dict[int, float]] = defaultdict(dict)
+    head: set[int] = set()
+    for r in window:
+        if r.stream != "compute" or r.layer < 0:
+            continue
+        s, e = starts[r.rank], ends[r.rank]
+        s[r.layer] = min(s.get(r.layer, math.inf), r.start_s)
+        e[r.layer] = max(e.get(r.layer, -math.inf), r.end_s)
+        if r.name == "lm_head":
+            head.add(r.layer)
+    if set(starts) != set(shown):
+        return None, None
+    blocks = [sorted(k for k in starts[rank] if k not in head) for rank in shown]
+    if any(b != blocks[0] for b in blocks) or len(blocks[0]) < MIN_COLLAPSED + 2:
+        return None, None  # pipeline stages, or too few layers to be worth it
+    first, second, last = blocks[0][0], blocks[0][1], blocks[0][-1]
+    g0 = max(starts[rank][second] for rank in shown)
+    g1 = min(starts[rank][last] for rank in shown)
+    inside = [
+        k for k in blocks[0] if all(g0 <= starts[rank][k] and ends[rank][k] <= g1 for rank in shown)
+    ]
+    if g1 <= g0 or len(inside) < MIN_COLLAPSED or first >= second:
+        return None, None
+    return (g0, g1), (min(inside), max(inside))
 
 
 def _identical_ranks(records: Sequence[Record]) -> bool:
@@ -139,25 +195,85 @@ def _layer_starts(records: Sequence[Record], rank: int, t0: float, t1: float) ->
     return {layer: t for layer, t in sorted(starts.items()) if t0 <= t <= t1}
 
 
+@lru_cache(maxsize=4096)
+def text_px(text: str, size_pt: float, dpi: float = DPI) -> float:
+    """Width in pixels of ``text`` at ``size_pt`` as Agg draws it (deterministic)."""
+    renderer = RendererAgg(1, 1, dpi)
+    width, _, _ = renderer.get_text_width_height_descent(
+        text, FontProperties(size=size_pt), ismath=False
+    )
+    return float(width)
+
+
+@dataclass(frozen=True)
+class _Axis:
+    """Time (seconds) to the x axis: scaled to the unit, the collapsed stretch squeezed into
+    a gap of ``gap_w`` axis units."""
+
+    t0: float
+    scale: float
+    gap: tuple[float, float] | None
+    gap_w: float
+
+    def x(self, t: float) -> float:
+        if self.gap is None or t <= self.gap[0]:
+            return (t - self.t0) * self.scale
+        g0, g1 = self.gap
+        if t >= g1:
+            return (g0 - self.t0) * self.scale + self.gap_w + (t - g1) * self.scale
+        return (g0 - self.t0) * self.scale + self.gap_w * (t - g0) / (g1 - g0)
+
+    def pieces(self, s: float, e: float) -> list[tuple[float, float]]:
+        """The visible parts of [s, e] as (x, width): none inside the gap."""
+        if self.gap is None:
+            return [(self.x(s), max(e - s, 0.0) * self.scale)]
+        g0, g1 = self.gap
+        out = []
+        if s < g0 or (s == e == g0):
+            out.append((self.x(s), (min(e, g0) - s) * self.scale))
+        if e > g1:
+            lo = max(s, g1)
+            out.append((self.x(lo), (e - lo) * self.scale))
+        return out
+
+
+def _ticks(segments: Sequence[tuple[float, float]], total: float) -> list[float]:
+    """Tick positions (axis units) at round times inside each visible segment (unit times)."""
+    out: list[float] = []
+    for lo, hi in segments:
+        n = max(2, round(8 * (hi - lo) / total))
+        for v in MaxNLocator(nbins=n, steps=[1, 2, 2.5, 5, 10]).tick_values(lo, hi):
+            if lo - 1e-9 * abs(hi) <= v <= hi + 1e-9 * abs(hi):
+                out.append(float(v))
+    return out
+
+
+def _fmt(v: float) -> str:
+    return f"{round(v, 6):g}"
+
+
 def gantt(
     records: Sequence[Record],
     path: str | Path,
     *,
     title: str = "",
     ranks: Sequence[int] | None = None,
-    layers: tuple[int, int] | None = None,
+    layers: Layers = None,
     critical: Collection[int] = (),
     rank_labels: Mapping[int, str] | None = None,
 ) -> None:
     """Draw a per-GPU Gantt chart (CPU launch, compute and comm rows per rank) to PNG or SVG.
 
-    ``layers=(a, b)`` zooms the time axis to the compute/comm records of layers a..b
-    inclusive (their launches only when the layers have no GPU records);
+    By default the step is shown with the layers between the first and the last collapsed
+    into one marked gap (the embedding, the first layer, "… layers 1–78 …", the last layer
+    and the head); ``layers="all"`` draws the whole step; ``layers=(a, b)`` zooms the time
+    axis to the compute/comm records of layers a..b inclusive (their launches only when the
+    layers have no GPU records);
     ``ranks`` picks the ranks drawn (default: all up to 8, else 0, 1 and the last);
     records whose id is in ``critical`` are underlined by a black rail; op names are
     written on bars wide enough to hold them, and an SVG gives every bar a hover tooltip
-    (name, detail, bytes, start, duration). The file is written atomically; the same input
-    gives the same bytes.
+    (name, detail, bytes, start, duration). The figure is sized for a slide (12 inches wide,
+    no text under 9 pt). The file is written atomically; the same input gives the same bytes.
     """
     _format(path)  # refuse a bad suffix before drawing
     chart = gantt_figure(
@@ -177,6 +293,23 @@ class GanttChart:
     ax: Any
     bars: tuple[tuple[Record, int, tuple[float, float]], ...]
     height: float
+    view: GanttView | None = None
+
+
+def _wrap(text: str, size_pt: float, width_px: float) -> str:
+    """``text``'s lines wrapped at word boundaries to fit ``width_px``."""
+    out = []
+    for line in text.split("\n"):
+        words, cur = line.split(" "), ""
+        for w in words:
+            cand = f"{cur} {w}" if cur else w
+            if cur and text_px(cand, size_pt) > width_px:
+                out.append(cur)
+                cur = w
+            else:
+                cur = cand
+        out.append(cur)
+    return "\n".join(out)
 
 
 def gantt_figure(
@@ -184,7 +317,7 @@ def gantt_figure(
     *,
     title: str = "",
     ranks: Sequence[int] | None = None,
-    layers: tuple[int, int] | None = None,
+    layers: Layers = None,
     critical: Collection[int] = (),
     rank_labels: Mapping[int, str] | None = None,
     lane_titles: Mapping[int, str] | None = None,
@@ -196,8 +329,9 @@ def gantt_figure(
     labels = rank_labels or {}
     crit = frozenset(critical)
     t0, t1 = view.t0_s, view.t1_s
-    span = max(t1 - t0, 1e-12)
-    scale, unit = _time_unit(span)
+    gap = view.gap_s
+    visible = max((t1 - t0) - (gap[1] - gap[0] if gap else 0.0), 1e-12)
+    scale, unit = _time_unit(visible)
 
     # y position of each (rank, stream) row; a blank row separates rank groups.
     group = len(ROWS) + 1
@@ -206,6 +340,41 @@ def gantt_figure(
         for g, rank in enumerate(view.ranks)
         for j, (stream, _) in enumerate(ROWS)
     }
+    n_rows = len(view.ranks) * group - 1
+    lane_names = {
+        rank: (lane_titles or {}).get(
+            rank, f"GPU {rank}{f' ({labels[rank]})' if rank in labels else ''}"
+        )
+        for rank in view.ranks
+    }
+    lane_labels = {
+        y: f"{lane_names[rank]} · {dict(ROWS)[stream]}" for (rank, stream), y in row_y.items()
+    }
+
+    # Layout in inches, from measured text: lane names on the left, the title and the layer
+    # labels above, the time axis and a legend row below.
+    full_title = "; ".join(s for s in (title, view.note) if s)
+    full_title = _wrap(full_title, TITLE_PT, WIDTH_IN * DPI - 60) if full_title else ""
+    title_lines = full_title.count("\n") + 1 if full_title else 0
+    left_in = max(text_px(t, LABEL_PT) for t in lane_labels.values()) / DPI + 0.3
+    right_in = 0.3
+    top_in = 0.2 + LABEL_PT * 1.9 / 72 + title_lines * TITLE_PT * 1.35 / 72
+    legend_rows = 1
+    bottom_in = 0.25 + (TICK_PT + LABEL_PT) * 1.6 / 72
+    rows_in = ROW_IN * (n_rows + 0.6)
+    axes_px = (WIDTH_IN - left_in - right_in) * DPI
+
+    gap_words = ""
+    gap_w = 0.0
+    if gap is not None and view.gap_layers is not None:
+        a, b = view.gap_layers
+        gap_scale, gap_unit = _time_unit(gap[1] - gap[0])
+        span = float(f"{(gap[1] - gap[0]) * gap_scale:.4g}")
+        gap_words = f"… layers {a}–{b} …\n{_fmt(span)} {gap_unit} collapsed"
+        words_px = max(text_px(w, LABEL_PT) for w in gap_words.split("\n")) + 2 * GAP_PAD_PX
+        gap_w = visible * scale * words_px / (axes_px - words_px)
+    axis = _Axis(t0, scale, gap, gap_w)
+
     bars: dict[tuple[int, str], list[tuple[float, float]]] = defaultdict(list)
     outlines: dict[int, list[tuple[float, float]]] = defaultdict(list)
     kinds_seen: set[str] = set()
@@ -214,17 +383,35 @@ def gantt_figure(
         row = row_y.get((r.rank, "comm" if r.stream == "p2p" else r.stream))  # sends: comm row
         if row is None or r.end_s < t0 or r.start_s > t1:
             continue
-        xy = (r.start_s * scale, max(r.end_s - r.start_s, 0.0) * scale)
         kind = NET_KIND if r.kind == "collective" and r.detail.endswith(NET_STEP) else r.kind
-        bars[(row, KIND_COLORS.get(kind, OTHER_COLOR))].append(xy)
-        kinds_seen.add(kind)
-        shown.append((r, row, xy))
-        if r.id in crit:
-            outlines[row].append(xy)
+        for xy in axis.pieces(r.start_s, r.end_s):
+            bars[(row, KIND_COLORS.get(kind, OTHER_COLOR))].append(xy)
+            kinds_seen.add(kind)
+            shown.append((r, row, xy))
+            if r.id in crit:
+                outlines[row].append(xy)
 
-    n_rows = len(view.ranks) * group - 1
-    fig = Figure(figsize=(14, 1.6 + 0.28 * n_rows), dpi=150)
-    ax = fig.add_subplot()
+    # legend entries, and whether they need a second row
+    entries = [(kind, color) for kind, color in KIND_COLORS.items() if kind in kinds_seen]
+    if kinds_seen - KIND_COLORS.keys():
+        entries.append(("other", OTHER_COLOR))
+    if outlines:
+        entries.append(("critical path", CRITICAL_COLOUR))
+    legend_px = sum(text_px(k, LABEL_PT) + 2.6 * LABEL_PT * DPI / 72 for k, _ in entries)
+    if legend_px > WIDTH_IN * DPI - 40:
+        legend_rows = 2
+    bottom_in += legend_rows * LABEL_PT * 1.7 / 72 + 0.1
+    height_in = top_in + rows_in + bottom_in
+
+    fig = Figure(figsize=(WIDTH_IN, height_in), dpi=DPI)
+    ax = fig.add_axes(
+        (
+            left_in / WIDTH_IN,
+            bottom_in / height_in,
+            (WIDTH_IN - left_in - right_in) / WIDTH_IN,
+            rows_in / height_in,
+        )
+    )
     height = 0.8
     # Thin white edges keep back-to-back bars of one colour apart, unless bars are so
     # dense that the edges would wash them out.
@@ -235,31 +422,48 @@ def gantt_figure(
     # The critical path is a black rail along the foot of its bars: outlines would paint
     # narrow or back-to-back bars (a full pass, PCIe collectives) solid black.
     for y, xs in sorted(outlines.items()):
-        ax.broken_barh(xs, (y + height / 2 - RAIL, RAIL), facecolors="black", linewidth=0)
+        ax.broken_barh(xs, (y + height / 2 - RAIL, RAIL), facecolors=CRITICAL_COLOUR, linewidth=0)
 
-    lane_names = {
-        rank: (lane_titles or {}).get(
-            rank, f"GPU {rank}{f' ({labels[rank]})' if rank in labels else ''}"
-        )
-        for rank in view.ranks
-    }
-    ticks = sorted(row_y.items(), key=lambda kv: kv[1])
-    ax.set_yticks([y for _, y in ticks])
-    ax.set_yticklabels(
-        [f"{lane_names[rank]} · {dict(ROWS)[stream]}" for (rank, stream), _ in ticks],
-        fontsize=8,
-    )
+    ticks = sorted(lane_labels.items())
+    ax.set_yticks([y for y, _ in ticks])
+    ax.set_yticklabels([t for _, t in ticks], fontsize=LABEL_PT)
     for g in range(1, len(view.ranks)):
         ax.axhline(g * group - 1, color="#cccccc", linewidth=0.8)
     ax.set_ylim(n_rows - 0.4, -0.6)  # GPU 0 on top
-    pad = 0.01 * span * scale
-    ax.set_xlim(t0 * scale - pad, t1 * scale + pad)  # x_lo, x_hi below
-    ax.set_xlabel(f"time ({unit})")
+    x_end = axis.x(t1)
+    pad = 0.01 * x_end
+    x_lo, x_hi = -pad, x_end + pad
+    ax.set_xlim(x_lo, x_hi)
+    ax.set_xlabel(f"time ({unit})", fontsize=LABEL_PT)
+    # round times as ticks, in each visible stretch; the gap keeps none
+    segments = (
+        [(t0 * scale, gap[0] * scale), (gap[1] * scale, t1 * scale)]
+        if gap is not None
+        else [(t0 * scale, t1 * scale)]
+    )
+    values = _ticks(segments, visible * scale)
+    ax.set_xticks([axis.x(v / scale) for v in values])
+    ax.set_xticklabels([_fmt(v) for v in values], fontsize=TICK_PT)
+    ax.tick_params(axis="y", labelsize=LABEL_PT)
     ax.grid(axis="x", color="#eeeeee", linewidth=0.6)
     ax.set_axisbelow(True)
 
-    x_lo, x_hi = t0 * scale - pad, t1 * scale + pad
-    per_px = (x_hi - x_lo) / (fig.get_figwidth() * fig.dpi * AXES_WIDTH)  # data units per pixel
+    per_px = (x_hi - x_lo) / axes_px  # axis units per pixel
+    if gap is not None:
+        gx0, gx1 = axis.x(gap[0]), axis.x(gap[1])
+        ax.axvspan(gx0, gx1, facecolor="#f2f2f2", edgecolor="none", zorder=0)
+        for gx in (gx0, gx1):
+            ax.axvline(gx, color="#777777", linewidth=1.0, linestyle=(0, (4, 3)), zorder=1)
+        ax.text(
+            (gx0 + gx1) / 2,
+            (len(ROWS) - 1) / 2,  # beside the first rank's rows, clear of the separators
+            gap_words,
+            fontsize=LABEL_PT,
+            color="#333333",
+            ha="center",
+            va="center",
+            linespacing=1.4,
+        )
     _bar_names(ax, shown, per_px, height)
     for rank in view.ranks:  # a CPU row with nothing in the window says why
         y = row_y[(rank, "cpu")]
@@ -269,68 +473,75 @@ def gantt_figure(
                 y,
                 "no host work in this window (the CPU ran ahead: launches or a CUDA graph "
                 "replay happen before it)",
-                fontsize=7,
+                fontsize=MIN_FONT_PT,
                 color="#666666",
                 va="center",
+                clip_on=True,
             )
 
     boundaries = _layer_starts(records, 0 if 0 in view.ranks else view.ranks[0], t0, t1)
+    if gap is not None:
+        boundaries = {k: t for k, t in boundaries.items() if not gap[0] <= t < gap[1]}
     if lane_titles:  # a comparison: each run has its own layer times, mark none
         boundaries = {}
+    heads = {r.layer for r in records if r.name == "lm_head"}
     if 0 < len(boundaries) < MAX_LAYER_LINES:
         top = blended_transform_factory(ax.transData, ax.transAxes)
-        last_label, last_width = -math.inf, 0.0
-        for layer, t in boundaries.items():
-            ax.axvline(t * scale, color="#888888", linewidth=0.6, linestyle=":", zorder=0)
-            text = "emb" if layer < 0 else f"L{layer}"
-            if (t * scale - last_label) / per_px < max(LABEL_GAP_PX, last_width):
-                continue  # it would touch the label before it: the line alone marks it
-            last_label, last_width = t * scale, LABEL_PX_PER_CHAR * len(text) + 4
+        # Right to left, so a layer's label wins over the embedding's just before it.
+        next_label = math.inf
+        for layer, t in sorted(boundaries.items(), reverse=True):
+            x = axis.x(t)
+            ax.axvline(x, color="#888888", linewidth=0.6, linestyle=":", zorder=0)
+            text = "emb" if layer < 0 else "head" if layer in heads else f"L{layer}"
+            width = max(LABEL_GAP_PX, text_px(text, LABEL_PT) + 8)
+            if (next_label - x) / per_px < width:
+                continue  # it would touch the label after it: the line alone marks it
+            next_label = x
             ax.text(
-                t * scale,
-                1.005,
+                x,
+                1.01,
                 text,
                 transform=top,
-                fontsize=7,
+                fontsize=LABEL_PT,
                 color="#555555",
                 ha="left",
                 va="bottom",
             )
 
-    handles = [
-        Patch(facecolor=color, label=kind)
-        for kind, color in KIND_COLORS.items()
-        if kind in kinds_seen
-    ]
-    if kinds_seen - KIND_COLORS.keys():
-        handles.append(Patch(facecolor=OTHER_COLOR, label="other"))
-    if outlines:
-        handles.append(Patch(facecolor="black", edgecolor="black", label="critical path"))
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8)
-    full_title = "; ".join(s for s in (title, view.note) if s)
+    handles = [Patch(facecolor=color, label=kind) for kind, color in entries]
+    ax.legend(
+        handles=handles,
+        loc="lower center",
+        bbox_to_anchor=(0.5, 0.0),
+        bbox_transform=fig.transFigure,
+        ncol=math.ceil(len(handles) / legend_rows),
+        fontsize=LABEL_PT,
+        frameon=False,
+        handlelength=1.4,
+        columnspacing=1.2,
+    )
     if full_title:
-        ax.set_title(full_title, fontsize=10, pad=12)
-    fig.tight_layout()
+        ax.set_title(full_title, fontsize=TITLE_PT, pad=LABEL_PT * 1.9, linespacing=1.3)
 
-    return GanttChart(fig, ax, tuple(shown), height)
+    return GanttChart(fig, ax, tuple(shown), height, view)
 
 
 def _bar_names(
     ax: Any, shown: Sequence[tuple[Record, int, tuple[float, float]]], per_px: float, height: float
 ) -> None:
-    """Write each op's name inside its bar where the bar is wide enough to hold it."""
+    """Write each op's name inside its bar where the bar holds it, as Agg measures it."""
     written = 0
     for r, y, (x, w) in shown:
-        if w / per_px < NAME_PX_PER_CHAR * len(r.name) + 4 or r.kind in ("launch", "dispatch"):
+        if r.kind in ("launch", "dispatch") or w / per_px < text_px(r.name, BAR_NAME_PT) + 4:
             continue
         ax.text(
             x + w / 2,
-            y - height / 2 + 0.08,
+            y,
             r.name,
-            fontsize=5.5,
+            fontsize=BAR_NAME_PT,
             color="white" if r.kind in DARK_KINDS else "black",
             ha="center",
-            va="top",
+            va="center",
             clip_on=True,
         )
         written += 1
@@ -386,7 +597,7 @@ def gantt_compare(
     path: str | Path,
     *,
     title: str = "",
-    layers: tuple[int, int] | None = None,
+    layers: Layers = None,
 ) -> None:
     """Several runs' GPU 0 timelines one above the other on one time axis (``compare
     --gantt``): each run is (label, records, critical path ids)."""

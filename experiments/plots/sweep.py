@@ -22,6 +22,7 @@ from typing import Any
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, NullFormatter
+from tpsim.experiments.plots import style
 from tpsim.experiments.plots.figure import (
     FONT,
     Row,
@@ -66,16 +67,12 @@ __all__ = [
     "throughput_vs_tp",
 ]
 
-#: Okabe-Ito colours, one per breakdown category.
+#: One colour per breakdown category: the palette every chart shares (:mod:`.style`).
 CATEGORY_COLOURS = {
-    "compute": "#0072B2",
-    "memory": "#56B4E9",
-    "communication": "#D55E00",
-    "launch_overhead": "#999999",
-    "host": "#8C6D31",  # brown: engine host work
-    "idle": "#F0E442",
+    k: style.CATEGORY_COLOURS[k]
+    for k in ("compute", "memory", "communication", "launch_overhead", "host", "idle")
 }
-LINE_COLOURS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000"]
+LINE_COLOURS = style.LINE_COLOURS
 MARKERS = ["o", "s", "^", "D", "v", "P", "X"]
 HOST_BOUNDARY = "host-boundary"  # the gid of the line where a TP group leaves its host
 

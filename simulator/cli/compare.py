@@ -15,7 +15,7 @@ from typing import Any
 
 from tpsim.calibration.bounded import shorten
 from tpsim.cli import helptext
-from tpsim.cli.types import parse_layers
+from tpsim.cli.types import parse_gantt_layers
 from tpsim.core.errors import ConfigError
 
 #: run's flags whose one value is itself a comma list: configurations are separated by
@@ -107,7 +107,10 @@ def add_compare_parser(sub: Any, run: argparse.ArgumentParser) -> None:
         "axis (.png or .svg)",
     )
     cmp.add_argument(
-        "--gantt-layers", type=parse_layers, help="layers to zoom on, e.g. 0-1 or 3 (-1: embedding)"
+        "--gantt-layers",
+        type=parse_gantt_layers,
+        help="layers to zoom on, e.g. 0-1 or 3 (-1: embedding), or 'all' for the whole step "
+        "(default: the whole step with the layers between the first and the last collapsed)",
     )
 
     rep = sub.add_parser(
@@ -281,7 +284,14 @@ def _entries_from_rows(a: argparse.Namespace) -> list[Any]:
 
 def _compare(a: argparse.Namespace) -> int:
     from tpsim.cli.paths import check_output
-    from tpsim.experiments.compare import common_title, comparison, load_note, table, verdict
+    from tpsim.experiments.compare import (
+        common_title,
+        comparison,
+        gantt_title,
+        load_note,
+        table,
+        verdict,
+    )
 
     check_output(a.gantt, "--gantt", (".png", ".svg"), a)
     if a.results is not None or a.rows is not None:
@@ -303,7 +313,7 @@ def _compare(a: argparse.Namespace) -> int:
         gantt_compare(
             [(e.label, r.records, r.critical_path) for e, r in ran],
             a.gantt,
-            title=verdict(entries).split(" (")[0],
+            title=gantt_title(entries),
             layers=a.gantt_layers,
         )
     if a.json:
@@ -319,6 +329,37 @@ def _compare(a: argparse.Namespace) -> int:
     if a.gantt:
         print(f"wrote {a.gantt}")
     return 0
+
+
+def command_line(a: argparse.Namespace) -> str:
+    """The ``tpsim report`` command that gives these arguments, flags in run's order (the
+    report says how it was made; the same arguments give the same line)."""
+    import shlex
+
+    argv = ["tpsim", "report"]
+    if a.results is not None:
+        argv.append(str(a.results))
+    for action in a._run_parser._actions:
+        if action.dest in NOT_COMPARED:
+            continue
+        value = getattr(a, action.dest, None)
+        if _is_flag(action):
+            if value != action.default:
+                argv.append(next(s for s in action.option_strings if value or "no-" in s))
+        elif value is not None:
+            argv += [action.option_strings[0], str(value)]
+    argv += ["--out", str(a.out)]
+    return shlex.join(argv)
+
+
+def tpsim_version() -> str:
+    """The installed tpsim's version (``importlib.metadata``), or "unknown"."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tpsim")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def _report(a: argparse.Namespace) -> int:
@@ -344,7 +385,16 @@ def _report(a: argparse.Namespace) -> int:
             question = "Which is better: " + " or ".join(r.entry.label for r in runs) + "?"
     else:
         question = f"Sweep {a.results.name}: {len(rows):,} points"
-    write_text(a.out, html_report(runs, question=question, sweep_rows=rows))
+    write_text(
+        a.out,
+        html_report(
+            runs,
+            question=question,
+            sweep_rows=rows,
+            command=command_line(a),
+            version=tpsim_version(),
+        ),
+    )
     print(f"wrote {a.out}")
     return 0
 

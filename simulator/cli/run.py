@@ -11,7 +11,7 @@ from typing import Any
 
 from tpsim import calibration
 from tpsim.cli.paths import check_output
-from tpsim.cli.types import number, parse_counts, parse_layers, parse_ranks, tokens
+from tpsim.cli.types import number, parse_counts, parse_gantt_layers, parse_ranks, tokens
 from tpsim.core.config import (
     ALLREDUCE_ALGOS,
     LAUNCH_MODES,
@@ -127,7 +127,10 @@ def add_run_parser(sub: Any) -> argparse.ArgumentParser:
         help="GPUs to draw, e.g. 0,1,7 (default: all up to 8, else 0, 1, last)",
     )
     run.add_argument(
-        "--gantt-layers", type=parse_layers, help="layers to zoom on, e.g. 0-1 or 3 (-1: embedding)"
+        "--gantt-layers",
+        type=parse_gantt_layers,
+        help="layers to zoom on, e.g. 0-1 or 3 (-1: embedding), or 'all' for the whole step "
+        "(default: the whole step with the layers between the first and the last collapsed)",
     )
     run.add_argument("--trace", type=Path, help="write a Chrome/Perfetto trace (.json)")
     run.add_argument(
@@ -229,7 +232,7 @@ def _run(a: argparse.Namespace) -> int:
         link_usage=a.trace is not None,
     )
     title = report.title(result.summary)
-    if a.gantt and a.gantt_layers:
+    if a.gantt and isinstance(a.gantt_layers, tuple):
         lo, hi = a.gantt_layers
         last = result.typed.config.model.num_layers
         if lo > last or hi < -1:

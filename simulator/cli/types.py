@@ -56,6 +56,14 @@ def parse_layers(text: str) -> tuple[int, int]:
     return lo, hi
 
 
+def parse_gantt_layers(text: str) -> tuple[int, int] | str:
+    """``--gantt-layers``: a range as :func:`parse_layers` reads it, or ``all`` (the whole
+    step, no layers collapsed)."""
+    if text.strip().lower() == "all":
+        return "all"
+    return parse_layers(text)
+
+
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 
 

@@ -1,0 +1,118 @@
+"""Gantt PNGs for a slide (#27): by default a step a reader can read (the embedding, the
+first layer, a marked gap, the last layer and the head), no text under 9 pt in a figure
+sized for a slide, op names only inside bars that hold them, and compare --gantt's title
+naming model, batch and context. Checked through matplotlib's artists."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from tpsim import Layout, Options, Workload, simulate
+from tpsim.cli import main
+from tpsim.experiments.plots import gantt as gantt_module
+from tpsim.experiments.plots.gantt import WIDTH_IN, gantt_figure, gantt_view
+from tpsim.experiments.plots.style import MIN_FONT_PT
+
+DATA = Path(__file__).parents[1] / "data"
+
+
+@pytest.fixture(scope="module")
+def decode_70b():
+    return simulate("llama-3.1-70b", "dgx-h100", Layout(8), Workload(1), Options())
+
+
+@pytest.fixture(scope="module")
+def tp16():
+    return simulate("llama-3.1-8b", "dgx-h100", Layout(16), Workload(8), Options(), nodes=2)
+
+
+def _texts(chart: Any) -> list[Any]:
+    ax = chart.ax
+    legend = ax.get_legend()
+    return [
+        *ax.texts,
+        ax.title,
+        ax.xaxis.label,
+        *ax.get_xticklabels(),
+        *ax.get_yticklabels(),
+        *(legend.get_texts() if legend else []),
+    ]
+
+
+def test_default_view_is_first_and_last_layer_with_a_marked_gap(decode_70b) -> None:
+    view = gantt_view(decode_70b.records)
+    assert view.gap_layers == (1, 78) and view.gap_s is not None
+    chart = gantt_figure(decode_70b.records, critical=decode_70b.critical_path)
+    labels = [t.get_text() for t in chart.ax.texts if re.fullmatch(r"emb|L\d+|head", t.get_text())]
+    assert set(labels) >= {"L0", "L79", "head"}
+    assert not any(s.startswith("L") and 1 <= int(s[1:]) <= 78 for s in labels)
+    gap = [t.get_text() for t in chart.ax.texts if "layers 1–78" in t.get_text()]
+    assert gap and "collapsed" in gap[0] and "ms" in gap[0]
+    drawn_layers = {r.layer for r, _, _ in chart.bars if r.stream == "compute"}
+    assert {-1, 0, 79, 80} <= drawn_layers and not drawn_layers & set(range(2, 78))
+    # the whole step on demand, and a zoom as before
+    whole = gantt_view(decode_70b.records, layers="all")
+    assert whole.gap_s is None and whole.t0_s == view.t0_s and whole.t1_s == view.t1_s
+    assert gantt_view(decode_70b.records, layers=(3, 4)).gap_s is None
+    with pytest.raises(ValueError, match="layers"):
+        gantt_view(decode_70b.records, layers="some")  # type: ignore[arg-type]
+
+
+def test_few_layers_or_pipeline_stages_are_not_collapsed() -> None:
+    tiny = simulate(
+        str(DATA / "models" / "tiny-llama"), "dgx-h100", Layout(2), Workload(1), Options()
+    )
+    assert gantt_view(tiny.records).gap_s is None
+    pp = simulate("llama-3.1-8b", "dgx-h100", Layout(2, pp=2), Workload(8), Options())
+    assert gantt_view(pp.records).gap_s is None
+
+
+@pytest.mark.parametrize("case", ["decode_70b", "tp16"])
+def test_text_is_slide_sized_and_names_fit_their_bars(case: str, request) -> None:
+    run = request.getfixturevalue(case)
+    chart = gantt_figure(run.records, critical=run.critical_path, rank_labels=run.rank_labels)
+    fig = chart.fig
+    assert fig.get_figwidth() == WIDTH_IN and fig.dpi >= 150
+    texts = [t for t in _texts(chart) if t.get_text()]
+    assert texts and min(t.get_fontsize() for t in texts) >= MIN_FONT_PT
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    named = 0
+    for t in chart.ax.texts:
+        tx, ty = t.get_position()
+        holders = [
+            (x, w)
+            for r, y, (x, w) in chart.bars
+            if r.name == t.get_text() and y == ty and abs(x + w / 2 - tx) < 1e-9 * max(1, tx)
+        ]
+        if not holders:
+            continue  # a layer label, the gap's words
+        (x, w) = holders[0]
+        box = t.get_window_extent(renderer)
+        x0, x1 = (chart.ax.transData.transform((v, ty))[0] for v in (x, x + w))
+        assert x0 - 0.5 <= box.x0 and box.x1 <= x1 + 0.5, t.get_text()
+        named += 1
+    assert named >= 1  # op names where they fit (mlp_up, lm_head)
+
+
+def test_compare_gantt_title_names_model_batch_and_context(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: dict[str, Any] = {}
+
+    def capture(runs: Any, path: Any, *, title: str = "", layers: Any = None) -> None:
+        seen.update(title=title, layers=layers)
+
+    monkeypatch.setattr(gantt_module, "gantt_compare", capture)
+    argv = ["compare", "--model", "llama-3.1-8b", "--topology", "dgx-h100", "--tp", "2,4"]
+    argv += ["--batch", "16", "--context-len", "4096", "--gantt", str(tmp_path / "c.png")]
+    assert main(argv) == 0
+    verdict, about = seen["title"].split("\n")
+    assert "tokens/s" in verdict
+    assert "llama-3.1-8b" in about and "batch 16" in about and "context 4096" in about
+    assert "bf16" in about and "decode" in about
+    assert main([*argv, "--gantt-layers", "all"]) == 0
+    assert seen["layers"] == "all"

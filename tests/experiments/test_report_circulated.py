@@ -1,0 +1,164 @@
+"""A report that can be circulated (#27): it names what it is about and how it was made,
+its side-by-side section is a real table, and no text from an input file becomes a link."""
+
+from __future__ import annotations
+
+import json
+import re
+from html.parser import HTMLParser
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+from tpsim.cli import main
+from tpsim.experiments.report import log_ticks, sweep_figure
+
+ARGV = [
+    "--model", "llama-3.1-8b", "--topology", "dgx-h100", "--tp", "2,4", "--batch", "8",
+    "--context-len", "2048",
+]  # fmt: skip
+
+
+class _Page(HTMLParser):
+    """The text of each table (by id) as rows of cells, the links, and the scripts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: dict[str, list[list[str]]] = {}
+        self.links: list[dict[str, str | None]] = []
+        self.scripts: list[str] = []
+        self._table: str | None = None
+        self._cell: list[str] | None = None
+        self._script = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag == "a" or "href" in a:
+            self.links.append(a)
+        if tag == "table":
+            self._table = a.get("id") or f"table{len(self.tables)}"
+            self.tables[self._table] = []
+        elif tag == "tr" and self._table:
+            self.tables[self._table].append([])
+        elif tag in ("td", "th") and self._table:
+            self._cell = []
+        elif tag == "script":
+            self._script = True
+            self.scripts.append("")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("td", "th") and self._table and self._cell is not None:
+            self.tables[self._table][-1].append("".join(self._cell).strip())
+            self._cell = None
+        elif tag == "table":
+            self._table = None
+        elif tag == "script":
+            self._script = False
+
+    def handle_data(self, data: str) -> None:
+        if self._script:
+            self.scripts[-1] += data
+        elif self._cell is not None:
+            self._cell.append(data)
+
+
+def _page(path: Path) -> _Page:
+    page = _Page()
+    page.feed(path.read_text(encoding="utf-8"))
+    return page
+
+
+DATA = Path(__file__).parents[1] / "data"
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("circulated") / "r.html"
+    assert main(["report", *ARGV, "--out", str(out)]) == 0
+    return out
+
+
+def test_report_names_what_it_is_about_and_how_it_was_made(report: Path) -> None:
+    page = _page(report)
+    facts = {row[0]: row[1] for row in page.tables["facts"]}
+    assert facts["model"] == "llama-3.1-8b"
+    assert facts["phase"] == "decode"
+    assert facts["batch"] == "8"
+    assert facts["context length"] == "2048 tokens"
+    assert facts["prompt length"] == "512 tokens"
+    assert facts["dtype"] == "bf16"
+    assert facts["engine"] == "vllm"
+    assert facts["topology"] == "dgx-h100"
+    assert facts["tpsim version"] == version("tpsim")
+    command = facts["command"]
+    assert command.startswith("tpsim report ") and command.endswith(f"--out {report}")
+    for flag, value in zip(ARGV[::2], ARGV[1::2], strict=True):
+        assert f"{flag} {value}" in command
+    text = report.read_text(encoding="utf-8")
+    assert not re.search(r"\b20\d\d-\d\d-\d\d\b", text.split("<script")[0])  # no date
+
+
+def test_side_by_side_is_a_real_table(report: Path) -> None:
+    page = _page(report)
+    assert "<pre>" not in report.read_text(encoding="utf-8")
+    rows = page.tables["side-by-side"]
+    assert rows[0] == ["", "TP 2", "TP 4"]
+    by_name = {r[0]: r[1:] for r in rows[1:] if len(r) == 3}
+    assert set(by_name) >= {"latency per step", "tokens/s", "tokens/s per GPU", "GPUs", "regime"}
+    assert by_name["GPUs"] == ["2", "4"]
+    assert all(re.fullmatch(r"[\d.]+ ms", c) for c in by_name["latency per step"])
+    assert ["critical path"] in rows and ["assumptions"] in rows  # section headings
+
+
+def test_report_differs_only_in_its_command_line(report: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other.html"
+    assert main(["report", *ARGV, "--out", str(other)]) == 0
+    a = report.read_text(encoding="utf-8").replace(str(report), "OUT")
+    b = other.read_text(encoding="utf-8").replace(str(other), "OUT")
+    assert a == b
+
+
+EVIL = '<a href="https:evil.example">click</a> http:evil.example'
+
+
+def test_input_text_never_becomes_a_link(tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    cfg = json.loads((DATA / "models" / "tiny-llama" / "config.json").read_text())
+    cfg["_name_or_path"] = EVIL.replace("/", "")
+    (model / "config.json").write_text(json.dumps(cfg))
+    topo = tmp_path / "topo.yaml"
+    text = (DATA / "topologies" / "pair.yaml").read_text()
+    topo.write_text(text.replace("name: two-gpus", f"name: '{EVIL} http://evil.example'"))
+    out = tmp_path / "r.html"
+    argv = ["--model", str(model), "--topology", str(topo), "--tp", "1,2", "--batch", "1"]
+    assert main(["report", *argv, "--out", str(out)]) == 0
+    page = _page(out)
+    assert page.links == []  # no <a> or href anywhere in the page's markup
+    html_text = out.read_text(encoding="utf-8")
+    assert "evil.example" in html_text  # the names are there, as text
+    # plotly reads <a href> in figure labels: the figures' data carry the names escaped
+    figures = [s for s in page.scripts if "Plotly.newPlot" in s]
+    assert figures
+    for script in figures:
+        decoded = script.encode().decode("unicode_escape", errors="ignore")
+        assert not re.search(r"<a\b|href=", decoded, re.IGNORECASE)
+    facts = {row[0]: row[1] for row in page.tables["facts"]}
+    assert facts["model"] == EVIL.replace("/", "")
+
+
+def test_sweep_chart_merges_identical_lines_and_labels_few_ticks() -> None:
+    row = {"model": "m", "topology": "t", "nodes": 1, "phase": "decode", "engine": "vllm"}
+    rows = [
+        {**row, "tp": tp, "batch": b, "tokens_per_s_per_gpu": rate * b, "latency_s": 0.01}
+        for tp, rate in ((1, 100.0), (2, 100.0), (4, 60.0))
+        for b in (1, 2, 4, 8, 16)
+    ]
+    fig = sweep_figure(rows)
+    names = [t.name for t in fig.data]
+    assert names == ["TP 1 = TP 2 (the same points)", "TP 4"]
+    assert "model m" in fig.layout.title.text and "TP" not in fig.layout.title.text
+    assert list(fig.layout.xaxis.tickvals) == [1, 2, 4, 8, 16]
+    assert list(fig.layout.yaxis.tickvals) == log_ticks(60.0, 1600.0)
+    assert log_ticks(60.0, 1600.0) == [50.0, 100.0, 200.0, 500.0, 1000.0]
+    assert len(log_ticks(1.0, 1e9)) <= 10
