@@ -195,6 +195,7 @@ def _one_line(p: subprocess.CompletedProcess[str], rc: int = 2) -> str:
     return p.stderr
 
 
+@pytest.mark.slow
 def test_endless_and_huge_inputs_in_1_gib_and_a_fifo_with_no_writer(tmp_path: Path) -> None:
     fifo = tmp_path / "t.yaml"
     os.mkfifo(fifo)
@@ -213,6 +214,7 @@ def test_endless_and_huge_inputs_in_1_gib_and_a_fifo_with_no_writer(tmp_path: Pa
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
+@pytest.mark.slow
 def test_stdout_on_a_full_disk(tmp_path: Path) -> None:
     py = f"{sys.executable} -m tpsim"
     for cmd in ("list models", "run --model llama-2-7b --topology dgx-h100 --tp 2 --json"):
@@ -220,12 +222,14 @@ def test_stdout_on_a_full_disk(tmp_path: Path) -> None:
         assert err == "tpsim: error: stdout: cannot write (No space left on device)\n", err
 
 
+@pytest.mark.slow
 def test_a_reader_that_stops_early_is_no_error(tmp_path: Path) -> None:
     p = _tpsim(f"{sys.executable} -m tpsim list models | head -1", tmp_path)
     assert p.returncode == 0 and p.stderr == "" and p.stdout.startswith("name")
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
+@pytest.mark.slow
 def test_process_substitution_is_refused_with_the_way_out(tmp_path: Path) -> None:
     """``<(...)`` is a pipe: refused (never read in part or blocked on), naming the fix."""
     py = f"{sys.executable} -m tpsim"
@@ -251,6 +255,7 @@ SLOW_RUN += ["--phase", "prefill", "--overlap", "chunked", "--batch", "4"]
     ],
     ids=["run", "demo"],
 )
+@pytest.mark.slow
 def test_ctrl_c_is_one_line_and_leaves_no_output(
     tmp_path: Path, argv: list[str], wait_s: float
 ) -> None:

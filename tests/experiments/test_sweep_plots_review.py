@@ -148,6 +148,7 @@ def test_regime_map_shows_the_margin_of_near_ties() -> None:
     assert grid_values[0][0] != grid_values[0][1]  # a lighter shade of the same regime
 
 
+@pytest.mark.slow
 def test_series_share_axes(tmp_path: Path) -> None:
     """Defect: series (H100 vs L40S) never on shared axes."""
     h100, l40s = grid(), grid(topology="pcie-l40s", gpu="l40s")
@@ -160,6 +161,7 @@ def test_series_share_axes(tmp_path: Path) -> None:
     assert "compare_series.png" in (tmp_path / "index.html").read_text()
 
 
+@pytest.mark.slow
 def test_sweep_plots_are_deterministic(tmp_path: Path) -> None:
     for out in ("a", "b"):
         plot_results(grid(), tmp_path / out, gantt_ids=[])

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # the wheel built, import-linter in fresh interpreters
+
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "pyproject.toml"
 

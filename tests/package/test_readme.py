@@ -46,6 +46,7 @@ def test_demo_writes_its_plots(demo_run: tuple[Path, list[str]]) -> None:
     assert any("memory-bound" in line or "communication-bound" in line for line in lines)
 
 
+@pytest.mark.slow
 def test_calibrate_example_prints_what_the_readme_shows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
