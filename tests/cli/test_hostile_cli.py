@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+from ctrl_c import sigint_default
 from hostile_corpus import (
     BIG,
     GOOD_MODEL,
@@ -266,6 +267,7 @@ def test_ctrl_c_is_one_line_and_leaves_no_output(
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # Ctrl-C reaches the whole process group, workers included
+        preexec_fn=sigint_default,  # also when pytest runs with SIGINT ignored (in background)
     )
     time.sleep(wait_s)
     os.killpg(p.pid, signal.SIGINT)
