@@ -20,12 +20,32 @@ REPO = Path(__file__).resolve().parent.parent
 # its asserts as pytest does a test file's, so a failure shows the values.
 pytest.register_assert_rewrite("hostile_corpus")
 
+#: Session fixtures that make a test slow by themselves (the demo run, the wheel build, the
+#: reference sweep of the kill tests): a test that uses one, directly or through another
+#: fixture, is marked ``slow`` here, so ``pytest -m "not slow"`` leaves it out unasked.
+SLOW_FIXTURES = frozenset({"demo_run", "tpsim_wheel", "tpsim_tree", "kill_reference"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture(scope="session")
 def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
     """``tpsim demo --out DIR`` as the README runs it: the folder and the printed lines."""
     out = tmp_path_factory.mktemp("demo")
     return out, list(run_demo(out, jobs=2))
+
+
+@pytest.fixture(scope="session")
+def kill_reference(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """The row lines of an uninterrupted sweep of kill_loop's grid, which every killed and
+    resumed sweep must end with (one reference for the pool and the Dask kill tests)."""
+    import kill_loop
+
+    return kill_loop.reference(tmp_path_factory.mktemp("reference"))
 
 
 @pytest.fixture(scope="session")

@@ -248,8 +248,8 @@ class _Fit:
         if not sol.converged:
             warnings.append(f"the fit stopped after {sol.iterations} iterations, not converged")
         loo = []
-        for n, x in enumerate(sol.leave_one_out(self.u_lo[active], self.u_hi[active])):
-            v = self.values(x, active)
+        for n, u in enumerate(sol.leave_one_out(self.u_lo[active], self.u_hi[active])):
+            v = self.values(u, active)
             v = [float(self.base[i]) if KNOBS[i].name in reasons else v[i] for i in range(len(v))]
             loo.append(float(sim.predict(v, only=[n])[0]))
         predicted = [float(x) for x in sim.predict(values)]

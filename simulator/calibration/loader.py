@@ -86,16 +86,10 @@ def _kernels(d: Mapping[str, Any]) -> Kernels:
         ),
         l2_gain=share("l2_gain"),
         latency_scale=_numbers(entry(d, "latency_scale", w), f"{w}.latency_scale"),
-        **{key: _scale(d, key, w) for key in EFFICIENCY_SCALES},
+        matmul_efficiency_scale=_scale(d, "matmul_efficiency_scale", w),
+        attention_efficiency_scale=_scale(d, "attention_efficiency_scale", w),
+        hbm_efficiency_scale=_scale(d, "hbm_efficiency_scale", w),
     )
-
-
-#: Kernels' scales of the GPUs' achievable fractions (a fitted profile's, 1 as shipped).
-EFFICIENCY_SCALES = (
-    "matmul_efficiency_scale",
-    "attention_efficiency_scale",
-    "hbm_efficiency_scale",
-)
 
 
 def _scale(d: Mapping[str, Any], key: str, where: str) -> float:

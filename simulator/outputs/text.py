@@ -41,7 +41,7 @@ def launch_label(config: Mapping[str, Any]) -> str:
     return asked if ran == asked else f"{ran} (no CUDA graph for this step in the engine)"
 
 
-def title(s: dict[str, Any]) -> str:
+def title(s: Mapping[str, Any]) -> str:
     c = s["config"]
     w = c["workload"]
     lengths = (

@@ -286,6 +286,7 @@ def test_malformed_topology_file(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert rc == 2 and "bad.yaml" in err and err.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_python_dash_m(tmp_path: Path) -> None:
     p = subprocess.run(
         [sys.executable, "-m", "tpsim", "list", "gpus"],

@@ -273,6 +273,7 @@ SUBPROCESS_CASES = [
 ]
 
 
+@pytest.mark.slow
 def test_no_traceback_reaches_the_user_of_python_dash_m(tmp_path: Path) -> None:
     for argv in SUBPROCESS_CASES:
         p = subprocess.run(

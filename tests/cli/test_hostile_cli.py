@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
+from ctrl_c import sigint_default
 from hostile_corpus import (
     BIG,
     GOOD_MODEL,
@@ -212,6 +213,7 @@ def _one_line(p: subprocess.CompletedProcess[str], rc: int = 2) -> str:
     return p.stderr
 
 
+@pytest.mark.slow
 def test_endless_and_huge_inputs_in_1_gib_and_a_fifo_with_no_writer(tmp_path: Path) -> None:
     fifo = tmp_path / "t.yaml"
     os.mkfifo(fifo)
@@ -230,6 +232,7 @@ def test_endless_and_huge_inputs_in_1_gib_and_a_fifo_with_no_writer(tmp_path: Pa
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
+@pytest.mark.slow
 def test_stdout_on_a_full_disk(tmp_path: Path) -> None:
     py = f"{sys.executable} -m tpsim"
     for cmd in ("list models", "run --model llama-2-7b --topology dgx-h100 --tp 2 --json"):
@@ -237,12 +240,14 @@ def test_stdout_on_a_full_disk(tmp_path: Path) -> None:
         assert err == "tpsim: error: stdout: cannot write (No space left on device)\n", err
 
 
+@pytest.mark.slow
 def test_a_reader_that_stops_early_is_no_error(tmp_path: Path) -> None:
     p = _tpsim(f"{sys.executable} -m tpsim list models | head -1", tmp_path)
     assert p.returncode == 0 and p.stderr == "" and p.stdout.startswith("name")
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
+@pytest.mark.slow
 def test_process_substitution_is_refused_with_the_way_out(tmp_path: Path) -> None:
     """``<(...)`` is a pipe: refused (never read in part or blocked on), naming the fix."""
     py = f"{sys.executable} -m tpsim"
@@ -277,6 +282,7 @@ SIGNALS = {
     ],
     ids=["run", "demo", "report"],
 )
+@pytest.mark.slow
 def test_a_signal_is_one_line_and_leaves_no_output(
     tmp_path: Path, argv: list[str], wait_s: float, how: str
 ) -> None:
@@ -290,6 +296,7 @@ def test_a_signal_is_one_line_and_leaves_no_output(
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # its own process group, as a terminal's foreground job
+        preexec_fn=sigint_default,  # also when pytest runs with SIGINT ignored (in background)
     )
     time.sleep(wait_s)
     if to_group:
@@ -312,6 +319,7 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
+@pytest.mark.slow
 def test_ctrl_c_twice_stops_plan_and_its_workers_at_once(tmp_path: Path) -> None:
     """plan's workers leave Ctrl-C to it and die with it; it stops them, never waits on them
     (a second Ctrl-C found it joining busy workers, and they outlived a killed plan)."""
@@ -323,6 +331,7 @@ def test_ctrl_c_twice_stops_plan_and_its_workers_at_once(tmp_path: Path) -> None
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=sigint_default,
     )
     time.sleep(4.0)
     os.killpg(p.pid, signal.SIGINT)
@@ -341,6 +350,7 @@ def test_ctrl_c_twice_stops_plan_and_its_workers_at_once(tmp_path: Path) -> None
     assert not _group_alive(p.pid)
 
 
+@pytest.mark.slow
 def test_plan_workers_die_with_a_killed_plan(tmp_path: Path) -> None:
     argv = ["plan", "--model", "llama-3.1-70b", "--topology", "dgx-h100", "--nodes", "4"]
     p = subprocess.Popen(

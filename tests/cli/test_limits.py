@@ -49,6 +49,7 @@ def test_1024_gpus_and_126_layers_load_and_validate() -> None:
     assert tp_group(g, 64).gpu_ranks == tuple(range(64))
 
 
+@pytest.mark.slow
 def test_the_speed_benchmark_is_not_refused(no_engine: None) -> None:
     """llama-3.1-405b at TP 64 over 8 DGX H100s, decode: the speed issue's benchmark."""
     with pytest.raises(_Reached):

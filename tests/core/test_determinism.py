@@ -43,6 +43,7 @@ def _cli_twice_in_process(
     return _outputs(folder, as_json, as_text)
 
 
+@pytest.mark.slow
 def test_same_command_twice_in_one_process(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -94,6 +95,7 @@ print(records_csv(r.records), end="")
 """
 
 
+@pytest.mark.slow
 def test_fresh_processes_with_different_hash_seeds(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -176,6 +176,7 @@ def test_stage_layers() -> None:
         (["--tp", "1", "--pp", "2", "--micro-batches", "4", "--batch", "2"], "micro_batches=4"),
     ],
 )
+@pytest.mark.slow
 def test_bad_layouts_exit_2(args: list[str], field: str) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "tpsim", "run", "--model", "llama-2-7b", "--topology",
@@ -186,6 +187,7 @@ def test_bad_layouts_exit_2(args: list[str], field: str) -> None:
     assert len(lines) == 1 and __import__("re").search(field, lines[0]), lines
 
 
+@pytest.mark.slow
 def test_plan_ranks_layouts_and_recommends() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "tpsim", "plan", "--model", "llama-2-7b", "--topology",
@@ -199,6 +201,7 @@ def test_plan_ranks_layouts_and_recommends() -> None:
     assert "Recommended: TP " in text and "Runner-up: TP " in text
 
 
+@pytest.mark.slow
 def test_plan_worked_example_tp4_dp2_beside_tp8_and_tp2_dp4() -> None:
     """The source notes' example: 8 GPUs serving independent requests as TP 4 x DP 2; plan
     shows it next to TP 8 and TP 2 x DP 4, each with total tokens/s and latency. With the

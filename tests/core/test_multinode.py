@@ -38,22 +38,26 @@ def _errors(slug: str) -> tuple[float, str]:
     return err, f"worst {worst['bytes']} B: {worst['simulated_us']:.1f} vs {worst['measured_us']}"
 
 
+@pytest.mark.slow
 def test_h100_over_infiniband_within_15_percent() -> None:
     err, worst = _errors("h100_ib")
     assert err < 0.15, (err, worst)
 
 
+@pytest.mark.slow
 def test_b200_over_infiniband_within_15_percent() -> None:
     err, worst = _errors("b200_ib")
     assert err < 0.15, (err, worst)
 
 
 @pytest.mark.xfail(strict=True, reason="A3 Mega's 1-64 MiB regime is not modelled (issue #14)")
+@pytest.mark.slow
 def test_h100_on_a3_mega_within_15_percent() -> None:
     err, worst = _errors("h100_a3mega")
     assert err < 0.15, (err, worst)
 
 
+@pytest.mark.slow
 def test_the_miss_stays_where_it_is() -> None:
     """Regression bound on today's figure of the table still outside 15% (A3 Mega runs
     Google's tuner plugin, whose choices are not NCCL's own)."""
@@ -133,6 +137,7 @@ def test_a3_mega_is_described_as_data() -> None:
     assert rows[0]["protocol"] != "LL"  # NCCL_PROTO=Simple,LL128
 
 
+@pytest.mark.slow
 def test_fewer_or_slower_nics_are_slower() -> None:
     def t(*flags: str) -> float:
         net = Network(
@@ -224,6 +229,7 @@ def test_bad_nic_flags_exit_2_with_one_line(command, flags, capsys) -> None:  # 
     assert err.count("\n") == 1 and flags[0] in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_nic_flags_change_the_collective(capsys) -> None:  # type: ignore[no-untyped-def]
     argv = ["collective", "--topology", "dgx-h100", "--nodes", "2", "--ranks", "16"]
     argv += ["--sizes", "1G", "--json"]

@@ -159,6 +159,7 @@ def _never_slower(slow: Result, fast: Result) -> None:
 # -------------------------------------------------------------------------- one run
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(topo=topologies(), model=models(), tp=tp_choice, wl=workloads, opts=options)
 def test_invariants_of_one_run(
@@ -258,6 +259,7 @@ def test_ring_collectives_send_the_formula_bytes(
 # -------------------------------------------------------------------------- monotonicity
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(
     topo=topologies(),
@@ -276,6 +278,7 @@ def test_more_link_bandwidth_is_never_slower(
     _never_slower(slow, fast)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(
     topo=topologies(),
@@ -294,6 +297,7 @@ def test_more_flops_is_never_slower(
     _never_slower(slow, fast)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(
     topo=topologies(),

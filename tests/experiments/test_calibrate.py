@@ -93,6 +93,7 @@ def test_soft_l1_shrugs_off_an_outlier_least_squares_would_follow() -> None:
 # ---------------------------------------------------------------- fits
 
 
+@pytest.mark.slow
 def test_recovers_host_scale_and_gemm_efficiency_from_simulated_points(tmp_path: Path) -> None:
     c = profile("vllm-v0").engine
     truth = profile_file(tmp_path / "truth.yaml", {
@@ -111,6 +112,7 @@ def test_recovers_host_scale_and_gemm_efficiency_from_simulated_points(tmp_path:
     assert max(map(abs, result.errors())) < 0.01
 
 
+@pytest.mark.slow
 def test_a_profile_fitted_on_tp_1_and_2_predicts_tp_4_and_8(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

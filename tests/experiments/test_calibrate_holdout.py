@@ -35,6 +35,7 @@ def test_the_cases_round_trip_through_the_measurements_format(tmp_path: Path) ->
 
 
 @pytest.mark.parametrize("only", [("vllm-2023", "tgi"), ("lmdeploy",)])
+@pytest.mark.slow
 def test_held_out_predictions(tmp_path: Path, only: tuple[str, ...]) -> None:
     lines = list(run(tmp_path, jobs=2, only=only))
     err = _held_out_errors(lines)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from tpsim.experiments.validation.engines import (
     BOUND,
     e2e_cases,
@@ -24,6 +25,7 @@ def test_cases_cover_the_files() -> None:
     assert sum(c.file == "vllm-2023" for c in e2e) == 4  # the A30 and T4 rows have no GPU
 
 
+@pytest.mark.slow
 def test_every_file_and_all_together_within_the_bound(tmp_path: Path) -> None:
     by_file: dict[str, list[tuple[float, float]]] = {}
     for case in lmdeploy_cases() + e2e_cases():

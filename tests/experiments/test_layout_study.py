@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from tpsim.experiments.studies.tp_vs_pp_vs_dp import CASES, WORKLOADS, tp_vs_pp_vs_dp
+
+pytestmark = pytest.mark.slow  # a whole study
 
 
 def test_tp_vs_pp_vs_dp_where_tp_across_nodes_loses_and_wins(tmp_path: Path) -> None:

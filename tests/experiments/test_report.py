@@ -31,6 +31,7 @@ def review_html(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _report(tmp_path_factory.mktemp("report"), REVIEW)
 
 
+@pytest.mark.slow
 def test_report_is_self_contained_and_deterministic(review_html: Path, tmp_path: Path) -> None:
     text = review_html.read_text(encoding="utf-8")
     assert text.startswith("<!DOCTYPE html>")
@@ -111,6 +112,7 @@ def _chromium() -> str | None:
 
 @pytest.mark.skipif(_chromium() is None, reason="no chromium-headless-shell (.ci/run installs it)")
 @pytest.mark.parametrize("case", ["review", "eager"])
+@pytest.mark.slow
 def test_report_renders_in_a_real_browser(case: str, review_html: Path, tmp_path: Path) -> None:
     sync_api = pytest.importorskip("playwright.sync_api")
     html = review_html if case == "review" else _report(tmp_path, EAGER)

@@ -57,6 +57,7 @@ def test_tp_batch_sweep_headline(demo_run: tuple[Path, list[str]]) -> None:
     assert any("more TP pays up to TP 8" in line for line in lines)
 
 
+@pytest.mark.slow
 def test_in_node_vs_cross_node() -> None:
     study = in_node_vs_cross_node(jobs=2)
     s = study.summary
@@ -95,6 +96,7 @@ def test_study_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["study", "nope"]) == 2
 
 
+@pytest.mark.slow
 def test_engines_study_shows_where_the_engine_sets_the_limit(tmp_path: Path) -> None:
     from tpsim.experiments.studies.engines import engines
 

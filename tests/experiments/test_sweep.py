@@ -116,6 +116,7 @@ def crash_on_batch_3(point: GridPoint) -> dict[str, Any]:
     return run_point(point)
 
 
+@pytest.mark.slow
 def test_a_dying_worker_costs_only_its_point_which_stays_not_done(tmp_path: Path) -> None:
     points = cheap(tp="1,2", batch="1,2,3,4,5,6")
     out = tmp_path / "s.jsonl"
@@ -182,6 +183,7 @@ def test_bad_yaml_grids_exit_2_without_a_file(
     assert needle in err and "grid.yaml" in err and len(err.splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_cli_sweep_then_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out, plots = tmp_path / "s.csv", tmp_path / "plots"
     args = ["sweep", "--model", "llama-3.1-8b", "--topology", "dgx-h100", "--tp", "1,2,4"]

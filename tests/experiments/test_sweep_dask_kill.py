@@ -10,19 +10,16 @@ from pathlib import Path
 import kill_loop
 import pytest
 
+pytestmark = pytest.mark.slow  # Dask clusters of separate processes, killed
+
 pytest.importorskip("distributed")
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
-    return kill_loop.reference(tmp_path_factory.mktemp("reference"))
-
-
-def test_dask_scheduler_killed(tmp_path: Path, reference: list[str]) -> None:
-    outcome = kill_loop.dask_scheduler_killed(tmp_path, reference, random.Random(1))
+def test_dask_scheduler_killed(tmp_path: Path, kill_reference: list[str]) -> None:
+    outcome = kill_loop.dask_scheduler_killed(tmp_path, kill_reference, random.Random(1))
     assert outcome.ok, outcome.detail
 
 
-def test_dask_workers_all_killed(tmp_path: Path, reference: list[str]) -> None:
-    outcome = kill_loop.dask_workers_killed(tmp_path, reference, random.Random(2))
+def test_dask_workers_all_killed(tmp_path: Path, kill_reference: list[str]) -> None:
+    outcome = kill_loop.dask_workers_killed(tmp_path, kill_reference, random.Random(2))
     assert outcome.ok, outcome.detail

@@ -21,11 +21,6 @@ from tpsim.experiments.sweep.run import run_point, run_sweep
 CHEAP = {"model": "llama-3.1-8b", "topology": "dgx-h100", "phase": "decode", "context_len": "256"}
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
-    return kill_loop.reference(tmp_path_factory.mktemp("reference"))
-
-
 def test_resume_reruns_rows_of_lost_workers_and_tasks(tmp_path: Path) -> None:
     points = grid_from_flags(CHEAP | {"tp": "1,2", "batch": "1,8"})
     whole, old = tmp_path / "whole.csv", tmp_path / "old.csv"
@@ -64,7 +59,8 @@ def test_a_second_writer_is_refused_and_the_file_left_intact(
     assert main([*args, mode]) == 0  # the lock went with its holder
 
 
-def test_two_real_sweeps_on_one_file(tmp_path: Path, reference: list[str]) -> None:
+@pytest.mark.slow
+def test_two_real_sweeps_on_one_file(tmp_path: Path, kill_reference: list[str]) -> None:
     out = tmp_path / "s.csv"
     first = kill_loop.start(kill_loop.sweep_cmd(out, "--jobs", "1"))
     assert kill_loop.wait_rows(out, 1, first)
@@ -78,7 +74,7 @@ def test_two_real_sweeps_on_one_file(tmp_path: Path, reference: list[str]) -> No
         os.kill(first.pid, signal.SIGCONT)
     rc1, _ = kill_loop.finish(first)
     assert (rc1, rc2) == (0, 2) and "another sweep is writing" in err2
-    assert kill_loop.row_lines(out) == reference
+    assert kill_loop.row_lines(out) == kill_reference
 
 
 @pytest.mark.parametrize(
@@ -156,12 +152,18 @@ def test_bad_scheduler_addresses_exit_2_within_seconds(
 
 
 @pytest.mark.parametrize("seed", [1, 2])
-def test_pool_workers_killed_from_outside(tmp_path: Path, reference: list[str], seed: int) -> None:
-    outcome = kill_loop.pool_workers_killed(tmp_path, reference, random.Random(seed))
+@pytest.mark.slow
+def test_pool_workers_killed_from_outside(
+    tmp_path: Path, kill_reference: list[str], seed: int
+) -> None:
+    outcome = kill_loop.pool_workers_killed(tmp_path, kill_reference, random.Random(seed))
     assert outcome.ok, outcome.detail
 
 
 @pytest.mark.parametrize("seed", [1, 2])
-def test_parent_killed_its_workers_go_too(tmp_path: Path, reference: list[str], seed: int) -> None:
-    outcome = kill_loop.parent_killed(tmp_path, reference, random.Random(seed))
+@pytest.mark.slow
+def test_parent_killed_its_workers_go_too(
+    tmp_path: Path, kill_reference: list[str], seed: int
+) -> None:
+    outcome = kill_loop.parent_killed(tmp_path, kill_reference, random.Random(seed))
     assert outcome.ok, outcome.detail

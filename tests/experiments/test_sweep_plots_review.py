@@ -63,12 +63,19 @@ def grid(**kw: Any) -> list[dict[str, Any]]:
     return rows + [row(16, b, hosts=2, **kw) for b in BATCHES]
 
 
-def test_plots_of_a_sweep_come_with_an_index(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def grid_plots(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Path]]:
+    """The plots of :func:`grid`'s rows, drawn once for the module: the folder, what was written."""
+    out = tmp_path_factory.mktemp("grid-plots")
+    return out, list(plot_results(grid(), out, gantt_ids=[]))
+
+
+def test_plots_of_a_sweep_come_with_an_index(grid_plots: tuple[Path, list[Path]]) -> None:
     """Defect: loose PNGs, no index. Every figure is listed in index.html with a caption."""
-    written = plot_results(grid(), tmp_path, gantt_ids=[])
-    index = (tmp_path / "index.html").read_text()
-    pngs = sorted(p.name for p in tmp_path.glob("*.png"))
-    assert written[-1] == tmp_path / "index.html" and len(pngs) == 4
+    folder, written = grid_plots
+    index = (folder / "index.html").read_text()
+    pngs = sorted(p.name for p in folder.glob("*.png"))
+    assert written[-1] == folder / "index.html" and len(pngs) == 4
     for name in pngs:
         assert f'<img src="{name}"' in index and f"<figcaption>{name}: " in index
 
@@ -149,6 +156,7 @@ def test_regime_map_shows_the_margin_of_near_ties() -> None:
     assert grid_values[0][0] != grid_values[0][1]  # a lighter shade of the same regime
 
 
+@pytest.mark.slow
 def test_series_share_axes(tmp_path: Path) -> None:
     """Defect: series (H100 vs L40S) never on shared axes."""
     h100, l40s = grid(), grid(topology="pcie-l40s", gpu="l40s")
@@ -161,11 +169,13 @@ def test_series_share_axes(tmp_path: Path) -> None:
     assert "compare_series.png" in (tmp_path / "index.html").read_text()
 
 
-def test_sweep_plots_are_deterministic(tmp_path: Path) -> None:
-    for out in ("a", "b"):
-        plot_results(grid(), tmp_path / out, gantt_ids=[])
-    for p in sorted((tmp_path / "a").iterdir()):
-        assert p.read_bytes() == (tmp_path / "b" / p.name).read_bytes(), p.name
+@pytest.mark.slow
+def test_sweep_plots_are_deterministic(grid_plots: tuple[Path, list[Path]], tmp_path: Path) -> None:
+    first, _ = grid_plots  # the same rows drawn a second time, here
+    plot_results(grid(), tmp_path, gantt_ids=[])
+    assert sorted(p.name for p in first.iterdir()) == sorted(p.name for p in tmp_path.iterdir())
+    for p in sorted(first.iterdir()):
+        assert p.read_bytes() == (tmp_path / p.name).read_bytes(), p.name
 
 
 def test_regime_text_of_rows_and_study_tables() -> None:

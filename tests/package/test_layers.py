@@ -19,6 +19,7 @@ is shown failing on a deliberately wrong import written into a copy of the tree.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -27,6 +28,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
+pytestmark = pytest.mark.slow  # the wheel built, import-linter in fresh interpreters
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "pyproject.toml"
@@ -229,3 +232,16 @@ def test_a_wrong_import_breaks_its_contract(tpsim_tree: Path, tmp_path: Path, ca
     }
     assert status == {n: "BROKEN" if k in broken else "KEPT" for k, n in CONTRACTS.items()}
     assert named in done.stdout, done.stdout
+
+
+def test_the_ci_checks_see_the_installed_layout(tpsim_tree: Path, tmp_path: Path) -> None:
+    """.ci/checks.py runs mypy and import-linter on its own copy of the mapped folders: the
+    same modules, at the same places, as the wheel installs."""
+    spec = importlib.util.spec_from_file_location("ci_checks", REPO / ".ci" / "checks.py")
+    assert spec is not None and spec.loader is not None
+    checks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(checks)
+    checks.build_tree(tmp_path)
+    ours = {p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.py")}
+    wheel = {p.relative_to(tpsim_tree).as_posix() for p in (tpsim_tree / "tpsim").rglob("*.py")}
+    assert ours == wheel

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # the wheel built, fresh venvs
+
 REPO = Path(__file__).resolve().parents[2]
 
 # The folders' own names, and the sub-packages' names without the tpsim prefix.

@@ -246,12 +246,13 @@ def _same_programs(programs: Programs, replicas: int) -> bool:
                 return False
             for x, y in zip(a.ops, b.ops, strict=True):
                 if x.collective is not None:
-                    shift = len(groups0) * d
-                    y = replace(
-                        y, collective=replace(y.collective, group=y.collective.group - shift)
-                    )  # type: ignore[arg-type]
+                    if (c := y.collective) is None:
+                        return False
+                    y = replace(y, collective=replace(c, group=c.group - len(groups0) * d))
                 elif x.p2p is not None:
-                    y = replace(y, p2p=replace(y.p2p, peer=y.p2p.peer - d * per))  # type: ignore[arg-type]
+                    if (q := y.p2p) is None:
+                        return False
+                    y = replace(y, p2p=replace(q, peer=q.peer - d * per))
                 if x != y:
                     return False
     return True
