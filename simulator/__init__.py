@@ -10,16 +10,19 @@ if __name__ != "tpsim":  # one name per module
     raise ImportError(f"{__name__}: this folder is tpsim; import tpsim")
 
 import sys as _sys
+from types import TracebackType as _TracebackType
 
 
-def _out_of_memory_at_import(kind: type, exc: BaseException, tb: object) -> None:
+def _out_of_memory_at_import(
+    kind: type[BaseException], exc: BaseException, tb: _TracebackType | None
+) -> None:
     """A ``MemoryError`` raised while tpsim's modules were being imported (the ``tpsim``
     command starting on a machine without free memory) ends in one line, exit 1, not a
     traceback; any other uncaught exception goes to the hook that was there before."""
     frames, at = [], tb
     while at is not None:
-        frames.append(at.tb_frame)  # type: ignore[attr-defined]
-        at = at.tb_next  # type: ignore[attr-defined]
+        frames.append(at.tb_frame)
+        at = at.tb_next
     importing = any(
         f.f_code.co_name == "<module>" and str(f.f_globals.get("__name__", "")).startswith("tpsim")
         for f in frames

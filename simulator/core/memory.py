@@ -164,10 +164,15 @@ def what_fits(fits: Callable[[Workload], bool], workload: Workload, *, least_bat
     at its length, and the longest prompt or context that fits at its batch (``fits``: the
     memory check of a workload; batch and length each searched with the other held)."""
     length = "prompt" if workload.phase == "prefill" else "context"
-    field = "prompt_len" if workload.phase == "prefill" else "context_len"
     n = workload.kv_len
     batch = _largest(lambda b: fits(replace(workload, batch=b)), least_batch, workload.batch - 1)
-    tokens = _largest(lambda t: fits(replace(workload, **{field: t})), 1, n - 1)
+
+    def at_length(t: int) -> Workload:
+        if workload.phase == "prefill":
+            return replace(workload, prompt_len=t)
+        return replace(workload, context_len=t)
+
+    tokens = _largest(lambda t: fits(at_length(t)), 1, n - 1)
     parts = []
     if batch >= least_batch:
         parts.append(f"batch {batch} at {length} {n}")
