@@ -64,7 +64,11 @@ def test_default_view_is_first_and_last_layer_with_a_marked_gap(decode_70b) -> N
 
 def test_few_layers_or_pipeline_stages_are_not_collapsed() -> None:
     tiny = simulate(
-        str(DATA / "models" / "tiny-llama"), "dgx-h100", Layout(2), Workload(1), Options()
+        str(DATA / "models" / "tiny-llama"),
+        "dgx-h100",
+        Layout(2),
+        Workload(1, context_len=32),
+        Options(),
     )
     assert gantt_view(tiny.records).gap_s is None
     pp = simulate("llama-3.1-8b", "dgx-h100", Layout(2, pp=2), Workload(8), Options())

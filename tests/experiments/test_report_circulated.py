@@ -131,7 +131,18 @@ def test_input_text_never_becomes_a_link(tmp_path: Path) -> None:
     text = (DATA / "topologies" / "pair.yaml").read_text()
     topo.write_text(text.replace("name: two-gpus", f"name: '{EVIL} http://evil.example'"))
     out = tmp_path / "r.html"
-    argv = ["--model", str(model), "--topology", str(topo), "--tp", "1,2", "--batch", "1"]
+    argv = [
+        "--model",
+        str(model),
+        "--topology",
+        str(topo),
+        "--tp",
+        "1,2",
+        "--batch",
+        "1",
+        "--context-len",
+        "32",
+    ]
     assert main(["report", *argv, "--out", str(out)]) == 0
     page = _page(out)
     assert page.links == []  # no <a> or href anywhere in the page's markup
