@@ -12,6 +12,7 @@ tokens/s, then TPOT.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from tpsim.experiments.sweep.pool import map_in_workers
 from tpsim.experiments.sweep.run import default_jobs
 from tpsim.models.catalog import get_model
 from tpsim.topologies.io import get_topology
+from tqdm import tqdm
 
 MAX_PP = 8
 
@@ -165,8 +167,17 @@ def plan(req: PlanRequest, jobs: int = 0) -> list[PlanRow]:
         raise ConfigError(f"model={req.model}: no TP x PP x DP layout splits it over these GPUs")
     args = [(req, *c) for c in cands]
     jobs = min(jobs or default_jobs(), len(args))
-    # in parallel: workers that die with this process and stop at the first Ctrl-C
-    rows = [_evaluate(a) for a in args] if jobs <= 1 else map_in_workers(_evaluate, args, jobs)
+    # progress on a terminal only (a large host or join takes minutes: say how far it is)
+    with tqdm(
+        total=len(args), unit="layout", file=sys.stderr, disable=None, dynamic_ncols=True
+    ) as bar:
+        if jobs <= 1:
+            rows = []
+            for a in args:
+                rows.append(_evaluate(a))
+                bar.update()
+        else:  # workers that die with this process and stop at the first Ctrl-C
+            rows = map_in_workers(_evaluate, args, jobs, done=bar.update)
     found = [r for r in rows if r is not None]
     if not found:
         raise ConfigError(f"model={req.model}: no layout fits in memory on these GPUs")

@@ -90,13 +90,23 @@ def _stop(pool: ProcessPoolExecutor) -> None:
         p.join(timeout=5)
 
 
-def map_in_workers(fn: Callable[[T], R], items: Sequence[T], workers: int) -> list[R]:
+def map_in_workers(
+    fn: Callable[[T], R],
+    items: Sequence[T],
+    workers: int,
+    done: Callable[[], None] | None = None,
+) -> list[R]:
     """``[fn(x) for x in items]`` on ``workers`` processes that leave Ctrl-C to this one and
     die with it: interrupted (Ctrl-C, SIGTERM), the pool is stopped at once, never waited for
-    (a second Ctrl-C would otherwise find this process joining busy workers)."""
+    (a second Ctrl-C would otherwise find this process joining busy workers). ``done`` is
+    called as each result arrives, in order (a progress bar)."""
     pool = _new_pool(workers)
     try:
-        rows = list(pool.map(fn, items))
+        rows = []
+        for row in pool.map(fn, items):
+            rows.append(row)
+            if done is not None:
+                done()
     except BaseException:
         _stop(pool)
         raise

@@ -55,8 +55,9 @@ def simulate(
     plan = resolve(model, topology, layout, workload, options, nodes=nodes)
     spec, layout, workload, options = plan.model, plan.layout, plan.workload, plan.options
     tp, calib = layout.tp, plan.calib
+    bound = records_lower_bound(spec, tp, workload, options, layout.micro_batches)
+    check_records(bound, options, "at least")  # before a program of that size is built
     if plan.one_group:
-        check_records(records_lower_bound(spec, tp, workload, options), options, "at least")
         programs = lower(spec, tp, workload, options, plan.hardware, plan.table)
     else:
         programs = lower_layout(spec, tp, plan.stages, layout.dp, workload, options,

@@ -73,15 +73,18 @@ def estimate_records(programs: Programs, algo: str = "auto") -> int:
     return total
 
 
-def records_lower_bound(spec: ModelSpec, tp: int, workload: Workload, options: Options) -> int:
+def records_lower_bound(
+    spec: ModelSpec, tp: int, workload: Workload, options: Options, micro_batches: int = 1
+) -> int:
     """Records the run makes at least, known before lowering (so that an absurd request is
     refused before its program is built): per rank and layer the QKV, attention and
     activation kernels and the two row-parallel GEMMs, each followed by a collective when
-    tp > 1, in ``parts`` pieces with ``overlap="chunked"``."""
+    tp > 1, in ``parts`` pieces with ``overlap="chunked"``; a pipeline runs every layer once
+    per micro-batch (one TP group of each stage stands for its replicas at least)."""
     parts = 1
     if tp > 1 and options.overlap == "chunked":
         parts = max(1, min(options.overlap_chunks or tp, workload.tokens))
-    return tp * spec.num_layers * (3 + 2 * parts * (2 if tp > 1 else 1))
+    return micro_batches * tp * spec.num_layers * (3 + 2 * parts * (2 if tp > 1 else 1))
 
 
 def check_records(records: int, options: Options, bound: str = "up to") -> None:
@@ -94,6 +97,6 @@ def check_records(records: int, options: Options, bound: str = "up to") -> None:
     if records > options.max_records:
         raise ConfigError(
             f"max_records={options.max_records}: this run would make {bound} {records:,} "
-            f"records (about {records * RECORD_BYTES / 1e9:,.0f} GB); lower --tp, the layers "
-            "or --overlap-chunks, or raise --max-records"
+            f"records (about {records * RECORD_BYTES / 1e9:,.1f} GB); lower --tp, "
+            "--micro-batches, the layers or --overlap-chunks, or raise --max-records"
         )

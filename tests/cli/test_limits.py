@@ -165,3 +165,21 @@ def test_record_bytes_is_what_a_record_holds() -> None:
         tracemalloc.stop()
     per_record = held / len(loaded)
     assert RECORD_BYTES / 2 < per_record < RECORD_BYTES * 2, per_record
+
+
+def test_a_pipeline_of_many_micro_batches_is_refused_before_it_is_lowered(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue #27: --pp 8 --micro-batches 4096 built its whole program before any check; the
+    lower bound counts every micro-batch's pass through the layers and refuses at once."""
+    import time
+
+    from tpsim.cli import main
+
+    argv = ["run", "--model", "llama-3.1-8b", "--topology", "dgx-h100", "--tp", "1"]
+    argv += ["--pp", "8", "--micro-batches", "4096", "--batch", "4096", "--context-len", "16"]
+    start = time.perf_counter()
+    assert main([*argv, "--max-records", "200000"]) == 2
+    assert time.perf_counter() - start < 5
+    err = capsys.readouterr().err
+    assert "at least 655,360 records" in err and "--micro-batches" in err
