@@ -87,31 +87,25 @@ class GridPoint:
         """GPUs the point runs on: tp * pp * dp."""
         return self.tp * self.pp * self.dp
 
+    def _fields(self, belongs: str) -> dict[str, Any]:
+        """The point's values of the dataclass ``belongs`` (each sweepable option's field,
+        in its unit; a length left None takes the dataclass default)."""
+        out: dict[str, Any] = {}
+        for o in sweepable():
+            value = getattr(self, o.name)
+            if o.belongs == belongs and value is not None:
+                out[o.field or o.name] = value * o.scale if o.scale != 1.0 else value
+        return out
+
     def layout(self) -> Layout:
-        return Layout(self.tp, self.gpus_per_node, self.pp, self.dp, self.micro_batches)
+        return Layout(**self._fields("layout"))
 
     def workload(self) -> Workload:
-        defaults = Workload()
-        return Workload(
-            self.batch,
-            self.phase,
-            self.prompt_len or defaults.prompt_len,
-            self.context_len or defaults.context_len,
-        )
+        return Workload(**self._fields("workload"))
 
     def options(self) -> Options:
         """The point's options; layouts that do not fit still run (the row says fits=false)."""
-        return Options(
-            launch=self.launch,
-            overlap=self.overlap,
-            allreduce_algo=self.allreduce_algo,
-            dtype=self.dtype,
-            kv_dtype=self.kv_dtype,
-            ideal=self.ideal,
-            allow_oom=True,
-            engine=self.engine,
-            sequence_parallel=self.sequence_parallel,
-        )
+        return Options(**self._fields("options"), allow_oom=True)
 
 
 #: The axes of a layout of several TP groups (pipeline stages, replicas).
