@@ -23,27 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from tpsim.calibration import CalibrationError, profile
 from tpsim.calibration.bounded import ReadRefused, read_text, shorten, show, yaml_load
-from tpsim.core.config import (
-    ALLREDUCE_ALGOS,
-    COMPUTE_DTYPES,
-    LAUNCH_MODES,
-    OVERLAP_MODES,
-    PHASES,
-    Layout,
-    Options,
-    Workload,
-    parse_tokens,
-)
+from tpsim.core.config import Layout, Options, Workload
 from tpsim.core.errors import INPUT_ERRORS, ConfigError
-from tpsim.models.catalog import MODELS, get_model
-from tpsim.topologies.builders import TOPOLOGIES
-from tpsim.topologies.io import get_topology
+from tpsim.core.run_options import RUN_OPTIONS, RunOption, sweepable
 
 #: At most this many points in one sweep (a typo like ``--batch 1,2,...`` x 6 axes).
 MAX_POINTS = 200_000
-MAX_NODES = 1024
 #: A grid file is a few lines; its values (aliases expanded) a few thousand at most.
 MAX_GRID_BYTES = 10 * 10**6
 MAX_GRID_NODES = 100_000
@@ -101,31 +87,25 @@ class GridPoint:
         """GPUs the point runs on: tp * pp * dp."""
         return self.tp * self.pp * self.dp
 
+    def _fields(self, belongs: str) -> dict[str, Any]:
+        """The point's values of the dataclass ``belongs`` (each sweepable option's field,
+        in its unit; a length left None takes the dataclass default)."""
+        out: dict[str, Any] = {}
+        for o in sweepable():
+            value = getattr(self, o.name)
+            if o.belongs == belongs and value is not None:
+                out[o.field or o.name] = value * o.scale if o.scale != 1.0 else value
+        return out
+
     def layout(self) -> Layout:
-        return Layout(self.tp, self.gpus_per_node, self.pp, self.dp, self.micro_batches)
+        return Layout(**self._fields("layout"))
 
     def workload(self) -> Workload:
-        defaults = Workload()
-        return Workload(
-            self.batch,
-            self.phase,
-            self.prompt_len or defaults.prompt_len,
-            self.context_len or defaults.context_len,
-        )
+        return Workload(**self._fields("workload"))
 
     def options(self) -> Options:
         """The point's options; layouts that do not fit still run (the row says fits=false)."""
-        return Options(
-            launch=self.launch,
-            overlap=self.overlap,
-            allreduce_algo=self.allreduce_algo,
-            dtype=self.dtype,
-            kv_dtype=self.kv_dtype,
-            ideal=self.ideal,
-            allow_oom=True,
-            engine=self.engine,
-            sequence_parallel=self.sequence_parallel,
-        )
+        return Options(**self._fields("options"), allow_oom=True)
 
 
 #: The axes of a layout of several TP groups (pipeline stages, replicas).
@@ -133,114 +113,15 @@ LAYOUT_AXES: tuple[str, ...] = ("pp", "dp", "micro_batches")
 POINT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(GridPoint))
 
 
-def _name(kind: str, catalog: Iterable[str]) -> Callable[[object], str]:
-    """Check a model or topology name (or file); catalog names are lower-cased."""
-    known = set(catalog)
-
-    def check(value: object) -> str:
-        if not isinstance(value, str) or not value.strip():
-            raise ConfigError(f"{kind}={show(value)}: must be a catalog name or a path")
-        if kind == "model":
-            get_model(value)
-        else:
-            get_topology(value)
-        return value.strip().lower() if value.strip().lower() in known else value
-
-    return check
+def axes_of(table: Iterable[RunOption]) -> dict[str, tuple[Callable[[Any], Any], Any]]:
+    """The grid's axes of a table of run options: its sweepable ones, in its order."""
+    return {o.name: (o.parse, o.default) for o in sweepable(table)}
 
 
-def _int(field: str, lo: int, hi: int | None = None) -> Callable[[object], int]:
-    def check(value: object) -> int:
-        if isinstance(value, str):
-            try:
-                value = int(value.strip())
-            except ValueError:
-                raise ConfigError(f"{field}={show(value)}: must be an integer") from None
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{field}={show(value)}: must be an integer")
-        if hi is None and value < lo:
-            raise ConfigError(f"{field}={show(value)}: must be a positive integer")
-        if hi is not None and not lo <= value <= hi:
-            raise ConfigError(f"{field}={show(value)}: must be an integer in {lo}..{hi}")
-        return value
-
-    return check
-
-
-def _choice(field: str, allowed: tuple[str, ...], optional: bool = False) -> Callable:
-    def check(value: object) -> str | None:
-        if optional and value in (None, "", "auto", "model"):
-            return None
-        if value not in allowed:
-            raise ConfigError(f"{field}={show(value)}: must be one of {', '.join(allowed)}")
-        return str(value)
-
-    return check
-
-
-def _engine(value: object) -> str:
-    """An engine profile: a shipped name or a profile file (loaded once here to check it)."""
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError(f"engine={show(value)}: must name an engine or a profile file")
-    try:
-        profile(value.strip())
-    except CalibrationError as e:
-        raise ConfigError(str(e)) from None
-    return value.strip()
-
-
-def _bool(field: str) -> Callable[[object], bool]:
-    words = {"true": True, "on": True, "yes": True, "false": False, "off": False, "no": False}
-
-    def check(value: object) -> bool:
-        if isinstance(value, str) and value.strip().lower() in words:
-            return words[value.strip().lower()]
-        if not isinstance(value, bool):
-            raise ConfigError(f"{field}={show(value)}: must be true or false")
-        return value
-
-    return check
-
-
-def _via(field: str, make: Callable[[int], object]) -> Callable[[object], int]:
-    """An integer the config dataclasses check themselves (their message names the field);
-    token lengths as text may carry a K/M suffix (4K = 4096)."""
-    as_int = _int(field, 1)
-
-    def check(value: object) -> int:
-        if isinstance(value, str) and field.endswith("_len"):
-            value = parse_tokens(value, field)
-        v = as_int(value)
-        make(v)
-        return v
-
-    return check
-
-
-#: Grid axes in expansion order: name -> (check and normalise one value, default).
-AXES: dict[str, tuple[Callable[[Any], Any], Any]] = {
-    "model": (_name("model", MODELS), None),
-    "topology": (_name("topology", TOPOLOGIES), None),
-    "nodes": (_int("nodes", 1, MAX_NODES), 1),
-    "gpus_per_node": (_int("gpus_per_node", 0, 4096), 0),
-    "tp": (_via("tp", Layout), None),
-    "batch": (_via("batch", lambda v: Workload(batch=v)), 1),
-    "phase": (_choice("phase", PHASES), "decode"),
-    "prompt_len": (_via("prompt_len", lambda v: Workload(prompt_len=v)), 512),
-    "context_len": (_via("context_len", lambda v: Workload(context_len=v)), 1024),
-    "dtype": (_choice("dtype", COMPUTE_DTYPES, optional=True), None),
-    "kv_dtype": (_choice("kv_dtype", COMPUTE_DTYPES, optional=True), None),
-    "launch": (_choice("launch", LAUNCH_MODES), "graph"),
-    "overlap": (_choice("overlap", OVERLAP_MODES), "none"),
-    "allreduce_algo": (_choice("allreduce_algo", ALLREDUCE_ALGOS), "auto"),
-    "sequence_parallel": (_bool("sequence_parallel"), False),
-    "ideal": (_bool("ideal"), False),
-    "engine": (_engine, Options.engine),
-    "pp": (_via("pp", lambda v: Layout(pp=v)), 1),
-    "dp": (_via("dp", lambda v: Layout(dp=v)), 1),
-    "micro_batches": (_via("micro_batches", lambda v: Layout(micro_batches=v)), 1),
-}
-REQUIRED = ("model", "topology", "tp")
+#: Grid axes in expansion order: name -> (check and normalise one value, default); the
+#: sweepable options of tpsim.core.run_options.RUN_OPTIONS.
+AXES: dict[str, tuple[Callable[[Any], Any], Any]] = axes_of(RUN_OPTIONS)
+REQUIRED = tuple(o.name for o in RUN_OPTIONS if o.sweepable and o.required)
 
 
 def expand(grid: Mapping[str, Any], where: str = "sweep grid") -> list[GridPoint]:

@@ -9,20 +9,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tpsim import calibration
 from tpsim.cli.paths import check_output
 from tpsim.cli.types import number, parse_counts, parse_gantt_layers, parse_ranks, tokens
-from tpsim.core.config import (
-    ALLREDUCE_ALGOS,
-    LAUNCH_MODES,
-    OVERLAP_MODES,
-    PHASES,
-    Layout,
-    Options,
-    Workload,
-    check_nodes,
-)
+from tpsim.core.config import Layout, Options, Workload, check_nodes
 from tpsim.core.errors import ConfigError
+from tpsim.core.run_options import BY_NAME, RUN_OPTIONS, RunOption
 from tpsim.outputs import text as report
 
 
@@ -31,95 +22,41 @@ def warn(message: str) -> None:
     print(f"tpsim: warning: {message}", file=sys.stderr)
 
 
+def add_option(p: argparse.ArgumentParser, option: RunOption) -> None:
+    """``option``'s flag on ``p``, as the table declares it (its type, default and help)."""
+    kw: dict[str, Any] = {"help": option.help_text}
+    if option.kind == "switch":
+        kw["action"] = "store_true"
+    elif option.kind == "negatable":
+        kw.update(action=argparse.BooleanOptionalAction, default=option.default)
+    else:
+        if option.required:
+            kw["required"] = True
+        elif not option.unset:
+            kw["default"] = option.default
+        if option.kind == "int":
+            kw["type"] = int
+        elif option.kind == "float":
+            low, high, low_open = option.bounds
+            kw["type"] = number(low, high, low_open=low_open)
+        elif option.kind == "tokens":
+            kw["type"] = tokens(option.flag)
+        elif option.kind == "counts":
+            kw["type"] = parse_counts
+        elif option.kind == "choice":
+            kw["choices"] = option.choices
+        if option.metavar:
+            kw["metavar"] = option.metavar
+    p.add_argument(option.flag, **kw)
+
+
 def add_run_parser(sub: Any) -> argparse.ArgumentParser:
-    """Add ``run`` to the sub-commands ``sub``; its parser (``compare`` reads its flags)."""
+    """Add ``run`` to the sub-commands ``sub``; its parser (``compare`` reads its flags).
+
+    Its options are :data:`tpsim.core.run_options.RUN_OPTIONS`; the outputs follow."""
     run = sub.add_parser("run", help="simulate one forward pass")
-    run.add_argument("--model", required=True, help="catalog name or path to a config.json")
-    run.add_argument("--topology", required=True, help="catalog name or topology file")
-    run.add_argument("--nodes", type=int, default=1, help="hosts joined over the network")
-    network_flags(run)
-    run.add_argument("--tp", type=int, required=True, help="tensor-parallel degree")
-    run.add_argument(
-        "--gpus-per-node",
-        type=int,
-        default=0,
-        help="GPUs of the group on each host (default: fill each host first)",
-    )
-    run.add_argument("--pp", type=int, default=1, help="pipeline stages (one TP group each)")
-    run.add_argument("--dp", type=int, default=1, help="data-parallel replicas")
-    run.add_argument(
-        "--micro-batches", type=int, default=1, help="micro-batches per step (pipeline)"
-    )
-    run.add_argument("--pp-layers", type=parse_counts, default=(), help="layers per stage: 40,40")
-    run.add_argument(
-        "--placement",
-        metavar="GPU,GPU,...",
-        help="the GPU of each rank in (dp, pp, tp) order, e.g. n0.gpu0,n0.gpu2,n0.gpu4,n0.gpu6 "
-        "(default: TP inside a host first, then stages, then replicas)",
-    )
-    run.add_argument("--batch", type=int, default=1)
-    run.add_argument("--phase", choices=PHASES, default="decode")
-    run.add_argument(
-        "--prompt-len",
-        type=tokens("--prompt-len"),
-        help="prefill: tokens per sequence (2K = 2048; "
-        f"default: {Workload.prompt_len}, as every command)",
-    )
-    run.add_argument(
-        "--context-len",
-        type=tokens("--context-len"),
-        help="decode: keys each new token attends to (4K = 4096; "
-        f"default: {Workload.context_len}, as every command)",
-    )
-    run.add_argument("--dtype", choices=("bf16", "fp16", "fp8"))
-    run.add_argument("--kv-dtype", choices=("bf16", "fp16", "fp8"))
-    run.add_argument("--launch", choices=LAUNCH_MODES, default="graph")
-    run.add_argument(
-        "--overlap",
-        choices=OVERLAP_MODES,
-        default="none",
-        help="chunked: GEMM pieces overlap their collective; microbatch: two "
-        "halves of the batch interleaved",
-    )
-    run.add_argument(
-        "--overlap-chunks",
-        type=int,
-        default=0,
-        help="pieces per GEMM with --overlap chunked (default: the TP degree)",
-    )
-    run.add_argument(
-        "--sequence-parallel",
-        action="store_true",
-        help="reduce-scatter + all-gather instead of each all-reduce",
-    )
-    run.add_argument(
-        "--launch-skew-us",
-        type=number(0, 1e7, low_open=False),
-        default=0.0,
-        help="the last rank's host thread starts this much later (us)",
-    )
-    run.add_argument("--allreduce-algo", choices=ALLREDUCE_ALGOS, default="auto")
-    run.add_argument(
-        "--engine",
-        default=Options.engine,
-        help="serving engine: "
-        + ", ".join(calibration.engines())
-        + " (tpsim list engines), or a profile file .yaml",
-    )
-    run.add_argument("--allow-oom", action="store_true", help="simulate a layout that does not fit")
-    run.add_argument(
-        "--fused",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="fuse residual add + RMSNorm as vLLM does (default; --no-fused: separate kernels)",
-    )
-    run.add_argument(
-        "--kernel-table",
-        metavar="TABLE",
-        help="measured kernel times overriding the model: a CSV (tpsim's or Vidur's layout), "
-        "a shipped table (vidur-a100, vidur-h100) or a comma-separated list",
-    )
-    run.add_argument("--ideal", action="store_true", help="efficiencies 1, fixed overheads 0")
+    for option in RUN_OPTIONS:
+        add_option(run, option)
     run.add_argument("--gantt", type=Path, help="write a Gantt chart (.png or .svg)")
     run.add_argument(
         "--gantt-ranks",
@@ -133,32 +70,14 @@ def add_run_parser(sub: Any) -> argparse.ArgumentParser:
         "(default: the whole step with the layers between the first and the last collapsed)",
     )
     run.add_argument("--trace", type=Path, help="write a Chrome/Perfetto trace (.json)")
-    run.add_argument(
-        "--max-records",
-        type=int,
-        default=Options.max_records,
-        help="refuse a run estimated to produce more records than this "
-        f"(default {Options.max_records:,}, about 9 GB of memory)",
-    )
     run.add_argument("--json", action="store_true", help="print the summary as JSON")
     return run
 
 
 def network_flags(p: argparse.ArgumentParser) -> None:
     """``--nic-gbps`` and ``--nics-per-node`` (``run`` and ``collective``)."""
-    p.add_argument(
-        "--nic-gbps",
-        type=number(0, 1e5),
-        metavar="G",
-        help="bandwidth of one NIC of the multi-host join, Gb/s per direction "
-        "(default: the topology's network, else the NIC paired with its GPUs)",
-    )
-    p.add_argument(
-        "--nics-per-node",
-        type=int,
-        metavar="K",
-        help="NICs per host, shared by its GPUs in turn (default: the topology's, else one a GPU)",
-    )
+    add_option(p, BY_NAME["nic_gbps"])
+    add_option(p, BY_NAME["nics_per_node"])
 
 
 def run_topology(a: argparse.Namespace) -> Any:

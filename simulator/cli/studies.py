@@ -10,14 +10,16 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from tpsim.calibration.bounded import shorten
-from tpsim.cli import helptext, paths, signals
+from tpsim.cli import paths, signals
 from tpsim.cli.types import number, tokens
-from tpsim.core.config import PHASES, Layout, Options, Workload, check_nodes
+from tpsim.core.config import PHASES, Layout, Workload, check_nodes
 from tpsim.core.errors import ConfigError
+from tpsim.core.run_options import RUN_OPTIONS, RunOption, sweepable
 
 #: The named studies, in the registry's order (tpsim.experiments.studies.STUDIES, discovered
 #: from its modules; kept here so that --help imports nothing heavy, and checked against it by
@@ -32,16 +34,25 @@ STUDY_NAMES = (
 )
 
 
-def _axis_help(flag: str) -> str:
-    """A sweep axis: what the flag means (as run says it), its default, and that it takes a
-    comma-separated list."""
-    dest = flag.removeprefix("--").replace("-", "_")
-    text = helptext.COMMON_HELP.get(dest, dest.replace("_", " "))
-    for defaults in (Layout, Workload, Options):
-        value = getattr(defaults, dest, None)
-        if value not in (None, (), "") and "default" not in text:
-            text += f" (default: {value})"
+def _axis_help(option: RunOption) -> str:
+    """A sweep axis: what the option means (as run says it), its default, and that it takes
+    a comma-separated list."""
+    text = option.help_text or option.name.replace("_", " ")
+    if option.kind in ("switch", "negatable"):
+        return f"{text}; alone: true; or a list: false,true"
+    if option.default not in (None, (), "") and "default" not in text:
+        text += f" (default: {option.default})"
     return text + "; a comma-separated list"
+
+
+def add_axis_flags(p: argparse.ArgumentParser, table: Iterable[RunOption] = RUN_OPTIONS) -> None:
+    """The sweep's grid flags: one per sweepable run option, each a comma-separated list
+    (a flag alone, as ``--ideal``, means true)."""
+    for option in sweepable(table):
+        if option.kind in ("switch", "negatable"):
+            p.add_argument(option.flag, nargs="?", const="true", help=_axis_help(option))
+        else:
+            p.add_argument(option.flag, help=_axis_help(option))
 
 
 def add_study_parsers(sub: Any) -> None:
@@ -52,16 +63,7 @@ def add_study_parsers(sub: Any) -> None:
 
     sw = sub.add_parser("sweep", help="simulate a grid of points, one row each, to CSV/JSONL")
     sw.add_argument("--grid", type=Path, help="YAML grid file (instead of the grid flags)")
-    for flag in ("--model", "--topology", "--nodes", "--gpus-per-node", "--tp", "--batch"):
-        sw.add_argument(flag, help=_axis_help(flag))
-    for flag in ("--phase", "--prompt-len", "--context-len", "--dtype", "--kv-dtype"):
-        sw.add_argument(flag, help=_axis_help(flag))
-    for flag in ("--launch", "--overlap", "--allreduce-algo", "--engine"):
-        sw.add_argument(flag, help=_axis_help(flag))
-    for flag in ("--sequence-parallel", "--ideal"):
-        sw.add_argument(flag, nargs="?", const="true", help="alone: true; or a list: false,true")
-    for flag in ("--pp", "--dp", "--micro-batches"):  # layouts of several TP groups
-        sw.add_argument(flag, help=_axis_help(flag))
+    add_axis_flags(sw)
     sw.add_argument("--out", type=Path, required=True, help="results file (.csv or .jsonl)")
     sw.add_argument("--resume", action="store_true", help="skip the points already in --out")
     sw.add_argument("--overwrite", action="store_true", help="replace an existing --out")

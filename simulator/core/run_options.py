@@ -1,0 +1,488 @@
+"""Every option ``tpsim run`` takes, declared once: :data:`RUN_OPTIONS`.
+
+One :class:`RunOption` per option: its name (the argparse ``dest``, the grid key and the
+results column), its flag, how a value is read, its default (taken from the
+:class:`~tpsim.core.config.Layout`, :class:`~tpsim.core.config.Workload` or
+:class:`~tpsim.core.config.Options` field it fills, never repeated here), its help, where it
+belongs and whether a sweep may vary it. Generated from the table:
+
+- ``tpsim run``'s flags (``tpsim.cli.run.add_run_parser``; ``compare`` and ``report`` copy
+  them as comma lists);
+- ``tpsim sweep``'s axis flags (``tpsim.cli.studies``), one per sweepable option;
+- the sweep grid's keys, checks and defaults (``tpsim.experiments.sweep.grid.AXES``), in the
+  table's order, which is the grid's expansion order: a new option goes at the end.
+
+A sweepable option is also a field of ``GridPoint`` and a column of the results file
+(``tests/experiments/test_sweep_layout.py`` holds them equal); the options ``sweepable=False``
+say why in a comment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from tpsim import calibration
+from tpsim.calibration.bounded import show
+from tpsim.core.config import (
+    ALLREDUCE_ALGOS,
+    COMPUTE_DTYPES,
+    LAUNCH_MODES,
+    OVERLAP_MODES,
+    PHASES,
+    Layout,
+    Options,
+    Workload,
+    parse_tokens,
+)
+from tpsim.core.errors import ConfigError
+
+#: Hosts a run or a sweep point may join.
+MAX_NODES = 1024  # as tpsim.topologies.builders.MAX_NODES (not imported: networkx)
+
+#: How the command line reads a value: ``text``, ``int``, ``float`` (within ``bounds``),
+#: ``tokens`` (4K = 4096), ``counts`` (40,40), ``choice`` (one of ``choices``), ``switch`` (a
+#: flag alone: true) or ``negatable`` (``--x`` / ``--no-x``).
+Kind = Literal["text", "int", "float", "tokens", "counts", "choice", "switch", "negatable"]
+#: Where the value goes: a :class:`Layout`, :class:`Workload` or :class:`Options` field, or
+#: ``simulate`` (what ``simulate`` takes beside them: the model, the topology and its hosts).
+Belongs = Literal["layout", "workload", "options", "simulate"]
+
+_DATACLASS: dict[str, type] = {"layout": Layout, "workload": Workload, "options": Options}
+
+
+@dataclass(frozen=True)
+class RunOption:
+    """One option of ``tpsim run`` (see the module's docstring)."""
+
+    name: str
+    kind: Kind
+    belongs: Belongs
+    #: what the value means (shown by run, sweep, compare and report); a callable is asked
+    #: when a parser is built (the list of engines reads a folder)
+    help: str | Callable[[], str] | None
+    #: a value (str from flags or YAML, or already typed from YAML) -> the checked value;
+    #: raises ConfigError naming the field
+    parse: Callable[[Any], Any]
+    sweepable: bool = True
+    required: bool = False
+    choices: tuple[str, ...] = ()
+    #: the dataclass field it fills when not ``name`` (``launch_skew_us`` fills
+    #: ``launch_skew_s``), and the factor from the option's unit to the field's
+    field: str | None = None
+    scale: float = 1.0
+    #: the default of an option that fills no dataclass field
+    own_default: Any = None
+    #: run's flag is None when not given (the command decides: a length that does not apply
+    #: to the phase is warned about), not the dataclass default
+    unset: bool = False
+    #: ``float``: (low, high, low_open)
+    bounds: tuple[float, float, bool] = (0.0, 0.0, True)
+    metavar: str | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def default(self) -> Any:
+        """The value when the option is not given (None for a required one)."""
+        if self.required:
+            return None
+        if self.belongs == "simulate":
+            return self.own_default
+        value = getattr(_DATACLASS[self.belongs], self.field or self.name)
+        return value / self.scale if self.scale != 1.0 else value
+
+    @property
+    def help_text(self) -> str | None:
+        return self.help() if callable(self.help) else self.help
+
+
+# -- checks: a value from a flag (text) or a YAML grid (typed) -> the value, or ConfigError ----
+
+
+def name_check(kind: str) -> Callable[[object], str]:
+    """A model or topology name (or file); catalog names are lower-cased."""
+
+    def check(value: object) -> str:
+        from tpsim.models.catalog import MODELS, get_model
+        from tpsim.topologies.builders import TOPOLOGIES
+        from tpsim.topologies.io import get_topology
+
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(f"{kind}={show(value)}: must be a catalog name or a path")
+        if kind == "model":
+            get_model(value)
+            known: Iterable[str] = MODELS
+        else:
+            get_topology(value)
+            known = TOPOLOGIES
+        return value.strip().lower() if value.strip().lower() in set(known) else value
+
+    return check
+
+
+def int_check(field: str, lo: int, hi: int | None = None) -> Callable[[object], int]:
+    def check(value: object) -> int:
+        if isinstance(value, str):
+            try:
+                value = int(value.strip())
+            except ValueError:
+                raise ConfigError(f"{field}={show(value)}: must be an integer") from None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{field}={show(value)}: must be an integer")
+        if hi is None and value < lo:
+            raise ConfigError(f"{field}={show(value)}: must be a positive integer")
+        if hi is not None and not lo <= value <= hi:
+            raise ConfigError(f"{field}={show(value)}: must be an integer in {lo}..{hi}")
+        return value
+
+    return check
+
+
+def float_check(field: str, lo: float, hi: float) -> Callable[[object], float]:
+    def check(value: object) -> float:
+        try:
+            v = float(value.strip() if isinstance(value, str) else value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise ConfigError(f"{field}={show(value)}: must be a number") from None
+        if isinstance(value, bool) or not lo <= v <= hi:  # NaN fails too
+            raise ConfigError(f"{field}={show(value)}: must be a number in {lo:g}..{hi:g}")
+        return v
+
+    return check
+
+
+def choice_check(
+    field: str, allowed: tuple[str, ...], optional: bool = False
+) -> Callable[[object], str | None]:
+    def check(value: object) -> str | None:
+        if optional and value in (None, "", "auto", "model"):
+            return None
+        if value not in allowed:
+            raise ConfigError(f"{field}={show(value)}: must be one of {', '.join(allowed)}")
+        return str(value)
+
+    return check
+
+
+def engine_check(value: object) -> str:
+    """An engine profile: a shipped name or a profile file (loaded once here to check it)."""
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"engine={show(value)}: must name an engine or a profile file")
+    try:
+        calibration.profile(value.strip())
+    except calibration.CalibrationError as e:
+        raise ConfigError(str(e)) from None
+    return value.strip()
+
+
+def bool_check(field: str) -> Callable[[object], bool]:
+    words = {"true": True, "on": True, "yes": True, "false": False, "off": False, "no": False}
+
+    def check(value: object) -> bool:
+        if isinstance(value, str) and value.strip().lower() in words:
+            return words[value.strip().lower()]
+        if not isinstance(value, bool):
+            raise ConfigError(f"{field}={show(value)}: must be true or false")
+        return value
+
+    return check
+
+
+def via_check(field: str, make: Callable[[int], object]) -> Callable[[object], int]:
+    """An integer the config dataclasses check themselves (their message names the field);
+    token lengths as text may carry a K/M suffix (4K = 4096)."""
+    as_int = int_check(field, 1)
+
+    def check(value: object) -> int:
+        if isinstance(value, str) and field.endswith("_len"):
+            value = parse_tokens(value, field)
+        v = as_int(value)
+        make(v)
+        return v
+
+    return check
+
+
+def text_check(field: str) -> Callable[[object], str]:
+    def check(value: object) -> str:
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(f"{field}={show(value)}: must be a non-empty text")
+        return value.strip()
+
+    return check
+
+
+def counts_check(field: str) -> Callable[[object], tuple[int, ...]]:
+    def check(value: object) -> tuple[int, ...]:
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, list | tuple):
+            raise ConfigError(f"{field}={show(value)}: must be counts like 40,40")
+        return tuple(int_check(field, 1)(v) for v in items)
+
+    return check
+
+
+def _engines_help() -> str:
+    return (
+        "serving engine: "
+        + ", ".join(calibration.engines())
+        + " (tpsim list engines), or a profile file .yaml"
+    )
+
+
+_DTYPE = "weights and activations (default: the model's)"
+
+#: Every option of ``tpsim run``. Its order is the grid's expansion order and the order of
+#: the sweep's flags: a new option goes at the end.
+RUN_OPTIONS: tuple[RunOption, ...] = (
+    RunOption(
+        "model",
+        "text",
+        "simulate",
+        "catalog name (tpsim list models) or a Hugging Face config.json",
+        name_check("model"),
+        required=True,
+    ),
+    RunOption(
+        "topology",
+        "text",
+        "simulate",
+        "catalog name (tpsim list topologies) or a topology file (.yaml/.json)",
+        name_check("topology"),
+        required=True,
+    ),
+    RunOption(
+        "nodes",
+        "int",
+        "simulate",
+        "hosts joined over the network (copies of a catalog node)",
+        int_check("nodes", 1, MAX_NODES),
+        own_default=1,
+    ),
+    # the network of a multi-host join: not a results column (yet)
+    RunOption(
+        "nic_gbps",
+        "float",
+        "simulate",
+        "bandwidth of one NIC of the multi-host join, Gb/s per direction "
+        "(default: the topology's network, else the NIC paired with its GPUs)",
+        float_check("nic_gbps", 1e-30, 1e5),
+        sweepable=False,
+        bounds=(0, 1e5, True),
+        metavar="G",
+    ),
+    RunOption(
+        "nics_per_node",
+        "int",
+        "simulate",
+        "NICs per host, shared by its GPUs in turn (default: the topology's, else one a GPU)",
+        int_check("nics_per_node", 1),
+        sweepable=False,
+        metavar="K",
+    ),
+    RunOption(
+        "gpus_per_node",
+        "int",
+        "layout",
+        "GPUs of the group on each host (default: fill each host first)",
+        int_check("gpus_per_node", 0, 4096),
+    ),
+    RunOption(
+        "tp", "int", "layout", "tensor-parallel degree", via_check("tp", Layout), required=True
+    ),
+    RunOption(
+        "batch",
+        "int",
+        "workload",
+        "sequences per step",
+        via_check("batch", lambda v: Workload(batch=v)),
+    ),
+    RunOption(
+        "phase",
+        "choice",
+        "workload",
+        "prefill (one pass over the prompts) or decode (one new token per sequence)",
+        choice_check("phase", PHASES),
+        choices=PHASES,
+    ),
+    RunOption(
+        "prompt_len",
+        "tokens",
+        "workload",
+        "prefill: tokens per sequence (2K = 2048; "
+        f"default: {Workload.prompt_len}, as every command)",
+        via_check("prompt_len", lambda v: Workload(prompt_len=v)),
+        unset=True,
+    ),
+    RunOption(
+        "context_len",
+        "tokens",
+        "workload",
+        "decode: keys each new token attends to (4K = 4096; "
+        f"default: {Workload.context_len}, as every command)",
+        via_check("context_len", lambda v: Workload(context_len=v)),
+        unset=True,
+    ),
+    RunOption(
+        "dtype",
+        "choice",
+        "options",
+        _DTYPE,
+        choice_check("dtype", COMPUTE_DTYPES, optional=True),
+        choices=COMPUTE_DTYPES,
+    ),
+    RunOption(
+        "kv_dtype",
+        "choice",
+        "options",
+        "KV cache (default: --dtype)",
+        choice_check("kv_dtype", COMPUTE_DTYPES, optional=True),
+        choices=COMPUTE_DTYPES,
+    ),
+    RunOption(
+        "launch",
+        "choice",
+        "options",
+        "eager: one host launch per kernel; graph: CUDA graph replay; compiled: "
+        "torch.compile with graphs (fewer, fused kernels)",
+        choice_check("launch", LAUNCH_MODES),
+        choices=LAUNCH_MODES,
+    ),
+    RunOption(
+        "overlap",
+        "choice",
+        "options",
+        "chunked: GEMM pieces overlap their collective; microbatch: two "
+        "halves of the batch interleaved",
+        choice_check("overlap", OVERLAP_MODES),
+        choices=OVERLAP_MODES,
+    ),
+    RunOption(
+        "allreduce_algo",
+        "choice",
+        "options",
+        "all-reduce algorithm: auto (the engine decides), nccl, or one by name",
+        choice_check("allreduce_algo", ALLREDUCE_ALGOS),
+        choices=ALLREDUCE_ALGOS,
+    ),
+    RunOption(
+        "sequence_parallel",
+        "switch",
+        "options",
+        "reduce-scatter + all-gather instead of each all-reduce",
+        bool_check("sequence_parallel"),
+    ),
+    RunOption(
+        "ideal",
+        "switch",
+        "options",
+        "first principles: every efficiency 1, every fixed overhead 0",
+        bool_check("ideal"),
+    ),
+    RunOption("engine", "text", "options", _engines_help, engine_check),
+    RunOption(
+        "pp",
+        "int",
+        "layout",
+        "pipeline stages (one TP group each)",
+        via_check("pp", lambda v: Layout(pp=v)),
+    ),
+    RunOption(
+        "dp", "int", "layout", "data-parallel replicas", via_check("dp", lambda v: Layout(dp=v))
+    ),
+    RunOption(
+        "micro_batches",
+        "int",
+        "layout",
+        "micro-batches per step (pipeline)",
+        via_check("micro_batches", lambda v: Layout(micro_batches=v)),
+    ),
+    # a list per run: not a comma-list axis
+    RunOption(
+        "pp_layers",
+        "counts",
+        "layout",
+        "layers per stage: 40,40",
+        counts_check("pp_layers"),
+        sweepable=False,
+    ),
+    RunOption(
+        "placement",
+        "text",
+        "layout",
+        "the GPU of each rank in (dp, pp, tp) order, e.g. n0.gpu0,n0.gpu2,n0.gpu4,n0.gpu6 "
+        "(default: TP inside a host first, then stages, then replicas)",
+        text_check("placement"),
+        sweepable=False,
+        unset=True,
+        metavar="GPU,GPU,...",
+    ),
+    # the options below are not results columns (yet): a sweep runs them at their defaults
+    RunOption(
+        "overlap_chunks",
+        "int",
+        "options",
+        "pieces per GEMM with --overlap chunked (default: the TP degree)",
+        int_check("overlap_chunks", 0, 64),
+        sweepable=False,
+    ),
+    RunOption(
+        "launch_skew_us",
+        "float",
+        "options",
+        "the last rank's host thread starts this much later (us)",
+        float_check("launch_skew_us", 0, 1e7),
+        sweepable=False,
+        field="launch_skew_s",
+        scale=1e-6,
+        bounds=(0, 1e7, False),
+    ),
+    # a sweep simulates every point, fitting or not (its row says fits=false)
+    RunOption(
+        "allow_oom",
+        "switch",
+        "options",
+        "simulate a layout that does not fit",
+        bool_check("allow_oom"),
+        sweepable=False,
+    ),
+    RunOption(
+        "fused",
+        "negatable",
+        "options",
+        "fuse residual add + RMSNorm as vLLM does (default; --no-fused: separate kernels)",
+        bool_check("fused"),
+        sweepable=False,
+    ),
+    RunOption(
+        "kernel_table",
+        "text",
+        "options",
+        "measured kernel times overriding the model: a CSV (tpsim's or Vidur's layout), "
+        "a shipped table (vidur-a100, vidur-h100) or a comma-separated list",
+        text_check("kernel_table"),
+        sweepable=False,
+        metavar="TABLE",
+    ),
+    # a limit of the process, not a parameter of the point
+    RunOption(
+        "max_records",
+        "int",
+        "options",
+        "refuse a run estimated to produce more records than this "
+        f"(default {Options.max_records:,}, about 9 GB of memory)",
+        int_check("max_records", 1),
+        sweepable=False,
+    ),
+)
+
+BY_NAME: dict[str, RunOption] = {o.name: o for o in RUN_OPTIONS}
+
+
+def sweepable(table: Iterable[RunOption] = RUN_OPTIONS) -> tuple[RunOption, ...]:
+    """The options a sweep may vary, in the table's (the grid's) order."""
+    return tuple(o for o in table if o.sweepable)
