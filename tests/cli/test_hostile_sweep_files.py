@@ -192,6 +192,18 @@ def build_cases(tmp: Path) -> list[Case]:
             put("m_time.csv", mhead + f"llama-2-7b,dgx-h100,1,2,1,decode,,1024,,{BIG}\n"),
             "measured_ms=",
         ),
+        "denormal time": (
+            put("m_denormal.csv", mhead + "llama-2-7b,dgx-h100,1,2,1,decode,,1024,,1e-320\n"),
+            "measured_ms=",
+        ),
+        "smallest denormal time": (
+            put("m_tiny.csv", mhead + "llama-2-7b,dgx-h100,1,2,1,decode,,1024,,5e-324\n"),
+            "measured_ms=",
+        ),
+        "a nanosecond step": (
+            put("m_ns.csv", mhead + "llama-2-7b,dgx-h100,1,2,1,decode,,1024,,1e-6\n"),
+            "measured_ms=",
+        ),
         "not UTF-8": (
             put(
                 "m_latin1.csv",
