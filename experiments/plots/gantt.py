@@ -353,11 +353,14 @@ def gantt_figure(
 
     # Layout in inches, from measured text: lane names on the left, the title and the layer
     # labels above, the time axis and a legend row below.
-    full_title = "; ".join(s for s in (title, view.note) if s)
-    full_title = _wrap(full_title, TITLE_PT, WIDTH_IN * DPI - 60) if full_title else ""
-    title_lines = full_title.count("\n") + 1 if full_title else 0
     left_in = max(text_px(t, LABEL_PT) for t in lane_labels.values()) / DPI + 0.3
     right_in = 0.3
+    # the title is centred over the axes, so it has the axes' width and twice the right
+    # margin (the narrower side) to itself, not the figure's
+    title_px = (WIDTH_IN - left_in + right_in) * DPI - 40
+    full_title = "; ".join(s for s in (title, view.note) if s)
+    full_title = _wrap(full_title, TITLE_PT, title_px) if full_title else ""
+    title_lines = full_title.count("\n") + 1 if full_title else 0
     top_in = 0.2 + LABEL_PT * 1.9 / 72 + title_lines * TITLE_PT * 1.35 / 72
     legend_rows = 1
     bottom_in = 0.25 + (TICK_PT + LABEL_PT) * 1.6 / 72

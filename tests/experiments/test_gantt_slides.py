@@ -120,3 +120,15 @@ def test_compare_gantt_title_names_model_batch_and_context(
     assert "bf16" in about and "decode" in about
     assert main([*argv, "--gantt-layers", "all"]) == 0
     assert seen["layers"] == "all"
+
+
+def test_a_long_title_stays_inside_the_figure(decode_70b) -> None:
+    """The demo's Gantt title ran off the right edge: it is centred over the axes, which sit
+    right of the lane names, so it wraps to the room it has there."""
+    title = "llama-3.1-70b on dgx-h100, TP 8, decode batch 8, context 2048, bf16, launch graph"
+    title += ", engine vllm (layers 0-1)"
+    chart = gantt_figure(decode_70b.records, title=title, layers=(0, 1))
+    fig = chart.fig
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    box = chart.ax.title.get_window_extent(renderer)
+    assert box.x0 >= 0 and box.x1 <= fig.bbox.width, (box, fig.bbox.width)
