@@ -82,7 +82,7 @@ def _files(v: Validation) -> str:
     return v.data_files[0] + (f" +{len(v.data_files) - 1}" if len(v.data_files) > 1 else "")
 
 
-COLUMNS = ("name", "file", "points", "error", "bound", "target", "status", "worst point")
+COLUMNS = ("name", "file", "points", "geomean", "bound", "target", "status", "worst point")
 
 
 def _cells(v: Validation, r: Comparison) -> tuple[str, ...]:
@@ -138,7 +138,7 @@ def markdown(results: Sequence[tuple[Validation, Comparison]], command: str) -> 
         "",
         "| " + " | ".join(COLUMNS) + " |",
         "|"
-        + "|".join("---:" if c in ("points", "error", "bound") else "---" for c in COLUMNS)
+        + "|".join("---:" if c in ("points", "geomean", "bound") else "---" for c in COLUMNS)
         + "|",
     ]
     for v, r in results:

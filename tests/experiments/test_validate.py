@@ -27,7 +27,7 @@ def test_quick_prints_the_table_and_writes_the_markdown(
     out = tmp_path / "validation.md"
     assert main(["validate", "--quick", "--out", str(out)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split()[:4] == ["name", "file", "points", "error"]
+    assert lines[0].split()[:4] == ["name", "file", "points", "geomean"]
     quick = [v for v in VALIDATIONS if v.quick]
     assert [ln.split()[0] for ln in lines[1:-1]] == [v.name for v in quick]
     assert not any(" FAIL " in ln for ln in lines[1:-1])
