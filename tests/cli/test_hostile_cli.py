@@ -319,13 +319,13 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-@pytest.mark.slow
-def test_ctrl_c_twice_stops_plan_and_its_workers_at_once(tmp_path: Path) -> None:
-    """plan's workers leave Ctrl-C to it and die with it; it stops them, never waits on them
-    (a second Ctrl-C found it joining busy workers, and they outlived a killed plan)."""
-    argv = ["plan", "--model", "llama-3.1-70b", "--topology", "dgx-h100", "--nodes", "4"]
-    p = subprocess.Popen(
-        [sys.executable, "-m", "tpsim", *argv, "--jobs", "2"],
+PLAN_4_NODES = ["plan", "--model", "llama-3.1-70b", "--topology", "dgx-h100", "--nodes", "4"]
+
+
+def _start_plan(tmp_path: Path) -> subprocess.Popen[str]:
+    """A plan of 4 nodes on 2 workers, in its own process group, that Ctrl-C can reach."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "tpsim", *PLAN_4_NODES, "--jobs", "2"],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -333,6 +333,21 @@ def test_ctrl_c_twice_stops_plan_and_its_workers_at_once(tmp_path: Path) -> None
         start_new_session=True,
         preexec_fn=sigint_default,
     )
+
+
+def _group_ends(pgid: int) -> bool:
+    """Whether every process of the group (the plan's workers) has ended within 10 s."""
+    deadline = time.monotonic() + 10
+    while _group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not _group_alive(pgid)
+
+
+@pytest.mark.slow
+def test_ctrl_c_twice_stops_plan_and_its_workers_at_once(tmp_path: Path) -> None:
+    """plan's workers leave Ctrl-C to it and die with it; it stops them, never waits on them
+    (a second Ctrl-C found it joining busy workers, and they outlived a killed plan)."""
+    p = _start_plan(tmp_path)
     time.sleep(4.0)
     os.killpg(p.pid, signal.SIGINT)
     time.sleep(0.3)
@@ -344,29 +359,16 @@ def test_ctrl_c_twice_stops_plan_and_its_workers_at_once(tmp_path: Path) -> None
         pytest.skip("plan finished before Ctrl-C")
     assert time.monotonic() - start < 15
     assert p.returncode == 130 and "Traceback" not in err, err
-    deadline = time.monotonic() + 10  # the workers follow their parent
-    while _group_alive(p.pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _group_alive(p.pid)
+    assert _group_ends(p.pid)  # the workers follow their parent
 
 
 @pytest.mark.slow
 def test_plan_workers_die_with_a_killed_plan(tmp_path: Path) -> None:
-    argv = ["plan", "--model", "llama-3.1-70b", "--topology", "dgx-h100", "--nodes", "4"]
-    p = subprocess.Popen(
-        [sys.executable, "-m", "tpsim", *argv, "--jobs", "2"],
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    p = _start_plan(tmp_path)
     time.sleep(4.0)
     p.kill()  # SIGKILL to the plan alone: no clean-up of its own
-    p.wait(timeout=10)
-    deadline = time.monotonic() + 10
-    while _group_alive(p.pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _group_alive(p.pid)
+    p.communicate(timeout=10)
+    assert _group_ends(p.pid)
 
 
 def _strict(text: str) -> object:
