@@ -1,7 +1,9 @@
 """The model catalog: published architectures, and lookup by name or config.json path.
 
 Each entry copies the numbers of the model's Hugging Face ``config.json`` (repo id beside
-it); gpt3-175b has no published checkpoint and comes from its paper.
+it); gpt3-175b has no published checkpoint and comes from its paper. The newer entries are
+the published ``config.json`` files themselves, in ``configs/`` (named as the entry), read by
+the one reader, :func:`tpsim.models.hf_config.load_hf_config`.
 """
 
 from __future__ import annotations
@@ -181,8 +183,14 @@ _ENTRIES = [
     ),
 ]
 
+#: The published config.json files shipped as catalog entries (file stem = entry name).
+CONFIGS = Path(__file__).parent / "configs"
+
 #: Catalog of known models by lower-case name.
-MODELS: dict[str, ModelSpec] = {spec.name: spec for spec in _ENTRIES}
+MODELS: dict[str, ModelSpec] = {
+    spec.name: spec
+    for spec in (*_ENTRIES, *(load_hf_config(f) for f in sorted(CONFIGS.glob("*.json"))))
+}
 
 #: Hugging Face ids (lower case) of the checkpoints each catalog entry describes: base and
 #: instruct/chat variants share the architecture. ``--model meta-llama/Llama-3.1-70B-Instruct``
@@ -214,6 +222,17 @@ HF_IDS: dict[str, str] = {
         ),
         "mistral-7b": ("mistralai/Mistral-7B-v0.1", "mistralai/Mistral-7B-Instruct-v0.1"),
         "qwen2.5-72b": ("Qwen/Qwen2.5-72B", "Qwen/Qwen2.5-72B-Instruct"),
+        "mixtral-8x7b": (
+            "mistralai/Mixtral-8x7B-v0.1",
+            "mistralai/Mixtral-8x7B-Instruct-v0.1",
+        ),
+        "mixtral-8x22b": (
+            "mistralai/Mixtral-8x22B-v0.1",
+            "mistralai/Mixtral-8x22B-Instruct-v0.1",
+        ),
+        "qwen3-32b": ("Qwen/Qwen3-32B",),
+        "qwen3-30b-a3b": ("Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-30B-A3B-Base"),
+        "qwen3-235b-a22b": ("Qwen/Qwen3-235B-A22B",),
         "codellama-34b": (
             "codellama/CodeLlama-34b-hf",
             "codellama/CodeLlama-34b-Instruct-hf",

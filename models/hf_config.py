@@ -12,7 +12,27 @@ qwen2     (as llama)                      gated  rmsnorm    q, k, v          rot
 gpt_neox  (as llama)                      plain  layernorm  all linears      rotary     no
 gpt2      n_embd, n_layer, n_head, ...    plain  layernorm  all linears      learned    yes
 opt       (as llama), ffn_dim             plain  layernorm  all linears      learned    yes
+qwen3     (as llama), head_dim            gated  rmsnorm    attention_bias   rotary     no
 ========  ==============================  =====  =========  ===============  =========  ====
+
+qwen3 adds an RMSNorm on each query and key head (``qk_norm``). Mixture-of-experts families
+(gated experts, rmsnorm, rotary, untied by default; ``num_experts_per_tok`` experts per
+token):
+
+==========  ==================  ==============================  ========================
+type        experts             expert width                    shared experts, dense
+==========  ==================  ==============================  ========================
+mixtral     num_local_experts   intermediate_size               none
+qwen2_moe   num_experts         moe_intermediate_size           shared_expert_intermediate
+                                                                _size; mlp_only_layers,
+                                                                decoder_sparse_step
+qwen3_moe   num_experts         moe_intermediate_size           none; as qwen2_moe
+==========  ==================  ==============================  ========================
+
+qwen2_moe's sigmoid gate on the shared expert ([d, 1] per layer) is not counted; qwen3_moe
+has qwen3's q/k norms, qwen2_moe qwen2's q, k, v biases. ``norm_topk_prob`` changes no cost.
+DeepSeek-V2/V3 (multi-head latent attention) and gpt-oss are refused, naming what is not
+modelled yet. Each family is one reader in :data:`FAMILIES`.
 
 "tied" is the default when ``tie_word_embeddings`` is absent. An absent
 ``num_key_value_heads`` means multi-head attention; an explicit ``head_dim`` wins over
@@ -26,6 +46,7 @@ Every malformed input raises ModelError with a one-line message naming the field
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,8 +75,6 @@ _LLAMA_KEYS = (
     "intermediate_size",
     "vocab_size",
 )
-_LLAMA_LIKE = ("llama", "mistral", "qwen2")
-SUPPORTED_TYPES = ("gpt2", "gpt_neox", "llama", "mistral", "opt", "qwen2")
 #: Fields of layer structures tpsim does not model yet (mixture-of-experts routing and expert
 #: FFNs, multi-head latent attention). A config that sets one is refused, never timed as the
 #: dense model its other fields describe (a Mixtral read as a dense 7B is ten times off).
@@ -67,6 +86,15 @@ UNMODELLED_FIELDS = {
     "moe_intermediate_size": "mixture-of-experts FFN",
     "kv_lora_rank": "multi-head latent attention (DeepSeek)",
     "q_lora_rank": "multi-head latent attention (DeepSeek)",
+}
+#: Families tpsim knows and does not model yet: model_type and what is missing.
+REFUSED_TYPES = {
+    "deepseek_v2": "multi-head latent attention (kv_lora_rank) is not modelled yet",
+    "deepseek_v3": "multi-head latent attention (kv_lora_rank) is not modelled yet",
+    "gpt_oss": (
+        "gpt-oss's alternating sliding-window attention, attention sinks and MXFP4 experts "
+        "are not modelled yet"
+    ),
 }
 
 _MISSING = object()
@@ -159,11 +187,12 @@ def _heads(r: _Reader, d: int, heads_key: str, heads: int) -> tuple[int, int]:
     return kv_heads, d // heads
 
 
-def _llama_like(r: _Reader, name: str, model_type: str | None) -> ModelSpec:
+def _llama_like(r: _Reader, name: str, model_type: str | None, **moe: Any) -> ModelSpec:
+    """llama, mistral, qwen2, qwen3 (and the MoE families, whose expert fields are ``moe``)."""
     d = r.integer("hidden_size")
     heads = r.integer("num_attention_heads")
     kv_heads, head_dim = _heads(r, d, "num_attention_heads", heads)
-    qkv_bias = r.boolean("attention_bias", model_type == "qwen2")
+    qkv_bias = r.boolean("attention_bias", model_type in ("qwen2", "qwen2_moe"))
     return ModelSpec(
         name=name,
         hidden_size=d,
@@ -180,6 +209,56 @@ def _llama_like(r: _Reader, name: str, model_type: str | None) -> ModelSpec:
         qkv_bias=qkv_bias,
         mlp_bias=r.boolean("mlp_bias", False),
         max_position_embeddings=r.integer("max_position_embeddings", 0, minimum=0),
+        qk_norm=model_type in ("qwen3", "qwen3_moe"),
+        **moe,
+    )
+
+
+def _mixtral(r: _Reader, name: str) -> ModelSpec:
+    """Mixtral: a mistral whose every MLP is ``num_local_experts`` experts of width
+    intermediate_size."""
+    experts = r.integer("num_local_experts")
+    return _llama_like(
+        r,
+        name,
+        "mixtral",
+        num_experts=experts,
+        experts_per_token=_top_k(r, experts),
+        moe_intermediate_size=r.integer("intermediate_size"),
+    )
+
+
+def _top_k(r: _Reader, experts: int) -> int:
+    k = r.integer("num_experts_per_tok")
+    if k > experts:
+        raise r.fail("num_experts_per_tok", k, f"must be at most the {experts} experts")
+    return k
+
+
+def _qwen_moe(r: _Reader, name: str, model_type: str) -> ModelSpec:
+    """qwen2_moe and qwen3_moe: layer i has experts unless it is in mlp_only_layers or
+    (i + 1) is no multiple of decoder_sparse_step."""
+    experts = r.integer("num_experts")
+    layers = r.integer("num_hidden_layers")
+    step = r.integer("decoder_sparse_step", 1)
+    only = r.cfg.get("mlp_only_layers") or []
+    if not isinstance(only, list) or not all(
+        isinstance(i, int) and not isinstance(i, bool) and 0 <= i < layers for i in only
+    ):
+        raise r.fail("mlp_only_layers", only, f"must be a list of layer indices below {layers}")
+    dense = tuple(i for i in range(layers) if i in only or (i + 1) % step != 0)
+    shared = 0
+    if model_type == "qwen2_moe":
+        shared = r.integer("shared_expert_intermediate_size", 0, minimum=0)
+    return _llama_like(
+        r,
+        name,
+        model_type,
+        num_experts=experts,
+        experts_per_token=_top_k(r, experts),
+        moe_intermediate_size=r.integer("moe_intermediate_size"),
+        shared_intermediate_size=shared,
+        dense_layers=dense,
     )
 
 
@@ -259,6 +338,30 @@ def _opt(r: _Reader, name: str) -> ModelSpec:
     )
 
 
+Family = Callable[[_Reader, str], ModelSpec]
+
+#: The families tpsim models: model_type, its reader and the UNMODELLED_FIELDS it reads.
+FAMILIES: dict[str, tuple[Family, tuple[str, ...]]] = {
+    "gpt2": (_gpt2, ()),
+    "gpt_neox": (_gpt_neox, ()),
+    "llama": (lambda r, name: _llama_like(r, name, "llama"), ()),
+    "mistral": (lambda r, name: _llama_like(r, name, "mistral"), ()),
+    "mixtral": (_mixtral, ("num_local_experts", "num_experts_per_tok")),
+    "opt": (_opt, ()),
+    "qwen2": (lambda r, name: _llama_like(r, name, "qwen2"), ()),
+    "qwen2_moe": (
+        lambda r, name: _qwen_moe(r, name, "qwen2_moe"),
+        ("num_experts", "num_experts_per_tok", "moe_intermediate_size"),
+    ),
+    "qwen3": (lambda r, name: _llama_like(r, name, "qwen3"), ()),
+    "qwen3_moe": (
+        lambda r, name: _qwen_moe(r, name, "qwen3_moe"),
+        ("num_experts", "num_experts_per_tok", "moe_intermediate_size"),
+    ),
+}
+SUPPORTED_TYPES = tuple(sorted(FAMILIES))
+
+
 def spec_from_hf_dict(cfg: dict[str, Any], name: str, *, source: str = "config.json") -> ModelSpec:
     """The ModelSpec described by an already-parsed HF config dict.
 
@@ -268,23 +371,24 @@ def spec_from_hf_dict(cfg: dict[str, Any], name: str, *, source: str = "config.j
         raise ModelError(f"{source}: top level must be a JSON object, got {type(cfg).__name__}")
     r = _Reader(cfg, source)
     model_type = r.string("model_type")
+    if model_type in REFUSED_TYPES:
+        raise r.fail("model_type", model_type, REFUSED_TYPES[model_type])
+    family = FAMILIES.get(model_type) if model_type is not None else None
+    reads = family[1] if family else ()
     for key, what in UNMODELLED_FIELDS.items():
         value = cfg.get(key)
-        if value not in (None, 0, 1) and value is not False:
+        if key not in reads and value not in (None, 0, 1) and value is not False:
             raise r.fail(
                 key,
                 value,
-                f"{what} is not modelled by tpsim, which would time this config as a dense "
-                f"model; supported families: {', '.join(SUPPORTED_TYPES)}",
+                f"{what} is not modelled by tpsim for model_type={model_type!r}, which would "
+                f"time this config as a dense model; supported families: "
+                f"{', '.join(SUPPORTED_TYPES)}",
             )
-    if model_type == "gpt2":
-        return _gpt2(r, name)
-    if model_type == "opt":
-        return _opt(r, name)
-    if model_type == "gpt_neox":
-        return _gpt_neox(r, name)
-    if model_type in _LLAMA_LIKE or (model_type is None and all(k in cfg for k in _LLAMA_KEYS)):
-        return _llama_like(r, name, model_type)
+    if family is not None:
+        return family[0](r, name)
+    if model_type is None and all(k in cfg for k in _LLAMA_KEYS):
+        return _llama_like(r, name, None)
     if model_type is None:
         raise ModelError(
             f"model_type missing in {source}: required unless the llama keys "

@@ -13,7 +13,18 @@ Parameter layout of one layer (d = hidden_size, I = intermediate_size)::
     norms:     two per layer; rmsnorm has a weight [d], layernorm a weight and a bias [d] each
 
 ``mlp_bias`` means "every linear layer outside Wqkv has a bias" (gpt2, gpt3, opt, neox);
-``qkv_bias`` alone is qwen2's layout (biases on q, k, v only).
+``qkv_bias`` alone is qwen2's layout (biases on q, k, v only); ``qk_norm`` is qwen3's
+RMSNorm of each query and key head (a weight [head_dim] each, per layer).
+
+Mixture of experts (``num_experts`` E > 0; gated, bias-free MLPs only): every layer not in
+``dense_layers`` replaces the MLP with::
+
+    router:  [d, E]  (softmax, top-k: each token picks ``experts_per_token`` k experts)
+    experts: E x (gate, up [d, Im], down [Im, d])          Im = moe_intermediate_size
+    shared:  gate, up [d, Is], down [Is, d] on every token  Is = shared_intermediate_size
+
+``dense_layers`` keep the dense MLP of width ``intermediate_size``. The defaults (E = 0)
+are the dense model.
 """
 
 from __future__ import annotations
@@ -38,6 +49,16 @@ _POSITIVE_INT_FIELDS = (
     "intermediate_size",
     "vocab_size",
 )
+#: Mixture-of-experts sizes: 0 (the default) in a dense model.
+_MOE_INT_FIELDS = (
+    "num_experts",
+    "experts_per_token",
+    "moe_intermediate_size",
+    "shared_intermediate_size",
+)
+#: Fields a dense model leaves at their default; left out of :meth:`ModelSpec.to_dict`
+#: when they are, so a dense model's summary is what it was before they existed.
+LATER_FIELDS = (*_MOE_INT_FIELDS, "dense_layers", "qk_norm")
 #: Upper bound of every size field: far above any published model (d = 18432, vocab = 256000,
 #: 126 layers), low enough that parameter, byte and FLOP counts stay exact and finite.
 MAX_MODEL_DIM = 1 << 24
@@ -50,11 +71,17 @@ _BOOL_FIELDS = (
     "qkv_bias",
     "mlp_bias",
     "learned_position_embeddings",
+    "qk_norm",
 )
 
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def check_dtype(dtype: object, field: str = "dtype") -> str:
@@ -85,6 +112,12 @@ class ModelSpec:
     mlp_bias: bool = False  # biases on o_proj and every MLP linear (gpt2/gpt3/opt/neox)
     max_position_embeddings: int = 0  # 0 = unknown
     learned_position_embeddings: bool = False  # gpt2/gpt3/opt: a [max_pos, d] table
+    qk_norm: bool = False  # qwen3: an RMSNorm [head_dim] on q and one on k, per layer
+    num_experts: int = 0  # E routed experts per MoE layer; 0 = dense
+    experts_per_token: int = 0  # k: routed experts each token uses (top-k)
+    moe_intermediate_size: int = 0  # Im: one routed expert's FFN width
+    shared_intermediate_size: int = 0  # Is: the shared experts' FFN width, all together
+    dense_layers: tuple[int, ...] = ()  # MoE models: layers that keep the dense MLP
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -119,11 +152,92 @@ class ModelSpec:
         if not isinstance(self.norm, str) or self.norm not in NORM_VECTORS:
             valid = ", ".join(sorted(NORM_VECTORS))
             raise ModelError(f"norm={self.norm!r} {where}: unknown norm; valid: {valid}")
+        self._check_moe(where)
         if self.learned_position_embeddings and mpe == 0:
             raise ModelError(
                 f"max_position_embeddings=0 {where}: must be positive when "
                 "learned_position_embeddings is true"
             )
+
+    def _check_moe(self, where: str) -> None:
+        for field in _MOE_INT_FIELDS:
+            value = getattr(self, field)
+            if not _is_int(value) or value < 0:
+                raise ModelError(f"{field}={value!r} {where}: must be a non-negative integer")
+            if value > MAX_MODEL_DIM:
+                raise ModelError(f"{field}={value!r} {where}: must be at most {MAX_MODEL_DIM}")
+        dense = self.dense_layers
+        if not isinstance(dense, tuple) or not all(_is_int(i) for i in dense):
+            raise ModelError(f"dense_layers={dense!r} {where}: must be a tuple of layer indices")
+        if not self.num_experts:
+            for field in LATER_FIELDS[1:5]:
+                if getattr(self, field):
+                    raise ModelError(
+                        f"{field}={getattr(self, field)!r} {where}: needs num_experts > 0"
+                    )
+            return
+        k, experts = self.experts_per_token, self.num_experts
+        if not 1 <= k <= experts:
+            raise ModelError(
+                f"experts_per_token={k!r} {where}: must be from 1 to num_experts={experts}"
+            )
+        if self.moe_intermediate_size <= 0:
+            raise ModelError(
+                f"moe_intermediate_size={self.moe_intermediate_size!r} {where}: must be a "
+                "positive integer in a mixture-of-experts model"
+            )
+        if not self.gated_mlp or self.mlp_bias:
+            raise ModelError(
+                f"num_experts={experts} {where}: experts are modelled as gated, bias-free MLPs "
+                "only (gated_mlp true, mlp_bias false)"
+            )
+        if list(dense) != sorted(set(dense)) or any(not 0 <= i < self.num_layers for i in dense):
+            raise ModelError(
+                f"dense_layers={_short(dense)} {where}: must be distinct layer indices from 0 "
+                f"to {self.num_layers - 1}, in order"
+            )
+
+    # -- mixture of experts ---------------------------------------------------------------
+
+    @property
+    def is_moe(self) -> bool:
+        """Whether any layer routes its tokens to experts."""
+        return self.num_experts > 0
+
+    def is_moe_layer(self, layer: int) -> bool:
+        """Whether ``layer`` (0-based) has routed experts instead of the dense MLP."""
+        return self.num_experts > 0 and layer not in self.dense_layers
+
+    @property
+    def num_moe_layers(self) -> int:
+        return self.num_layers - len(self.dense_layers) if self.num_experts else 0
+
+    def expert_params(self) -> int:
+        """One routed expert: gate, up [d, Im] and down [Im, d]."""
+        return 3 * self.hidden_size * self.moe_intermediate_size
+
+    def router_params(self) -> int:
+        """The router of one MoE layer: [d, E]."""
+        return self.hidden_size * self.num_experts
+
+    def shared_expert_params(self) -> int:
+        """The shared experts of one MoE layer: gate, up [d, Is] and down [Is, d]."""
+        return 3 * self.hidden_size * self.shared_intermediate_size
+
+    def moe_params_per_layer(self, experts: int | None = None) -> int:
+        """The FFN of one MoE layer: router, ``experts`` routed experts (default all E) and the
+        shared experts."""
+        used = self.num_experts if experts is None else experts
+        return self.router_params() + used * self.expert_params() + self.shared_expert_params()
+
+    def experts_read(self, tokens: int) -> float:
+        """Expected distinct routed experts that ``tokens`` tokens pick in one MoE layer under
+        uniform routing: ``E * (1 - (1 - k/E) ** tokens)`` (each expert is missed by one
+        token with probability 1 - k/E). 1 token: k; many tokens: E."""
+        if not self.num_experts or tokens <= 0:
+            return 0.0
+        e, k = self.num_experts, self.experts_per_token
+        return e * (1.0 - (1.0 - k / e) ** tokens)
 
     # -- shapes ---------------------------------------------------------------------------
 
@@ -154,8 +268,8 @@ class ModelSpec:
         return 2 * d * inner + ((inner + d) if self.mlp_bias else 0)
 
     def norm_params_per_layer(self) -> int:
-        """Two norms per layer (before attention, before the MLP)."""
-        return 2 * self.final_norm_params()
+        """Two norms per layer (before attention, before the MLP), and the q and k norms."""
+        return 2 * self.final_norm_params() + (2 * self.head_dim if self.qk_norm else 0)
 
     def params_per_layer(self) -> int:
         """All parameters of one transformer layer."""
@@ -179,22 +293,40 @@ class ModelSpec:
         return NORM_VECTORS[self.norm] * self.hidden_size
 
     def num_params(self) -> int:
-        """Total parameter count of the model."""
-        return (
+        """Total parameter count of the model (every expert)."""
+        return self._params(None)
+
+    def active_params(self) -> int:
+        """Parameters one token uses: as :meth:`num_params` with only its top-k routed
+        experts of each MoE layer (the router and shared experts included), as MoE models
+        quote their active size. Equals :meth:`num_params` for a dense model."""
+        return self._params(self.experts_per_token)
+
+    def _params(self, experts: int | None) -> int:
+        total = (
             self.num_layers * self.params_per_layer()
             + self.embedding_params()
             + self.lm_head_params()
             + self.final_norm_params()
         )
+        if self.num_experts:  # MoE layers: the expert FFN instead of the dense MLP
+            moe = self.moe_params_per_layer(experts) - self.mlp_params_per_layer()
+            total += self.num_moe_layers * moe
+        return total
 
     def matmul_params(self) -> int:
         """Weights that take part in a matmul for each token: every linear weight of every
         layer and the lm_head (even when tied, the [d, vocab] product is still computed).
-        Biases, norms and the embedding lookup are excluded."""
+        Biases, norms and the embedding lookup are excluded. An MoE layer counts what one
+        token multiplies: the router, its top-k experts and the shared experts."""
         d = self.hidden_size
         attention = d * (self.q_size + 2 * self.kv_size) + self.q_size * d
         mlp = (3 if self.gated_mlp else 2) * d * self.intermediate_size
-        return self.num_layers * (attention + mlp) + self.vocab_size * d
+        total = self.num_layers * (attention + mlp) + self.vocab_size * d
+        if self.num_experts:
+            moe = self.moe_params_per_layer(self.experts_per_token) - mlp
+            total += self.num_moe_layers * moe
+        return total
 
     # -- bytes and FLOPs -----------------------------------------------------------------
 
@@ -220,6 +352,27 @@ class ModelSpec:
         attention = 4 * self.num_layers * self.q_size * context_len
         return float(2 * self.matmul_params() + attention)
 
+    def to_dict(self) -> dict[str, object]:
+        """The fields as a dict (the run summary's ``config.model``). The MoE and qk_norm
+        fields appear only where they are set, with the total and active parameter counts
+        of an MoE model: a dense model's dict is the same as before they existed."""
+        out = dataclasses.asdict(self)
+        for field in LATER_FIELDS:
+            if out[field] == _DEFAULTS[field]:
+                del out[field]
+        if "dense_layers" in out:
+            out["dense_layers"] = list(self.dense_layers)
+        if self.num_experts:
+            out["params_total"] = self.num_params()
+            out["params_active"] = self.active_params()
+        return out
+
     def with_dtype(self, dtype: str) -> ModelSpec:
         """The same model with weights in ``dtype``."""
         return dataclasses.replace(self, dtype=check_dtype(dtype))
+
+
+#: The defaults of the fields in LATER_FIELDS (a dense model's values).
+_DEFAULTS: dict[str, object] = {
+    f.name: f.default for f in dataclasses.fields(ModelSpec) if f.name in LATER_FIELDS
+}

@@ -42,11 +42,20 @@ class MemoryUse:
 def linear_params_per_gpu(model: ModelSpec, tp: int) -> int:
     """Weights of one rank's linear layers (QKV, O, MLP): column/row shards, KV heads
     replicated when tp exceeds them. Biases are not included."""
+    return sum(linear_params_of_layer(model, tp, i) for i in range(model.num_layers))
+
+
+def linear_params_of_layer(model: ModelSpec, tp: int, layer: int) -> int:
+    """One rank's linear weights of ``layer``: attention and the dense MLP, or in an MoE
+    layer the router [d, E] (replicated), 1/tp of every routed expert and of the shared
+    experts (tensor-parallel experts)."""
     d, hd, split = model.hidden_size, model.head_dim, shard(model, tp)
     h, kv, inner = split.heads, split.kv_heads, split.mlp_width
     attn = d * (h + 2 * kv) * hd + h * hd * d
-    mlp = (3 if model.gated_mlp else 2) * d * inner
-    return model.num_layers * (attn + mlp)
+    if model.is_moe_layer(layer):
+        experts = model.num_experts * 3 * d * split.expert_width
+        return attn + d * model.num_experts + experts + 3 * d * split.shared_width
+    return attn + (3 if model.gated_mlp else 2) * d * inner
 
 
 def weight_params_per_gpu(model: ModelSpec, tp: int) -> int:
@@ -62,7 +71,7 @@ def weight_params_per_gpu(model: ModelSpec, tp: int) -> int:
     branches = 3 if model.gated_mlp else 2
     if model.mlp_bias:
         bias += (branches - 1) * inner + d
-    norms = 2 * (2 * d if model.norm == "layernorm" else d)
+    norms = 2 * (2 * d if model.norm == "layernorm" else d) + (2 * hd if model.qk_norm else 0)
     embed = vocab * d + (
         model.max_position_embeddings * d if model.learned_position_embeddings else 0
     )
@@ -88,6 +97,7 @@ def activation_elements(model: ModelSpec, tp: int, workload: Workload) -> int:
     Attention: residual and normed x [T, d], QKV [T, (h + 2kv) hd], output [T, h hd], and the
     o_proj output [T, d]. MLP: residual and normed x, gate|up [T, 2I] (or up [T, I]) and
     the activation [T, I]. The peak is the larger, not the sum: QKV is freed before the MLP.
+    An MoE layer holds its routed experts' tensors per token-expert pair (k per token).
     FlashAttention keeps no [S, S] score matrix, so long prompts cost T-linear memory; a
     prefill of ``batch x prompt_len`` tokens in one pass holds all T rows at once.
     """
@@ -95,7 +105,14 @@ def activation_elements(model: ModelSpec, tp: int, workload: Workload) -> int:
     h, kv, inner = split.heads, split.kv_heads, split.mlp_width
     attention = 3 * d + (h + 2 * kv) * hd + h * hd
     mlp = 2 * d + (3 if model.gated_mlp else 2) * inner
-    return workload.tokens * max(attention, mlp)
+    if not model.is_moe:
+        return workload.tokens * max(attention, mlp)
+    # MoE: residual and x, router logits [T, E], per token-expert pair gate|up [Tk, 2Im],
+    # the activation [Tk, Im] and the output [Tk, d], the shared experts' gate|up and
+    # activation [T, 3Is]
+    k, im = model.experts_per_token, split.expert_width
+    moe = 2 * d + model.num_experts + k * (3 * im + d) + 3 * split.shared_width
+    return workload.tokens * max(attention, mlp if model.dense_layers else 0, moe)
 
 
 def memory_per_stage(
@@ -120,7 +137,7 @@ def memory_per_stage(
     n, L = len(layers), model.num_layers
     split = shard(model, tp)
     d = model.hidden_size
-    linear = linear_params_per_gpu(model, tp) // L * n
+    linear = sum(linear_params_of_layer(model, tp, i) for i in layers)
     everything = weight_params_per_gpu(model, tp) - linear_params_per_gpu(model, tp)
     embed = split.vocab * d + (
         model.max_position_embeddings * d if model.learned_position_embeddings else 0

@@ -190,7 +190,7 @@ class RunConfig:
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "model": asdict(self.model),
+            "model": self.model.to_dict(),
             "topology": self.topology,
             "nodes": self.nodes,
             "gpu": self.gpu,

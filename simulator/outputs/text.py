@@ -245,11 +245,16 @@ def catalog_text(what: str) -> str:
     if what == "engines":
         return "\n".join(f"{name:<18} {textwrap.shorten(about(name), 100)}" for name in engines())
     if what == "models":
-        rows = [f"{'name':<16} {'params':>8} {'layers':>6} {'hidden':>6} {'heads':>5} {'kv':>3}"]
+        rows = [
+            f"{'name':<16} {'params':>8} {'active':>8} {'layers':>6} {'hidden':>6} "
+            f"{'heads':>5} {'kv':>3} {'experts':>7}"
+        ]
         for name, m in sorted(MODELS.items()):
+            experts = f"{m.experts_per_token}/{m.num_experts}" if m.is_moe else "-"
             rows.append(
-                f"{name:<16} {m.num_params() / 1e9:>7.1f}B {m.num_layers:>6} "
-                f"{m.hidden_size:>6} {m.num_heads:>5} {m.num_kv_heads:>3}"
+                f"{name:<16} {m.num_params() / 1e9:>7.1f}B {m.active_params() / 1e9:>7.1f}B "
+                f"{m.num_layers:>6} {m.hidden_size:>6} {m.num_heads:>5} {m.num_kv_heads:>3} "
+                f"{experts:>7}"
             )
         return "\n".join(rows)
     if what == "gpus":

@@ -29,6 +29,12 @@ PUBLISHED_PARAMS = {
     "qwen2.5-72b": 72.7e9,
     "codellama-34b": 33.7e9,
     "llama-33b": 32.5e9,  # LLaMA paper, table 2
+    # the config.json entries (model cards; active counts in tests/models/test_moe.py)
+    "mixtral-8x7b": 46.7e9,
+    "mixtral-8x22b": 141e9,
+    "qwen3-32b": 32.8e9,
+    "qwen3-30b-a3b": 30.5e9,
+    "qwen3-235b-a22b": 235e9,
 }
 
 
@@ -285,7 +291,8 @@ def test_get_model_unknown_name_lists_the_catalog() -> None:
     assert str(info.value) == (
         "model='foo': unknown model; catalog: codellama-34b, gpt3-175b, llama-2-13b, "
         "llama-2-70b, llama-2-7b, llama-3.1-405b, llama-3.1-70b, llama-3.1-8b, llama-33b, "
-        "mistral-7b, qwen2.5-72b or a path to a config.json"
+        "mistral-7b, mixtral-8x22b, mixtral-8x7b, qwen2.5-72b, qwen3-235b-a22b, qwen3-30b-a3b, "
+        "qwen3-32b or a path to a config.json"
     )
 
 

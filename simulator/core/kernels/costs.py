@@ -16,6 +16,7 @@ memory round trip per 1024 elements of a row. Its defaults are neutral: today's 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from tpsim import calibration
@@ -231,6 +232,41 @@ def gemm(
         sm_count=hw.sm_count,
         split_k_min=hw.split_k_min,
     )
+    return _priced(t, nbytes, flops, hw, stream=tr.gemm_stream_efficiency, fixed_s=tr.gemm_fixed_s)
+
+
+def grouped_gemm(
+    rows: int,
+    n: int,
+    k: int,
+    hw: Hardware,
+    *,
+    experts_read: float,
+    act_bytes: float,
+    w_bytes: float,
+    out_bytes: float | None = None,
+) -> KernelCost:
+    """A grouped GEMM of routed experts (a fused MoE kernel): ``rows`` token-expert pairs,
+    each ``[1, k] @ [k, n]`` by its expert's weights, of which ``experts_read`` experts' are
+    read (the expected number picked by some token: a float).
+
+    FLOPs: ``2 * rows * n * k``. Bytes: the rows in and out, and ``experts_read`` weight
+    matrices ``[k, n]``. Tiled, the pairs are spread evenly over the ``ceil(experts_read)``
+    experts read, each a GEMM of ``ceil(rows / experts)`` rows, their tiles side by side in
+    one grid; unquantised (the ideal calibration) compute is ``2 * rows * n * k / peak``.
+    """
+    out_b = act_bytes if out_bytes is None else out_bytes
+    flops = 2.0 * rows * n * k
+    nbytes = round(rows * k * act_bytes + experts_read * k * n * w_bytes + rows * n * out_b)
+    tr = hw.traits
+    peak = hw.matmul_flops * tr.matmul_fraction
+    if hw.tile is None:
+        t = flops / peak
+    else:
+        groups = max(1, math.ceil(experts_read - 1e-9))
+        per = max(1, -(-rows // groups))
+        t = compute_seconds(per, n * groups, k, peak_flops=peak, tile=hw.tile,
+                            sm_count=hw.sm_count, split_k_min=hw.split_k_min)  # fmt: skip
     return _priced(t, nbytes, flops, hw, stream=tr.gemm_stream_efficiency, fixed_s=tr.gemm_fixed_s)
 
 

@@ -127,6 +127,7 @@ class KernelTable:
         """This table for ``model`` at ``tp``: its operator rows of that shape apply (only to
         a gated MLP with ``head_dim * heads == n_embd``, the models Vidur profiles)."""
         fits = model.gated_mlp and model.head_dim * model.num_heads == model.hidden_size
+        fits = fits and not model.is_moe and not model.qk_norm  # Vidur profiles neither
         shape = Shape(model.hidden_size, model.num_heads, model.num_kv_heads,
                       model.intermediate_size, tp)  # fmt: skip
         return replace(self, bound=shape if fits and self.ops else None)

@@ -81,6 +81,17 @@ class Pricing:
                 detail += " (kernel table)"
         return cost, detail
 
+    def grouped_gemm(
+        self, name: str, rows: int, n: int, k: int, experts_read: float
+    ) -> tuple[KernelCost, str]:
+        """The routed experts' grouped GEMM ``name``: ``rows`` token-expert pairs
+        ``[rows, k]`` over ``experts_read`` expert weights ``[k, n]`` (no kernel table
+        measures one: always the model's price)."""
+        cost = costs.grouped_gemm(rows, n, k, self.hw, experts_read=experts_read,
+                                  act_bytes=self.in_b, w_bytes=self.w_b,
+                                  out_bytes=self.act_b)  # fmt: skip
+        return cost, f"[{rows}, {k}] x {experts_read:.2f} experts [{k}, {n}]"
+
     def attention_prefill(self, batch: int, prompt: int, heads: int, kv_heads: int,
                           head_dim: int) -> KernelCost:  # fmt: skip
         """Causal attention of ``batch`` prompts of ``prompt`` tokens over this rank's heads.

@@ -76,6 +76,8 @@ class _Megatron:
         self.kv = split.kv_heads  # KV heads per rank (replicated when tp exceeds them)
         self.inner = split.mlp_width  # I: MLP width per rank (padded)
         self.vocab = split.vocab  # V: vocab rows per rank (padded)
+        self.expert = split.expert_width  # Im: each routed expert's width per rank
+        self.shared = split.shared_width  # Is: the shared experts' width per rank
         assert self.h * tp == model.num_heads
 
     def next_pass(self, workload: Workload, options: Options) -> _Megatron:
@@ -199,6 +201,11 @@ class _Megatron:
         self.norm(mb, "input_norm", layer, add=self.fuse and layer > 0)  # x: [T, d]
         self.column_gemm(mb, "qkv_proj", layer, (h + 2 * kv) * hd, "attn_in")  # [T, (h+2kv)hd]
         tokens = mb.tokens
+        if m.qk_norm:  # RMSNorm of each q and k head: [T (h + kv), hd] read and written
+            rows = tokens * (h + kv)
+            shape = f"[{rows}, {hd}]"
+            self.ew(mb, "qk_norm", layer, 2 * rows * hd * self.act_b + 2 * hd * self.act_b,
+                    4.0 * rows * hd, shape, rows, hd)  # fmt: skip
         if not m.learned_position_embeddings and not self.rotary_in_attention:
             width = (h + kv) * hd  # rotary on q and k: read and write [T, (h + kv) hd]
             rot = tokens * width
@@ -220,6 +227,9 @@ class _Megatron:
         if not self.fuse:
             self.residual(mb, layer)  # x + attention out: [T, d]
         self.norm(mb, "post_attn_norm", layer, add=self.fuse)  # [T, d]
+        if self.m.is_moe_layer(layer):
+            self.moe(mb, layer)
+            return
         inner, tokens = self.inner, mb.tokens
         width = 2 * inner if self.m.gated_mlp else inner
         self.column_gemm(mb, "mlp_up", layer, width, "mlp_in")  # gate|up: [T, 2I] or [T, I]
@@ -239,6 +249,48 @@ class _Megatron:
             shape = f"[{tokens}, {inner}]"
             self.ew(mb, "act", layer, 2 * act * self.act_b, 8.0 * act, shape, tokens, inner)
         self.row_gemm(mb, "mlp_down", layer, inner, "mlp_out")  # [T, I] x [I, d] -> sum [T, d]
+
+    def swiglu(self, mb: _Slice, name: str, layer: int, rows: int, inner: int) -> None:
+        """silu(gate) * up over ``rows`` rows: read [rows, 2 inner], write [rows, inner]."""
+        act = rows * inner
+        shape = f"[{rows}, {2 * inner}] -> [{inner}]"
+        self.ew(mb, name, layer, 3 * act * self.act_b, 5.0 * act, shape, rows, inner)
+
+    def moe(self, mb: _Slice, layer: int) -> None:
+        """The MoE FFN with tensor-parallel experts (every rank holds 1/tp of each expert's
+        width, as vLLM and SGLang run MoE without expert parallelism), per rank: the router
+        (replicated), top-k, the routed experts as grouped GEMMs that read only the experts
+        some token picked (:meth:`ModelSpec.experts_read`, uniform routing), the shared
+        experts as a dense MLP, the weighted sum of each token's outputs, and the one
+        all-reduce (reduce-scatter with sequence parallelism) of the partial sums. Chunked
+        overlap does not split it."""
+        m, d, b, tokens = self.m, self.d, self.act_b, mb.tokens
+        experts, k = m.num_experts, m.experts_per_token
+        self.column_gemm(mb, "router", layer, experts, "mlp_in")  # [T, d] x [d, E] -> [T, E]
+        # softmax + top-k: read the logits [T, E], write weights and ids [T, k]
+        topk_bytes = tokens * experts * b + tokens * k * (b + 4)
+        shape = f"[{tokens}, {experts}] -> top {k}"
+        self.ew(mb, "topk", layer, topk_bytes, 5.0 * tokens * experts, shape, tokens, experts)
+        pairs, inner = tokens * k, self.expert  # T k token-expert pairs, Im per rank
+        read = m.experts_read(tokens)  # distinct experts picked: E (1 - (1 - k/E)^T)
+        for name, n, kdim in (("experts_up", 2 * inner, d), ("experts_down", d, inner)):
+            # up: [T k, d] x [d, 2Im] per expert (gate|up); down: [T k, Im] x [Im, d]
+            cost, detail = self.price.grouped_gemm(name, pairs, n, kdim, read)
+            self.build.kernel(mb.index, name, "gemm", layer, cost, detail)
+            if name == "experts_up":
+                self.swiglu(mb, "experts_act", layer, pairs, inner)  # [T k, 2Im] -> [T k, Im]
+        summed = pairs
+        if self.shared:  # shared experts, every token: [T, d] x [d, 2Is], [T, Is] x [Is, d]
+            self.gemm(mb, "shared_up", layer, tokens, 2 * self.shared, d)
+            self.swiglu(mb, "shared_act", layer, tokens, self.shared)
+            self.gemm(mb, "shared_down", layer, tokens, d, self.shared)
+            summed += tokens
+        # weighted sum of each token's expert outputs: read [T, k (+1), d], write [T, d]
+        shape = f"[{tokens}, {summed // tokens}, {d}] -> [{tokens}, {d}]"
+        sum_bytes = (summed + tokens) * d * b
+        self.ew(mb, "moe_sum", layer, sum_bytes, 2.0 * summed * d, shape, tokens, d)
+        op = "reduce_scatter" if self.sp else "all_reduce"
+        self.build.collective(mb.index, op, "mlp_out", layer, round(tokens * d * b))  # [T, d]
 
     def close_layer(self, mb: _Slice, layer: int) -> None:
         if not self.fuse:  # fused: the next norm adds the residual

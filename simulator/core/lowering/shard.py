@@ -2,7 +2,9 @@
 
 Column-parallel QKV splits the query heads (and the KV heads, replicated when ``tp`` exceeds
 them); column-parallel gate/up and row-parallel down split the MLP width; the embedding and
-LM head split the vocabulary. Widths that ``tp`` does not divide are padded up, as
+LM head split the vocabulary. Mixture-of-experts layers run their experts tensor-parallel
+(no expert parallelism): every rank holds 1/tp of every routed and shared expert's width,
+and the router [d, E] whole. Widths that ``tp`` does not divide are padded up, as
 Megatron-LM and vLLM pad them.
 """
 
@@ -24,6 +26,8 @@ class Shard:
     kv_replication: int  # ranks holding a copy of each KV head
     mlp_width: int  # MLP intermediate width per rank, ceil(I / tp) (padded)
     vocab: int  # vocabulary rows per rank, ceil(V / tp) (padded)
+    expert_width: int = 0  # each routed expert's FFN width per rank, ceil(Im / tp)
+    shared_width: int = 0  # the shared experts' FFN width per rank, ceil(Is / tp)
 
 
 def shard(model: ModelSpec, tp: int) -> Shard:
@@ -37,6 +41,8 @@ def shard(model: ModelSpec, tp: int) -> Shard:
         kv_replication=replication,
         mlp_width=ceil_div(model.intermediate_size, tp),
         vocab=ceil_div(model.vocab_size, tp),
+        expert_width=ceil_div(model.moe_intermediate_size, tp),
+        shared_width=ceil_div(model.shared_intermediate_size, tp),
     )
 
 
