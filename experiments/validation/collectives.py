@@ -230,10 +230,10 @@ def compare_alltoall(curve: AllToAll, data: Path) -> tuple[list[dict[str, float 
         by_size = dict(zip(sizes, rows, strict=True))
         out += [
             {
-                "bytes": f"{p} GPUs {n}",
+                "bytes": f"{p} GPUs, NCCL {v}: {n}",
                 "measured_us": t_us,
                 "simulated_us": by_size[n]["time_s"] * 1e6,
-                "choice": f"{by_size[n]['algorithm']}/{by_size[n]['protocol']} (NCCL {v})",
+                "choice": f"{by_size[n]['algorithm']}/{by_size[n]['protocol']}",
             }
             for n, t_us, v in points
         ]
