@@ -115,6 +115,15 @@ def _multinode(slug: str) -> Callable[[], Comparison]:
     return run
 
 
+def _alltoall(slug: str) -> Callable[[], Comparison]:
+    def run() -> Comparison:
+        (curve,) = [c for c in coll.ALLTOALL if c.slug == slug]
+        rows, _ = coll.compare_alltoall(curve, coll.data_dir())
+        return _from_rows(rows)
+
+    return run
+
+
 def _floors(fitted: bool) -> Callable[[], Comparison]:
     def run() -> Comparison:
         calib = coll.floors_host(coll.data_dir())[1] if fitted else None
@@ -209,6 +218,22 @@ SMALL = car.FILE
 LMDEPLOY = "lmdeploy_a100_static.csv"
 E2E = "e2e_tgi_vllm_2023.csv"
 VIDUR = ("vidur_mlp_per_op.csv", "vidur_attention_a100_tp2.csv")
+SINGLE_NODE = coll.SINGLE_NODE_FILE
+
+_ALLTOALL = (
+    "nccl-tests alltoall_perf, one process with a thread per GPU (-t N), on 2, 4 and 8 {gpu} "
+    "of one box ({topo} --ranks 2/4/8), 512 B-512 MiB per rank (fp16, out of place): {what} "
+    "(launcher mpi, NCCL's choice: pairwise)"
+)
+_ALLTOALL_MISS = (
+    "simulated 15-50% fast at every size: NCCL's P2P path is modelled as one fluid flow per "
+    "peer at the link rate after the ring's base latency; missing are the send/recv "
+    "kernel's per-peer parallelism (each peer's transfer on a few channels, one SM each, in "
+    "NCCL_P2P_NVL_CHUNKSIZE pieces through NCCL_STEPS slots: 2 ranks reach 164 GB/s busbw "
+    "on A100, not the link's ~230) and the grouped call's own floor (ncclGroupEnd of "
+    "2(p-1) sends and receives; A100 floors 10.5-15.8 us against 7.3), which NCCL's "
+    "tuning model has no constants for (issue #24)"
+)
 
 _TIME = "geomean error of the time per call over the sizes"
 _KERNEL = (
@@ -241,6 +266,14 @@ VALIDATIONS: tuple[Validation, ...] = (
     Validation("nccl-2node-b200-ib", (MULTINODE,), 0.15,
                f"nccl-tests 2 nodes x 8 B200 over InfiniBand (Lambda), 16 ranks, mpirun: "
                f"{_TIME} (out of place)", _multinode("b200_ib"), target=0.10),
+    Validation("nccl-alltoall-a100", (SINGLE_NODE,), 0.15,
+               _ALLTOALL.format(gpu="A100 SXM", topo="dgx-a100", what=_TIME + " and ranks "
+                                "(NCCL 2.27.3)"),
+               _alltoall("a100"), quick=True, expected_fail=_ALLTOALL_MISS, ceiling=0.65),
+    Validation("nccl-alltoall-h100", (SINGLE_NODE,), 0.15,
+               _ALLTOALL.format(gpu="H100 SXM", topo="dgx-h100", what=_TIME + " and ranks "
+                                "(NCCL 2.23, 2.27.3 and 2.29.2 collections)"),
+               _alltoall("h100"), quick=True, expected_fail=_ALLTOALL_MISS, ceiling=0.30),
     Validation("nccl-a100-floors", (SMALL,), 0.10,
                "one-channel all-reduce floors (8-128 B) of nccl-tests issue 123, -g N on 2 to "
                "8 GPUs of a DGX A100, priced with the shipped calibration: geomean error over "

@@ -148,6 +148,7 @@ def _collectives(d: Mapping[str, Any]) -> Collectives:
         channel_thresholds=_channel_thresholds(
             entry(d, "channel_thresholds", w), f"{w}.channel_thresholds"
         ),
+        p2p_ll_threshold=int(number(entry(d, "p2p_ll_threshold", w), "p2p_ll_threshold")),
         tree_channel_max_Bps={
             str(proto): {str(k): _scales(v, f"{w}.tree_channel_max_GBps") for k, v in t.items()}
             for proto, t in _table(

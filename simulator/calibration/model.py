@@ -145,7 +145,11 @@ class Calibration:
         zero_launch = LaunchCost(0.0, 0.0, 0.0, 0.0)
         c = self.collectives
         ideal_protocol = Protocol(
-            "ideal", {"ring": 0.0, "tree": 0.0}, {k: 0.0 for k in ("nvlink", "pci", "net")}, 1.0, {}
+            "ideal",
+            {"ring": 0.0, "tree": 0.0, "p2p": 0.0},
+            {k: 0.0 for k in ("nvlink", "pci", "net")},
+            1.0,
+            {},
         )
         return Calibration(
             name="ideal",

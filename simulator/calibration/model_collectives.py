@@ -172,6 +172,9 @@ class Collectives:
     host_enqueue: Mapping[str, HostEnqueue] = field(default_factory=dict)
     #: per protocol: NCCL's rule for how many channels an operation of a size runs on
     channel_thresholds: Mapping[str, ChannelThreshold] = field(default_factory=dict)
+    #: NCCL's P2P protocol rule: a send of at most this many bytes to one peer runs LL,
+    #: a larger one Simple (NCCL_P2P_LL_THRESHOLD)
+    p2p_ll_threshold: int = 0
 
     @property
     def custom(self) -> CustomKernel:

@@ -28,6 +28,7 @@ BUS_FACTOR = {
     "all_reduce": lambda p: 2 * (p - 1) / p,
     "all_gather": lambda p: (p - 1) / p,
     "reduce_scatter": lambda p: (p - 1) / p,
+    "all_to_all": lambda p: (p - 1) / p,  # size: the whole send buffer of a rank
 }
 
 

@@ -33,9 +33,10 @@ def test_the_registry_lists_every_algorithm_once_in_order() -> None:
         "nvls",
         "nvlstree",
         "hierarchical",
+        "pairwise",
     ]
     assert all(isinstance(a, Algorithm) and a.name == n for n, a in REGISTRY.items())
-    assert NCCL_ALGORITHMS == ("ring", "multiring", "tree", "nvls", "nvlstree")
+    assert NCCL_ALGORITHMS == ("ring", "multiring", "tree", "nvls", "nvlstree", "pairwise")
 
 
 def test_choices_everywhere_come_from_the_registry() -> None:
@@ -53,10 +54,11 @@ def test_each_entry_builds_within_its_step_bound(name: str) -> None:
     topo, nodes, ranks = WHERE.get(name, ("dgx-h100", 1, 8))
     group = tp_group(get_topology(topo, nodes), ranks)
     fab = group.fabric(default_calibration())
-    assert why_not(fab, name, "all_reduce") is None
+    op = REGISTRY[name].ops[0]  # all_reduce, or the all-to-all's own
+    assert why_not(fab, name, op) is None
     plan = make_planner(fab, group.ring, algo=name)
     for n in (8 * 1024, 64 * MiB):
-        sched = plan(CollectiveCall("all_reduce", n))
+        sched = plan(CollectiveCall(op, n))
         assert sched.algorithm.startswith(name.removeprefix("multi")), sched.algorithm
         steps = max(len(s) for s in sched.steps)
         assert 1 <= steps <= REGISTRY[name].max_steps(ranks)
@@ -95,6 +97,22 @@ def test_a_collective_an_algorithm_does_not_run_goes_to_the_ring_and_says_so() -
     assert why_not(fab, "tree", "all_gather") == "tree runs only all_reduce; all_gather uses ring"
     plan = make_planner(fab, group.ring, algo="tree")
     assert plan(CollectiveCall("all_gather", MiB)).algorithm == "ring"
+
+
+def test_all_to_all_runs_pairwise_under_any_choice_and_nccls_p2p_protocol() -> None:
+    # NCCL_P2P_LL_THRESHOLD: LL up to 16 KiB to each peer, Simple above; never LL128
+    group = tp_group(get_topology("dgx-h100"), 8)
+    fab = group.fabric(default_calibration())
+    for choice in ("auto", "nccl", "ring", "tree", "pairwise"):
+        plan = make_planner(fab, group.ring, algo=choice)
+        small = plan(CollectiveCall("all_to_all", 8 * 16 * 1024))
+        large = plan(CollectiveCall("all_to_all", 8 * 16 * 1024 + 8))
+        assert (small.algorithm, small.protocol) == ("pairwise", "LL"), choice
+        assert (large.algorithm, large.protocol) == ("pairwise", "Simple"), choice
+    assert small.base_s == default_calibration().collectives.protocols["LL"].base("p2p")
+    # a named algorithm's other collectives still go to the ring
+    plan = make_planner(fab, group.ring, algo="pairwise")
+    assert plan(CollectiveCall("all_reduce", MiB)).algorithm == "ring"
 
 
 def test_a_missing_base_latency_is_an_error_not_zero() -> None:

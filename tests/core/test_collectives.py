@@ -78,6 +78,33 @@ def test_ring_on_nvswitch_closed_form(n: int) -> None:
     assert t == pytest.approx(2 * 7 * (H100_HOP + n / 8 / H100_LINK), rel=1e-9)
 
 
+@pytest.mark.parametrize("p", [2, 4, 8])
+@pytest.mark.parametrize("n", [8 * KiB, 64 * MiB])
+def test_all_to_all_closed_form(n: int, p: int) -> None:
+    # each rank sends n/p to each of its p-1 peers at once through its one NVSwitch port:
+    # alpha (GPU -> NVSwitch -> GPU) + (p-1)/p n / B, as nccl-tests' alltoall sizes it
+    row = one("dgx-h100", p, n, "nccl", op="all_to_all")
+    assert row["algorithm"] == "pairwise"
+    assert row["time_s"] == pytest.approx(H100_HOP + (p - 1) / p * n / H100_LINK, rel=1e-9)
+    assert row["busbw_GBps"] == pytest.approx(n / row["time_s"] * (p - 1) / p / 1e9)
+
+
+def test_all_to_all_sends_p_minus_1_over_p_of_the_buffer_per_rank() -> None:
+    from tpsim.core import metrics
+    from tpsim.core.comm.group import connect, run_programs
+    from tpsim.core.program import CollectiveCall, Op, Program, Programs
+
+    n, p = 64 * MiB, 8
+    comms = connect(get_topology("dgx-h100", 1), p, calib=ideal_calibration(), algo="nccl")
+    call = CollectiveCall("all_to_all", n)
+    op = Op("all_to_all", "collective", 0, "a2a", "comm", 0.0, 0.0, 0.0, n, "communication",
+            "", (), collective=call)  # fmt: skip
+    ran = run_programs(comms, Programs.same(Program((op,)), p))
+    for rank in range(p):
+        sent = metrics.communication(ran.records, rank=rank)["bytes_sent_per_gpu"]
+        assert sent == (p - 1) * n // p
+
+
 def test_tree_closed_form_on_a_chain(tmp_path: Path) -> None:
     # 4 GPUs in a ring, one host: NCCL's tree is the chain 0-1-2-3 (depth 3); both trees
     # share it, so each step moves n/k over a link: 2 (3 + k - 1) (a + n / (k B))

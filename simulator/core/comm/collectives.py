@@ -5,7 +5,7 @@ the fastest, as NCCL does; ``nccl`` restricts the choice to NCCL's own algorithm
 multi-ring channels, tree, NVLS), leaving out the peer-memory all-reduces that serving
 engines add for small messages. The algorithms are the entries of
 :data:`tpsim.core.comm.algorithms.REGISTRY`; nothing here names one, except the ring, which runs
-every collective an algorithm does not.
+every collective an algorithm does not (the all-to-all's is ``pairwise``).
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from collections.abc import Sequence
 
 from tpsim.calibration import Protocol
 from tpsim.core.comm import algorithms
-from tpsim.core.comm.algorithms import REGISTRY, Context
+from tpsim.core.comm.algorithms import REGISTRY, Algorithm, Context
 from tpsim.core.comm.fabric import Fabric
 from tpsim.core.comm.schedules import predict
 from tpsim.core.errors import ConfigError
 from tpsim.core.program import CollectiveCall
 from tpsim.core.schedule import Planner, Schedule
 
-OPS: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter")
+OPS: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 #: ``--algo`` / ``--allreduce-algo`` choices: auto, nccl, then every algorithm.
 ALGORITHMS: tuple[str, ...] = algorithms.CHOICES
 NCCL_ALGORITHMS: tuple[str, ...] = tuple(a.name for a in REGISTRY.values() if a.nccl)
@@ -40,6 +40,12 @@ def why_not(fab: Fabric, algo: str, op: str) -> str | None:
     if op not in entry.ops:
         return f"{algo} runs only {', '.join(entry.ops)}; {op} uses ring"
     return entry.why_not(fab, op)
+
+
+def _fallback(op: str) -> Algorithm:
+    """The algorithm that runs ``op`` when the named one does not: the ring for the
+    collectives it runs, else the first in listing order that runs it."""
+    return next(a for a in REGISTRY.values() if op in a.ops)
 
 
 def _protocols(fab: Fabric, order: Sequence[int]) -> list[Protocol]:
@@ -62,7 +68,8 @@ def make_planner(fab: Fabric, order: Sequence[int], *, algo: str = "auto") -> Pl
     if algo not in ALGORITHMS:
         raise ConfigError(f"algo={algo!r}: must be one of {', '.join(ALGORITHMS)}")
     if fab.ranks > 1 and algo not in ("auto", "nccl"):
-        problem = why_not(fab, algo, "all_reduce")
+        ops = REGISTRY[algo].ops  # checked on the all-reduce, or on its own collective
+        problem = why_not(fab, algo, "all_reduce" if "all_reduce" in ops else ops[0])
         if problem:
             raise ConfigError(f"algo={algo}: {problem}")
     choosing = algo in ("auto", "nccl")
@@ -73,8 +80,8 @@ def make_planner(fab: Fabric, order: Sequence[int], *, algo: str = "auto") -> Pl
     def options(call: CollectiveCall) -> list[Schedule]:
         if choosing:
             names = [a for a in pool if call.op in a.ops]
-        else:  # the named algorithm, or the ring for a collective it does not run
-            names = [pool[0] if call.op in pool[0].ops else REGISTRY["ring"]]
+        else:  # the named algorithm, or the first that runs a collective it does not (ring)
+            names = [pool[0] if call.op in pool[0].ops else _fallback(call.op)]
         out = []
         for entry in names:
             if entry.why_not(fab, call.op):

@@ -80,12 +80,12 @@ CHOICES: tuple[str, ...] = ("auto", "nccl", *REGISTRY)
 
 def candidates(choice: str) -> list[Algorithm]:
     """The algorithms a choice may run: all for ``auto``, NCCL's own for ``nccl``, else the
-    named one (and the ring, which runs the collectives it does not)."""
+    named one (and the ring and the all-to-all, which run the collectives it does not)."""
     if choice == "auto":
         return list(REGISTRY.values())
     if choice == "nccl":
         return [a for a in REGISTRY.values() if a.nccl]
-    return [REGISTRY[choice], *([REGISTRY["ring"]] if choice != "ring" else [])]
+    return [REGISTRY[choice], *(REGISTRY[a] for a in ("ring", "pairwise") if a != choice)]
 
 
 def max_steps(choice: str, ranks: int) -> int:
