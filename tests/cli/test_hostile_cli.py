@@ -262,7 +262,10 @@ SLOW_RUN = ["run", "--model", "llama-3.1-70b", "--topology", "dgx-h100", "--tp",
 SLOW_RUN += ["--phase", "prefill", "--overlap", "chunked", "--batch", "4"]
 
 
+# two configurations, one over two nodes and launched eagerly: some 18 s, long past the signal
 SLOW_REPORT = ["report", *SLOW_RUN[1:], "--out", "r.html"]
+SLOW_REPORT[SLOW_REPORT.index("--tp") + 1] = "8,16"
+SLOW_REPORT += ["--nodes", "1,2", "--launch", "eager"]
 #: Each signal as it arrives: Ctrl-C at the terminal's whole process group; SIGTERM as
 #: ``timeout``, a scheduler or a container sends it, and SIGHUP, to the process alone.
 SIGNALS = {
