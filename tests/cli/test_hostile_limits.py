@@ -205,6 +205,7 @@ TOO_LARGE = {  # command, the output the file size limit stops (relative to the 
 }  # fmt: skip
 
 
+@pytest.mark.slow  # subprocesses under a file-size limit, or a large file
 @pytest.mark.parametrize("case", list(TOO_LARGE))
 def test_a_file_too_large_names_the_output_and_leaves_nothing(case: str, tmp_path: Path) -> None:
     argv, output = TOO_LARGE[case]
@@ -216,6 +217,7 @@ def test_a_file_too_large_names_the_output_and_leaves_nothing(case: str, tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == [], list(tmp_path.iterdir())
 
 
+@pytest.mark.slow  # subprocesses under a file-size limit, or a large file
 @pytest.mark.parametrize("ext", [".csv", ".jsonl"])
 def test_a_sweep_stopped_by_a_full_disk_keeps_whole_rows_and_resume_finishes(
     tmp_path: Path, ext: str
@@ -241,6 +243,7 @@ def test_a_sweep_stopped_by_a_full_disk_keeps_whole_rows_and_resume_finishes(
 # --- messages ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mpl", ["/dev/null/mpl", "a_file", "missing/../../dev/null/x"])
 def test_an_unwritable_mplconfigdir_prints_no_warning(tmp_path: Path, mpl: str) -> None:
     (tmp_path / "a_file").write_text("x")
@@ -261,6 +264,7 @@ sys.meta_path.insert(0, _Boom())
 """
 
 
+@pytest.mark.slow  # a fresh interpreter per case
 @pytest.mark.parametrize(
     "module", ["tpsim.core.engine.simulation", "tpsim.cli.run", "tpsim.calibration.loader"]
 )
@@ -292,6 +296,7 @@ def test_a_memory_error_in_a_command_does_not_blame_the_input(
     assert err.count("\n") == 1 and "out of memory" in err and "input" not in err
 
 
+@pytest.mark.slow
 def test_compare_results_streams_a_large_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -325,6 +330,7 @@ def test_extends_names_a_shipped_base_by_name(tmp_path: Path) -> None:
     assert extends_name(str(file), tmp_path) == "vllm"
 
 
+@pytest.mark.slow
 def test_a_calibrated_profile_travels_with_its_base(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -135,7 +135,7 @@ def test_compare_rows_of_a_results_file(tmp_path, capsys: pytest.CaptureFixture[
 
 
 UNEQUAL = [
-    "compare", "--model", "llama-3.1-70b", "--topology", "dgx-h100", "--tp", "8,16,8",
+    "compare", "--model", "llama-3.1-8b", "--topology", "dgx-h100", "--tp", "8,16,8",
     "--nodes", "1,2,2", "--dp", "1,1,2", "--batch", "1",
 ]  # fmt: skip
 
@@ -147,7 +147,7 @@ def test_unequal_loads_are_said_plainly(capsys: pytest.CaptureFixture[str]) -> N
     assert main(UNEQUAL) == 0
     out = capsys.readouterr().out
     head = out.splitlines()[0]
-    assert head.startswith("# compare: llama-3.1-70b") and "TP 8" not in head
+    assert head.startswith("# compare: llama-3.1-8b") and "TP 8" not in head
     assert "batch 1 per replica" in head
     loads = next(line for line in out.splitlines() if line.startswith("sequences per step"))
     assert loads.split()[3:] == ["1", "1", "2"]
