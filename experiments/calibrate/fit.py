@@ -39,7 +39,12 @@ from tpsim.core.errors import ConfigError
 from tpsim.core.lowering.host import step_mode
 from tpsim.experiments.calibrate import lsq
 from tpsim.experiments.calibrate.knobs import KNOBS, Knob, profile_yaml
-from tpsim.experiments.calibrate.measurements import MeasuredPoint, read_points
+from tpsim.experiments.calibrate.measurements import (
+    COLUMNS,
+    MeasuredPoint,
+    extra_columns,
+    read_points,
+)
 from tpsim.experiments.calibrate.simulate import Simulator
 
 #: Largest |d log(step) / d log(parameter)| at which no point is taken to depend on it:
@@ -129,7 +134,15 @@ def calibrate(
     ):
         result = _Fit(sim).run()
     digest = hashlib.sha256(csv_path.read_bytes()).hexdigest()[:12]
-    return replace(result, profile=_profile(result, sim.calib, name, digest, folder))
+    extra = [
+        f"column {c!r} is not one of tpsim's ({', '.join(COLUMNS)}): kept in the file, not read"
+        for c in extra_columns(csv_path)
+    ]
+    return replace(
+        result,
+        warnings=[*extra, *result.warnings],
+        profile=_profile(result, sim.calib, name, digest, folder),
+    )
 
 
 class _Fit:

@@ -98,8 +98,20 @@ class MeasuredPoint:
         return f"{self.model} {where} TP {self.tp} {what}"
 
 
+def extra_columns(path: Path) -> list[str]:
+    """The columns of a measurements file that are not tpsim's (notes, a run id): kept in the
+    file, not read. ``tpsim calibrate`` names them, so that a misspelt column of its own
+    (``bacth``) is seen rather than silently left at its default."""
+    text = read_text(path, MAX_BYTES)
+    for line in text.splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            return [c.strip() for c in next(csv.reader([line])) if c.strip() not in COLUMNS]
+    return []
+
+
 def read_points(path: Path) -> list[MeasuredPoint]:
-    """The measurements in ``path``, validated (models, topologies and TP degrees resolved)."""
+    """The measurements in ``path``, validated (models, topologies and TP degrees resolved);
+    columns that are not tpsim's are ignored (:func:`extra_columns` names them)."""
     name = str(path)
     try:  # bounded: a regular file, at most MAX_BYTES; a spreadsheet's byte-order mark is no column
         text = read_text(path, MAX_BYTES)
@@ -120,10 +132,8 @@ def read_points(path: Path) -> list[MeasuredPoint]:
     header_row, header_line = lines[0]
     header = [c.strip() for c in next(csv.reader([header_line]))]
     for c in header:
-        if c not in COLUMNS:
-            raise ConfigError(
-                f"{name} row {header_row}: unknown column {c!r}; columns: {', '.join(COLUMNS)}"
-            )
+        if not c:
+            raise ConfigError(f"{name} row {header_row}: a column without a name")
         if header.count(c) > 1:
             raise ConfigError(f"{name} row {header_row}: column {c!r} appears twice")
     missing = [c for c in REQUIRED if c not in header]
@@ -139,7 +149,10 @@ def read_points(path: Path) -> list[MeasuredPoint]:
             raise ConfigError(
                 f"{name} row {row}: {len(cells)} cells; the header has {len(header)} columns"
             )
-        points.append(reader.point(row, dict(zip(header, cells, strict=True))))
+        # columns of tpsim's own are read; others (notes, a run id) are kept in the file
+        # and ignored here
+        cells_of = dict(zip(header, cells, strict=True))
+        points.append(reader.point(row, {c: v for c, v in cells_of.items() if c in COLUMNS}))
     if not points:
         raise ConfigError(f"{name}: a header and no measurements")
     return points
@@ -233,4 +246,4 @@ class _Reader:
         return ms * 1e-3
 
 
-__all__ = ["COLUMNS", "MeasuredPoint", "read_points"]
+__all__ = ["COLUMNS", "MeasuredPoint", "extra_columns", "read_points"]

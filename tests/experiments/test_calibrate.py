@@ -192,7 +192,7 @@ REQUEST = f"{HEADER},output_len,allreduce\n{MODEL},dgx-h100,1,2,8,prefill,256,,,
         ("", "m.csv: no measurements"),
         ("# only a comment\n", "m.csv: no measurements"),
         (HEADER + "\n", "m.csv: a header and no measurements"),
-        (HEADER.replace("batch", "bacth") + "\n", "m.csv row 1: unknown column 'bacth'"),
+        (HEADER.replace("measured_ms", "measured") + "\n", "m.csv row 1: no 'measured_ms' column"),
         ("model,topology,tp\nx,y,1\n", "m.csv row 1: no 'measured_ms' column"),
         (GOOD.replace(",7.8", ",fast"), "m.csv row 3, measured_ms='fast': not a number"),
         (GOOD.replace(",7.8", ",-1"), "m.csv row 3, measured_ms='-1'"),
@@ -275,3 +275,20 @@ def test_a_file_that_is_no_csv_is_named(
     assert main(["calibrate", str(path), "--engine", "vllm", "--out", str(tmp_path / "p.yaml")])
     assert f"{path}: {message}" in capsys.readouterr().err
     assert not (tmp_path / "p.yaml").exists()
+
+
+def test_extra_columns_are_kept_and_ignored(tmp_path: Path) -> None:
+    """Issue #26: a measurements CSV with a column of its own (notes, a run id) is read, the
+    column named as ignored (so a misspelt column of tpsim's own is seen, not silently left
+    at its default)."""
+    from tpsim.experiments.calibrate.measurements import extra_columns, read_points
+
+    plain = tmp_path / "plain.csv"
+    plain.write_text(GOOD)
+    lines = GOOD.strip().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("model,"))
+    extra = [f"{line},note {i}" for i, line in enumerate(lines[at + 1 :])]
+    noted = tmp_path / "noted.csv"
+    noted.write_text("\n".join([*lines[:at], lines[at] + ",notes", *extra]) + "\n")
+    assert [p.measured_s for p in read_points(noted)] == [p.measured_s for p in read_points(plain)]
+    assert extra_columns(noted) == ["notes"] and extra_columns(plain) == []
