@@ -50,9 +50,9 @@ def shorten(text: str, limit: int = 120) -> str:
     return shown if len(shown) <= limit else shown[: limit - 3] + "..."
 
 
-def read_text(path: str | Path, limit: int, *, bom: bool = True) -> str:
-    """The UTF-8 text of the regular file ``path`` (at most ``limit`` bytes); ReadRefused if
-    it is missing, not a regular file, larger, growing past the limit, or not UTF-8."""
+def _open_regular(path: str | Path, limit: int) -> int:
+    """A read-only descriptor of the regular file ``path`` of at most ``limit`` bytes (never
+    blocking on a FIFO); ReadRefused, the descriptor closed, for anything else."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
@@ -70,6 +70,20 @@ def read_text(path: str | Path, limit: int, *, bom: bool = True) -> str:
             raise ReadRefused(f"cannot read (not a regular file: {kind})")
         if st.st_size > limit:
             raise ReadRefused(f"larger than {limit} bytes")
+    except OSError as e:
+        os.close(fd)
+        raise ReadRefused(f"cannot read ({e.strerror or e})") from None
+    except ReadRefused:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_text(path: str | Path, limit: int, *, bom: bool = True) -> str:
+    """The UTF-8 text of the regular file ``path`` (at most ``limit`` bytes); ReadRefused if
+    it is missing, not a regular file, larger, growing past the limit, or not UTF-8."""
+    fd = _open_regular(path, limit)
+    try:
         chunks, got = [], 0
         while got <= limit:  # a file growing while read stops at the limit too
             chunk = os.read(fd, min(1 << 20, limit + 1 - got))
@@ -93,24 +107,9 @@ def read_lines(path: str | Path, limit: int) -> Iterator[str]:
     """The complete lines (each ending in a newline, kept) of the regular file ``path``, one
     at a time, as UTF-8, so that a file of ``limit`` bytes is never held whole; what follows
     the last newline is not a line. ReadRefused as :func:`read_text` (no byte-order mark)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        raise ReadRefused("cannot read (no such file)") from None
-    except OSError as e:
-        if e.errno == errno.ENAMETOOLONG:
-            raise ReadRefused("cannot read (file name too long)") from None
-        raise ReadRefused(f"cannot read ({e.strerror or e})") from None
-    except (ValueError, TypeError) as e:  # a NUL byte in the name
-        raise ReadRefused(f"cannot read ({e})") from None
+    fd = _open_regular(path, limit)
     with os.fdopen(fd, "rb", buffering=1 << 20) as f:
         try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                kind = _KINDS.get(stat.S_IFMT(st.st_mode), "not a regular file")
-                raise ReadRefused(f"cannot read (not a regular file: {kind})")
-            if st.st_size > limit:
-                raise ReadRefused(f"larger than {limit} bytes")
             offset = 0
             while True:
                 raw = f.readline(limit + 1 - offset)  # a file growing while read stops too
