@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
+from tpsim.calibration.bounded import squash
 from tpsim.models.errors import ModelError
 from tpsim.models.hf_config import load_hf_config
 from tpsim.models.spec import ModelSpec
@@ -244,11 +245,6 @@ HF_IDS: dict[str, str] = {
 }
 
 
-def _squash(name: str) -> str:
-    """A name without case or punctuation: llama3.1-70b and Llama-3.1-70B look alike."""
-    return "".join(c for c in name.lower() if c.isalnum())
-
-
 def _digits(name: str) -> str:
     return "".join(c for c in name if c.isdigit())
 
@@ -257,9 +253,9 @@ def _did_you_mean(key: str) -> str:
     """' (did you mean 'x'?)' for the catalog name closest to ``key``, or ''. Only a name with
     the same numbers is offered: llama-3.2-1b is no typo of llama-3.1-8b."""
     names = {**{n: n for n in MODELS}, **HF_IDS}
-    squashed = {_squash(n): name for n, name in names.items()}
-    if _squash(key) in squashed:
-        return f" (did you mean {squashed[_squash(key)]!r}?)"
+    squashed = {squash(n): name for n, name in names.items()}
+    if squash(key) in squashed:
+        return f" (did you mean {squashed[squash(key)]!r}?)"
     same = [n for n in names if _digits(n) == _digits(key)]
     close = difflib.get_close_matches(key, same, n=1, cutoff=0.75)
     return f" (did you mean {names[close[0]]!r}?)" if close else ""

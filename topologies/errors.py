@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import difflib
 import reprlib
+
+from tpsim.calibration.bounded import did_you_mean
 
 __all__ = ["TopologyError", "did_you_mean", "field_error", "show"]
 
@@ -30,12 +31,6 @@ def show(value: object, limit: int = 60) -> str:
         text = str(value)
     text = " ".join(text.split())  # never more than one line
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def did_you_mean(word: object, choices: list[str]) -> str:
-    """' (did you mean 'x'?)' for the closest choice, or ''."""
-    close = difflib.get_close_matches(str(word), choices, n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 _MISSING = object()

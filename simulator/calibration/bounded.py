@@ -10,6 +10,7 @@ naming the field and the file.
 
 from __future__ import annotations
 
+import difflib
 import errno
 import os
 import stat
@@ -48,6 +49,18 @@ def shorten(text: str, limit: int = 120) -> str:
     """``text`` on one line, control characters escaped, at most ``limit`` characters."""
     shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
     return shown if len(shown) <= limit else shown[: limit - 3] + "..."
+
+
+def squash(name: str) -> str:
+    """A name without case or punctuation: ``Llama-3.1-70B`` and ``llama3.1-70b``, ``vLLM``
+    and ``vllm``, ``TensorRT-LLM`` and ``tensorrt_llm`` look alike."""
+    return "".join(c for c in name.lower() if c.isalnum())
+
+
+def did_you_mean(word: object, choices: list[str]) -> str:
+    """' (did you mean 'x'?)' for the closest choice, or ''."""
+    close = difflib.get_close_matches(str(word), choices, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _open_regular(path: str | Path, limit: int) -> int:

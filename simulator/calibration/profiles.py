@@ -9,7 +9,6 @@ is what a run uses, the profile's or its first-principles variant (``--ideal``).
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from functools import cache
 from importlib import resources
@@ -17,7 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from tpsim.calibration.bounded import ReadRefused, read_text, shorten, show, yaml_load
+from tpsim.calibration.bounded import (
+    ReadRefused,
+    did_you_mean,
+    read_text,
+    shorten,
+    show,
+    squash,
+    yaml_load,
+)
 from tpsim.calibration.loader import FILES, CalibrationError, build, default, read_all
 from tpsim.calibration.model import Calibration
 
@@ -77,10 +84,6 @@ ALIASES = {
 }
 
 
-def _squash(name: str) -> str:
-    return "".join(c for c in name.lower() if c.isalnum())
-
-
 def is_profile_file(name_or_path: str) -> bool:
     """Whether ``--engine`` names a profile file rather than a shipped engine."""
     return "/" in name_or_path or name_or_path.endswith((".yaml", ".yml"))
@@ -92,9 +95,9 @@ def canonical(name_or_path: str) -> str:
     (an unknown name is refused where the profile is read, with the known ones)."""
     if not isinstance(name_or_path, str) or is_profile_file(name_or_path):
         return name_or_path
-    known = {_squash(n): n for n in engines()}
-    known.update({_squash(a): n for a, n in ALIASES.items()})
-    return known.get(_squash(name_or_path), name_or_path)
+    known = {squash(n): n for n in engines()}
+    known.update({squash(a): n for a, n in ALIASES.items()})
+    return known.get(squash(name_or_path), name_or_path)
 
 
 def _profile_text(name_or_path: str) -> tuple[str, str]:
@@ -109,8 +112,7 @@ def _profile_text(name_or_path: str) -> tuple[str, str]:
         except OSError:  # a name longer than the file system allows
             found = False
         if not found:
-            close = difflib.get_close_matches(_squash(name_or_path), engines(), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            hint = did_you_mean(squash(name_or_path), engines())
             raise CalibrationError(
                 f"engine={name_or_path!r}: unknown engine{hint}; known: {', '.join(engines())} "
                 "(or a profile file .yaml)"
