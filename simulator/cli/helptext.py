@@ -6,27 +6,20 @@ from __future__ import annotations
 
 import argparse
 
-#: Help for flags that several sub-commands share, filled in where a parser gave none.
+from tpsim.core.run_options import RUN_OPTIONS
+
+#: Help for flags that several sub-commands share, filled in where a parser gave none: each
+#: option of ``run`` says it once, in its table (tpsim.core.run_options); the lines below are
+#: the flags of other commands, and the few whose shorter wording those commands keep.
 COMMON_HELP = {
-    "model": "catalog name (tpsim list models) or a Hugging Face config.json",
-    "topology": "catalog name (tpsim list topologies) or a topology file (.yaml/.json)",
-    "nodes": "hosts joined over the network (copies of a catalog node)",
-    "tp": "tensor-parallel degree",
+    **{o.name: o.help for o in RUN_OPTIONS if isinstance(o.help, str)},
     "ranks": "GPUs taking part in the collective",
     "gpus_per_node": "GPUs of the group on each host (0: fill each host first)",
-    "batch": "sequences per step",
-    "phase": "prefill (one pass over the prompts) or decode (one new token per sequence)",
     "prompt_len": "prefill: tokens per sequence (K = 1024: 2K)",
     "context_len": "decode: keys each new token attends to (K = 1024: 4K)",
-    "dtype": "weights and activations (default: the model's)",
-    "kv_dtype": "KV cache (default: --dtype)",
-    "launch": "eager: one host launch per kernel; graph: CUDA graph replay; compiled: "
-    "torch.compile with graphs (fewer, fused kernels)",
-    "allreduce_algo": "all-reduce algorithm: auto (the engine decides), nccl, or one by name",
     "op": "the collective",
     "min_bytes": "smallest size; sizes double up to --max-bytes",
     "max_bytes": "largest size",
-    "ideal": "first principles: every efficiency 1, every fixed overhead 0",
     "json": "print JSON instead of text",
     "what": "which catalog to list",
     "out": "where to write the outputs",
