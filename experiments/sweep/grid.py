@@ -64,16 +64,24 @@ class GridPoint:
     pp: int = 1
     dp: int = 1
     micro_batches: int = 1
+    #: mixture-of-experts layout and routing (tpsim.core.lowering.experts), added last
+    ep: int = 1
+    attention_dp: int = 1
+    expert_skew: float = 0.0
 
     @property
     def point_id(self) -> str:
         """A stable key derived from the parameters only (the same in every run and file).
 
         A single TP group (pp = dp = micro_batches = 1) keeps the key it had before those
-        axes existed: they enter the key only when one differs from 1."""
+        axes existed: they enter the key only when one differs from 1; the MoE axes only
+        when one differs from its default."""
         values = asdict(self)
         if all(values[k] == 1 for k in LAYOUT_AXES):
             for k in LAYOUT_AXES:
+                del values[k]
+        if all(values[k] == d for k, d in MOE_AXES.items()):
+            for k in MOE_AXES:
                 del values[k]
         text = json.dumps(values, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -84,8 +92,8 @@ class GridPoint:
 
     @property
     def gpus(self) -> int:
-        """GPUs the point runs on: tp * pp * dp."""
-        return self.tp * self.pp * self.dp
+        """GPUs the point runs on: tp * attention_dp * pp * dp."""
+        return self.tp * self.attention_dp * self.pp * self.dp
 
     def _fields(self, belongs: str) -> dict[str, Any]:
         """The point's values of the dataclass ``belongs`` (each sweepable option's field,
@@ -110,6 +118,8 @@ class GridPoint:
 
 #: The axes of a layout of several TP groups (pipeline stages, replicas).
 LAYOUT_AXES: tuple[str, ...] = ("pp", "dp", "micro_batches")
+#: The axes of a mixture-of-experts layout and its routing, with their defaults.
+MOE_AXES: dict[str, Any] = {"ep": 1, "attention_dp": 1, "expert_skew": 0.0}
 POINT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(GridPoint))
 
 
@@ -272,4 +282,7 @@ def point_from_row(row: Mapping[str, Any]) -> GridPoint:
     for k in LAYOUT_AXES:  # a row of a file from before these axes: one TP group
         if values[k] is None:
             values[k] = 1
+    for k, default in MOE_AXES.items():  # a row from before the MoE axes
+        if values[k] is None:
+            values[k] = default
     return GridPoint(**values)

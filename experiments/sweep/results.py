@@ -32,7 +32,7 @@ from typing import Any
 
 from tpsim.calibration.bounded import ReadRefused, read_lines, read_text, shorten, show
 from tpsim.core.errors import ConfigError
-from tpsim.experiments.sweep.grid import CONTROL, LAYOUT_AXES, POINT_FIELDS
+from tpsim.experiments.sweep.grid import CONTROL, LAYOUT_AXES, MOE_AXES, POINT_FIELDS
 from tpsim.outputs.export import write_text
 
 log = logging.getLogger(__name__)
@@ -62,10 +62,10 @@ RESULT_COLUMNS: tuple[str, ...] = (
 )
 #: Columns added after the first release of the file, appended so the others keep their
 #: places: the layout axes, and the pipeline bubble of the breakdown.
-APPENDED_COLUMNS: tuple[str, ...] = (*LAYOUT_AXES, "bubble_s")
+APPENDED_COLUMNS: tuple[str, ...] = (*LAYOUT_AXES, "bubble_s", *MOE_AXES)
 COLUMNS: tuple[str, ...] = (
     "point_id",
-    *(f for f in POINT_FIELDS if f not in LAYOUT_AXES),
+    *(f for f in POINT_FIELDS if f not in LAYOUT_AXES and f not in MOE_AXES),
     *RESULT_COLUMNS,
     *APPENDED_COLUMNS,
 )
@@ -73,12 +73,13 @@ COLUMNS: tuple[str, ...] = (
 INT_COLUMNS = frozenset(
     {"nodes", "gpus_per_node", "tp", "batch", "prompt_len", "context_len", "hosts"}
     | set(LAYOUT_AXES)
+    | {"ep", "attention_dp"}
     | set(MEMORY)
     | {"collectives", "comm_bytes_per_gpu"}
 )
 FLOAT_COLUMNS = frozenset(
     {"latency_s", "tokens_per_s", "tokens_per_s_per_gpu", *(f"{c}_s" for c in BREAKDOWN)}
-    | {"bubble_s"}
+    | {"bubble_s", "expert_skew"}
 )
 BOOL_COLUMNS = frozenset({"sequence_parallel", "ideal", "fits"})
 FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
@@ -166,6 +167,8 @@ def parse_line(line: str, fmt: str) -> dict[str, Any]:
             raise ValueError("not a JSON object")
         for k in LAYOUT_AXES:  # a row from before these axes (keys by name): one TP group
             obj.setdefault(k, 1)
+        for k, default in MOE_AXES.items():
+            obj.setdefault(k, default)
         return full_row(obj)
     (cells,) = list(csv.reader([line]))
     if len(cells) != len(COLUMNS):
@@ -176,7 +179,10 @@ def parse_line(line: str, fmt: str) -> dict[str, Any]:
 #: A results file of MAX_POINTS rows is about 200 MB; one past 512 MiB is no results file.
 MAX_RESULTS_BYTES = 512 << 20
 _SIMULATED = ("tokens_per_s", "tokens_per_s_per_gpu", "hosts", "regime")
-_POSITIVE = frozenset({"nodes", "tp", "batch", "prompt_len", "context_len", "hosts", *LAYOUT_AXES})
+_POSITIVE = frozenset(
+    {"nodes", "tp", "batch", "prompt_len", "context_len", "hosts", "ep", "attention_dp"}
+    | set(LAYOUT_AXES)
+)
 #: What --resume says of a file written before the columns of APPENDED_COLUMNS existed.
 OLD_FILE = (
     "written by an older tpsim, without the columns {missing}; start a new file "

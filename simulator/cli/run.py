@@ -124,10 +124,12 @@ def run_inputs(a: argparse.Namespace) -> tuple[Layout, Workload, Options]:
         launch_skew_s=a.launch_skew_us * 1e-6,
         max_records=a.max_records,
         engine=a.engine,
+        expert_skew=a.expert_skew,
     )
     check_nodes(a.nodes)
     placement = tuple(x.strip() for x in a.placement.split(",")) if a.placement else ()
-    layout = Layout(a.tp, a.gpus_per_node, a.pp, a.dp, a.micro_batches, a.pp_layers, placement)
+    layout = Layout(a.tp, a.gpus_per_node, a.pp, a.dp, a.micro_batches, a.pp_layers, placement,
+                    ep=a.ep, attention_dp=a.attention_dp, moe_tp=a.moe_tp)  # fmt: skip
     return layout, workload, options
 
 
@@ -137,8 +139,8 @@ def _run(a: argparse.Namespace) -> int:
     check_output(a.gantt, "--gantt", (".png", ".svg"), a)
     check_output(a.trace, "--trace", (".json",), a)
     layout, workload, options = run_inputs(a)
-    if a.gantt_ranks and max(a.gantt_ranks) >= a.tp * a.pp * a.dp:
-        last = a.tp * a.pp * a.dp - 1
+    if a.gantt_ranks and max(a.gantt_ranks) >= layout.ranks:
+        last = layout.ranks - 1
         raise ConfigError(f"--gantt-ranks={max(a.gantt_ranks)}: the group has ranks 0-{last}")
     graph = run_topology(a)
     result = simulate(

@@ -58,10 +58,11 @@ def simulate(
     bound = records_lower_bound(spec, tp, workload, options, layout.micro_batches)
     check_records(bound, options, "at least")  # before a program of that size is built
     if plan.one_group:
-        programs = lower(spec, tp, workload, options, plan.hardware, plan.table)
+        programs = lower(spec, tp, workload, options, plan.hardware, plan.table, plan.experts)
     else:
         programs = lower_layout(spec, tp, plan.stages, layout.dp, workload, options,
-                                plan.hardware, plan.table, layout.micro_batches)  # fmt: skip
+                                plan.hardware, plan.table, layout.micro_batches,
+                                plan.experts)  # fmt: skip
     check_records(estimate_records(programs, options.collective_algo), options, "up to")
     _ = plan.comms.planner  # collectives are planned before the engine's clock starts
     wall = time.perf_counter()
@@ -116,12 +117,13 @@ def summarize(
     else:
         parts = metrics.breakdown(records, path)
     latency = metrics.makespan(records)
-    tokens = workload.batch * (workload.prompt_len if workload.phase == "prefill" else 1)
+    # every attention data-parallel group runs its own batch
+    tokens = workload.tokens * layout.attention_dp
     per_s = tokens / latency if latency > 0 else float("inf")
     regime = metrics.regime(parts)
     if parts.get("bubble", 0.0) > max(parts[c] for c in metrics.CATEGORIES):
         regime = metrics.REGIMES["bubble"]
-    one = plan.one_group
+    one = isinstance(plan.comms, Comms)
     routes, gpu_ranks, graph = plan.routes, plan.gpu_ranks, plan.graph
     weights = plan.precision.weights  # the resolved --dtype (fp32 checkpoints run in fp16)
     config = RunConfig(
@@ -133,13 +135,22 @@ def summarize(
         gpus_per_node=layout.gpus_per_node,
         gpus=tuple(routes.node(g) for g in gpu_ranks),
         ring_order=plan.ring,
-        layout=LayoutShape(tp, pp, dp, layout.micro_batches, tuple(len(r) for r in plan.stages)),
+        layout=LayoutShape(
+            tp,
+            pp,
+            dp,
+            layout.micro_batches,
+            tuple(len(r) for r in plan.stages),
+            layout.ep,
+            layout.attention_dp,
+            layout.expert_tp,
+        ),
         workload=workload,
         options=plan.options,
         dtype=weights,
         kv_dtype=plan.options.kv_dtype or weights,
         launch_effective=plan.launch,
-        placement=None if isinstance(plan.comms, Comms) else placement(plan.comms, pp),
+        placement=None if one else placement(plan.comms, layout),
     )
     split = plan.split
     return Summary(

@@ -78,9 +78,30 @@ class Layout:
     #: GPU node names of the layout ranks in (dp, pp, tp) order, overriding the derived
     #: placement (empty: derived from the graph)
     placement: tuple[str, ...] = ()
+    #: Mixture-of-experts layout, as TensorRT-LLM names it: ``attention_dp`` attention
+    #: data-parallel groups of ``tp`` ranks share the MoE layers (the MoE group is
+    #: ``tp * attention_dp`` GPUs), whose routed experts are split ``ep`` ways and each
+    #: expert's width ``moe_tp`` ways (``moe_tp * ep`` = the MoE group; 0: derived)
+    ep: int = 1
+    attention_dp: int = 1
+    moe_tp: int = 0
 
     def __post_init__(self) -> None:
         _positive_int("tp", self.tp, 4096)
+        _positive_int("ep", self.ep, 4096)
+        _positive_int("attention_dp", self.attention_dp, 4096)
+        if isinstance(self.moe_tp, bool) or not isinstance(self.moe_tp, int) or self.moe_tp < 0:
+            raise ConfigError(f"moe_tp={self.moe_tp!r}: must be a positive integer (0: derived)")
+        group = self.moe_group
+        if group % self.ep:
+            raise ConfigError(
+                f"ep={self.ep}: must divide the MoE group of tp*attention_dp={group} GPUs"
+            )
+        if self.moe_tp and self.moe_tp * self.ep != group:
+            raise ConfigError(
+                f"moe_tp={self.moe_tp}: moe_tp*ep must be the MoE group of "
+                f"tp*attention_dp={group} GPUs (ep={self.ep})"
+            )
         _positive_int("pp", self.pp, 1024)
         _positive_int("dp", self.dp, 4096)
         _positive_int("micro_batches", self.micro_batches, 4096)
@@ -97,11 +118,12 @@ class Layout:
             isinstance(x, str) and x for x in self.placement
         ):
             raise ConfigError(f"placement={self.placement!r}: must be GPU names")
-        need = self.tp * self.pp * self.dp
+        need = self.ranks
         if self.placement and len(self.placement) != need:
+            what = "tp*attention_dp*pp*dp" if self.attention_dp > 1 else "tp*pp*dp"
             raise ConfigError(
                 f"placement={','.join(self.placement)[:80]}: {len(self.placement)} GPUs, "
-                f"the layout has tp*pp*dp={need} ranks"
+                f"the layout has {what}={need} ranks"
             )
         if len(set(self.placement)) < len(self.placement):
             raise ConfigError(f"placement={','.join(self.placement)[:80]}: a GPU twice")
@@ -110,6 +132,21 @@ class Layout:
             raise ConfigError(f"gpus_per_node={g!r}: must be a non-negative integer")
         if g and self.tp % g:
             raise ConfigError(f"gpus_per_node={g}: must divide tp={self.tp}")
+
+    @property
+    def moe_group(self) -> int:
+        """GPUs that share one set of MoE layers: ``tp * attention_dp``."""
+        return self.tp * self.attention_dp
+
+    @property
+    def expert_tp(self) -> int:
+        """Each routed expert's width is split this many ways: ``moe_tp``, or derived."""
+        return self.moe_tp or self.moe_group // self.ep
+
+    @property
+    def ranks(self) -> int:
+        """GPUs of the layout: ``tp * attention_dp * pp * dp``."""
+        return self.tp * self.attention_dp * self.pp * self.dp
 
 
 @dataclass(frozen=True)
@@ -165,6 +202,10 @@ class Options:
     launch_skew_s: float = 0.0  # the last rank's host thread starts this much later
     max_records: int = 20_000_000  # refuse a run estimated to make more records (api.py)
     engine: str = "vllm"  # serving-engine profile: a shipped name or a profile file (.yaml)
+    #: MoE routing: 0 routes uniformly at random (each MoE layer waits for the rank the
+    #: draw loads most: tpsim.core.lowering.experts); S >= 1 loads the hottest expert S
+    #: times the mean and the others evenly (1: perfectly balanced)
+    expert_skew: float = 0.0
 
     def __post_init__(self) -> None:
         _choice("launch", self.launch, LAUNCH_MODES)
@@ -183,6 +224,15 @@ class Options:
                 "(ideal mode has no host overheads)"
             )
         _positive_int("max_records", self.max_records)
+        es = self.expert_skew
+        if (
+            isinstance(es, bool)
+            or not isinstance(es, int | float)
+            or not (es == 0 or 1 <= es <= 4096)
+        ):
+            raise ConfigError(
+                f"expert_skew={es!r}: must be 0 (random uniform routing) or from 1 to 4096"
+            )
         if not isinstance(self.engine, str) or not self.engine.strip():
             raise ConfigError(f"engine={self.engine!r}: must name an engine or a profile file")
         object.__setattr__(self, "engine", calibration.profiles.canonical(self.engine))

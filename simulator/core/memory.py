@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 
 from tpsim.core.config import Options, Workload, dtype_bytes, precision
+from tpsim.core.lowering.experts import ExpertSplit
 from tpsim.core.lowering.shard import shard
 from tpsim.models.spec import ModelSpec
 from tpsim.topologies.gpus import GPUSpec
@@ -39,26 +40,29 @@ class MemoryUse:
         )
 
 
-def linear_params_per_gpu(model: ModelSpec, tp: int) -> int:
+def linear_params_per_gpu(model: ModelSpec, tp: int, experts: ExpertSplit | None = None) -> int:
     """Weights of one rank's linear layers (QKV, O, MLP): column/row shards, KV heads
     replicated when tp exceeds them. Biases are not included."""
-    return sum(linear_params_of_layer(model, tp, i) for i in range(model.num_layers))
+    return sum(linear_params_of_layer(model, tp, i, experts) for i in range(model.num_layers))
 
 
-def linear_params_of_layer(model: ModelSpec, tp: int, layer: int) -> int:
+def linear_params_of_layer(
+    model: ModelSpec, tp: int, layer: int, experts: ExpertSplit | None = None
+) -> int:
     """One rank's linear weights of ``layer``: attention and the dense MLP, or in an MoE
-    layer the router [d, E] (replicated), 1/tp of every routed expert and of the shared
-    experts (tensor-parallel experts)."""
-    d, hd, split = model.hidden_size, model.head_dim, shard(model, tp)
+    layer the router [d, E] (replicated), its routed experts (``N / ep`` of them, ``1 /
+    moe_tp`` of each one's width; default tensor-parallel: all, ``1/tp``) and the shared
+    experts (:func:`tpsim.core.lowering.shard.shard`)."""
+    d, hd, split = model.hidden_size, model.head_dim, shard(model, tp, experts)
     h, kv, inner = split.heads, split.kv_heads, split.mlp_width
     attn = d * (h + 2 * kv) * hd + h * hd * d
     if model.is_moe_layer(layer):
-        experts = model.num_experts * 3 * d * split.expert_width
-        return attn + d * model.num_experts + experts + 3 * d * split.shared_width
+        experts_w = split.local_experts * 3 * d * split.expert_width
+        return attn + d * model.num_experts + experts_w + 3 * d * split.shared_width
     return attn + (3 if model.gated_mlp else 2) * d * inner
 
 
-def weight_params_per_gpu(model: ModelSpec, tp: int) -> int:
+def weight_params_per_gpu(model: ModelSpec, tp: int, experts: ExpertSplit | None = None) -> int:
     """Parameters one rank holds: column/row shards, replicated KV heads, replicated norms."""
     d, hd, split = model.hidden_size, model.head_dim, shard(model, tp)
     h, kv, inner, vocab = split.heads, split.kv_heads, split.mlp_width, split.vocab
@@ -78,19 +82,27 @@ def weight_params_per_gpu(model: ModelSpec, tp: int) -> int:
     head = 0 if model.tied_embeddings else vocab * d
     final_norm = 2 * d if model.norm == "layernorm" else d
     rest = model.num_layers * (bias + norms) + embed + head + final_norm
-    return linear_params_per_gpu(model, tp) + rest
+    return linear_params_per_gpu(model, tp, experts) + rest
 
 
 def memory_per_gpu(
-    model: ModelSpec, tp: int, workload: Workload, options: Options, gpu: GPUSpec
+    model: ModelSpec,
+    tp: int,
+    workload: Workload,
+    options: Options,
+    gpu: GPUSpec,
+    experts: ExpertSplit | None = None,
 ) -> MemoryUse:
     """Weights, KV cache and peak activations of one rank against its usable HBM: the
     serving engine's share of HBM less the runtime's own reserve (calibration ``memory``)."""
     layers = range(model.num_layers)  # one stage holding every layer, embedding and head
-    return memory_per_stage(model, tp, workload, options, gpu, layers=layers, first=True, last=True)
+    return memory_per_stage(model, tp, workload, options, gpu, layers=layers, first=True,
+                            last=True, experts=experts)  # fmt: skip
 
 
-def activation_elements(model: ModelSpec, tp: int, workload: Workload) -> int:
+def activation_elements(
+    model: ModelSpec, tp: int, workload: Workload, experts: ExpertSplit | None = None
+) -> int:
     """Elements live at the widest point of one layer's forward (inference frees each
     tensor after its last use; layers run one at a time, so the peak is one layer's).
 
@@ -100,8 +112,12 @@ def activation_elements(model: ModelSpec, tp: int, workload: Workload) -> int:
     An MoE layer holds its routed experts' tensors per token-expert pair (k per token).
     FlashAttention keeps no [S, S] score matrix, so long prompts cost T-linear memory; a
     prefill of ``batch x prompt_len`` tokens in one pass holds all T rows at once.
+
+    Dispatched tokens (attention data parallelism) add the all-to-all buffers a rank
+    reserves for the worst case, as DeepEP sizes them: every token of every rank of the
+    group routed to this rank's experts, received (dispatch) and sent back (combine).
     """
-    d, hd, split = model.hidden_size, model.head_dim, shard(model, tp)
+    d, hd, split = model.hidden_size, model.head_dim, shard(model, tp, experts)
     h, kv, inner = split.heads, split.kv_heads, split.mlp_width
     attention = 3 * d + (h + 2 * kv) * hd + h * hd
     mlp = 2 * d + (3 if model.gated_mlp else 2) * inner
@@ -111,8 +127,15 @@ def activation_elements(model: ModelSpec, tp: int, workload: Workload) -> int:
     # the activation [Tk, Im] and the output [Tk, d], the shared experts' gate|up and
     # activation [T, 3Is]
     k, im = model.experts_per_token, split.expert_width
-    moe = 2 * d + model.num_experts + k * (3 * im + d) + 3 * split.shared_width
-    return workload.tokens * max(attention, mlp if model.dense_layers else 0, moe)
+    pairs = k  # token-expert pairs per token this rank computes: T k A / ep in expectation
+    if experts is not None:
+        pairs = k * experts.attention_dp / experts.ep
+    moe = 2 * d + model.num_experts + pairs * (3 * im + d) + 3 * split.shared_width
+    buffers = 0
+    if experts is not None and experts.dispatch:
+        buffers = 2 * experts.group * min(k, split.local_experts) * d
+    peak = max(attention, mlp if model.dense_layers else 0, moe) + buffers
+    return round(workload.tokens * peak)
 
 
 def memory_per_stage(
@@ -126,6 +149,7 @@ def memory_per_stage(
     first: bool,
     last: bool,
     micro_batches: int = 1,
+    experts: ExpertSplit | None = None,
 ) -> MemoryUse:
     """One rank's memory in a pipeline stage holding ``layers``: those layers' weights and
     KV cache (every micro-batch's sequences), the embedding on the first stage, the final
@@ -135,10 +159,12 @@ def memory_per_stage(
     prec = precision(options, model.dtype, gpu.fp8_flops is not None)
     act_b, kv_b = dtype_bytes(prec.act), dtype_bytes(prec.kv)
     n, L = len(layers), model.num_layers
-    split = shard(model, tp)
+    split = shard(model, tp, experts)
     d = model.hidden_size
-    linear = sum(linear_params_of_layer(model, tp, i) for i in layers)
-    everything = weight_params_per_gpu(model, tp) - linear_params_per_gpu(model, tp)
+    linear = sum(linear_params_of_layer(model, tp, i, experts) for i in layers)
+    everything = weight_params_per_gpu(model, tp, experts) - linear_params_per_gpu(
+        model, tp, experts
+    )
     embed = split.vocab * d + (
         model.max_position_embeddings * d if model.learned_position_embeddings else 0
     )
@@ -156,7 +182,7 @@ def memory_per_stage(
     )
     mb = -(-workload.batch // micro_batches)
     one = Workload(mb, workload.phase, workload.prompt_len, workload.context_len)
-    activations = round(activation_elements(model, tp, one) * act_b)
+    activations = round(activation_elements(model, tp, one, experts) * act_b)
     if last:
         activations += mb * model.vocab_size * 4  # gathered logits, upcast to fp32
     total = weights + kv_cache + activations

@@ -35,7 +35,7 @@ def run_layout(
     """Run ``programs`` (one per layout rank) on ``comms``; TP rank t starts ``t * skew``
     late. Replica 0 stands for all when :func:`replicas_independent` says it may."""
     tp, pp, dp = layout.tp, layout.pp, layout.dp
-    per_replica = tp * pp
+    per_replica = tp * layout.attention_dp * pp
     alone = use_symmetry and link_log is None and replicas_independent(comms, programs, dp)
     ranks = per_replica if alone else programs.ranks
     records, events = run(
@@ -56,25 +56,36 @@ def run_layout(
 
 
 def labels(comms: LayoutComms, layout: Layout) -> dict[int, str]:
-    """Per rank: its GPU and its (dp, pp, tp) coordinates, e.g. ``gpu3 pp1 tp1``."""
-    tp, pp, dp = layout.tp, layout.pp, layout.dp
-    return {r: f"{n} {_where(r, tp, pp, dp)}" for r, n in comms.labels().items()}
+    """Per rank: its GPU and its (dp, pp, attention_dp, tp) coordinates, e.g.
+    ``gpu3 pp1 tp1`` or ``gpu5 adp2 tp1``."""
+    return {r: f"{n} {_where(r, layout)}" for r, n in comms.labels().items()}
 
 
-def _where(rank: int, tp: int, pp: int, dp: int) -> str:
-    d, rest = divmod(rank, tp * pp)
-    s, t = divmod(rest, tp)
-    return (f"dp{d} " if dp > 1 else "") + (f"pp{s} " if pp > 1 else "") + f"tp{t}"
+def _coordinates(rank: int, layout: Layout) -> tuple[int, int, int, int]:
+    """(dp, pp, attention_dp, tp) of layout rank ``rank``."""
+    tp, adp = layout.tp, layout.attention_dp
+    d, rest = divmod(rank, tp * adp * layout.pp)
+    s, rest = divmod(rest, tp * adp)
+    a, t = divmod(rest, tp)
+    return d, s, a, t
 
 
-def placement(comms: LayoutComms, pp: int) -> tuple[Placed, ...]:
-    """Per rank: its (dp, pp, tp) coordinates and the GPU it runs on."""
-    tp = comms.tp
+def _where(rank: int, layout: Layout) -> str:
+    d, s, a, t = _coordinates(rank, layout)
+    return (
+        (f"dp{d} " if layout.dp > 1 else "")
+        + (f"pp{s} " if layout.pp > 1 else "")
+        + (f"adp{a} " if layout.attention_dp > 1 else "")
+        + f"tp{t}"
+    )
+
+
+def placement(comms: LayoutComms, layout: Layout) -> tuple[Placed, ...]:
+    """Per rank: its (dp, pp, attention_dp, tp) coordinates and the GPU it runs on."""
     out = []
     for r, g in enumerate(comms.gpu_ranks):
-        d, rest = divmod(r, tp * pp)
-        s, t = divmod(rest, tp)
-        out.append(Placed(r, d, s, t, comms.routes.node(g)))
+        d, s, a, t = _coordinates(r, layout)
+        out.append(Placed(r, d, s, t, comms.routes.node(g), a))
     return tuple(out)
 
 

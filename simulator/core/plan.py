@@ -27,6 +27,7 @@ from tpsim.core.config import (
 from tpsim.core.errors import ConfigError
 from tpsim.core.kernels import kernel_table
 from tpsim.core.kernels.costs import Hardware, hardware_for
+from tpsim.core.lowering.experts import ExpertSplit, expert_split
 from tpsim.core.lowering.lower import launch_mode
 from tpsim.core.lowering.pipeline import micro_slices
 from tpsim.core.lowering.shard import Shard, shard
@@ -47,7 +48,7 @@ def one_group(layout: Layout) -> bool:
     """Whether ``layout`` is one TP group alone: no stages, replicas, micro-batches, explicit
     stage sizes or placement."""
     return (
-        layout.pp * layout.dp * layout.micro_batches == 1
+        layout.pp * layout.dp * layout.micro_batches * layout.attention_dp == 1
         and not layout.pp_layers
         and not layout.placement
     )
@@ -69,6 +70,7 @@ class RunPlan:
     hardware: Hardware
     launch: str  # the launch mode in effect (tpsim.core.lowering.lower.launch_mode)
     split: Shard
+    experts: ExpertSplit  # how the MoE layers are split (tpsim.core.lowering.experts)
     stages: tuple[range, ...]  # the layers of each pipeline stage
     memory: tuple[MemoryUse, ...]  # per stage
     table: KernelTable | None
@@ -146,6 +148,13 @@ def resolve(
     gpu_count = sum(1 for _, k in graph.nodes(data="kind") if k == "gpu")
     check_tp(spec, layout.tp, gpu_count)
     tp, pp = layout.tp, layout.pp
+    xs = expert_split(spec, tp, layout.attention_dp, layout.ep, layout.expert_tp,
+                      options.expert_skew)  # fmt: skip
+    if xs.dispatch and options.sequence_parallel:
+        raise ConfigError(
+            f"attention_dp={layout.attention_dp}: cannot be combined with sequence "
+            "parallelism (each attention group keeps its own tokens)"
+        )
     stages = stage_layers(spec.num_layers, pp, layout.pp_layers)
     micro_slices(workload, layout.micro_batches)  # refuses more micro-batches than sequences
     comms: Comms | LayoutComms
@@ -156,7 +165,15 @@ def resolve(
         gpu = comms.group.gpu
     else:
         routes = Routes(graph)
-        gpu_ranks = place(routes, tp, pp, layout.dp, layout.gpus_per_node, layout.placement)
+        if layout.attention_dp > 1 and layout.ranks > gpu_count:
+            raise ConfigError(
+                f"tp*attention_dp*pp*dp={tp}*{layout.attention_dp}*{pp}*{layout.dp}="
+                f"{layout.ranks}: more than the {gpu_count} GPUs of "
+                f"{graph.graph.get('name', 'topology')} (add hosts: --nodes)"
+            )
+        # an attention data-parallel group's TP groups sit side by side, like replicas
+        gpu_ranks = place(routes, tp * layout.attention_dp, pp, layout.dp, layout.gpus_per_node,
+                          layout.placement)  # fmt: skip
         comms = LayoutComms(graph, routes, gpu_ranks, tp, calib, options.collective_algo)
         gpus = {graph.nodes[routes.node(g)]["gpu"] for g in gpu_ranks}
         if len(gpus) > 1:
@@ -169,7 +186,8 @@ def resolve(
     def memory_of(w: Workload) -> tuple[MemoryUse, ...]:
         return tuple(
             memory_per_stage(spec, tp, w, options, gpu, layers=layers, first=s == 0,
-                             last=s == pp - 1, micro_batches=layout.micro_batches)
+                             last=s == pp - 1, micro_batches=layout.micro_batches,
+                             experts=xs)
             for s, layers in enumerate(stages)
         )  # fmt: skip
 
@@ -198,7 +216,8 @@ def resolve(
         precision=prec,
         hardware=hardware_for(gpu, prec.math, calib.kernels, kv_dtype=prec.kv),
         launch=launch_mode(workload, options),
-        split=shard(spec, tp),
+        split=shard(spec, tp, xs),
+        experts=xs,
         stages=stages,
         memory=mems,
         table=table,

@@ -18,12 +18,15 @@ from tpsim.core.errors import ProgramError
 
 @dataclass(frozen=True, slots=True)
 class CollectiveCall:
-    """A collective over the whole TP group. ``nbytes`` is the nccl-tests size: the
-    all-reduce buffer, or the all-gather output (``ranks * per-rank input``)."""
+    """A collective over the whole TP group (or ``span`` consecutive TP groups: a MoE group
+    of attention data-parallel groups). ``nbytes`` is the nccl-tests size: the all-reduce
+    buffer, the all-gather output (``ranks * per-rank input``), or the all-to-all buffer
+    each rank sends (its blocks to every rank, its own included)."""
 
-    op: str  # "all_reduce" | "all_gather"
+    op: str  # "all_reduce" | "all_gather" | "reduce_scatter" | "all_to_all"
     nbytes: int
     group: int = 0  # which TP group of a layout (pipeline stages, replicas) it runs over
+    span: int = 1  # TP groups it spans, from ``group`` on (``group`` a multiple of ``span``)
 
 
 @dataclass(frozen=True, slots=True)

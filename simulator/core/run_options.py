@@ -478,6 +478,43 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
         int_check("max_records", 1),
         sweepable=False,
     ),
+    # mixture-of-experts layout and routing (tpsim.core.lowering.experts); a dense model
+    # refuses ep or attention_dp above 1
+    RunOption(
+        "ep",
+        "int",
+        "layout",
+        "expert-parallel ranks of the MoE layers (vLLM's --enable-expert-parallel is "
+        "--ep tp*attention_dp)",
+        int_check("ep", 1, 4096),
+    ),
+    RunOption(
+        "attention_dp",
+        "int",
+        "layout",
+        "attention data-parallel groups of --tp GPUs sharing the MoE layers (tokens "
+        "dispatched by all-to-all)",
+        int_check("attention_dp", 1, 4096),
+    ),
+    # derived from the other two unless given: not a grid axis
+    RunOption(
+        "moe_tp",
+        "int",
+        "layout",
+        "ranks splitting each routed expert's width (default: tp*attention_dp/ep)",
+        int_check("moe_tp", 0, 4096),
+        sweepable=False,
+    ),
+    RunOption(
+        "expert_skew",
+        "float",
+        "options",
+        "MoE routing: 0 uniform at random (the most-loaded rank gates each layer); S >= 1 "
+        "the hottest expert takes S times the mean load (1: perfectly balanced)",
+        float_check("expert_skew", 0, 4096),
+        bounds=(0, 4096, False),
+        metavar="S",
+    ),
 )
 
 BY_NAME: dict[str, RunOption] = {o.name: o for o in RUN_OPTIONS}

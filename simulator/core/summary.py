@@ -142,6 +142,9 @@ class LayoutShape:
     dp: int
     micro_batches: int
     pp_layers: tuple[int, ...]
+    ep: int = 1  # expert-parallel ranks of the MoE layers
+    attention_dp: int = 1  # attention data-parallel groups sharing them
+    moe_tp: int = 1  # ranks splitting each routed expert's width
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -150,18 +153,22 @@ class LayoutShape:
             "dp": self.dp,
             "micro_batches": self.micro_batches,
             "pp_layers": list(self.pp_layers),
+            "ep": self.ep,
+            "attention_dp": self.attention_dp,
+            "moe_tp": self.moe_tp,
         }
 
 
 @dataclass(frozen=True)
 class Placed:
-    """One layout rank: its (dp, pp, tp) coordinates and the GPU it runs on."""
+    """One layout rank: its (dp, pp, attention_dp, tp) coordinates and the GPU it runs on."""
 
     rank: int
     dp: int
     pp: int
     tp: int
     gpu: str
+    attention_dp: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -54,8 +54,14 @@ def title(s: Mapping[str, Any]) -> str:
     split = f"TP {c['tp']}" + "".join(
         f" x {k.upper()} {lay[k]}" for k in ("pp", "dp") if lay.get(k, 1) > 1
     )
+    if lay.get("attention_dp", 1) > 1:
+        split += f" x attention-DP {lay['attention_dp']}"
+    if lay.get("ep", 1) > 1:
+        split += f", EP {lay['ep']}" + (f" x MoE-TP {lay['moe_tp']}" if lay["moe_tp"] > 1 else "")
     return (
-        f"{c['model']['name']} on {where}, {split}, {w['phase']} batch {w['batch']}, "
+        f"{c['model']['name']} on {where}, {split}, {w['phase']} batch {w['batch']}"
+        + (" per attention-DP group" if lay.get("attention_dp", 1) > 1 else "")
+        + ", "
         f"{lengths}, {c['options']['dtype']}, launch {launch_label(c)}"
         + (
             f", engine {engine_label(c['options']['engine'])}"
@@ -145,6 +151,7 @@ def summary_text(s: Summary, assumptions: Mapping[str, str] | None = None) -> st
         f"({'fits' if mem.fits else 'DOES NOT FIT'})",
         f"  split         {split.heads_per_gpu} heads, {split.kv_heads_per_gpu} KV heads "
         f"per GPU (KV replicated x{split.kv_replication})",
+        *experts_lines(s),
         *(
             [f"  assumptions   {'; '.join(f'{k} {v}' for k, v in assumptions.items())}"]
             if assumptions
@@ -161,17 +168,33 @@ def summary_text(s: Summary, assumptions: Mapping[str, str] | None = None) -> st
             f"{size(v.bytes_sent_per_gpu):>10} sent in "
             f"all ({size(each)} each), {seconds(v.time_s):>10}"
         )
-    if c.layout.pp > 1 or c.layout.dp > 1:
+    if c.layout.pp > 1 or c.layout.dp > 1 or c.layout.attention_dp > 1:
         lines += layout_lines(s)
     return "\n".join(lines)
+
+
+def experts_lines(s: Summary) -> list[str]:
+    """A MoE run's experts: how many each GPU holds, of what width, and the active size."""
+    m, lay = s.config.model, s.config.layout
+    if not m.is_moe:
+        return []
+    n, k = m.num_experts, m.experts_per_token
+    moved = "tokens dispatched by all-to-all" if lay.attention_dp > 1 else "all-reduce after"
+    return [
+        f"  experts       {n // lay.ep} of {n} routed experts per GPU, 1/{lay.moe_tp} of each "
+        f"one's width (EP {lay.ep} x MoE-TP {lay.moe_tp}), top {k}; {moved}",
+        f"  parameters    {m.num_params() / 1e9:.1f} B, {m.active_params() / 1e9:.1f} B active "
+        "per token",
+    ]
 
 
 def layout_lines(s: Summary) -> list[str]:
     """The layout of a run with stages or replicas: degrees, per-replica throughput, memory
     per stage and which GPU each (dp, pp, tp) rank runs on."""
     lay = s.config.layout
+    adp = f" x attention-DP {lay.attention_dp}" if lay.attention_dp > 1 else ""
     out = [
-        f"  layout        TP {lay.tp} x PP {lay.pp} x DP {lay.dp}, "
+        f"  layout        TP {lay.tp}{adp} x PP {lay.pp} x DP {lay.dp}, "
         f"{lay.micro_batches} micro-batch(es); layers per stage "
         + ",".join(map(str, lay.pp_layers)),
         f"  per replica   {s.tokens_per_s_per_replica or 0.0:,.0f} tokens/s "
@@ -183,7 +206,8 @@ def layout_lines(s: Summary) -> list[str]:
             f"(weights {m.weights_bytes_per_gpu / 1e9:.2f}, "
             f"KV {m.kv_cache_bytes_per_gpu / 1e9:.2f})"
         )
-    out.append("  placement     (replica, stage): GPUs of its TP ranks in order")
+    ranks = "attention-DP and TP ranks" if lay.attention_dp > 1 else "TP ranks"
+    out.append(f"  placement     (replica, stage): GPUs of its {ranks} in order")
     groups: dict[tuple[int, int], list[str]] = {}
     for p in s.config.placement or ():
         groups.setdefault((p.dp, p.pp), []).append(str(p.gpu))

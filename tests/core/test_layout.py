@@ -152,7 +152,8 @@ def test_placement_fills_hosts_tp_first() -> None:
     assert {p["gpu"].split(".")[0] for p in place if p["dp"] == 0} == {"n0"}
     assert {p["gpu"].split(".")[0] for p in place if p["dp"] == 1} == {"n1"}
     assert s["config"]["layout"] == {
-        "tp": 4, "pp": 2, "dp": 2, "micro_batches": 2, "pp_layers": [16, 16]}  # fmt: skip
+        "tp": 4, "pp": 2, "dp": 2, "micro_batches": 2, "pp_layers": [16, 16],
+        "ep": 1, "attention_dp": 1, "moe_tp": 4}  # fmt: skip
 
 
 def test_stage_layers() -> None:

@@ -34,6 +34,7 @@ def test_tp_only_summary_keys() -> None:
     assert list(r.summary["breakdown_s"])[-1] == "idle"
     assert r.summary["config"]["layout"] == {
         "tp": 4, "pp": 1, "dp": 1, "micro_batches": 1, "pp_layers": [2],
+        "ep": 1, "attention_dp": 1, "moe_tp": 4,
     }  # fmt: skip
     assert r.typed_summary.breakdown.total() == pytest.approx(r.latency_s)
 

@@ -26,7 +26,8 @@ OLD_HEAD = (
 
 def test_new_columns_are_appended_after_the_old_ones() -> None:
     assert ",".join(COLUMNS).startswith(OLD_HEAD + ",")
-    assert COLUMNS[-4:] == ("pp", "dp", "micro_batches", "bubble_s")
+    assert COLUMNS[-7:] == ("pp", "dp", "micro_batches", "bubble_s", "ep", "attention_dp",
+                            "expert_skew")  # fmt: skip
 
 
 def test_single_group_points_keep_their_old_ids() -> None:
@@ -35,6 +36,8 @@ def test_single_group_points_keep_their_old_ids() -> None:
     assert p == q and p.point_id == "c9993bcb8b4cac4e"  # the id before these axes existed
     (r,) = grid_from_flags(BASE | {"tp": "2", "dp": "2"})
     assert r.point_id != p.point_id
+    (m,) = grid_from_flags(BASE | {"tp": "2", "ep": "1", "attention_dp": "1", "expert_skew": "0"})
+    assert m.point_id == p.point_id  # the MoE axes at their defaults keep the id too
 
 
 def test_axes_expand_and_each_point_runs_its_layout() -> None:

@@ -136,9 +136,28 @@ class LayoutComms:
     def router(self) -> Router:
         return p2p_router(self.fabric)
 
+    def spanning(self, first: int, span: int) -> Comms:
+        """The communication of ``span`` consecutive TP groups from group ``first`` on, as
+        one group (a MoE group of attention data-parallel groups)."""
+        if span == 1:
+            return self.group_comms[first]
+        key = (first, span)
+        made = self._spans.get(key)
+        if made is None:
+            tp = self.tp
+            ranks = self.gpu_ranks[first * tp : (first + span) * tp]
+            group = group_on(self.topology, self.routes, ranks, "the layout")
+            made = self._spans[key] = Comms(group, self.calib, self.algo)
+        return made
+
+    @cached_property
+    def _spans(self) -> dict[tuple[int, int], Comms]:
+        return {}
+
     def group_schedule(self, call: CollectiveCall) -> Schedule:
-        """The schedule of ``call`` in its group's own ranks (0 .. tp - 1)."""
-        return self.group_comms[call.group].planner(replace(call, group=0))
+        """The schedule of ``call`` in its group's own ranks (0 .. tp * span - 1)."""
+        comms = self.spanning(call.group, call.span)
+        return comms.planner(replace(call, group=0, span=1))
 
     @cached_property
     def planner(self) -> Planner:
@@ -157,7 +176,7 @@ class LayoutComms:
                     return replace(s, notify=notify, peer=peer)
 
                 steps: list[tuple[Step, ...]] = [()] * n
-                for t in range(tp):
+                for t in range(tp * call.span):
                     steps[base + t] = tuple(
                         Step(tuple(map(moved, st.sends)), st.expect) for st in local.steps[t]
                     )
@@ -213,7 +232,7 @@ def replicas_independent(comms: LayoutComms, programs: Programs, replicas: int) 
         if len(set(link_map.values())) != len(link_map) or taken & set(link_map.values()):
             return False
         taken |= set(link_map.values())
-    return _same_programs(programs, replicas)
+    return _same_programs(programs, replicas, comms.tp)
 
 
 def _links(item: tuple) -> list[int]:  # type: ignore[type-arg]
@@ -233,12 +252,11 @@ def _strip(item: tuple) -> tuple:  # type: ignore[type-arg]
     return (*item[:4], steps)
 
 
-def _same_programs(programs: Programs, replicas: int) -> bool:
+def _same_programs(programs: Programs, replicas: int, tp: int) -> bool:
     """Replica d's programs are replica 0's with collectives moved to its groups and p2p
     peers moved by its rank offset."""
     per = programs.ranks // replicas
-    first = [programs[r] for r in range(per)]
-    groups0 = {op.collective.group for p in first for op in p.ops if op.collective}
+    groups = per // tp  # TP groups of one replica
     for d in range(1, replicas):
         for r in range(per):
             a, b = programs[r], programs[d * per + r]
@@ -248,7 +266,7 @@ def _same_programs(programs: Programs, replicas: int) -> bool:
                 if x.collective is not None:
                     if (c := y.collective) is None:
                         return False
-                    y = replace(y, collective=replace(c, group=c.group - len(groups0) * d))
+                    y = replace(y, collective=replace(c, group=c.group - groups * d))
                 elif x.p2p is not None:
                     if (q := y.p2p) is None:
                         return False

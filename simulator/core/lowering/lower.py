@@ -32,9 +32,10 @@ from tpsim.core.kernels.costs import Hardware
 from tpsim.core.kernels.kernel_table import KernelTable
 from tpsim.core.kernels.pricing import Pricing
 from tpsim.core.lowering import host
+from tpsim.core.lowering.experts import ExpertSplit, expert_split
 from tpsim.core.lowering.opbuild import OpBuilder
 from tpsim.core.lowering.shard import shard
-from tpsim.core.program import Programs
+from tpsim.core.program import Program, Programs
 from tpsim.models.spec import ModelSpec
 
 
@@ -59,8 +60,12 @@ class _Megatron:
         options: Options,
         price: Pricing,
         build: OpBuilder,
+        experts: ExpertSplit | None = None,
+        ep_rank: int = 0,
     ) -> None:
         self.m, self.tp, self.w = model, tp, workload
+        self.xs = experts or expert_split(model, tp, 1, 1, tp, options.expert_skew)
+        self.ep_rank = ep_rank  # this rank's expert-parallel rank (its share of the load)
         self.price, self.build = price, build
         self.act_b = price.act_b
         compiled = options.launch == "compiled"
@@ -71,7 +76,7 @@ class _Megatron:
         if options.overlap == "chunked":
             self.chunks = options.overlap_chunks or tp
         self.d, self.hd = model.hidden_size, model.head_dim
-        split = shard(model, tp)
+        split = shard(model, tp, self.xs)
         self.h = split.heads  # query heads per rank: heads / tp
         self.kv = split.kv_heads  # KV heads per rank (replicated when tp exceeds them)
         self.inner = split.mlp_width  # I: MLP width per rank (padded)
@@ -83,7 +88,8 @@ class _Megatron:
     def next_pass(self, workload: Workload, options: Options) -> _Megatron:
         """The lowering of the step's next pass (:func:`passes`): its own shapes, the same
         prices and op builder."""
-        return _Megatron(self.m, self.tp, workload, options, self.price, self.build)
+        return _Megatron(self.m, self.tp, workload, options, self.price, self.build, self.xs,
+                         self.ep_rank)  # fmt: skip
 
     # ------------------------------------------------------------------ helpers
     def ew(self, mb: _Slice, name: str, layer: int, nbytes: float, flops: float, shape: str,
@@ -257,40 +263,89 @@ class _Megatron:
         self.ew(mb, name, layer, 3 * act * self.act_b, 5.0 * act, shape, rows, inner)
 
     def moe(self, mb: _Slice, layer: int) -> None:
-        """The MoE FFN with tensor-parallel experts (every rank holds 1/tp of each expert's
-        width, as vLLM and SGLang run MoE without expert parallelism), per rank: the router
-        (replicated), top-k, the routed experts as grouped GEMMs that read only the experts
-        some token picked (:meth:`ModelSpec.experts_read`, uniform routing), the shared
-        experts as a dense MLP, the weighted sum of each token's outputs, and the one
-        all-reduce (reduce-scatter with sequence parallelism) of the partial sums. Chunked
-        overlap does not split it."""
-        m, d, b, tokens = self.m, self.d, self.act_b, mb.tokens
-        experts, k = m.num_experts, m.experts_per_token
-        self.column_gemm(mb, "router", layer, experts, "mlp_in")  # [T, d] x [d, E] -> [T, E]
-        # softmax + top-k: read the logits [T, E], write weights and ids [T, k]
+        """The MoE FFN (:mod:`tpsim.core.lowering.experts`), per rank: the router
+        (replicated), top-k, the routed experts as grouped GEMMs over the pairs this rank's
+        experts receive and the experts they pick (:meth:`ExpertSplit.load`), the shared
+        experts as a dense MLP and the weighted sum of each token's outputs. Replicated
+        tokens (no attention data parallelism) end in one all-reduce (reduce-scatter with
+        sequence parallelism) of the partial sums, as with tensor-parallel experts;
+        dispatched tokens travel by all-to-all (:meth:`moe_dispatched`). Chunked overlap
+        does not split it."""
+        if self.xs.dispatch:
+            self.moe_dispatched(mb, layer)
+            return
+        tokens = mb.tokens
+        self.column_gemm(mb, "router", layer, self.m.num_experts, "mlp_in")  # [T, d] x [d, E]
+        self.route(mb, layer, tokens)
+        load = self.xs.load(tokens, self.ep_rank, layer)
+        self.routed_experts(mb, layer, load.pairs, load.experts_read)
+        self.shared_experts(mb, layer, tokens)
+        self.weighted_sum(mb, layer, tokens, load.pairs + (tokens if self.shared else 0))
+        op = "reduce_scatter" if self.sp else "all_reduce"
+        full = round(tokens * self.d * self.act_b)  # [T, d]
+        self.build.collective(mb.index, op, "mlp_out", layer, full)
+
+    def moe_dispatched(self, mb: _Slice, layer: int) -> None:
+        """The MoE FFN with attention data parallelism: this rank routes its share of its
+        attention group's tokens (``T / tp``), the dispatch all-to-all over the MoE group
+        sends each token-expert pair to the ``moe_tp`` ranks holding its expert, the experts
+        compute the pairs the whole group sends them, the combine all-to-all returns each
+        pair's output, this rank sums its tokens' outputs and runs the shared experts on
+        them, and (``tp > 1``) an all-gather over the attention group restores every
+        token on every rank."""
+        xs, d, b = self.xs, self.d, self.act_b
+        share = ceil_div(mb.tokens, self.tp)  # the tokens this rank routes
+        self.gemm(mb, "router", layer, share, self.m.num_experts, d)  # [T/tp, d] x [d, E]
+        self.route(mb, layer, share)
+        pairs_out = share * xs.top_k * xs.moe_tp  # each pair to every width slice
+        sent = round(pairs_out * d * b)  # [T/tp k moe_tp, d], spread over the group
+        self.build.collective(mb.index, "all_to_all", "moe_dispatch", layer, sent,
+                              span=xs.attention_dp)  # fmt: skip
+        load = xs.load(xs.routed_tokens(mb.tokens), self.ep_rank, layer)
+        self.routed_experts(mb, layer, load.pairs, load.experts_read)
+        self.build.collective(mb.index, "all_to_all", "moe_combine", layer, sent,
+                              span=xs.attention_dp)  # fmt: skip
+        self.shared_experts(mb, layer, share)
+        self.weighted_sum(mb, layer, share, pairs_out + (share if self.shared else 0))
+        # every rank of the attention group gets the others' tokens: [T, d] gathered
+        self.build.collective(mb.index, "all_gather", "moe_out", layer, round(mb.tokens * d * b))
+
+    def route(self, mb: _Slice, layer: int, tokens: int) -> None:
+        """Softmax and top-k of ``tokens`` tokens: read the logits [T, E], write the
+        weights and expert ids [T, k]."""
+        experts, k, b = self.m.num_experts, self.m.experts_per_token, self.act_b
         topk_bytes = tokens * experts * b + tokens * k * (b + 4)
         shape = f"[{tokens}, {experts}] -> top {k}"
         self.ew(mb, "topk", layer, topk_bytes, 5.0 * tokens * experts, shape, tokens, experts)
-        pairs, inner = tokens * k, self.expert  # T k token-expert pairs, Im per rank
-        read = m.experts_read(tokens)  # distinct experts picked: E (1 - (1 - k/E)^T)
+
+    def routed_experts(self, mb: _Slice, layer: int, pairs: int, read: float) -> None:
+        """This rank's experts over its ``pairs`` token-expert pairs, ``read`` experts'
+        weights streamed: gate|up [P, d] x [d, 2Im] per expert, SwiGLU, down [P, Im] x
+        [Im, d] (Im: the width slice this rank holds)."""
+        if pairs == 0:
+            return
+        inner, d = self.expert, self.d
         for name, n, kdim in (("experts_up", 2 * inner, d), ("experts_down", d, inner)):
-            # up: [T k, d] x [d, 2Im] per expert (gate|up); down: [T k, Im] x [Im, d]
             cost, detail = self.price.grouped_gemm(name, pairs, n, kdim, read)
             self.build.kernel(mb.index, name, "gemm", layer, cost, detail)
             if name == "experts_up":
-                self.swiglu(mb, "experts_act", layer, pairs, inner)  # [T k, 2Im] -> [T k, Im]
-        summed = pairs
-        if self.shared:  # shared experts, every token: [T, d] x [d, 2Is], [T, Is] x [Is, d]
-            self.gemm(mb, "shared_up", layer, tokens, 2 * self.shared, d)
-            self.swiglu(mb, "shared_act", layer, tokens, self.shared)
-            self.gemm(mb, "shared_down", layer, tokens, d, self.shared)
-            summed += tokens
-        # weighted sum of each token's expert outputs: read [T, k (+1), d], write [T, d]
-        shape = f"[{tokens}, {summed // tokens}, {d}] -> [{tokens}, {d}]"
+                self.swiglu(mb, "experts_act", layer, pairs, inner)  # [P, 2Im] -> [P, Im]
+
+    def shared_experts(self, mb: _Slice, layer: int, tokens: int) -> None:
+        """The shared experts, every token: [T, d] x [d, 2Is], SwiGLU, [T, Is] x [Is, d]."""
+        if not self.shared:
+            return
+        self.gemm(mb, "shared_up", layer, tokens, 2 * self.shared, self.d)
+        self.swiglu(mb, "shared_act", layer, tokens, self.shared)
+        self.gemm(mb, "shared_down", layer, tokens, self.d, self.shared)
+
+    def weighted_sum(self, mb: _Slice, layer: int, tokens: int, summed: int) -> None:
+        """Each token's expert outputs weighted and summed: read ``summed`` rows [., d]
+        (its pairs', and the shared experts'), write [T, d]."""
+        d, b = self.d, self.act_b
+        shape = f"[{summed}, {d}] -> [{tokens}, {d}]"
         sum_bytes = (summed + tokens) * d * b
         self.ew(mb, "moe_sum", layer, sum_bytes, 2.0 * summed * d, shape, tokens, d)
-        op = "reduce_scatter" if self.sp else "all_reduce"
-        self.build.collective(mb.index, op, "mlp_out", layer, round(tokens * d * b))  # [T, d]
 
     def close_layer(self, mb: _Slice, layer: int) -> None:
         if not self.fuse:  # fused: the next norm adds the residual
@@ -316,11 +371,14 @@ def start_step(
     hw: Hardware,
     table: KernelTable | None,
     group: int = 0,
+    experts: ExpertSplit | None = None,
+    ep_rank: int = 0,
 ) -> tuple[_Megatron, OpBuilder, str]:
     """The lowering of one step of a TP group, up to its first op: prices bound to the
     model's shape (and ``table``'s measured kernels), the launch mode the engine runs the
     step in, an op builder for TP group ``group`` with the engine's pre-step host work in
-    it. Returns (the Megatron lowering, its builder, the launch mode)."""
+    it; MoE layers split as ``experts`` says, with expert-parallel rank ``ep_rank``'s
+    load. Returns (the Megatron lowering, its builder, the launch mode)."""
     if table is not None:  # measured kernels of this model's shape at this TP
         table = table.bind(model, tp)
     price = Pricing.of(hw, precision(options, model.dtype, hw.fp8_tensor_cores), table)
@@ -329,7 +387,8 @@ def start_step(
     build = OpBuilder(calib.launch[mode], tp, eager=mode == "eager")
     build.group = group
     host.before_step(build, calib.engine, tp, workload.batch)
-    return _Megatron(model, tp, workload, options, price, build), build, mode
+    lo = _Megatron(model, tp, workload, options, price, build, experts, ep_rank)
+    return lo, build, mode
 
 
 def launch_mode(workload: Workload, options: Options) -> str:
@@ -378,9 +437,11 @@ def lower(
     options: Options,
     hw: Hardware,
     table: KernelTable | None = None,
+    experts: ExpertSplit | None = None,
 ) -> Programs:
     """The programs of a ``tp``-way group: every rank runs the same one (one object,
-    :meth:`Programs.same`).
+    :meth:`Programs.same`), except where expert-parallel ranks carry different loads
+    (``expert_skew``): one program per expert-parallel rank.
 
     ``options.fused`` (default) lowers the norms as vLLM runs them for RMSNorm models: the
     residual add that precedes a norm is fused into it (``fused_add_rms_norm``: read x and
@@ -391,9 +452,27 @@ def lower(
     prologue. LayerNorm models keep separate adds (vLLM's LayerNorm models call the norm
     and the add apart). ``table`` (measured GEMM times) overrides the GEMMs it matches.
     """
+    xs = experts or expert_split(model, tp, 1, 1, tp, options.expert_skew)
+    if not (xs.skew and xs.ep > 1):
+        return Programs.same(_program(model, tp, workload, options, hw, table, xs, 0), tp)
+    per_ep = [_program(model, tp, workload, options, hw, table, xs, e) for e in range(xs.ep)]
+    return Programs(tuple(per_ep[xs.ep_rank(r)] for r in range(tp)))
+
+
+def _program(
+    model: ModelSpec,
+    tp: int,
+    workload: Workload,
+    options: Options,
+    hw: Hardware,
+    table: KernelTable | None,
+    experts: ExpertSplit,
+    ep_rank: int,
+) -> Program:
+    """One rank's program of a TP group (expert-parallel rank ``ep_rank``)."""
     engine = options.calibration.engine
     runs = passes(workload, engine)
-    lo, build, mode = start_step(model, tp, runs[0], options, hw, table)
+    lo, build, mode = start_step(model, tp, runs[0], options, hw, table, 0, experts, ep_rank)
     for k, run in enumerate(runs):
         if k:
             lo = lo.next_pass(run, options)
@@ -410,4 +489,4 @@ def lower(
             for mb in slices:
                 lo.head(mb)
     host.after_step(build, engine, workload.batch, model.num_layers)
-    return Programs.same(build.program(), tp)
+    return build.program()

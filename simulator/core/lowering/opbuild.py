@@ -82,11 +82,15 @@ class OpBuilder:
         nbytes: int,
         deps: tuple[int, ...] | None = None,
         part: str = "",
+        span: int = 1,
     ) -> int | None:
         """Collective ``op`` of ``nbytes`` over the group at ``site`` (named
-        ``site.op[part]``); None, and nothing built, on a group of one rank."""
-        if self.ranks == 1:
+        ``site.op[part]``), or over ``span`` neighbouring groups (a MoE group of attention
+        data-parallel groups); None, and nothing built, over one rank."""
+        ranks = self.ranks * span
+        if ranks == 1:
             return None  # one rank: nothing to reduce or gather
+        group = self.group - self.group % span
         o = Op(
             f"{site}.{op}{part}",
             "collective",
@@ -98,9 +102,9 @@ class OpBuilder:
             0.0,
             nbytes,
             "communication",
-            f"{op} {nbytes} B over {self.ranks} ranks",
+            f"{op} {nbytes} B over {ranks} ranks",
             self.tail(chain) if deps is None else deps,
-            CollectiveCall(op, nbytes, self.group),
+            CollectiveCall(op, nbytes, group, span),
         )
         return self._emit(chain, o)
 

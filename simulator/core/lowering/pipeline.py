@@ -1,4 +1,5 @@
-"""Lower a layout (``dp`` replicas of ``pp`` stages of ``tp`` ranks) to one program per rank.
+"""Lower a layout (``dp`` replicas of ``pp`` stages of ``attention_dp`` groups of ``tp`` ranks)
+to one program per rank.
 
 Each stage runs the Megatron TP split (:mod:`tpsim.core.lowering.lower`) of its consecutive layers,
 the embedding on the first stage and the LM head on the last, for ``micro_batches``
@@ -9,7 +10,9 @@ and the residual ``[T_mb, d]`` each, as vLLM's ``IntermediateTensors`` carry the
 run on their own ``p2p`` stream; the receive of micro-batch m + 1 is posted on the comm
 stream after all of m's collectives, so it never holds up one of them, and m + 1's first
 kernel waits for it. Every stage does the engine's pre-step host work; sampling happens
-on the last.
+on the last. With attention data parallelism each stage has ``attention_dp`` TP groups, each
+running its own sequences through attention and sharing the stage's MoE layers
+(:mod:`tpsim.core.lowering.experts`): rank ``((d * pp + s) * attention_dp + a) * tp + t``.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from tpsim.core.config import ConfigError, Options, Workload
 from tpsim.core.kernels.costs import Hardware
 from tpsim.core.kernels.kernel_table import KernelTable
 from tpsim.core.lowering import host
+from tpsim.core.lowering.experts import ExpertSplit
 from tpsim.core.lowering.lower import _Slice, passes, start_step
 from tpsim.core.program import Program, Programs
 from tpsim.models.spec import ModelSpec
@@ -51,11 +55,14 @@ def stage_program(
     last: bool,
     micro_batches: int,
     group: int,
+    experts: ExpertSplit | None = None,
+    ep_rank: int = 0,
 ) -> Program:
-    """One TP rank's program of a stage; p2p peers are the placeholders ``_PREV``/``_NEXT``."""
+    """One TP rank's program of a stage (expert-parallel rank ``ep_rank``); p2p peers are
+    the placeholders ``_PREV``/``_NEXT``."""
     engine = options.calibration.engine
     runs = passes(workload, engine)
-    lo, build, mode = start_step(model, tp, runs[0], options, hw, table, group)
+    lo, build, mode = start_step(model, tp, runs[0], options, hw, table, group, experts, ep_rank)
     act = lo.act_b
     chain = 0  # one chain: micro-batch m + 1 follows m on every stream
     # every (pass, micro-batch) in order, numbered for the tags of its sends
@@ -106,32 +113,45 @@ def lower_layout(
     hw: Hardware,
     table: KernelTable | None = None,
     micro_batches: int = 1,
+    experts: ExpertSplit | None = None,
 ) -> Programs:
-    """The programs of every rank ``(d * pp + s) * tp + t`` of the layout."""
+    """The programs of every rank ``((d * pp + s) * attention_dp + a) * tp + t`` of the
+    layout (``attention_dp`` from ``experts``; one program per expert-parallel rank where
+    their loads differ)."""
     pp = len(stages)
+    adp = experts.attention_dp if experts else 1
+    distinct = experts is not None and experts.skew > 0 and experts.ep > 1
+    ep_ranks = range(experts.ep if experts is not None and distinct else 1)
     per_stage = [
-        stage_program(model, tp, workload, options, hw, table, layers=layers,
-                      first=s == 0, last=s == pp - 1, micro_batches=micro_batches, group=s)
+        [stage_program(model, tp, workload, options, hw, table, layers=layers, first=s == 0,
+                       last=s == pp - 1, micro_batches=micro_batches, group=s * adp,
+                       experts=experts, ep_rank=e) for e in ep_ranks]
         for s, layers in enumerate(stages)
     ]  # fmt: skip
     out: list[Program] = []
+    stride = adp * tp  # ranks of one stage
     for d in range(replicas):
-        for s, program in enumerate(per_stage):
-            for t in range(tp):
-                out.append(_bind(program, (d * pp + s) * tp + t, tp, d * pp))
+        for s, programs in enumerate(per_stage):
+            for a in range(adp):
+                for t in range(tp):
+                    e = experts.ep_rank(a * tp + t) if experts is not None and distinct else 0
+                    rank = (d * pp + s) * stride + a * tp + t
+                    out.append(_bind(programs[e], rank, stride, d * pp * adp, a))
     return Programs(tuple(out))
 
 
-def _bind(program: Program, rank: int, tp: int, group_shift: int) -> Program:
-    """``program`` on ``rank``: placeholder peers to ranks, collectives to its group."""
+def _bind(program: Program, rank: int, stride: int, group_shift: int, member: int = 0) -> Program:
+    """``program`` on ``rank``: placeholder peers to ranks (a stage is ``stride`` ranks),
+    collectives to its group (TP group ``member`` of its stage's MoE group)."""
     ops = []
     for op in program.ops:
         if op.p2p is not None:
-            peer = rank + tp * op.p2p.peer
+            peer = rank + stride * op.p2p.peer
             op = replace(op, p2p=replace(op.p2p, peer=peer))
-        elif op.collective is not None and group_shift:
+        elif op.collective is not None and (group_shift or member):
             call = op.collective
-            op = replace(op, collective=replace(call, group=call.group + group_shift))
+            shift = group_shift + (member if call.span == 1 else 0)
+            op = replace(op, collective=replace(call, group=call.group + shift))
         ops.append(op)
     return replace(program, ops=tuple(ops))
 

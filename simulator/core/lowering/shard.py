@@ -2,10 +2,12 @@
 
 Column-parallel QKV splits the query heads (and the KV heads, replicated when ``tp`` exceeds
 them); column-parallel gate/up and row-parallel down split the MLP width; the embedding and
-LM head split the vocabulary. Mixture-of-experts layers run their experts tensor-parallel
-(no expert parallelism): every rank holds 1/tp of every routed and shared expert's width,
-and the router [d, E] whole. Widths that ``tp`` does not divide are padded up, as
-Megatron-LM and vLLM pad them.
+LM head split the vocabulary. Mixture-of-experts layers follow their
+:class:`~tpsim.core.lowering.experts.ExpertSplit`: each rank holds ``N / ep`` routed experts
+of ``1 / moe_tp`` of their width (by default ``ep = 1``, ``moe_tp = tp``: tensor-parallel
+experts), the router [d, E] whole, and the shared experts split like the dense MLP (whole,
+replicated, when tokens are dispatched: each rank runs them on its own tokens). Widths that
+do not divide are padded up, as Megatron-LM and vLLM pad them.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpsim.core.config import ceil_div, kv_split
+from tpsim.core.lowering.experts import ExpertSplit
 from tpsim.models.spec import ModelSpec
 
 
@@ -26,14 +29,18 @@ class Shard:
     kv_replication: int  # ranks holding a copy of each KV head
     mlp_width: int  # MLP intermediate width per rank, ceil(I / tp) (padded)
     vocab: int  # vocabulary rows per rank, ceil(V / tp) (padded)
-    expert_width: int = 0  # each routed expert's FFN width per rank, ceil(Im / tp)
+    expert_width: int = 0  # each routed expert's FFN width per rank, ceil(Im / moe_tp)
     shared_width: int = 0  # the shared experts' FFN width per rank, ceil(Is / tp)
+    local_experts: int = 0  # routed experts per rank, N / ep
 
 
-def shard(model: ModelSpec, tp: int) -> Shard:
+def shard(model: ModelSpec, tp: int, experts: ExpertSplit | None = None) -> Shard:
     """The per-rank sizes of ``model`` split ``tp`` ways (``tp`` must split the heads:
-    :func:`tpsim.core.config.tp_problem`)."""
+    :func:`tpsim.core.config.tp_problem`), its experts as ``experts`` says (default:
+    tensor-parallel over the ``tp`` ranks)."""
     kv, replication = kv_split(tp, model.num_kv_heads)
+    moe_tp, local = (experts.moe_tp, experts.local_experts) if experts else (tp, model.num_experts)
+    shared_tp = 1 if experts and experts.dispatch else tp
     return Shard(
         tp=tp,
         heads=model.num_heads // tp,
@@ -41,8 +48,9 @@ def shard(model: ModelSpec, tp: int) -> Shard:
         kv_replication=replication,
         mlp_width=ceil_div(model.intermediate_size, tp),
         vocab=ceil_div(model.vocab_size, tp),
-        expert_width=ceil_div(model.moe_intermediate_size, tp),
-        shared_width=ceil_div(model.shared_intermediate_size, tp),
+        expert_width=ceil_div(model.moe_intermediate_size, moe_tp),
+        shared_width=ceil_div(model.shared_intermediate_size, shared_tp),
+        local_experts=local,
     )
 
 

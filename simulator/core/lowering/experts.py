@@ -1,0 +1,162 @@
+"""Where a mixture-of-experts layer's tokens go: the expert-parallel split and each rank's load.
+
+A MoE group of ``tp * attention_dp`` GPUs holds one copy of every MoE layer: its ``N`` routed
+experts are split ``ep`` ways (``N / ep`` experts per expert-parallel rank) and each expert's
+width ``moe_tp`` ways (``ep * moe_tp`` = the group), as TensorRT-LLM and AIConfigurator
+name it. Two ways of moving tokens follow from the layout:
+
+- **replicated tokens** (``attention_dp == 1``; vLLM's ``--enable-expert-parallel`` without
+  data parallelism, TensorRT-LLM without attention DP): after the attention all-reduce every
+  rank of the group holds the same ``T`` tokens; each computes the token-expert pairs routed
+  to its own experts (its slice of their width) and one all-reduce sums the partial outputs,
+  as with tensor-parallel experts (``ep == 1``: every rank holds ``1/tp`` of every expert);
+- **dispatched tokens** (``attention_dp > 1``): every attention group holds its own tokens;
+  each rank sends its share (``T / tp`` when the attention group has ``tp`` ranks) to the
+  ranks holding their experts (the dispatch all-to-all), the experts compute, and the
+  combine all-to-all brings each pair's output back (DeepEP, NCCL all-to-all, pplx).
+
+Routing: each token picks ``k`` of the ``N`` experts. ``Options.expert_skew == 0`` routes
+uniformly at random, and since the layer ends in a collective every rank waits for the one
+the draw loads most: each rank runs at the expected maximum over the ``ep`` ranks of its
+token-expert pairs (``Binomial(T k, 1/ep)`` each) and of the experts it reads
+(``Binomial(N/ep, 1 - (1 - k/N)^T)``), :func:`expected_max`. ``expert_skew = S >= 1`` is a
+deterministic load: the hottest expert takes ``S`` times the mean and every other expert an
+even share of the rest, on the rank holding it (the layer's index modulo ``ep``, so each
+rank is hot in its turn); ``S = 1`` is perfect balance.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+from tpsim.core.errors import ConfigError
+from tpsim.models.spec import ModelSpec
+
+
+@dataclass(frozen=True)
+class Load:
+    """One rank's work in one MoE layer: token-expert ``pairs`` (rows of its grouped GEMMs)
+    and the distinct ``experts_read`` whose weights it streams (a float: an expectation)."""
+
+    pairs: int
+    experts_read: float
+
+
+@dataclass(frozen=True)
+class ExpertSplit:
+    """A MoE layer's split over its group (see the module's docstring)."""
+
+    experts: int  # N routed experts
+    top_k: int  # k experts per token
+    tp: int  # attention tensor parallel
+    attention_dp: int  # attention data-parallel groups sharing the MoE layers
+    ep: int  # expert-parallel ranks
+    moe_tp: int  # ranks splitting each expert's width
+    skew: float = 0.0  # Options.expert_skew
+
+    @property
+    def group(self) -> int:
+        return self.tp * self.attention_dp
+
+    @property
+    def local_experts(self) -> int:
+        """Routed experts each rank holds (its expert-parallel rank's share)."""
+        return self.experts // self.ep
+
+    @property
+    def dispatch(self) -> bool:
+        """Whether tokens travel by all-to-all (attention data parallelism)."""
+        return self.attention_dp > 1
+
+    def ep_rank(self, group_rank: int) -> int:
+        """The expert-parallel rank of a rank of the group: ranks ``e * moe_tp ..`` share
+        expert slice ``e`` (its ``moe_tp`` width slices on neighbouring GPUs)."""
+        return group_rank // self.moe_tp
+
+    def routed_tokens(self, tokens: int) -> int:
+        """Distinct tokens the group routes when each attention group holds ``tokens``."""
+        return tokens * self.attention_dp
+
+    def load(self, tokens: int, ep_rank: int, layer: int) -> Load:
+        """The load of expert-parallel rank ``ep_rank`` in MoE layer ``layer`` when the group
+        routes ``tokens`` distinct tokens."""
+        n, k, e = self.experts, self.top_k, self.ep
+        if tokens <= 0:
+            return Load(0, 0.0)
+        per_expert = tokens * k / n  # mean pairs per expert
+        hit = 1.0 - (1.0 - k / n) ** tokens  # an expert is picked by some token
+        local = self.local_experts
+        if not self.skew:
+            pairs = expected_max(tokens * k, 1.0 / e, e)
+            read = expected_max(local, hit, e)
+        else:
+            s = min(self.skew, n / k)  # an expert takes each token at most once
+            rest = (n - s) / (n - 1) if n > 1 else 1.0  # the others' share of the mean
+            if ep_rank == layer % e:
+                pairs = per_expert * (s + (local - 1) * rest)
+                read = 1.0 + (local - 1) * hit
+            else:
+                pairs = per_expert * local * rest
+                read = local * hit
+        rows = max(1, round(pairs)) if pairs > 0 else 0
+        return Load(rows, min(read, float(rows)))
+
+
+@lru_cache(maxsize=4096)
+def expected_max(trials: int, p: float, ranks: int) -> float:
+    """The expected largest of ``ranks`` independent ``Binomial(trials, p)`` counts:
+    ``sum over m >= 0 of 1 - F(m) ** ranks``. Exact summation while the counts are small
+    (mean under 4096), else the normal approximation ``mu + sigma * z(ranks)`` with
+    ``z(ranks)`` the expected largest of ``ranks`` standard normals. One rank: the mean."""
+    mean = trials * p
+    if ranks <= 1 or p <= 0.0 or p >= 1.0:
+        return mean
+    var = trials * p * (1.0 - p)
+    if mean >= 4096:
+        return min(float(trials), mean + math.sqrt(var) * _normal_max(ranks))
+    # the pmf term by term from m = 0 (in logs: trials may be large), to where F ~ 1
+    top = min(trials, int(mean + 12.0 * math.sqrt(var) + 12))
+    log_q, log_p = math.log1p(-p), math.log(p)
+    log_pmf = trials * log_q
+    cdf, total = 0.0, 0.0
+    for m in range(top + 1):
+        if m:
+            log_pmf += math.log(trials - m + 1) - math.log(m) + log_p - log_q
+        cdf = min(1.0, cdf + math.exp(log_pmf))
+        total += 1.0 - cdf**ranks
+    return total
+
+
+@lru_cache(maxsize=256)
+def _normal_max(ranks: int) -> float:
+    """The expected largest of ``ranks`` standard normals (numerical integration of
+    ``1 - Phi(x) ** ranks`` minus ``Phi(x) ** ranks`` over x < 0)."""
+    step, total = 1e-3, 0.0
+    for i in range(-8000, 8000):
+        x = (i + 0.5) * step
+        cdf = 0.5 * math.erfc(-x / math.sqrt(2.0))
+        total += (1.0 - cdf**ranks) if x >= 0 else -(cdf**ranks)
+    return total * step
+
+
+def expert_split(
+    model: ModelSpec, tp: int, attention_dp: int, ep: int, moe_tp: int, skew: float = 0.0
+) -> ExpertSplit:
+    """The split of ``model``'s MoE layers; ConfigError when it does not divide them."""
+    if not model.is_moe:
+        for name, value in (("ep", ep), ("attention_dp", attention_dp)):
+            if value > 1:
+                raise ConfigError(
+                    f"{name}={value}: {model.name} has no experts (a dense model; use "
+                    "--tp, --pp and --dp)"
+                )
+        return ExpertSplit(0, 0, tp, 1, 1, tp)
+    n = model.num_experts
+    if n % ep:
+        raise ConfigError(f"ep={ep}: must divide {model.name}'s {n} routed experts")
+    return ExpertSplit(n, model.experts_per_token, tp, attention_dp, ep, moe_tp, skew)
+
+
+__all__ = ["ExpertSplit", "Load", "expected_max", "expert_split"]
