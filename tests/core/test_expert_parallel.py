@@ -70,7 +70,10 @@ def test_skewed_loads_add_up_to_every_pair(skew: float) -> None:
 
 def test_the_hot_rank_rotates_with_the_layer() -> None:
     xs = expert_split(MIXTRAL, 8, 1, 8, 1, 2.0)
-    hot = [max(range(8), key=lambda e, layer=layer: xs.load(64, e, layer).pairs) for layer in range(16)]  # fmt: skip
+    hot = []
+    for layer in range(16):
+        pairs = [xs.load(64, e, layer).pairs for e in range(8)]
+        hot.append(pairs.index(max(pairs)))
     assert hot == [layer % 8 for layer in range(16)]
 
 
@@ -79,11 +82,11 @@ def test_layout_checks_name_the_field() -> None:
         Layout(8, ep=3)
     with pytest.raises(ConfigError, match="moe_tp=2: moe_tp\\*ep must be"):
         Layout(8, ep=8, moe_tp=2)
-    with pytest.raises(ConfigError, match="ep=16: must divide mixtral-8x7b's 8 routed experts"):
+    with pytest.raises(ConfigError, match=r"ep=16: must divide mixtral-8x7b's 8 routed experts"):
         simulate("mixtral-8x7b", "dgx-h100", Layout(2, attention_dp=8, ep=16), nodes=2)
-    with pytest.raises(ConfigError, match="attention_dp=2: llama-3.1-8b has no experts"):
+    with pytest.raises(ConfigError, match=r"attention_dp=2: llama-3\.1-8b has no experts"):
         simulate("llama-3.1-8b", "dgx-h100", Layout(1, attention_dp=2))
-    with pytest.raises(ConfigError, match="expert_skew=0.5"):
+    with pytest.raises(ConfigError, match=r"expert_skew=0\.5"):
         Options(expert_skew=0.5)
 
 
