@@ -73,7 +73,7 @@ def simulate(
         ran = run_programs(
             plan.comms,
             programs,
-            rank_delay_s=[r * skew for r in range(tp)],
+            rank_delay_s=[r * skew for r in range(programs.ranks)],
             comm_sms=calib.collectives.comm_sms,
             link_log=log,
             use_symmetry=use_symmetry,

@@ -45,10 +45,12 @@ if TYPE_CHECKING:
 
 
 def one_group(layout: Layout) -> bool:
-    """Whether ``layout`` is one TP group alone: no stages, replicas, micro-batches, explicit
-    stage sizes or placement."""
+    """Whether ``layout`` is one group alone: no stages, replicas, micro-batches, explicit
+    stage sizes or placement; one TP group, or attention data-parallel groups of one GPU
+    each (their MoE group is then the one group, every rank running the same program)."""
     return (
-        layout.pp * layout.dp * layout.micro_batches * layout.attention_dp == 1
+        layout.pp * layout.dp * layout.micro_batches == 1
+        and (layout.attention_dp == 1 or layout.tp == 1)
         and not layout.pp_layers
         and not layout.placement
     )
@@ -157,20 +159,24 @@ def resolve(
         )
     stages = stage_layers(spec.num_layers, pp, layout.pp_layers)
     micro_slices(workload, layout.micro_batches)  # refuses more micro-batches than sequences
+    if layout.attention_dp > 1 and layout.ranks > gpu_count:
+        raise ConfigError(
+            f"tp*attention_dp*pp*dp={tp}*{layout.attention_dp}*{pp}*{layout.dp}="
+            f"{layout.ranks}: more than the {gpu_count} GPUs of "
+            f"{graph.graph.get('name', 'topology')} (add hosts: --nodes)"
+        )
     comms: Comms | LayoutComms
     if one_group(layout):
         comms = connect(
-            graph, tp, per_host=layout.gpus_per_node, calib=calib, algo=options.collective_algo
+            graph,
+            layout.moe_group,  # tp, or attention_dp GPUs of TP 1
+            per_host=layout.gpus_per_node,
+            calib=calib,
+            algo=options.collective_algo,
         )
         gpu = comms.group.gpu
     else:
         routes = Routes(graph)
-        if layout.attention_dp > 1 and layout.ranks > gpu_count:
-            raise ConfigError(
-                f"tp*attention_dp*pp*dp={tp}*{layout.attention_dp}*{pp}*{layout.dp}="
-                f"{layout.ranks}: more than the {gpu_count} GPUs of "
-                f"{graph.graph.get('name', 'topology')} (add hosts: --nodes)"
-            )
         # an attention data-parallel group's TP groups sit side by side, like replicas
         gpu_ranks = place(routes, tp * layout.attention_dp, pp, layout.dp, layout.gpus_per_node,
                           layout.placement)  # fmt: skip

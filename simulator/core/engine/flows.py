@@ -152,13 +152,19 @@ class FlowNetwork:
             self.log.append((self.env.now, link, sum(f.rate for f in self.users[link])))
 
     def _component(self, seeds: list[Flow]) -> list[Flow]:
-        """The active flows connected to ``seeds`` through shared links (in a stable order)."""
+        """The active flows connected to ``seeds`` through shared links (in a stable order:
+        breadth first from the seeds, each link's flows in the order they joined it). Each
+        link's flows are visited once, so a component costs its flows times their links."""
         seen = set(map(id, seeds))
         out = list(dict.fromkeys(seeds))
+        visited: set[int] = set()
         i = 0
         users = self.users
         while i < len(out):
             for link in out[i].links:
+                if link in visited:
+                    continue
+                visited.add(link)
                 for g in users[link]:
                     if id(g) not in seen:
                         seen.add(id(g))
