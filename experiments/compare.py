@@ -105,7 +105,8 @@ def load(summary: Mapping[str, Any]) -> int:
     """Sequences a configuration serves per step: its batch per replica times its replicas
     (the load it carries; tokens/s of different loads are not a like-for-like answer)."""
     c = summary["config"]
-    return int(c["workload"]["batch"]) * int(c.get("layout", {}).get("dp", 1))
+    lay = c.get("layout", {})
+    return int(c["workload"]["batch"]) * int(lay.get("dp", 1)) * int(lay.get("attention_dp", 1))
 
 
 def load_note(entries: Sequence[Entry]) -> str:
@@ -159,10 +160,15 @@ def common_title(entries: Sequence[Entry]) -> str:
 
 
 def gpus(summary: Mapping[str, Any]) -> int:
-    """GPUs a configuration uses: TP x PP x DP."""
+    """GPUs a configuration uses: TP x attention-DP x PP x DP."""
     c = summary["config"]
     lay = c.get("layout", {})
-    return int(c["tp"]) * int(lay.get("pp", 1)) * int(lay.get("dp", 1))
+    return (
+        int(c["tp"])
+        * int(lay.get("attention_dp", 1))
+        * int(lay.get("pp", 1))
+        * int(lay.get("dp", 1))
+    )
 
 
 def _per(summary: Mapping[str, Any]) -> str:

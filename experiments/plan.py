@@ -1,8 +1,11 @@
 """Capacity planning: which TP x PP x DP layout of N GPUs serves a model best.
 
 Every layout that uses all the GPUs (``tp * pp * dp = G``) and fits in memory is a
-candidate; obviously dominated ones are left out (more pipeline stages than 8, or a TP
-group that crosses hosts while stages or replicas could keep it inside one). For each, the
+candidate; a mixture-of-experts model adds, per layout, its experts split over the TP group
+(``ep = tp``, as vLLM's ``--enable-expert-parallel``) and attention data parallelism (TP
+groups of a replica sharing expert-parallel MoE layers, ``ep = tp * attention_dp``).
+Obviously dominated ones are left out (more pipeline stages than 8, or a TP group that
+crosses hosts while stages or replicas could keep it inside one). For each, the
 largest power-of-2 batch per replica that fits (up to ``batch_max``) is simulated as one
 decode step (TPOT; the pipeline runs ``pp`` micro-batches), halved until the TPOT SLO
 holds, and one request's prefill of ``prompt_len`` tokens gives the TTFT. Layouts are
@@ -21,6 +24,7 @@ from tpsim.core.api import simulate
 from tpsim.core.comm.layout import stage_layers
 from tpsim.core.config import Layout, Options, Workload, tp_problem
 from tpsim.core.errors import ConfigError
+from tpsim.core.lowering.experts import expert_split
 from tpsim.core.memory import memory_per_stage
 from tpsim.core.summary import Summary
 from tpsim.experiments.sweep.pool import map_in_workers
@@ -63,18 +67,30 @@ class PlanRow:
     ttft_ok: bool
     tpot_ok: bool
     usd_per_mtok: float | None
+    ep: int = 1  # expert-parallel ranks (MoE)
+    attention_dp: int = 1  # attention data-parallel groups per replica (MoE)
 
     @property
     def label(self) -> str:
-        return f"TP {self.tp} x PP {self.pp} x DP {self.dp}"
+        adp = f" x ADP {self.attention_dp}" if self.attention_dp > 1 else ""
+        ep = f" EP {self.ep}" if self.ep > 1 else ""
+        return f"TP {self.tp}{adp} x PP {self.pp} x DP {self.dp}{ep}"
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.attention_dp * self.pp * self.dp
 
     @property
     def slo_ok(self) -> bool:
         return self.ttft_ok and self.tpot_ok
 
 
-def layouts(req: PlanRequest) -> list[tuple[int, int, int]]:
-    """(tp, pp, dp) with tp * pp * dp = G that split the heads and the layers."""
+Candidate = tuple[int, int, int, int, int]  # tp, pp, dp, ep, attention_dp
+
+
+def layouts(req: PlanRequest) -> list[Candidate]:
+    """(tp, pp, dp, ep, attention_dp) with tp * attention_dp * pp * dp = G that split the
+    heads, the layers and (MoE) the experts."""
     spec = get_model(req.model)
     graph = get_topology(req.topology, req.nodes)
     total = sum(1 for _, k in graph.nodes(data="kind") if k == "gpu")
@@ -82,23 +98,33 @@ def layouts(req: PlanRequest) -> list[tuple[int, int, int]]:
     if g > total:
         raise ConfigError(f"gpus={g}: more than the {total} GPUs of {req.nodes} node(s)")
     per_host = int(graph.graph.get("gpus_per_host", total)) or total
-    out = []
+    experts = spec.num_experts
+    out: list[Candidate] = []
     for tp in range(1, g + 1):
         if g % tp or tp_problem(tp, spec.num_heads, spec.num_kv_heads):
             continue
         for pp in range(1, min(MAX_PP, spec.num_layers, g // tp) + 1):
             if (g // tp) % pp:
                 continue
-            dp = g // (tp * pp)
-            if tp > per_host and (pp > 1 or dp > 1):
-                continue  # dominated: TP across hosts when stages or replicas could be
-            out.append((tp, pp, dp))
+            rest = g // (tp * pp)  # replicas, or attention data-parallel groups and replicas
+            for adp in range(1, rest + 1) if experts else (1,):
+                if rest % adp or (adp > 1 and pp > 1):
+                    continue
+                dp = rest // adp
+                if tp > per_host and (pp > 1 or dp > 1 or adp > 1):
+                    continue  # dominated: TP across hosts when stages or replicas could be
+                eps = {1, tp * adp} if experts else {1}
+                for ep in sorted(e for e in eps if not experts or experts % e == 0):
+                    if adp > 1 and ep == 1:
+                        continue  # attention DP is worth its all-to-all only with EP
+                    out.append((tp, pp, dp, ep, adp))
     return out
 
 
-def fitting_batches(req: PlanRequest, tp: int, pp: int) -> list[int]:
+def fitting_batches(req: PlanRequest, tp: int, pp: int, ep: int = 1, adp: int = 1) -> list[int]:
     """Powers of 2 up to ``batch_max`` whose decode and prefill fit every stage."""
     spec = get_model(req.model)
+    xs = expert_split(spec, tp, adp, ep, tp * adp // ep) if spec.is_moe else None
     graph = get_topology(req.topology, 1)
     gpu = next(d["gpu"] for _, d in graph.nodes(data=True) if d.get("kind") == "gpu")
     opts = Options(ideal=req.ideal, engine=req.engine)
@@ -108,7 +134,7 @@ def fitting_batches(req: PlanRequest, tp: int, pp: int) -> list[int]:
         w = Workload(b, "decode", req.prompt_len, req.context_len)
         fits = all(
             memory_per_stage(spec, tp, w, opts, gpu, layers=r, first=s == 0,
-                             last=s == pp - 1, micro_batches=min(pp, b)).fits
+                             last=s == pp - 1, micro_batches=min(pp, b), experts=xs).fits
             for s, r in enumerate(stages)
         )  # fmt: skip
         if not fits:
@@ -123,18 +149,21 @@ def _headroom(summary: Summary) -> int:
     return min(m.capacity_bytes_per_gpu - m.total_bytes_per_gpu for m in stages)
 
 
-def evaluate(req: PlanRequest, tp: int, pp: int, dp: int) -> PlanRow | None:
+def evaluate(
+    req: PlanRequest, tp: int, pp: int, dp: int, ep: int = 1, adp: int = 1
+) -> PlanRow | None:
     """The layout at its best batch: the largest fitting one meeting the TPOT SLO (or 1)."""
-    batches = fitting_batches(req, tp, pp)
+    batches = fitting_batches(req, tp, pp, ep, adp)
     if not batches:
         return None
     opts = Options(ideal=req.ideal, engine=req.engine)
-    prefill = simulate(req.model, req.topology, Layout(tp, pp=pp, dp=dp),
+    moe = {"ep": ep, "attention_dp": adp}
+    prefill = simulate(req.model, req.topology, Layout(tp, pp=pp, dp=dp, **moe),
                        Workload(1, "prefill", req.prompt_len, req.context_len), opts,
                        nodes=req.nodes).typed  # fmt: skip
     ttft = prefill.latency_s
     for b in reversed(batches):
-        lay = Layout(tp, pp=pp, dp=dp, micro_batches=min(pp, b))
+        lay = Layout(tp, pp=pp, dp=dp, micro_batches=min(pp, b), **moe)
         s = simulate(req.model, req.topology, lay,
                      Workload(b, "decode", req.prompt_len, req.context_len), opts,
                      nodes=req.nodes).typed  # fmt: skip
@@ -142,18 +171,18 @@ def evaluate(req: PlanRequest, tp: int, pp: int, dp: int) -> PlanRow | None:
         tpot_ok = req.slo_tpot_ms is None or tpot * 1e3 <= req.slo_tpot_ms
         if tpot_ok or b == batches[0]:
             break
-    gpus = tp * pp * dp
+    gpus = tp * adp * pp * dp
     rate = s.tokens_per_s
     usd = None
     if req.gpu_hour_usd is not None and rate > 0:
         usd = gpus * req.gpu_hour_usd / 3600 / rate * 1e6
     return PlanRow(
         tp, pp, dp, b, ttft, tpot, rate, rate / gpus, _headroom(s), s.regime,
-        req.slo_ttft_ms is None or ttft * 1e3 <= req.slo_ttft_ms, tpot_ok, usd,
+        req.slo_ttft_ms is None or ttft * 1e3 <= req.slo_ttft_ms, tpot_ok, usd, ep, adp,
     )  # fmt: skip
 
 
-def _evaluate(args: tuple[PlanRequest, int, int, int]) -> PlanRow | None:
+def _evaluate(args: tuple[PlanRequest, int, int, int, int, int]) -> PlanRow | None:
     try:
         return evaluate(*args)
     except ConfigError:  # a layout refused (memory, records): not a candidate
@@ -181,13 +210,17 @@ def plan(req: PlanRequest, jobs: int = 0) -> list[PlanRow]:
     found = [r for r in rows if r is not None]
     if not found:
         raise ConfigError(f"model={req.model}: no layout fits in memory on these GPUs")
-    return sorted(found, key=lambda r: (not r.slo_ok, -r.tokens_per_s, r.tpot_s, r.tp, r.pp))
+    return sorted(
+        found,
+        key=lambda r: (not r.slo_ok, -r.tokens_per_s, r.tpot_s, r.tp, r.pp, r.ep, r.attention_dp),
+    )
 
 
 def table(rows: list[PlanRow], req: PlanRequest) -> str:
     """The ranked table, then the recommendation."""
+    width = max(20, *(len(r.label) for r in rows))
     head = (
-        f"{'#':>2}  {'layout':<20} {'batch':>5} {'TTFT ms':>9} {'TPOT ms':>9} "
+        f"{'#':>2}  {'layout':<{width}} {'batch':>5} {'TTFT ms':>9} {'TPOT ms':>9} "
         f"{'tok/s':>9} {'tok/s/GPU':>9} {'free GB':>8}  {'regime':<20} SLO"
     )
     if req.gpu_hour_usd is not None:
@@ -196,7 +229,8 @@ def table(rows: list[PlanRow], req: PlanRequest) -> str:
     for k, r in enumerate(rows, 1):
         slo = "met" if r.slo_ok else ("TTFT missed" if r.tpot_ok else "TPOT missed")
         line = (
-            f"{k:>2}  {r.label:<20} {r.batch:>5} {r.ttft_s * 1e3:>9.2f} {r.tpot_s * 1e3:>9.2f} "
+            f"{k:>2}  {r.label:<{width}} {r.batch:>5} {r.ttft_s * 1e3:>9.2f} "
+            f"{r.tpot_s * 1e3:>9.2f} "
             f"{r.tokens_per_s:>9,.0f} {r.tokens_per_s_per_gpu:>9,.1f} "
             f"{r.headroom_bytes / 1e9:>8.1f}  {r.regime:<20} {slo}"
         )
@@ -233,6 +267,16 @@ def _why(best: PlanRow, other: PlanRow) -> str:
     reasons = []
     if best.dp > other.dp:
         reasons.append("independent replicas need no communication between them")
+    if best.ep > other.ep:
+        reasons.append(
+            f"its experts are spread over more GPUs (EP {best.ep} against {other.ep}), so each "
+            "GPU reads fewer expert weights per step"
+        )
+    if best.attention_dp > other.attention_dp:
+        reasons.append(
+            f"its {best.attention_dp} attention data-parallel groups run "
+            f"{best.batch * best.attention_dp} sequences per MoE step"
+        )
     if best.pp < other.pp:
         reasons.append("fewer pipeline stages leave less bubble")
     if best.tp < other.tp:
@@ -245,7 +289,8 @@ def _why(best: PlanRow, other: PlanRow) -> str:
 
 def short_label(r: PlanRow) -> str:
     """``TP 4 x DP 2 b64``: the degrees above 1 (TP always) and the batch per replica."""
-    parts = [f"TP {r.tp}"] + [f"{k} {v}" for k, v in (("PP", r.pp), ("DP", r.dp)) if v > 1]
+    degrees = (("ADP", r.attention_dp), ("PP", r.pp), ("DP", r.dp), ("EP", r.ep))
+    parts = [f"TP {r.tp}"] + [f"{k} {v}" for k, v in degrees if v > 1]
     return " x ".join(parts) + f" b{r.batch}"
 
 
@@ -258,7 +303,7 @@ def plot_front(rows: list[PlanRow], req: PlanRequest, out: Path) -> Path:
         ParetoPoint(r.tpot_s, r.tokens_per_s_per_gpu, short_label(r), best=k == 0)
         for k, r in enumerate(rows)
     ]
-    gpus = rows[0].tp * rows[0].pp * rows[0].dp
+    gpus = rows[0].gpus
     slo = f", TPOT SLO {req.slo_tpot_ms:g} ms" if req.slo_tpot_ms else ""
     title = (
         f"{req.model} on {gpus} GPUs of {req.topology} x{req.nodes}: decode, context "

@@ -30,6 +30,8 @@ LABELS = {
     "tp": lambda v: f"TP {v}",
     "pp": lambda v: f"PP {v}",
     "dp": lambda v: f"DP {v}",
+    "ep": lambda v: f"EP {v}",
+    "attention_dp": lambda v: f"attention-DP {v}",
     "nodes": lambda v: f"{v} node" + ("" if v == "1" else "s"),
     "batch": lambda v: f"batch {v}",
     "engine": lambda v: f"engine {v}",
@@ -177,12 +179,16 @@ def configurations(a: argparse.Namespace, minimum: int = 2) -> list[tuple[str, a
             argv += [flag, items[i] if len(items) > 1 else items[0]]
         ns = run.parse_args(argv)
         if load is not None:  # the same sequences per step everywhere, split over replicas
-            if load % ns.dp:
-                raise ConfigError(
-                    f"--load={load}: configuration {i + 1} has {ns.dp} replicas (--dp), which "
-                    f"do not split {load} sequences evenly; give a multiple of {ns.dp}"
+            groups = ns.dp * ns.attention_dp  # replicas and attention data-parallel groups
+            if load % groups:
+                what = (
+                    "replicas (--dp)" if ns.attention_dp == 1 else "batches (--dp x --attention-dp)"
                 )
-            ns.batch = load // ns.dp
+                raise ConfigError(
+                    f"--load={load}: configuration {i + 1} has {groups} {what}, which "
+                    f"do not split {load} sequences evenly; give a multiple of {groups}"
+                )
+            ns.batch = load // groups
         label = (
             ", ".join(
                 LABELS.get(dest, lambda v, d=dest: f"{d.replace('_', '-')} {v}")(lists[dest][1][i])

@@ -125,6 +125,7 @@ def run_inputs(a: argparse.Namespace) -> tuple[Layout, Workload, Options]:
         max_records=a.max_records,
         engine=a.engine,
         expert_skew=a.expert_skew,
+        routing=a.routing,
     )
     check_nodes(a.nodes)
     placement = tuple(x.strip() for x in a.placement.split(",")) if a.placement else ()

@@ -206,6 +206,9 @@ class Options:
     #: draw loads most: tpsim.core.lowering.experts); S >= 1 loads the hottest expert S
     #: times the mean and the others evenly (1: perfectly balanced)
     expert_skew: float = 0.0
+    #: MoE routing histogram file: tokens per expert, one line or one per MoE layer
+    #: (tpsim.core.lowering.experts.read_histogram); None: ``expert_skew`` decides
+    routing: str | None = None
 
     def __post_init__(self) -> None:
         _choice("launch", self.launch, LAUNCH_MODES)
@@ -224,6 +227,10 @@ class Options:
                 "(ideal mode has no host overheads)"
             )
         _positive_int("max_records", self.max_records)
+        if self.routing is not None and (
+            not isinstance(self.routing, str) or not self.routing.strip()
+        ):
+            raise ConfigError(f"routing={self.routing!r}: must be a path to a histogram file")
         es = self.expert_skew
         if (
             isinstance(es, bool)

@@ -27,7 +27,7 @@ from tpsim.core.config import (
 from tpsim.core.errors import ConfigError
 from tpsim.core.kernels import kernel_table
 from tpsim.core.kernels.costs import Hardware, hardware_for
-from tpsim.core.lowering.experts import ExpertSplit, expert_split
+from tpsim.core.lowering.experts import ExpertSplit, expert_split, read_histogram
 from tpsim.core.lowering.lower import launch_mode
 from tpsim.core.lowering.pipeline import micro_slices
 from tpsim.core.lowering.shard import Shard, shard
@@ -150,8 +150,13 @@ def resolve(
     gpu_count = sum(1 for _, k in graph.nodes(data="kind") if k == "gpu")
     check_tp(spec, layout.tp, gpu_count)
     tp, pp = layout.tp, layout.pp
+    histogram: tuple[tuple[float, ...], ...] = ()
+    if options.routing is not None:
+        if not spec.is_moe:
+            raise ConfigError(f"routing={options.routing}: {spec.name} has no experts to route")
+        histogram = read_histogram(options.routing, spec.num_experts, spec.num_moe_layers)
     xs = expert_split(spec, tp, layout.attention_dp, layout.ep, layout.expert_tp,
-                      options.expert_skew)  # fmt: skip
+                      options.expert_skew, histogram)  # fmt: skip
     if xs.dispatch and options.sequence_parallel:
         raise ConfigError(
             f"attention_dp={layout.attention_dp}: cannot be combined with sequence "

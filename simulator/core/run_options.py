@@ -515,6 +515,18 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
         bounds=(0, 4096, False),
         metavar="S",
     ),
+    # a file per run: not a grid axis
+    RunOption(
+        "routing",
+        "text",
+        "options",
+        "MoE routing histogram: a file of tokens per expert (comma or space separated), one "
+        "line for every MoE layer or one line per MoE layer",
+        text_check("routing"),
+        sweepable=False,
+        unset=True,
+        metavar="FILE",
+    ),
 )
 
 BY_NAME: dict[str, RunOption] = {o.name: o for o in RUN_OPTIONS}

@@ -4,11 +4,13 @@ forms behind them."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from tpsim.core.api import simulate
 from tpsim.core.config import ConfigError, Layout, Options, Workload
-from tpsim.core.lowering.experts import expected_max, expert_split
+from tpsim.core.lowering.experts import expected_max, expert_split, read_histogram
 from tpsim.core.memory import linear_params_of_layer, memory_per_gpu
 from tpsim.models import MODELS
 from tpsim.topologies.gpus import GPUS
@@ -204,3 +206,60 @@ def test_pipeline_stages_with_attention_dp() -> None:
     assert s["config"]["layout"]["pp"] == 2 and len(s["config"]["placement"]) == 8
     sites = set(s["communication"]["by_site"])
     assert {"moe_dispatch", "moe_combine", "pp"} <= sites
+
+
+# -- routing histograms ----------------------------------------------------------------------
+
+
+def test_a_histogram_gives_each_rank_its_experts_share(tmp_path: object) -> None:
+    from pathlib import Path
+
+    path = Path(str(tmp_path)) / "hist.csv"
+    path.write_text("# tokens per expert\n40, 10, 10, 10, 10, 10, 5, 5\n")
+    hist = read_histogram(str(path), 8, 32)
+    assert hist == ((0.4, 0.1, 0.1, 0.1, 0.1, 0.1, 0.05, 0.05),)
+    xs = expert_split(MIXTRAL, 8, 1, 8, 1, histogram=hist)
+    tokens = 1000
+    loads = [xs.load(tokens, e, 0) for e in range(8)]
+    assert [x.pairs for x in loads] == [800, 200, 200, 200, 200, 200, 100, 100]
+    # expert 0 is picked by a token with probability k * 0.4 = 0.8
+    assert xs.load(1, 0, 0).experts_read == pytest.approx(0.8)
+    # the hot rank gates every layer: the step is slower than balanced routing
+    lay, wl = Layout(8, ep=8), Workload(256, "prefill", prompt_len=64)
+    even = simulate("mixtral-8x7b", "dgx-h100", lay, wl, Options(expert_skew=1.0))
+    hot = simulate("mixtral-8x7b", "dgx-h100", lay, wl, Options(routing=str(path)))
+    assert hot.summary["latency_s"] > 1.3 * even.summary["latency_s"]
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("1,2,3\n", "3 values, the model has 8 experts"),
+        ("1,2,3,4,5,6,7,x\n", "not a list of numbers"),
+        ("0,0,0,0,0,0,0,0\n", "not all zero"),
+        ("1,1,1,1,1,1,1,-1\n", "non-negative"),
+        ("# nothing\n", "no histogram in it"),
+        ("1,1,1,1,1,1,1,1\n" * 3, "3 lines; give one, or one per MoE layer (32)"),
+    ],
+)
+def test_bad_histograms_are_refused_naming_the_line(tmp_path: object, text: str, says: str) -> None:
+    from pathlib import Path
+
+    path = Path(str(tmp_path)) / "h.txt"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        simulate("mixtral-8x7b", "dgx-h100", Layout(8, ep=8), options=Options(routing=str(path)))
+
+
+def test_one_histogram_line_per_moe_layer_skips_the_dense_ones(tmp_path: object) -> None:
+    from dataclasses import replace
+    from pathlib import Path
+
+    model = replace(MIXTRAL, dense_layers=(0,))
+    rows = [[1] * 8 for _ in range(31)]
+    rows[0] = [8, 0, 0, 0, 0, 0, 0, 0]  # the first MoE layer (layer 1): all on expert 0
+    path = Path(str(tmp_path)) / "h.txt"
+    path.write_text("\n".join(",".join(map(str, r)) for r in rows) + "\n")
+    xs = expert_split(model, 8, 1, 8, 1, histogram=read_histogram(str(path), 8, 31))
+    assert xs.load(64, 0, 1).pairs == 128 and xs.load(64, 1, 1).pairs == 0
+    assert xs.load(64, 0, 2).pairs == 16

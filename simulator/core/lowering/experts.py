@@ -22,7 +22,10 @@ token-expert pairs (``Binomial(T k, 1/ep)`` each) and of the experts it reads
 (``Binomial(N/ep, 1 - (1 - k/N)^T)``), :func:`expected_max`. ``expert_skew = S >= 1`` is a
 deterministic load: the hottest expert takes ``S`` times the mean and every other expert an
 even share of the rest, on the rank holding it (the layer's index modulo ``ep``, so each
-rank is hot in its turn); ``S = 1`` is perfect balance.
+rank is hot in its turn); ``S = 1`` is perfect balance. A routing histogram
+(``Options.routing``, :func:`read_histogram`) gives each expert's share of the pairs, the
+same in every layer or one row per layer: a rank's pairs are its experts' shares of ``T k``
+and an expert is read when some token picks it (``1 - (1 - k share)^T``).
 """
 
 from __future__ import annotations
@@ -55,6 +58,8 @@ class ExpertSplit:
     ep: int  # expert-parallel ranks
     moe_tp: int  # ranks splitting each expert's width
     skew: float = 0.0  # Options.expert_skew
+    #: each expert's share of the pairs, per layer (one row: every layer); () when none
+    histogram: tuple[tuple[float, ...], ...] = ()
 
     @property
     def group(self) -> int:
@@ -64,6 +69,11 @@ class ExpertSplit:
     def local_experts(self) -> int:
         """Routed experts each rank holds (its expert-parallel rank's share)."""
         return self.experts // self.ep
+
+    @property
+    def uneven(self) -> bool:
+        """Whether expert-parallel ranks carry different loads (a skew or a histogram)."""
+        return self.ep > 1 and (self.skew > 0 or bool(self.histogram))
 
     @property
     def dispatch(self) -> bool:
@@ -88,7 +98,12 @@ class ExpertSplit:
         per_expert = tokens * k / n  # mean pairs per expert
         hit = 1.0 - (1.0 - k / n) ** tokens  # an expert is picked by some token
         local = self.local_experts
-        if not self.skew:
+        if self.histogram:
+            row = self.histogram[layer % len(self.histogram)]
+            mine = row[ep_rank * local : (ep_rank + 1) * local]
+            pairs = tokens * k * sum(mine)
+            read = sum(1.0 - (1.0 - min(1.0, k * x)) ** tokens for x in mine)
+        elif not self.skew:
             pairs = expected_max(tokens * k, 1.0 / e, e)
             read = expected_max(local, hit, e)
         else:
@@ -141,8 +156,53 @@ def _normal_max(ranks: int) -> float:
     return total * step
 
 
+def read_histogram(path: str, experts: int, layers: int) -> tuple[tuple[float, ...], ...]:
+    """A routing histogram file: tokens (or any weights) per expert, comma- or
+    whitespace-separated, one line for every layer or one line per MoE layer (``#``
+    comments and blank lines skipped); each line normalised to shares. ConfigError naming
+    the file and what is wrong."""
+    from tpsim.calibration.bounded import ReadRefused, read_text, shorten
+
+    where = f"routing={shorten(path, 80)}"
+    try:
+        text = read_text(path, 16 << 20)
+    except ReadRefused as e:
+        raise ConfigError(f"{where}: {e}") from None
+    rows: list[tuple[float, ...]] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        cells = [c for c in line.replace(",", " ").split() if c]
+        try:
+            values = [float(c) for c in cells]
+        except ValueError:
+            raise ConfigError(f"{where} line {number}: not a list of numbers") from None
+        if len(values) != experts:
+            raise ConfigError(
+                f"{where} line {number}: {len(values)} values, the model has {experts} experts"
+            )
+        total = sum(values)
+        if not all(math.isfinite(v) and v >= 0 for v in values) or not 0 < total < math.inf:
+            raise ConfigError(
+                f"{where} line {number}: needs non-negative finite counts, not all zero"
+            )
+        rows.append(tuple(v / total for v in values))
+    if not rows:
+        raise ConfigError(f"{where}: no histogram in it (one line of {experts} counts)")
+    if len(rows) not in (1, layers):
+        raise ConfigError(f"{where}: {len(rows)} lines; give one, or one per MoE layer ({layers})")
+    return tuple(rows)
+
+
 def expert_split(
-    model: ModelSpec, tp: int, attention_dp: int, ep: int, moe_tp: int, skew: float = 0.0
+    model: ModelSpec,
+    tp: int,
+    attention_dp: int,
+    ep: int,
+    moe_tp: int,
+    skew: float = 0.0,
+    histogram: tuple[tuple[float, ...], ...] = (),
 ) -> ExpertSplit:
     """The split of ``model``'s MoE layers; ConfigError when it does not divide them."""
     if not model.is_moe:
@@ -156,7 +216,14 @@ def expert_split(
     n = model.num_experts
     if n % ep:
         raise ConfigError(f"ep={ep}: must divide {model.name}'s {n} routed experts")
-    return ExpertSplit(n, model.experts_per_token, tp, attention_dp, ep, moe_tp, skew)
+    if histogram and skew:
+        raise ConfigError(f"expert_skew={skew:g}: give a skew or a routing histogram, not both")
+    if len(histogram) > 1:  # one row per MoE layer: indexed by layer (dense layers unused)
+        moe = iter(histogram)
+        first = histogram[0]
+        histogram = tuple(next(moe) if model.is_moe_layer(i) else first
+                          for i in range(model.num_layers))  # fmt: skip
+    return ExpertSplit(n, model.experts_per_token, tp, attention_dp, ep, moe_tp, skew, histogram)
 
 
-__all__ = ["ExpertSplit", "Load", "expected_max", "expert_split"]
+__all__ = ["ExpertSplit", "Load", "expected_max", "expert_split", "read_histogram"]

@@ -454,7 +454,7 @@ def lower(
     """
     xs = experts or expert_split(model, tp, 1, 1, tp, options.expert_skew)
     ranks = xs.group  # tp, or the attention data-parallel groups of one GPU each
-    if not (xs.skew and xs.ep > 1):
+    if not xs.uneven:
         return Programs.same(_program(model, tp, workload, options, hw, table, xs, 0), ranks)
     per_ep = [_program(model, tp, workload, options, hw, table, xs, e) for e in range(xs.ep)]
     return Programs(tuple(per_ep[xs.ep_rank(r)] for r in range(ranks)))

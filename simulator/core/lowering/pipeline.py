@@ -120,7 +120,7 @@ def lower_layout(
     their loads differ)."""
     pp = len(stages)
     adp = experts.attention_dp if experts else 1
-    distinct = experts is not None and experts.skew > 0 and experts.ep > 1
+    distinct = experts is not None and experts.uneven
     ep_ranks = range(experts.ep if experts is not None and distinct else 1)
     per_stage = [
         [stage_program(model, tp, workload, options, hw, table, layers=layers, first=s == 0,
