@@ -78,9 +78,11 @@ def layout_speed_bars(
     panels: Sequence[tuple[str, Sequence[str], Mapping[str, Mapping[str, float | None]]]],
     names: Sequence[str],
     path: Path,
+    heading: str = "tokens/s (decode) or 1/TTFT (prefill) relative to all-TP: above 1 beats it",
 ) -> Path:
     """A panel per case (its title, its layouts' labels, the first all-TP, and each workload's
-    speed per layout, None where it does not fit): bars of speed relative to all-TP."""
+    speed per layout, None where it does not fit): bars of speed relative to all-TP. A
+    workload name's spaces break its tick label into lines."""
     colours = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00")
     fig = Figure(figsize=(6.0 * min(2, len(panels)), 4.2 * ((len(panels) + 1) // 2)), dpi=100)
     axes = fig.subplots((len(panels) + 1) // 2, min(2, len(panels)), squeeze=False).flat
@@ -98,7 +100,7 @@ def layout_speed_bars(
                 label=lay,
             )
         ax.axhline(1.0, color="black", linewidth=0.8)
-        ax.set_xticks(range(len(names)), names, fontsize=9)
+        ax.set_xticks(range(len(names)), [w.replace(" ", "\n") for w in names], fontsize=9)
         ax.set_ylabel(f"speed vs {labels[0]}", fontsize=9)
         ax.set_title(title, fontsize=10)
         top = max((v for w in names for v in speed[w].values() if v), default=1.0)
@@ -107,9 +109,7 @@ def layout_speed_bars(
         ax.grid(True, axis="y", alpha=0.3)
     for ax in list(axes):
         ax.set_visible(False)
-    fig.suptitle(
-        "tokens/s (decode) or 1/TTFT (prefill) relative to all-TP: above 1 beats it", fontsize=11
-    )
+    fig.suptitle(heading, fontsize=11)
     fig.tight_layout()
     save_figure(fig, path)
     return path

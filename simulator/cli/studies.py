@@ -31,6 +31,7 @@ STUDY_NAMES = (
     "launch_overhead",
     "engines",
     "tp_vs_pp_vs_dp",
+    "moe_tp_vs_ep",
 )
 
 

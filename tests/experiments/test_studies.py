@@ -88,6 +88,7 @@ def test_study_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         "launch_overhead",
         "engines",
         "tp_vs_pp_vs_dp",
+        "moe_tp_vs_ep",
     }
     assert main(["study", "worked_examples", "--out", str(tmp_path), "--json"]) == 0
     j = json.loads(capsys.readouterr().out)
