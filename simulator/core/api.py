@@ -137,9 +137,10 @@ def summarize(
         workload=workload,
         options=plan.options,
         dtype=weights,
-        kv_dtype=plan.options.kv_dtype or weights,
+        kv_dtype=plan.precision.kv,
         launch_effective=plan.launch,
         placement=None if isinstance(plan.comms, Comms) else placement(plan.comms, pp),
+        precision_note=plan.precision.note(plan.gpu.name),
     )
     split = plan.split
     return Summary(

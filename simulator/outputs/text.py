@@ -144,7 +144,9 @@ def summary_text(s: Summary, assumptions: Mapping[str, str] | None = None) -> st
         f" of {mem.capacity_bytes_per_gpu / gb:.1f} GB "
         f"({'fits' if mem.fits else 'DOES NOT FIT'})",
         f"  split         {split.heads_per_gpu} heads, {split.kv_heads_per_gpu} KV heads "
-        f"per GPU (KV replicated x{split.kv_replication})",
+        f"per GPU (KV replicated x{split.kv_replication})"
+        + (" (the MLA latent cache, whole on every GPU)" if c.model.is_mla else ""),
+        *([f"  precision     {c.precision_note}"] if c.precision_note else []),
         *(
             [f"  assumptions   {'; '.join(f'{k} {v}' for k, v in assumptions.items())}"]
             if assumptions
@@ -289,4 +291,6 @@ def entry_text(what: str, name: str) -> str:
     if not rows:
         known = ", ".join(line.split()[0] for line in lines[len(header) :] if line.strip())
         raise ConfigError(f"{what[:-1]}={name!r}: not in the catalog; known: {known}")
+    if what == "models":  # what the row's numbers rest on (MLA, window, MTP, ...)
+        rows += [f"  {note}" for note in MODELS[rows[0].split()[0]].notes()]
     return "\n".join([*header, *rows])

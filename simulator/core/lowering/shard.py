@@ -5,7 +5,8 @@ them); column-parallel gate/up and row-parallel down split the MLP width; the em
 LM head split the vocabulary. Mixture-of-experts layers run their experts tensor-parallel
 (no expert parallelism): every rank holds 1/tp of every routed and shared expert's width,
 and the router [d, E] whole. Widths that ``tp`` does not divide are padded up, as
-Megatron-LM and vLLM pad them.
+Megatron-LM and vLLM pad them. Multi-head latent attention's cache has no head to split:
+one latent "KV head", held whole by every rank (replication ``tp``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ def shard(model: ModelSpec, tp: int) -> Shard:
     """The per-rank sizes of ``model`` split ``tp`` ways (``tp`` must split the heads:
     :func:`tpsim.core.config.tp_problem`)."""
     kv, replication = kv_split(tp, model.num_kv_heads)
+    if model.is_mla:  # the latent cache is one KV "head" every rank holds whole
+        kv, replication = 1, tp
     return Shard(
         tp=tp,
         heads=model.num_heads // tp,
