@@ -29,8 +29,9 @@ are the dense model.
 Multi-head latent attention (DeepSeek-V2/V3, ``kv_lora_rank`` > 0) is laid out in
 :mod:`tpsim.models.attention`. ``sliding_layers`` attend over the last ``sliding_window``
 tokens only (gpt-oss) and cache only those; ``attention_sinks`` adds one learned logit per
-head and layer. ``mtp_layers`` (DeepSeek-V3's multi-token prediction module) is counted apart (:meth:`mtp_params`): it is
-not part of the forward pass of a step, nor loaded without speculative decoding.
+head and layer. ``mtp_layers`` (DeepSeek-V3's multi-token prediction module) is counted
+apart (:meth:`mtp_params`): it is not part of the forward pass of a step, nor loaded without
+speculative decoding.
 ``expert_dtype`` is the routed experts' checkpoint dtype where it differs (gpt-oss: mxfp4).
 """
 
