@@ -129,7 +129,7 @@ def test_gpt_oss_layer_types_default_alternate_and_are_checked() -> None:
     assert spec_from_hf_dict(cfg, "x").sliding_layers == tuple(range(0, 24, 2))
     with pytest.raises(ModelError, match="layer_types='chunked_attention'"):
         spec_from_hf_dict({**cfg, "layer_types": ["chunked_attention"] * 24}, "x")
-    with pytest.raises(ModelError, match="layer_types=.*one per layer"):
+    with pytest.raises(ModelError, match=r"layer_types=.*one per layer"):
         spec_from_hf_dict({**cfg, "layer_types": ["full_attention"]}, "x")
 
 
