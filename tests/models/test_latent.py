@@ -164,3 +164,51 @@ def test_attention_fields_are_checked(change: dict, says: str) -> None:
     fields = {**MODELS["deepseek-v3"].__dict__, **change}
     with pytest.raises(ModelError, match=says):
         ModelSpec(**fields)
+
+
+def _deepseek_v2(**change: object) -> dict:
+    """DeepSeek-V2's config.json (deepseek-ai/DeepSeek-V2), the keys tpsim reads."""
+    return {
+        "model_type": "deepseek_v2",
+        "hidden_size": 5120,
+        "num_hidden_layers": 60,
+        "num_attention_heads": 128,
+        "num_key_value_heads": 128,
+        "q_lora_rank": 1536,
+        "kv_lora_rank": 512,
+        "qk_rope_head_dim": 64,
+        "qk_nope_head_dim": 128,
+        "v_head_dim": 128,
+        "intermediate_size": 12288,
+        "moe_intermediate_size": 1536,
+        "n_routed_experts": 160,
+        "n_shared_experts": 2,
+        "num_experts_per_tok": 6,
+        "first_k_dense_replace": 1,
+        "moe_layer_freq": 1,
+        "n_group": 8,
+        "topk_group": 3,
+        "vocab_size": 102400,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        **change,
+    }
+
+
+def test_deepseek_v2_and_v2_lite_counts() -> None:
+    """Published: DeepSeek-V2 236 B total, 21 B activated; V2-Lite 15.7 B, 2.4 B (its q
+    unprojected: q_lora_rank null; one routing group)."""
+    v2 = spec_from_hf_dict(_deepseek_v2(), "v2")
+    assert v2.shared_intermediate_size == 2 * 1536 and v2.dense_layers == (0,)
+    assert v2.num_params() / 1e9 == pytest.approx(236, rel=0.01)
+    assert v2.active_params(embedding=False) / 1e9 == pytest.approx(21, rel=0.01)
+    lite = spec_from_hf_dict(
+        _deepseek_v2(hidden_size=2048, num_hidden_layers=27, num_attention_heads=16,
+                     num_key_value_heads=16, q_lora_rank=None, intermediate_size=10944,
+                     moe_intermediate_size=1408, n_routed_experts=64, n_group=1,
+                     topk_group=1),
+        "v2-lite",
+    )  # fmt: skip
+    assert lite.q_lora_rank == 0 and lite.mtp_layers == 0
+    assert lite.num_params() / 1e9 == pytest.approx(15.7, rel=0.01)
+    assert lite.active_params(embedding=False) / 1e9 == pytest.approx(2.4, rel=0.03)
