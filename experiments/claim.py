@@ -132,6 +132,7 @@ def lower_bound(
         details={
             "gpu": gpu.name,
             "dtype": prec.weights,
+            "math": prec.math,
             "weight_bytes_read_per_gpu": round(weight_bytes),
             "kv_bytes_read_per_gpu": round(kv_bytes),
             "hbm_peak_Bps": gpu.hbm_Bps,
@@ -250,7 +251,7 @@ def verdict_text(v: Verdict) -> str:
         "memory": f"weights {weights:.2f} GB + KV cache {kv:.3f} GB per GPU / "
         f"{d['hbm_peak_Bps'] / 1e12:.2f} TB/s peak HBM",
         "compute": f"{d['flops_per_gpu'] / 1e9:.4g} GFLOP per GPU / "
-        f"{d['peak_flops'] / 1e12:.0f} TFLOP/s {d['dtype']} peak",
+        f"{d['peak_flops'] / 1e12:.0f} TFLOP/s {d.get('math', d['dtype'])} peak",
         "communication": "TP 1: no all-reduce",
     }
     if d["allreduces"]:
