@@ -49,7 +49,9 @@ and expert biases are not counted (0.03 % of gpt-oss-120b); ``quantization_confi
 ``mxfp4`` stores the routed experts in MXFP4 (attention, router, embedding and head bf16).
 
 A ``layer_types`` entry other than ``full_attention`` in a family that does not read it,
-or any field of :data:`UNMODELLED_FIELDS`, is refused naming it. Each family is one reader
+Qwen's ``use_sliding_window: true``, or any field of :data:`UNMODELLED_FIELDS`, is refused
+naming it. Mistral's ``sliding_window`` is read as full attention (pessimistic beyond the
+window: every key read and cached). Each family is one reader
 in :data:`tpsim.models.families.FAMILIES`.
 
 "tied" is the default when ``tie_word_embeddings`` is absent. An absent
@@ -122,6 +124,14 @@ def spec_from_hf_dict(cfg: dict[str, Any], name: str, *, source: str = "config.j
                 f"time this config as a dense model; supported families: "
                 f"{', '.join(SUPPORTED_TYPES)}",
             )
+    if cfg.get("use_sliding_window") is True and cfg.get("sliding_window"):
+        raise r.fail(
+            "use_sliding_window",
+            True,
+            f"sliding-window attention on max_window_layers is not modelled by tpsim for "
+            f"model_type={model_type!r} (gpt_oss's layer_types are); supported families: "
+            f"{', '.join(SUPPORTED_TYPES)}",
+        )
     kinds = cfg.get("layer_types")
     if "layer_types" not in reads and isinstance(kinds, list):
         other = sorted({str(k) for k in kinds if k != "full_attention"})

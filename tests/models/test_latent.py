@@ -212,3 +212,10 @@ def test_deepseek_v2_and_v2_lite_counts() -> None:
     assert lite.q_lora_rank == 0 and lite.mtp_layers == 0
     assert lite.num_params() / 1e9 == pytest.approx(15.7, rel=0.01)
     assert lite.active_params(embedding=False) / 1e9 == pytest.approx(2.4, rel=0.03)
+
+
+def test_qwen_sliding_window_is_refused_when_used() -> None:
+    cfg = {**_cfg("qwen3-32b"), "use_sliding_window": True, "sliding_window": 4096}
+    with pytest.raises(ModelError, match=r"^use_sliding_window=True .*not modelled"):
+        spec_from_hf_dict(cfg, "x")
+    assert spec_from_hf_dict({**cfg, "use_sliding_window": False}, "x").sliding_layers == ()
