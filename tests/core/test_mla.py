@@ -4,11 +4,15 @@ runs of DeepSeek-V3 and gpt-oss."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from tpsim import simulate
 from tpsim.core.config import Options, Workload, run_precision
 from tpsim.core.errors import ConfigError
 from tpsim.core.kernels.costs import causal_pairs, hardware_for
+from tpsim.core.kernels.kernel_table import load
+from tpsim.core.kernels.pricing import Pricing
 from tpsim.core.lowering.lower import lower
 from tpsim.core.memory import memory_per_gpu
 from tpsim.models import MODELS, ModelSpec
@@ -166,3 +170,19 @@ def test_gpt_oss_120b_fits_one_h100_in_fp4() -> None:
     assert "W4A8" in s.config.precision_note
     with pytest.raises(ConfigError, match="does not fit"):
         simulate("gpt-oss-120b", "dgx-h100", 1, Workload(batch=8), Options(dtype="bf16"))
+
+
+def test_a_gemm_table_measures_fp4_gemms(tmp_path: Path) -> None:
+    """A ``gemm`` table's fp4 rows price the GEMMs whose weights are NVFP4, and only them."""
+    f = tmp_path / "fp4.csv"
+    f.write_text("gpu,op,dtype,m,n,k,time_us\nb200,mlp_down,fp4,1,4096,14336,9.0\n"
+                 "b200,mlp_down,fp4,64,4096,14336,11.0\n")  # fmt: skip
+    table = load(str(f))
+    m, g = MODELS["llama-3.1-8b"], GPUS["b200"]
+    for dtype, measured in (("fp4", True), ("fp8", False)):
+        prec = run_precision(Options(dtype=dtype), m, g)
+        price = Pricing.of(hardware_for(g, prec.math), prec, table)
+        cost, detail = price.gemm("mlp_down", 1, 4096, 14336)
+        assert cost.measured is measured and ("kernel table" in detail) is measured
+        if measured:
+            assert cost.seconds == pytest.approx(9e-6)
