@@ -152,12 +152,34 @@ class AttentionShapes:
         kv = d * (r + self.qk_rope_head_dim) + r * h * (self.qk_nope_head_dim + self.value_head_dim)
         return q + kv + h * self.value_head_dim * d
 
+    def kv_elements_per_token(self) -> int:
+        """Cache elements one token adds in one layer: K and V of every KV head, or MLA's
+        latent ``kv_lora_rank + qk_rope_head_dim`` (one, shared by all heads)."""
+        return self.kv_latent_dim if self.is_mla else 2 * self.kv_size
+
+    def mtp_params(self) -> int:
+        """DeepSeek-V3's multi-token prediction layers: each a full MoE layer, the norms of
+        its two inputs [2d] and their projection eh_proj [2d, d] (embedding and head shared
+        with the model). Not in :meth:`num_params`: a step never runs them, and engines load
+        them only for speculative decoding."""
+        if not self.mtp_layers:
+            return 0
+        d = self.hidden_size
+        layer = self.params_per_layer() + (
+            self.moe_params_per_layer() - self.mlp_params_per_layer() if self.is_moe else 0
+        )
+        return self.mtp_layers * (layer + 2 * d + 2 * d * d + d)
+
     # -- what the numbers rest on -----------------------------------------------------
 
     if TYPE_CHECKING:  # ModelSpec's own
 
         def num_params(self) -> int: ...
-        def mtp_params(self) -> int: ...
+        def params_per_layer(self) -> int: ...
+        def moe_params_per_layer(self, experts: int | None = None) -> int: ...
+        def mlp_params_per_layer(self) -> int: ...
+        @property
+        def kv_size(self) -> int: ...
         def active_params(self, *, embedding: bool = True) -> int: ...
         @property
         def is_moe(self) -> bool: ...

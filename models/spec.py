@@ -342,19 +342,6 @@ class ModelSpec(AttentionShapes):
         :meth:`mtp_params`)."""
         return self._params(None)
 
-    def mtp_params(self) -> int:
-        """DeepSeek-V3's multi-token prediction layers: each a full MoE layer, the norms of
-        its two inputs [2d] and their projection eh_proj [2d, d] (embedding and head shared
-        with the model). Not in :meth:`num_params`: a step never runs them, and engines load
-        them only for speculative decoding."""
-        if not self.mtp_layers:
-            return 0
-        d = self.hidden_size
-        layer = self.params_per_layer() + (
-            self.moe_params_per_layer() - self.mlp_params_per_layer() if self.is_moe else 0
-        )
-        return self.mtp_layers * (layer + 2 * d + 2 * d * d + d)
-
     def expert_weight_params(self) -> int:
         """Parameters of every routed expert of every layer (the MoE weights in
         ``expert_dtype``)."""
@@ -416,11 +403,6 @@ class ModelSpec(AttentionShapes):
             rest = self.num_params() - experts
             return round(rest * bytes_per + experts * DTYPE_BYTES[self.expert_dtype])
         return round(self.num_params() * bytes_per)
-
-    def kv_elements_per_token(self) -> int:
-        """Cache elements one token adds in one layer: K and V of every KV head, or MLA's
-        latent ``kv_lora_rank + qk_rope_head_dim`` (one, shared by all heads)."""
-        return self.kv_latent_dim if self.is_mla else 2 * self.kv_size
 
     def kv_bytes_per_token(self, dtype: str | None = None) -> int:
         """KV cache bytes for one token over all layers (whole model, unsharded; a sliding
