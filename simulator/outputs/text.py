@@ -261,14 +261,15 @@ def catalog_text(what: str) -> str:
         return "\n".join(rows)
     if what == "gpus":
         rows = [
-            f"{'name':<14} {'bf16 TFLOP/s':>12} {'fp8':>6} {'HBM TB/s':>8} {'HBM GB':>6} "
-            f"{'SMs':>4} {'scale-up GB/s':>13}"
+            f"{'name':<14} {'bf16 TFLOP/s':>12} {'fp8':>6} {'fp4':>6} {'HBM TB/s':>8} "
+            f"{'HBM GB':>6} {'SMs':>4} {'scale-up GB/s':>13}"
         ]
         for name, g in sorted(GPUS.items()):
             fp8 = f"{g.fp8_flops / 1e12:.0f}" if g.fp8_flops else "-"
+            fp4 = f"{g.fp4_flops / 1e12:.0f}" if g.fp4_flops else "-"
             rows.append(
-                f"{name:<14} {g.bf16_flops / 1e12:>12.0f} {fp8:>6} {g.hbm_Bps / 1e12:>8.2f}"
-                f" {g.hbm_bytes / 1e9:>6.0f} {g.sm_count:>4} {g.scaleup_Bps / 1e9:>13.0f}"
+                f"{name:<14} {g.bf16_flops / 1e12:>12.0f} {fp8:>6} {fp4:>6} "
+                f"{g.hbm_Bps / 1e12:>8.2f} {g.hbm_bytes / 1e9:>6.0f} {g.sm_count:>4} {g.scaleup_Bps / 1e9:>13.0f}"
             )
         return "\n".join(rows)
     return "\n".join(f"{name:<14} {desc}" for name, desc in sorted(DESCRIPTIONS.items()))
