@@ -269,7 +269,8 @@ def catalog_text(what: str) -> str:
             fp4 = f"{g.fp4_flops / 1e12:.0f}" if g.fp4_flops else "-"
             rows.append(
                 f"{name:<14} {g.bf16_flops / 1e12:>12.0f} {fp8:>6} {fp4:>6} "
-                f"{g.hbm_Bps / 1e12:>8.2f} {g.hbm_bytes / 1e9:>6.0f} {g.sm_count:>4} {g.scaleup_Bps / 1e9:>13.0f}"
+                f"{g.hbm_Bps / 1e12:>8.2f} {g.hbm_bytes / 1e9:>6.0f} {g.sm_count:>4} "
+                f"{g.scaleup_Bps / 1e9:>13.0f}"
             )
         return "\n".join(rows)
     return "\n".join(f"{name:<14} {desc}" for name, desc in sorted(DESCRIPTIONS.items()))
