@@ -186,3 +186,15 @@ def test_a_gemm_table_measures_fp4_gemms(tmp_path: Path) -> None:
         assert cost.measured is measured and ("kernel table" in detail) is measured
         if measured:
             assert cost.seconds == pytest.approx(9e-6)
+
+
+def test_an_fp8_checkpoint_run_as_stored_keeps_a_16_bit_cache() -> None:
+    """DeepSeek-V3 is stored in fp8: run as is, its cache is bf16 (vLLM's "auto"); asked for
+    fp8 (--dtype or --kv-dtype), fp8."""
+    h200 = GPUS["h200-sxm"]
+    assert (run_precision(Options(), DS, h200).weights, run_precision(Options(), DS, h200).kv) == (
+        "fp8",
+        "bf16",
+    )
+    assert run_precision(Options(dtype="fp8"), DS, h200).kv == "fp8"
+    assert run_precision(Options(kv_dtype="fp8"), DS, h200).kv == "fp8"
