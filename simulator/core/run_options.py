@@ -343,7 +343,8 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
         "kv_dtype",
         "choice",
         "options",
-        "KV cache (default: --dtype; with fp4, fp8 where the GPU has fp8 tensor cores)",
+        "KV cache (default: --dtype; with fp4, fp8 where the GPU has fp8 tensor cores; an "
+        "fp8 checkpoint run as stored: 16-bit)",
         choice_check("kv_dtype", KV_DTYPES, optional=True),
         choices=KV_DTYPES,
     ),
