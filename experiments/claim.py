@@ -30,7 +30,7 @@ from tpsim.core.config import (
     Options,
     Workload,
     dtype_bytes,
-    precision,
+    run_precision,
     tp_problem,
 )
 from tpsim.core.errors import ConfigError
@@ -83,13 +83,17 @@ def lower_bound(
     tp = layout.tp
     if spec.is_moe:  # the bound reads every weight and multiplies every token by all of them
         raise ConfigError(f"{spec.name}: the claim bound does not model mixture-of-experts yet")
+    if spec.is_mla or spec.sliding_layers:  # its KV bytes and attention pairs differ
+        raise ConfigError(
+            f"{spec.name}: the claim bound does not model latent or sliding-window attention yet"
+        )
     problem = tp_problem(tp, spec.num_heads, spec.num_kv_heads)
     if problem:
         raise ConfigError(f"tp={tp} {problem} of {spec.name}")
     group = tp_group(graph, tp, layout.gpus_per_node)
     gpu = group.gpu
     options = Options(dtype=dtype, kv_dtype=kv_dtype)
-    prec = precision(options, spec.dtype, gpu.fp8_flops is not None)
+    prec = run_precision(options, spec, gpu)
     d, hd, layers = spec.hidden_size, spec.head_dim, spec.num_layers
     split = shard(spec, tp)
     heads, kv_heads, vocab = split.heads, split.kv_heads, split.vocab
@@ -112,6 +116,8 @@ def lower_bound(
     linear_flops = 2.0 * tokens * linear
     head_flops = 2.0 * workload.batch * vocab * d
     math_peak = gpu.fp8_flops if prec.math == "fp8" and gpu.fp8_flops else gpu.bf16_flops
+    if prec.math == "fp4" and gpu.fp4_flops:
+        math_peak = gpu.fp4_flops
     fp8_attention = prec.kv == "fp8" and gpu.fp8_flops
     attn_peak = gpu.fp8_flops if fp8_attention and gpu.fp8_flops else gpu.bf16_flops
     compute_s = linear_flops / math_peak + (attention_flops + head_flops) / attn_peak
@@ -126,6 +132,7 @@ def lower_bound(
         details={
             "gpu": gpu.name,
             "dtype": prec.weights,
+            "math": prec.math,
             "weight_bytes_read_per_gpu": round(weight_bytes),
             "kv_bytes_read_per_gpu": round(kv_bytes),
             "hbm_peak_Bps": gpu.hbm_Bps,
@@ -244,7 +251,7 @@ def verdict_text(v: Verdict) -> str:
         "memory": f"weights {weights:.2f} GB + KV cache {kv:.3f} GB per GPU / "
         f"{d['hbm_peak_Bps'] / 1e12:.2f} TB/s peak HBM",
         "compute": f"{d['flops_per_gpu'] / 1e9:.4g} GFLOP per GPU / "
-        f"{d['peak_flops'] / 1e12:.0f} TFLOP/s {d['dtype']} peak",
+        f"{d['peak_flops'] / 1e12:.0f} TFLOP/s {d.get('math', d['dtype'])} peak",
         "communication": "TP 1: no all-reduce",
     }
     if d["allreduces"]:

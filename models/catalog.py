@@ -234,6 +234,14 @@ HF_IDS: dict[str, str] = {
         "qwen3-32b": ("Qwen/Qwen3-32B",),
         "qwen3-30b-a3b": ("Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-30B-A3B-Base"),
         "qwen3-235b-a22b": ("Qwen/Qwen3-235B-A22B",),
+        "deepseek-v3": (
+            "deepseek-ai/DeepSeek-V3",
+            "deepseek-ai/DeepSeek-V3-0324",
+            "deepseek-ai/DeepSeek-R1",
+            "deepseek-ai/DeepSeek-R1-0528",
+        ),
+        "gpt-oss-120b": ("openai/gpt-oss-120b",),
+        "gpt-oss-20b": ("openai/gpt-oss-20b",),
         "codellama-34b": (
             "codellama/CodeLlama-34b-hf",
             "codellama/CodeLlama-34b-Instruct-hf",

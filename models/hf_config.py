@@ -31,8 +31,28 @@ qwen3_moe   num_experts         moe_intermediate_size           none; as qwen2_m
 
 qwen2_moe's sigmoid gate on the shared expert ([d, 1] per layer) is not counted; qwen3_moe
 has qwen3's q/k norms, qwen2_moe qwen2's q, k, v biases. ``norm_topk_prob`` changes no cost.
-DeepSeek-V2/V3 (multi-head latent attention) and gpt-oss are refused, naming what is not
-modelled yet. Each family is one reader in :data:`FAMILIES`.
+
+deepseek_v2/deepseek_v3: multi-head latent attention (``q_lora_rank`` (null: one q
+projection), ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``),
+``n_routed_experts`` of ``moe_intermediate_size`` and ``n_shared_experts`` shared ones of the
+same width, the first ``first_k_dense_replace`` layers (and those off ``moe_layer_freq``)
+dense; ``n_group``/``topk_group`` kept; ``routed_scaling_factor`` and the scoring function
+change no cost; ``num_nextn_predict_layers`` MTP layers counted apart. A
+``quantization_config`` with ``quant_method`` fp8 (block-scaled e4m3, DeepSeek-V3's
+checkpoint) makes the linear layers fp8; the block scales (one fp32 per 128 x 128) are not
+counted (0.02 %).
+
+gpt_oss: ``num_local_experts`` experts of width intermediate_size, top
+``num_experts_per_tok``; ``layer_types`` (default: sliding, full, sliding, ...) with
+``sliding_window``; attention sinks; q, k, v biases (``attention_bias``); the output, router
+and expert biases are not counted (0.03 % of gpt-oss-120b); ``quantization_config``
+``mxfp4`` stores the routed experts in MXFP4 (attention, router, embedding and head bf16).
+
+A ``layer_types`` entry other than ``full_attention`` in a family that does not read it,
+Qwen's ``use_sliding_window: true``, or any field of :data:`UNMODELLED_FIELDS`, is refused
+naming it. Mistral's ``sliding_window`` is read as full attention (pessimistic beyond the
+window: every key read and cached). Each family is one reader
+in :data:`tpsim.models.families.FAMILIES`.
 
 "tied" is the default when ``tie_word_embeddings`` is absent. An absent
 ``num_key_value_heads`` means multi-head attention; an explicit ``head_dim`` wins over
@@ -46,27 +66,17 @@ Every malformed input raises ModelError with a one-line message naming the field
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tpsim.calibration.bounded import ReadRefused, read_text, shorten
 from tpsim.models.errors import ModelError
-from tpsim.models.spec import MAX_MODEL_DIM, MAX_POSITIONS, ModelSpec
+from tpsim.models.families import FAMILIES, SUPPORTED_TYPES, llama_like
+from tpsim.models.hf_reader import Reader, show, where_of
+from tpsim.models.spec import ModelSpec
 
 #: A config.json is a few KB; anything above this is not one (and is not read into memory).
 MAX_CONFIG_BYTES = 10 * 10**6
-
-#: HF ``torch_dtype`` strings and the ModelSpec dtype each maps to.
-HF_DTYPES: dict[str, str] = {
-    "bfloat16": "bf16",
-    "float16": "fp16",
-    "float32": "fp32",
-    "bf16": "bf16",
-    "fp16": "fp16",
-    "fp32": "fp32",
-    "fp8": "fp8",
-}
 
 _LLAMA_KEYS = (
     "hidden_size",
@@ -87,279 +97,8 @@ UNMODELLED_FIELDS = {
     "kv_lora_rank": "multi-head latent attention (DeepSeek)",
     "q_lora_rank": "multi-head latent attention (DeepSeek)",
 }
-#: Families tpsim knows and does not model yet: model_type and what is missing.
-REFUSED_TYPES = {
-    "deepseek_v2": "multi-head latent attention (kv_lora_rank) is not modelled yet",
-    "deepseek_v3": "multi-head latent attention (kv_lora_rank) is not modelled yet",
-    "gpt_oss": (
-        "gpt-oss's alternating sliding-window attention, attention sinks and MXFP4 experts "
-        "are not modelled yet"
-    ),
-}
-
-_MISSING = object()
-
-
-def _show(value: object) -> str:
-    """repr of a value, cut short so a message stays readable and on one line."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _where(path: Path | str) -> str:
-    text = str(path)
-    return text if text.isprintable() else repr(text)
-
-
-class _Reader:
-    """Typed, validated access to the keys of one config dict; errors name the source."""
-
-    def __init__(self, cfg: dict[str, Any], source: str) -> None:
-        self.cfg = cfg
-        self.source = source
-
-    def fail(self, key: str, value: object, why: str) -> ModelError:
-        return ModelError(f"{key}={_show(value)} in {self.source}: {why}")
-
-    def has(self, key: str) -> bool:
-        return self.cfg.get(key) is not None
-
-    def integer(self, key: str, default: Any = _MISSING, *, minimum: int = 1) -> int:
-        value = self.cfg.get(key)
-        if value is None:
-            if default is _MISSING:
-                raise ModelError(f"{key} missing in {self.source}: required {self.kind_note}")
-            return int(default)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(key, value, "must be an integer")
-        if value < minimum:
-            kind = "a positive" if minimum == 1 else "a non-negative"
-            raise self.fail(key, value, f"must be {kind} integer")
-        limit = MAX_POSITIONS if "position" in key else MAX_MODEL_DIM
-        if value > limit:
-            raise self.fail(key, value, f"must be at most {limit}")
-        return value
-
-    def boolean(self, key: str, default: bool) -> bool:
-        value = self.cfg.get(key)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            raise self.fail(key, value, "must be true or false")
-        return value
-
-    def string(self, key: str) -> str | None:
-        value = self.cfg.get(key)
-        if value is not None and not isinstance(value, str):
-            raise self.fail(key, value, "must be a string")
-        return value
-
-    @property
-    def kind_note(self) -> str:
-        model_type = self.cfg.get("model_type")
-        return f"for model_type={model_type!r}" if isinstance(model_type, str) else "field"
-
-
-def _dtype(r: _Reader) -> str:
-    key = "torch_dtype" if r.has("torch_dtype") else "dtype"  # newer transformers: "dtype"
-    value = r.string(key)
-    if value is None:
-        return "bf16"
-    if value not in HF_DTYPES:
-        valid = ", ".join(k for k in HF_DTYPES if k.endswith("16") or k.endswith("32"))
-        raise r.fail(key, value, f"unsupported dtype; valid: {valid}")
-    return HF_DTYPES[value]
-
-
-def _heads(r: _Reader, d: int, heads_key: str, heads: int) -> tuple[int, int]:
-    """(num_kv_heads, head_dim), checked against the query head count."""
-    kv_heads = r.integer("num_key_value_heads", heads)  # absent: multi-head attention
-    if heads % kv_heads != 0:
-        raise r.fail(
-            "num_key_value_heads", kv_heads, f"must divide {heads_key}={heads} (grouped heads)"
-        )
-    if r.has("head_dim"):
-        return kv_heads, r.integer("head_dim")
-    if d % heads != 0:
-        raise r.fail(
-            "hidden_size", d, f"not divisible by {heads_key}={heads} (and no head_dim given)"
-        )
-    return kv_heads, d // heads
-
-
-def _llama_like(r: _Reader, name: str, model_type: str | None, **moe: Any) -> ModelSpec:
-    """llama, mistral, qwen2, qwen3 (and the MoE families, whose expert fields are ``moe``)."""
-    d = r.integer("hidden_size")
-    heads = r.integer("num_attention_heads")
-    kv_heads, head_dim = _heads(r, d, "num_attention_heads", heads)
-    qkv_bias = r.boolean("attention_bias", model_type in ("qwen2", "qwen2_moe"))
-    return ModelSpec(
-        name=name,
-        hidden_size=d,
-        num_layers=r.integer("num_hidden_layers"),
-        num_heads=heads,
-        num_kv_heads=kv_heads,
-        head_dim=head_dim,
-        intermediate_size=r.integer("intermediate_size"),
-        vocab_size=r.integer("vocab_size"),
-        gated_mlp=True,
-        tied_embeddings=r.boolean("tie_word_embeddings", False),
-        dtype=_dtype(r),
-        norm="rmsnorm",
-        qkv_bias=qkv_bias,
-        mlp_bias=r.boolean("mlp_bias", False),
-        max_position_embeddings=r.integer("max_position_embeddings", 0, minimum=0),
-        qk_norm=model_type in ("qwen3", "qwen3_moe"),
-        **moe,
-    )
-
-
-def _mixtral(r: _Reader, name: str) -> ModelSpec:
-    """Mixtral: a mistral whose every MLP is ``num_local_experts`` experts of width
-    intermediate_size."""
-    experts = r.integer("num_local_experts")
-    return _llama_like(
-        r,
-        name,
-        "mixtral",
-        num_experts=experts,
-        experts_per_token=_top_k(r, experts),
-        moe_intermediate_size=r.integer("intermediate_size"),
-    )
-
-
-def _top_k(r: _Reader, experts: int) -> int:
-    k = r.integer("num_experts_per_tok")
-    if k > experts:
-        raise r.fail("num_experts_per_tok", k, f"must be at most the {experts} experts")
-    return k
-
-
-def _qwen_moe(r: _Reader, name: str, model_type: str) -> ModelSpec:
-    """qwen2_moe and qwen3_moe: layer i has experts unless it is in mlp_only_layers or
-    (i + 1) is no multiple of decoder_sparse_step."""
-    experts = r.integer("num_experts")
-    layers = r.integer("num_hidden_layers")
-    step = r.integer("decoder_sparse_step", 1)
-    only = r.cfg.get("mlp_only_layers") or []
-    if not isinstance(only, list) or not all(
-        isinstance(i, int) and not isinstance(i, bool) and 0 <= i < layers for i in only
-    ):
-        raise r.fail("mlp_only_layers", only, f"must be a list of layer indices below {layers}")
-    dense = tuple(i for i in range(layers) if i in only or (i + 1) % step != 0)
-    shared = 0
-    if model_type == "qwen2_moe":
-        shared = r.integer("shared_expert_intermediate_size", 0, minimum=0)
-    return _llama_like(
-        r,
-        name,
-        model_type,
-        num_experts=experts,
-        experts_per_token=_top_k(r, experts),
-        moe_intermediate_size=r.integer("moe_intermediate_size"),
-        shared_intermediate_size=shared,
-        dense_layers=dense,
-    )
-
-
-def _gpt_neox(r: _Reader, name: str) -> ModelSpec:
-    d = r.integer("hidden_size")
-    heads = r.integer("num_attention_heads")
-    kv_heads, head_dim = _heads(r, d, "num_attention_heads", heads)
-    return ModelSpec(
-        name=name,
-        hidden_size=d,
-        num_layers=r.integer("num_hidden_layers"),
-        num_heads=heads,
-        num_kv_heads=kv_heads,
-        head_dim=head_dim,
-        intermediate_size=r.integer("intermediate_size"),
-        vocab_size=r.integer("vocab_size"),
-        gated_mlp=False,
-        tied_embeddings=r.boolean("tie_word_embeddings", False),
-        dtype=_dtype(r),
-        norm="layernorm",
-        qkv_bias=True,
-        mlp_bias=True,
-        max_position_embeddings=r.integer("max_position_embeddings", 0, minimum=0),
-    )
-
-
-def _gpt2(r: _Reader, name: str) -> ModelSpec:
-    d = r.integer("n_embd")
-    heads = r.integer("n_head")
-    if d % heads != 0:
-        raise r.fail("n_embd", d, f"not divisible by n_head={heads}")
-    return ModelSpec(
-        name=name,
-        hidden_size=d,
-        num_layers=r.integer("n_layer"),
-        num_heads=heads,
-        num_kv_heads=heads,
-        head_dim=d // heads,
-        intermediate_size=r.integer("n_inner", 4 * d),
-        vocab_size=r.integer("vocab_size"),
-        gated_mlp=False,
-        tied_embeddings=r.boolean("tie_word_embeddings", True),
-        dtype=_dtype(r),
-        norm="layernorm",
-        qkv_bias=True,
-        mlp_bias=True,
-        max_position_embeddings=r.integer("n_positions"),
-        learned_position_embeddings=True,
-    )
-
-
-def _opt(r: _Reader, name: str) -> ModelSpec:
-    # word_embed_proj_dim (opt-350m's small projection) is ignored: hidden_size is used.
-    # OPT's position table has 2 extra rows (an offset); not counted.
-    d = r.integer("hidden_size")
-    heads = r.integer("num_attention_heads")
-    if d % heads != 0:
-        raise r.fail("hidden_size", d, f"not divisible by num_attention_heads={heads}")
-    bias = r.boolean("enable_bias", True)
-    return ModelSpec(
-        name=name,
-        hidden_size=d,
-        num_layers=r.integer("num_hidden_layers"),
-        num_heads=heads,
-        num_kv_heads=heads,
-        head_dim=d // heads,
-        intermediate_size=r.integer("ffn_dim"),
-        vocab_size=r.integer("vocab_size"),
-        gated_mlp=False,
-        tied_embeddings=r.boolean("tie_word_embeddings", True),
-        dtype=_dtype(r),
-        norm="layernorm",
-        qkv_bias=bias,
-        mlp_bias=bias,
-        max_position_embeddings=r.integer("max_position_embeddings"),
-        learned_position_embeddings=True,
-    )
-
-
-Family = Callable[[_Reader, str], ModelSpec]
-
-#: The families tpsim models: model_type, its reader and the UNMODELLED_FIELDS it reads.
-FAMILIES: dict[str, tuple[Family, tuple[str, ...]]] = {
-    "gpt2": (_gpt2, ()),
-    "gpt_neox": (_gpt_neox, ()),
-    "llama": (lambda r, name: _llama_like(r, name, "llama"), ()),
-    "mistral": (lambda r, name: _llama_like(r, name, "mistral"), ()),
-    "mixtral": (_mixtral, ("num_local_experts", "num_experts_per_tok")),
-    "opt": (_opt, ()),
-    "qwen2": (lambda r, name: _llama_like(r, name, "qwen2"), ()),
-    "qwen2_moe": (
-        lambda r, name: _qwen_moe(r, name, "qwen2_moe"),
-        ("num_experts", "num_experts_per_tok", "moe_intermediate_size"),
-    ),
-    "qwen3": (lambda r, name: _llama_like(r, name, "qwen3"), ()),
-    "qwen3_moe": (
-        lambda r, name: _qwen_moe(r, name, "qwen3_moe"),
-        ("num_experts", "num_experts_per_tok", "moe_intermediate_size"),
-    ),
-}
-SUPPORTED_TYPES = tuple(sorted(FAMILIES))
+#: Families tpsim knows and does not model yet: model_type and what is missing (none now).
+REFUSED_TYPES: dict[str, str] = {}
 
 
 def spec_from_hf_dict(cfg: dict[str, Any], name: str, *, source: str = "config.json") -> ModelSpec:
@@ -369,7 +108,7 @@ def spec_from_hf_dict(cfg: dict[str, Any], name: str, *, source: str = "config.j
     """
     if not isinstance(cfg, dict):
         raise ModelError(f"{source}: top level must be a JSON object, got {type(cfg).__name__}")
-    r = _Reader(cfg, source)
+    r = Reader(cfg, source)
     model_type = r.string("model_type")
     if model_type in REFUSED_TYPES:
         raise r.fail("model_type", model_type, REFUSED_TYPES[model_type])
@@ -385,10 +124,28 @@ def spec_from_hf_dict(cfg: dict[str, Any], name: str, *, source: str = "config.j
                 f"time this config as a dense model; supported families: "
                 f"{', '.join(SUPPORTED_TYPES)}",
             )
+    if cfg.get("use_sliding_window") is True and cfg.get("sliding_window"):
+        raise r.fail(
+            "use_sliding_window",
+            True,
+            f"sliding-window attention on max_window_layers is not modelled by tpsim for "
+            f"model_type={model_type!r} (gpt_oss's layer_types are); supported families: "
+            f"{', '.join(SUPPORTED_TYPES)}",
+        )
+    kinds = cfg.get("layer_types")
+    if "layer_types" not in reads and isinstance(kinds, list):
+        other = sorted({str(k) for k in kinds if k != "full_attention"})
+        if other:
+            raise r.fail(
+                "layer_types",
+                other[0],
+                f"attention layers of this kind are not modelled by tpsim for "
+                f"model_type={model_type!r}; supported families: {', '.join(SUPPORTED_TYPES)}",
+            )
     if family is not None:
         return family[0](r, name)
     if model_type is None and all(k in cfg for k in _LLAMA_KEYS):
-        return _llama_like(r, name, None)
+        return llama_like(r, name, None)
     if model_type is None:
         raise ModelError(
             f"model_type missing in {source}: required unless the llama keys "
@@ -426,7 +183,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def _key(name: str) -> str:
-    return name if name.isprintable() and len(name) <= 60 else _show(name)
+    return name if name.isprintable() and len(name) <= 60 else show(name)
 
 
 def _find_non_finite(cfg: Any) -> tuple[str, str] | None:
@@ -465,18 +222,18 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     try:
         is_dir = given.is_dir()
     except OSError as exc:  # e.g. a name longer than the file system allows
-        raise ModelError(f"model={_show(str(given))}: cannot read ({exc.strerror})") from None
+        raise ModelError(f"model={show(str(given))}: cannot read ({exc.strerror})") from None
     file = given / "config.json" if is_dir else given
-    where = _where(file)
+    where = where_of(file)
     if is_dir and not file.is_file():
-        raise ModelError(f"model={_show(str(given))}: directory has no config.json")
+        raise ModelError(f"model={show(str(given))}: directory has no config.json")
     try:
         text = read_text(file, MAX_CONFIG_BYTES, bom=False)
     except ReadRefused as exc:
         reason = str(exc)
         if reason.startswith("larger than"):
             reason += "; not a config.json"
-        head = where if reason.startswith(("larger", "not UTF-8")) else f"model={_show(str(file))}"
+        head = where if reason.startswith(("larger", "not UTF-8")) else f"model={show(str(file))}"
         raise ModelError(f"{head}: {reason}") from None
     try:
         cfg = json.loads(text, parse_constant=_NonFinite, object_pairs_hook=_unique_keys)

@@ -25,6 +25,14 @@ Mixture of experts (``num_experts`` E > 0; gated, bias-free MLPs only): every la
 
 ``dense_layers`` keep the dense MLP of width ``intermediate_size``. The defaults (E = 0)
 are the dense model.
+
+Multi-head latent attention (DeepSeek-V2/V3, ``kv_lora_rank`` > 0) is laid out in
+:mod:`tpsim.models.attention`. ``sliding_layers`` attend over the last ``sliding_window``
+tokens only (gpt-oss) and cache only those; ``attention_sinks`` adds one learned logit per
+head and layer. ``mtp_layers`` (DeepSeek-V3's multi-token prediction module) is counted
+apart (:meth:`mtp_params`): it is not part of the forward pass of a step, nor loaded without
+speculative decoding.
+``expert_dtype`` is the routed experts' checkpoint dtype where it differs (gpt-oss: mxfp4).
 """
 
 from __future__ import annotations
@@ -32,10 +40,28 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from tpsim.models.attention import (
+    ATTENTION_INT_FIELDS,
+    MAX_MODEL_DIM,
+    MAX_POSITIONS,
+    AttentionShapes,
+)
+from tpsim.models.attention import is_int as _is_int
+from tpsim.models.attention import short as _short
 from tpsim.models.errors import ModelError
 
 #: Bytes per element of each supported dtype.
-DTYPE_BYTES: dict[str, float] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+#: The 4-bit formats carry their block scales: NVFP4 one fp8 (e4m3) scale per 16 elements
+#: (0.5 + 1/16 byte), MXFP4 one e8m0 scale per 32 (0.5 + 1/32 byte) (OCP MX spec v1.0;
+#: NVIDIA's NVFP4). ``fp4`` is NVFP4, the format of ``--dtype fp4``.
+DTYPE_BYTES: dict[str, float] = {
+    "fp32": 4,
+    "bf16": 2,
+    "fp16": 2,
+    "fp8": 1,
+    "fp4": 0.5 + 1 / 16,
+    "mxfp4": 0.5 + 1 / 32,
+}
 
 #: Norm layers and their parameter vectors of size d per norm.
 NORM_VECTORS: dict[str, int] = {"rmsnorm": 1, "layernorm": 2}
@@ -58,12 +84,15 @@ _MOE_INT_FIELDS = (
 )
 #: Fields a dense model leaves at their default; left out of :meth:`ModelSpec.to_dict`
 #: when they are, so a dense model's summary is what it was before they existed.
-LATER_FIELDS = (*_MOE_INT_FIELDS, "dense_layers", "qk_norm")
-#: Upper bound of every size field: far above any published model (d = 18432, vocab = 256000,
-#: 126 layers), low enough that parameter, byte and FLOP counts stay exact and finite.
-MAX_MODEL_DIM = 1 << 24
-#: Upper bound of max_position_embeddings (a learned table of that many rows is counted).
-MAX_POSITIONS = 1 << 31
+LATER_FIELDS = (
+    *_MOE_INT_FIELDS,
+    "dense_layers",
+    "qk_norm",
+    *ATTENTION_INT_FIELDS,
+    "sliding_layers",
+    "attention_sinks",
+    "expert_dtype",
+)
 
 _BOOL_FIELDS = (
     "gated_mlp",
@@ -72,16 +101,8 @@ _BOOL_FIELDS = (
     "mlp_bias",
     "learned_position_embeddings",
     "qk_norm",
+    "attention_sinks",
 )
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _short(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def check_dtype(dtype: object, field: str = "dtype") -> str:
@@ -93,7 +114,7 @@ def check_dtype(dtype: object, field: str = "dtype") -> str:
 
 
 @dataclass(frozen=True)
-class ModelSpec:
+class ModelSpec(AttentionShapes):
     """Architecture of a decoder-only transformer (validated on construction)."""
 
     name: str
@@ -118,6 +139,17 @@ class ModelSpec:
     moe_intermediate_size: int = 0  # Im: one routed expert's FFN width
     shared_intermediate_size: int = 0  # Is: the shared experts' FFN width, all together
     dense_layers: tuple[int, ...] = ()  # MoE models: layers that keep the dense MLP
+    q_lora_rank: int = 0  # MLA: the query's latent width (0: one q projection)
+    kv_lora_rank: int = 0  # MLA: the KV latent width R; 0 = not MLA
+    qk_rope_head_dim: int = 0  # MLA: the rotary part r of each q/k head (and of the cache)
+    v_head_dim: int = 0  # MLA: each value head's width (0: head_dim)
+    n_group: int = 0  # DeepSeek grouped routing: expert groups (0: none)
+    topk_group: int = 0  # DeepSeek grouped routing: groups each token may pick from
+    mtp_layers: int = 0  # DeepSeek-V3 multi-token prediction layers (not run, not loaded)
+    sliding_window: int = 0  # tokens a sliding layer attends over (0: none)
+    sliding_layers: tuple[int, ...] = ()  # layers with sliding-window attention
+    attention_sinks: bool = False  # gpt-oss: a learned sink logit per head and layer
+    expert_dtype: str = ""  # the routed experts' dtype when it differs ("": dtype)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -153,6 +185,10 @@ class ModelSpec:
             valid = ", ".join(sorted(NORM_VECTORS))
             raise ModelError(f"norm={self.norm!r} {where}: unknown norm; valid: {valid}")
         self._check_moe(where)
+        self._check_attention(where)
+        if self.expert_dtype and self.expert_dtype not in DTYPE_BYTES:
+            valid = ", ".join(sorted(DTYPE_BYTES))
+            raise ModelError(f"expert_dtype={self.expert_dtype!r} {where}: unknown; valid: {valid}")
         if self.learned_position_embeddings and mpe == 0:
             raise ModelError(
                 f"max_position_embeddings=0 {where}: must be positive when "
@@ -170,7 +206,7 @@ class ModelSpec:
         if not isinstance(dense, tuple) or not all(_is_int(i) for i in dense):
             raise ModelError(f"dense_layers={dense!r} {where}: must be a tuple of layer indices")
         if not self.num_experts:
-            for field in LATER_FIELDS[1:5]:
+            for field in (*_MOE_INT_FIELDS[1:], "dense_layers", "expert_dtype"):
                 if getattr(self, field):
                     raise ModelError(
                         f"{field}={getattr(self, field)!r} {where}: needs num_experts > 0"
@@ -254,7 +290,14 @@ class ModelSpec:
     # -- parameter counts ----------------------------------------------------------------
 
     def attention_params_per_layer(self) -> int:
-        """Wqkv and Wo weights, plus their biases where the model has them."""
+        """Wqkv and Wo weights, plus their biases where the model has them (MLA: its
+        projections, :meth:`mla_params_per_layer`), and the sink logits [heads]."""
+        sinks = self.num_heads if self.attention_sinks else 0
+        if self.is_mla:
+            return self.mla_params_per_layer() + sinks
+        return self._mha_params() + sinks
+
+    def _mha_params(self) -> int:
         d, qkv = self.hidden_size, self.q_size + 2 * self.kv_size
         wqkv = d * qkv + (qkv if self.qkv_bias else 0)
         wo = self.q_size * d + (d if self.mlp_bias else 0)
@@ -268,8 +311,10 @@ class ModelSpec:
         return 2 * d * inner + ((inner + d) if self.mlp_bias else 0)
 
     def norm_params_per_layer(self) -> int:
-        """Two norms per layer (before attention, before the MLP), and the q and k norms."""
-        return 2 * self.final_norm_params() + (2 * self.head_dim if self.qk_norm else 0)
+        """Two norms per layer (before attention, before the MLP), the q and k norms, and
+        MLA's norms of the q and KV latents."""
+        latent = (self.q_lora_rank + self.kv_lora_rank) if self.is_mla else 0
+        return 2 * self.final_norm_params() + (2 * self.head_dim if self.qk_norm else 0) + latent
 
     def params_per_layer(self) -> int:
         """All parameters of one transformer layer."""
@@ -293,14 +338,31 @@ class ModelSpec:
         return NORM_VECTORS[self.norm] * self.hidden_size
 
     def num_params(self) -> int:
-        """Total parameter count of the model (every expert)."""
+        """Total parameter count of the model (every expert; the MTP layers apart:
+        :meth:`mtp_params`)."""
         return self._params(None)
 
-    def active_params(self) -> int:
+    def expert_weight_params(self) -> int:
+        """Parameters of every routed expert of every layer (the MoE weights in
+        ``expert_dtype``)."""
+        return self.num_moe_layers * self.num_experts * self.expert_params()
+
+    def embedding_lookup_params(self) -> int:
+        """The parameters a token reads of the embedding table: one row per table (the
+        active counts of DeepSeek and OpenAI leave the rest of the table out)."""
+        positions = 1 if self.learned_position_embeddings else 0
+        return (1 + positions) * self.hidden_size
+
+    def active_params(self, *, embedding: bool = True) -> int:
         """Parameters one token uses: as :meth:`num_params` with only its top-k routed
         experts of each MoE layer (the router and shared experts included), as MoE models
-        quote their active size. Equals :meth:`num_params` for a dense model."""
-        return self._params(self.experts_per_token)
+        quote their active size. Equals :meth:`num_params` for a dense model.
+        ``embedding=False``: the embedding table counts only the row a token reads, as
+        DeepSeek (36.6 B) and OpenAI (gpt-oss-120b 5.13 B) count active parameters."""
+        active = self._params(self.experts_per_token)
+        if embedding:
+            return active
+        return active - self.embedding_params() + self.embedding_lookup_params()
 
     def _params(self, experts: int | None) -> int:
         total = (
@@ -321,6 +383,8 @@ class ModelSpec:
         token multiplies: the router, its top-k experts and the shared experts."""
         d = self.hidden_size
         attention = d * (self.q_size + 2 * self.kv_size) + self.q_size * d
+        if self.is_mla:
+            attention = self.mla_params_per_layer()
         mlp = (3 if self.gated_mlp else 2) * d * self.intermediate_size
         total = self.num_layers * (attention + mlp) + self.vocab_size * d
         if self.num_experts:
@@ -331,26 +395,33 @@ class ModelSpec:
     # -- bytes and FLOPs -----------------------------------------------------------------
 
     def weight_bytes(self, dtype: str | None = None) -> int:
-        """Bytes of all weights stored in ``dtype`` (default: the model's own dtype)."""
+        """Bytes of all weights stored in ``dtype`` (default: the model's own dtype, with
+        the routed experts in ``expert_dtype`` where the checkpoint has one)."""
         bytes_per = DTYPE_BYTES[check_dtype(self.dtype if dtype is None else dtype)]
+        if dtype is None and self.expert_dtype:
+            experts = self.expert_weight_params()
+            rest = self.num_params() - experts
+            return round(rest * bytes_per + experts * DTYPE_BYTES[self.expert_dtype])
         return round(self.num_params() * bytes_per)
 
     def kv_bytes_per_token(self, dtype: str | None = None) -> int:
-        """K and V cache bytes for one token over all layers (whole model, unsharded)."""
+        """KV cache bytes for one token over all layers (whole model, unsharded; a sliding
+        layer holds the token while it is inside the window)."""
         bytes_per = DTYPE_BYTES[check_dtype(self.dtype if dtype is None else dtype)]
-        return round(2 * self.num_layers * self.kv_size * bytes_per)
+        return round(self.num_layers * self.kv_elements_per_token() * bytes_per)
 
     def flops_per_token(self, context_len: int) -> float:
         """Forward FLOPs for one token attending over ``context_len`` keys.
 
         2 FLOP per multiply-add for every matmul weight (see ``matmul_params``), plus
-        attention scores and the weighted sum of values: 2 * q_size * context_len each,
-        per layer.
+        attention scores and the weighted sum of values: 2 * heads * (head_dim +
+        value_head_dim) * keys per layer, the keys of a sliding layer capped at the window.
         """
         if not _is_int(context_len) or context_len < 0:
             raise ModelError(f"context_len={context_len!r}: must be a non-negative integer")
-        attention = 4 * self.num_layers * self.q_size * context_len
-        return float(2 * self.matmul_params() + attention)
+        per_key = 2 * self.num_heads * (self.head_dim + self.value_head_dim)
+        keys = sum(self.attended(i, context_len) for i in range(self.num_layers))
+        return float(2 * self.matmul_params() + per_key * keys)
 
     def to_dict(self) -> dict[str, object]:
         """The fields as a dict (the run summary's ``config.model``). The MoE and qk_norm
@@ -360,11 +431,14 @@ class ModelSpec:
         for field in LATER_FIELDS:
             if out[field] == _DEFAULTS[field]:
                 del out[field]
-        if "dense_layers" in out:
-            out["dense_layers"] = list(self.dense_layers)
+        for field in ("dense_layers", "sliding_layers"):
+            if field in out:
+                out[field] = list(getattr(self, field))
         if self.num_experts:
             out["params_total"] = self.num_params()
             out["params_active"] = self.active_params()
+        if self.mtp_layers:
+            out["params_mtp"] = self.mtp_params()
         return out
 
     def with_dtype(self, dtype: str) -> ModelSpec:

@@ -47,6 +47,7 @@ class GPUSpec:
     kernel_overhead_s: float  # fixed GPU-side cost per kernel
     arch: str = "default"  # architecture: picks the GEMM tile (calibration kernels.yaml)
     nvlink_bridge: str = "none"  # NVLink generation of its bridge connector (BRIDGE_KINDS)
+    fp4_flops: float | None = None  # dense fp4 (NVFP4) peak, None if no fp4 tensor cores
 
 
 class _Catalog(Mapping[str, GPUSpec]):
@@ -92,6 +93,7 @@ def get_gpu(name: str) -> GPUSpec:
 _SCALED = {
     "bf16_tflops": ("bf16_flops", 12),
     "fp8_tflops": ("fp8_flops", 12),
+    "fp4_tflops": ("fp4_flops", 12),
     "hbm_TBps": ("hbm_Bps", 12),
     "hbm_GB": ("hbm_bytes", 9),
     "scaleup_GBps": ("scaleup_Bps", 9),
@@ -102,6 +104,7 @@ _REQUIRED = ("bf16_tflops", "hbm_TBps", "hbm_GB")
 _dflt = gpu_defaults()
 GPU_FILE_DEFAULTS: dict[str, Any] = {
     "fp8_tflops": None,  # no fp8 tensor cores
+    "fp4_tflops": None,  # no fp4 tensor cores
     "sm_count": _dflt.sm_count,  # only used for tile waves
     "scaleup_GBps": 0.0,  # no NVLink/xGMI
     "scaleup_kind": "none",
@@ -187,7 +190,7 @@ def gpu_from_dict(d: dict, where: str) -> GPUSpec:
         )
     si: dict[str, Any] = {}
     for key, (field, exponent) in _SCALED.items():
-        if key == "fp8_tflops" and f[key] is None:
+        if key in ("fp8_tflops", "fp4_tflops") and f[key] is None:
             si[field] = None
             continue
         lo_ok = key in ("scaleup_GBps", "kernel_overhead_us")

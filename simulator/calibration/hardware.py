@@ -19,6 +19,7 @@ _GPU_FIELDS = {
     "arch": True,
     "bf16_tflops": True,
     "fp8_tflops": False,
+    "fp4_tflops": False,
     "hbm_TBps": True,
     "hbm_GiB": True,
     "sm_count": True,
@@ -83,6 +84,7 @@ def gpu_catalog() -> dict[str, dict[str, Any]]:
         bf16 = number(row["bf16_tflops"], f"{w}.bf16_tflops")
         hbm = number(row["hbm_TBps"], f"{w}.hbm_TBps")
         fp8 = row.get("fp8_tflops")
+        fp4 = row.get("fp4_tflops")
         matmul = row.get("best_matmul_tflops")
         stream = row.get("stream_TBps")
         if stream is not None:
@@ -95,6 +97,7 @@ def gpu_catalog() -> dict[str, dict[str, Any]]:
             "arch": str(row["arch"]),
             "bf16_flops": scale(bf16, 12),
             "fp8_flops": None if fp8 is None else scale(number(fp8, f"{w}.fp8_tflops"), 12),
+            "fp4_flops": None if fp4 is None else scale(number(fp4, f"{w}.fp4_tflops"), 12),
             "hbm_Bps": scale(hbm, 12),
             "hbm_bytes": int(number(row["hbm_GiB"], f"{w}.hbm_GiB")) * GiB,
             "sm_count": int(row["sm_count"]),

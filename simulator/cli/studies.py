@@ -95,7 +95,7 @@ def add_study_parsers(sub: Any) -> None:
     cc.add_argument("--phase", choices=PHASES, default="decode")
     cc.add_argument("--prompt-len", type=tokens("--prompt-len"), default=Workload.prompt_len)
     cc.add_argument("--context-len", type=tokens("--context-len"), default=Workload.context_len)
-    cc.add_argument("--dtype", choices=("bf16", "fp16", "fp8"))
+    cc.add_argument("--dtype", choices=("bf16", "fp16", "fp8", "fp4"))
     cc.add_argument("--kv-dtype", choices=("bf16", "fp16", "fp8"))
     cc.add_argument(
         "--tokens-per-s", type=number(0, 1e12), required=True, help="the claimed throughput"

@@ -148,9 +148,10 @@ def summarize(
         workload=workload,
         options=plan.options,
         dtype=weights,
-        kv_dtype=plan.options.kv_dtype or weights,
+        kv_dtype=plan.precision.kv,
         launch_effective=plan.launch,
         placement=None if one else placement(plan.comms, layout),
+        precision_note=plan.precision.note(plan.gpu.name),
     )
     split = plan.split
     return Summary(

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 
-from tpsim.core.config import Options, Workload, dtype_bytes, precision
+from tpsim.core.config import Options, Workload, dtype_bytes, run_precision
 from tpsim.core.lowering.experts import ExpertSplit
+from tpsim.core.lowering.mla import attention_params_per_rank, kv_width_per_rank
 from tpsim.core.lowering.shard import shard
 from tpsim.models.spec import ModelSpec
 from tpsim.topologies.gpus import GPUSpec
@@ -49,22 +50,36 @@ def linear_params_per_gpu(model: ModelSpec, tp: int, experts: ExpertSplit | None
 def linear_params_of_layer(
     model: ModelSpec, tp: int, layer: int, experts: ExpertSplit | None = None
 ) -> int:
-    """One rank's linear weights of ``layer``: attention and the dense MLP, or in an MoE
-    layer the router [d, E] (replicated), its routed experts (``N / ep`` of them, ``1 /
+    """One rank's linear weights of ``layer``: attention (MLA: the replicated latent
+    projections and 1/tp of the others,
+    :func:`~tpsim.core.lowering.mla.attention_params_per_rank`) and the dense MLP, or in an
+    MoE layer the router [d, E] (replicated), its routed experts (``N / ep`` of them, ``1 /
     moe_tp`` of each one's width; default tensor-parallel: all, ``1/tp``) and the shared
     experts (:func:`tpsim.core.lowering.shard.shard`)."""
     d, hd, split = model.hidden_size, model.head_dim, shard(model, tp, experts)
     h, kv, inner = split.heads, split.kv_heads, split.mlp_width
     attn = d * (h + 2 * kv) * hd + h * hd * d
+    if model.is_mla:
+        attn = attention_params_per_rank(model, tp)
     if model.is_moe_layer(layer):
         experts_w = split.local_experts * 3 * d * split.expert_width
         return attn + d * model.num_experts + experts_w + 3 * d * split.shared_width
     return attn + (3 if model.gated_mlp else 2) * d * inner
 
 
+def routed_expert_params_of_layer(
+    model: ModelSpec, tp: int, layer: int, experts: ExpertSplit | None = None
+) -> int:
+    """The routed experts' share of :func:`linear_params_of_layer` (0 in a dense layer)."""
+    if not model.is_moe_layer(layer):
+        return 0
+    split = shard(model, tp, experts)
+    return split.local_experts * 3 * model.hidden_size * split.expert_width
+
+
 def weight_params_per_gpu(model: ModelSpec, tp: int, experts: ExpertSplit | None = None) -> int:
     """Parameters one rank holds: column/row shards, replicated KV heads, replicated norms."""
-    d, hd, split = model.hidden_size, model.head_dim, shard(model, tp)
+    d, hd, split = model.hidden_size, model.head_dim, shard(model, tp, experts)
     h, kv, inner, vocab = split.heads, split.kv_heads, split.mlp_width, split.vocab
     qkv_out = (h + 2 * kv) * hd
     bias = 0
@@ -76,6 +91,10 @@ def weight_params_per_gpu(model: ModelSpec, tp: int, experts: ExpertSplit | None
     if model.mlp_bias:
         bias += (branches - 1) * inner + d
     norms = 2 * (2 * d if model.norm == "layernorm" else d) + (2 * hd if model.qk_norm else 0)
+    if model.is_mla:  # the q and KV latents' norms, replicated
+        norms += model.q_lora_rank + model.kv_lora_rank
+    if model.attention_sinks:  # one logit per head, split with the heads
+        norms += split.heads
     embed = vocab * d + (
         model.max_position_embeddings * d if model.learned_position_embeddings else 0
     )
@@ -120,6 +139,9 @@ def activation_elements(
     d, hd, split = model.hidden_size, model.head_dim, shard(model, tp, experts)
     h, kv, inner = split.heads, split.kv_heads, split.mlp_width
     attention = 3 * d + (h + 2 * kv) * hd + h * hd
+    if model.is_mla:  # latents [T, Rq + R + r], q [T, h hd], k and v [T, h (hd + v)], out
+        v = model.value_head_dim
+        attention = 3 * d + model.q_lora_rank + model.kv_latent_dim + h * (2 * hd + 2 * v)
     mlp = 2 * d + (3 if model.gated_mlp else 2) * inner
     if not model.is_moe:
         return workload.tokens * max(attention, mlp)
@@ -156,7 +178,7 @@ def memory_per_stage(
     norm and LM head on the last (a tied head is a copy there when the stages differ), and
     the activations of one micro-batch. With one stage holding every layer this equals
     :func:`memory_per_gpu`."""
-    prec = precision(options, model.dtype, gpu.fp8_flops is not None)
+    prec = run_precision(options, model, gpu)
     act_b, kv_b = dtype_bytes(prec.act), dtype_bytes(prec.kv)
     n, L = len(layers), model.num_layers
     split = shard(model, tp, experts)
@@ -176,9 +198,12 @@ def memory_per_stage(
         other += embed
     if last:  # the head: its own weight, or a copy of the tied embedding on another stage
         other += final_norm + (split.vocab * d if tied_head or not first else 0)
-    weights = round(linear * dtype_bytes(prec.weights) + other * act_b)
+    # routed experts stored in their own dtype (gpt-oss's MXFP4); as the linears otherwise
+    routed = sum(routed_expert_params_of_layer(model, tp, i, experts) for i in layers)
+    w_b, e_b = dtype_bytes(prec.weights), dtype_bytes(prec.expert_weights)
+    weights = round((linear - routed) * w_b + routed * e_b + other * act_b)
     kv_cache = round(
-        workload.batch * workload.kv_len * split.kv_heads * model.head_dim * 2 * n * kv_b
+        workload.batch * kv_elements_per_rank(model, tp, workload.kv_len, layers) * kv_b
     )
     mb = -(-workload.batch // micro_batches)
     one = Workload(mb, workload.phase, workload.prompt_len, workload.context_len)
@@ -189,6 +214,15 @@ def memory_per_stage(
     reserve = options.calibration.memory
     capacity = int(gpu.hbm_bytes * reserve.usable_fraction) - reserve.runtime_bytes
     return MemoryUse(weights, kv_cache, activations, total, capacity, total <= capacity)
+
+
+def kv_elements_per_rank(model: ModelSpec, tp: int, tokens: int, layers: range) -> int:
+    """Cache elements one sequence of ``tokens`` tokens holds on one rank in ``layers``:
+    K and V of the rank's KV heads per token (MLA: the whole latent ``kv_lora_rank +
+    qk_rope_head_dim``, which has no head to split, on every rank), and on a sliding layer
+    only the last ``sliding_window`` tokens."""
+    width = kv_width_per_rank(model, shard(model, tp).kv_heads)
+    return width * sum(model.attended(i, tokens) for i in layers)
 
 
 def _largest(fits: Callable[[int], bool], low: int, high: int) -> int:

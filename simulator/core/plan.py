@@ -20,7 +20,7 @@ from tpsim.core.config import (
     Options,
     Precision,
     Workload,
-    precision,
+    run_precision,
     tp_problem,
     valid_tp_degrees,
 )
@@ -214,7 +214,7 @@ def resolve(
         room = what_fits(lambda w: all(m.fits for m in memory_of(w)), workload,
                          least_batch=layout.micro_batches)  # fmt: skip
         raise ConfigError(mems[worst].refusal(what, gpu.name, f"{room}; {remedy}"))
-    prec = precision(options, spec.dtype, gpu.fp8_flops is not None)
+    prec = run_precision(options, spec, gpu)
     return RunPlan(
         model=spec,
         graph=graph,

@@ -28,6 +28,7 @@ from tpsim.calibration.bounded import show
 from tpsim.core.config import (
     ALLREDUCE_ALGOS,
     COMPUTE_DTYPES,
+    KV_DTYPES,
     LAUNCH_MODES,
     OVERLAP_MODES,
     PHASES,
@@ -234,7 +235,10 @@ def _engines_help() -> str:
     )
 
 
-_DTYPE = "weights and activations (default: the model's)"
+_DTYPE = (
+    "weights and activations (default: the model's); fp4: NVFP4 weights, run on fp4 tensor "
+    "cores (Blackwell), else dequantised to fp8 (Hopper, Ada) or 16-bit (Ampere)"
+)
 
 #: Every option of ``tpsim run``. Its order is the grid's expansion order and the order of
 #: the sweep's flags: a new option goes at the end.
@@ -339,9 +343,10 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
         "kv_dtype",
         "choice",
         "options",
-        "KV cache (default: --dtype)",
-        choice_check("kv_dtype", COMPUTE_DTYPES, optional=True),
-        choices=COMPUTE_DTYPES,
+        "KV cache (default: --dtype; with fp4, fp8 where the GPU has fp8 tensor cores; an "
+        "fp8 checkpoint run as stored: 16-bit)",
+        choice_check("kv_dtype", KV_DTYPES, optional=True),
+        choices=KV_DTYPES,
     ),
     RunOption(
         "launch",

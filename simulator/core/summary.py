@@ -194,6 +194,9 @@ class RunConfig:
     kv_dtype: str
     launch_effective: str
     placement: tuple[Placed, ...] | None = None
+    #: how 8- and 4-bit weights run on this GPU (Precision.note; '' for 16-bit runs):
+    #: said in the run's text, not in the JSON
+    precision_note: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {

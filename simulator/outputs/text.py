@@ -150,8 +150,10 @@ def summary_text(s: Summary, assumptions: Mapping[str, str] | None = None) -> st
         f" of {mem.capacity_bytes_per_gpu / gb:.1f} GB "
         f"({'fits' if mem.fits else 'DOES NOT FIT'})",
         f"  split         {split.heads_per_gpu} heads, {split.kv_heads_per_gpu} KV heads "
-        f"per GPU (KV replicated x{split.kv_replication})",
+        f"per GPU (KV replicated x{split.kv_replication})"
+        + (" (the MLA latent cache, whole on every GPU)" if c.model.is_mla else ""),
         *experts_lines(s),
+        *([f"  precision     {c.precision_note}"] if c.precision_note else []),
         *(
             [f"  assumptions   {'; '.join(f'{k} {v}' for k, v in assumptions.items())}"]
             if assumptions
@@ -283,14 +285,16 @@ def catalog_text(what: str) -> str:
         return "\n".join(rows)
     if what == "gpus":
         rows = [
-            f"{'name':<14} {'bf16 TFLOP/s':>12} {'fp8':>6} {'HBM TB/s':>8} {'HBM GB':>6} "
-            f"{'SMs':>4} {'scale-up GB/s':>13}"
+            f"{'name':<14} {'bf16 TFLOP/s':>12} {'fp8':>6} {'fp4':>6} {'HBM TB/s':>8} "
+            f"{'HBM GB':>6} {'SMs':>4} {'scale-up GB/s':>13}"
         ]
         for name, g in sorted(GPUS.items()):
             fp8 = f"{g.fp8_flops / 1e12:.0f}" if g.fp8_flops else "-"
+            fp4 = f"{g.fp4_flops / 1e12:.0f}" if g.fp4_flops else "-"
             rows.append(
-                f"{name:<14} {g.bf16_flops / 1e12:>12.0f} {fp8:>6} {g.hbm_Bps / 1e12:>8.2f}"
-                f" {g.hbm_bytes / 1e9:>6.0f} {g.sm_count:>4} {g.scaleup_Bps / 1e9:>13.0f}"
+                f"{name:<14} {g.bf16_flops / 1e12:>12.0f} {fp8:>6} {fp4:>6} "
+                f"{g.hbm_Bps / 1e12:>8.2f} {g.hbm_bytes / 1e9:>6.0f} {g.sm_count:>4} "
+                f"{g.scaleup_Bps / 1e9:>13.0f}"
             )
         return "\n".join(rows)
     return "\n".join(f"{name:<14} {desc}" for name, desc in sorted(DESCRIPTIONS.items()))
@@ -313,4 +317,6 @@ def entry_text(what: str, name: str) -> str:
     if not rows:
         known = ", ".join(line.split()[0] for line in lines[len(header) :] if line.strip())
         raise ConfigError(f"{what[:-1]}={name!r}: not in the catalog; known: {known}")
+    if what == "models":  # what the row's numbers rest on (MLA, window, MTP, ...)
+        rows += [f"  {note}" for note in MODELS[rows[0].split()[0]].notes()]
     return "\n".join([*header, *rows])

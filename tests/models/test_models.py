@@ -35,6 +35,9 @@ PUBLISHED_PARAMS = {
     "qwen3-32b": 32.8e9,
     "qwen3-30b-a3b": 30.5e9,
     "qwen3-235b-a22b": 235e9,
+    "deepseek-v3": 671e9,  # README_WEIGHTS.md: main model 671 B (the MTP module apart)
+    "gpt-oss-120b": 116.83e9,  # model card (its biases, 0.04 B, are not counted)
+    "gpt-oss-20b": 20.91e9,
 }
 
 
@@ -239,7 +242,9 @@ def test_an_unknown_model_type_is_refused_even_with_llama_keys() -> None:
     """A family tpsim does not know (jamba, a custom llama) is never run as a llama."""
     cfg = json.loads((DATA / "illustrative.json").read_text())
     for model_type in ("jamba", "my_llama"):
-        with pytest.raises(ModelError, match=f"model_type='{model_type}'.*supported: gpt2"):
+        with pytest.raises(
+            ModelError, match=f"model_type='{model_type}'.*supported: deepseek_v2, .*gpt_oss, llama"
+        ):
             spec_from_hf_dict({**cfg, "model_type": model_type}, "mine")
     cfg.pop("model_type", None)  # no model_type and the llama keys: read as a llama
     assert spec_from_hf_dict(cfg, "mine").gated_mlp
@@ -289,7 +294,8 @@ def test_get_model_unknown_name_lists_the_catalog() -> None:
     with pytest.raises(ModelError) as info:
         get_model("foo")
     assert str(info.value) == (
-        "model='foo': unknown model; catalog: codellama-34b, gpt3-175b, llama-2-13b, "
+        "model='foo': unknown model; catalog: codellama-34b, deepseek-v3, gpt-oss-120b, "
+        "gpt-oss-20b, gpt3-175b, llama-2-13b, "
         "llama-2-70b, llama-2-7b, llama-3.1-405b, llama-3.1-70b, llama-3.1-8b, llama-33b, "
         "mistral-7b, mixtral-8x22b, mixtral-8x7b, qwen2.5-72b, qwen3-235b-a22b, qwen3-30b-a3b, "
         "qwen3-32b or a path to a config.json"

@@ -111,6 +111,7 @@ class Hardware:
     attention_peak_flops: float = 0.0  # 0: same as peak_flops
     peak16_flops: float = 0.0  # 16-bit peak for GEMMs kept in 16-bit (lm_head); 0: peak_flops
     fp8_tensor_cores: bool = False
+    fp4_tensor_cores: bool = False
     split_k_min: int = 1  # smallest K slice a split-K GEMM gives one CTA
     attention_block_m: int = 1  # query rows per attention CTA
     traits: Traits = Traits()  # the engine's kernels (neutral: the best achievable)
@@ -129,7 +130,9 @@ def hardware_for(
 ) -> Hardware:
     """The cost-model view of ``gpu`` running ``dtype`` math under ``kernels``' calibration.
 
-    fp8 uses the fp8 peak where the GPU has fp8 tensor cores. An A100 has none: an fp8 model
+    fp8 uses the fp8 peak where the GPU has fp8 tensor cores, fp4 the fp4 peak where it has
+    fp4 tensor cores (Blackwell; elsewhere ``config.precision`` runs 4-bit weights at fp8 or
+    16-bit math). An A100 has none: an fp8 model
     there computes at the bf16 peak (weight-only fp8, see ``config.Precision``) and only its
     weight bytes shrink. Attention runs at the fp8 peak only for an fp8 KV cache on a GPU with
     fp8 tensor cores (FlashAttention-3), else at the 16-bit peak. ``kernels``: the shipped
@@ -140,6 +143,8 @@ def hardware_for(
     """
     fp8 = gpu.fp8_flops is not None
     peak = gpu.fp8_flops if dtype == "fp8" and gpu.fp8_flops else gpu.bf16_flops
+    if dtype == "fp4" and gpu.fp4_flops:
+        peak = gpu.fp4_flops
     fp8_attention = kv_dtype == "fp8" and fp8
     attn_peak = gpu.fp8_flops if fp8_attention and gpu.fp8_flops else gpu.bf16_flops
     k = kernels or calibration.default().kernels
@@ -163,6 +168,7 @@ def hardware_for(
         attention_peak_flops=attn_peak,
         peak16_flops=gpu.bf16_flops,
         fp8_tensor_cores=fp8,
+        fp4_tensor_cores=gpu.fp4_flops is not None,
         split_k_min=k.split_k_min,
         attention_block_m=k.attention_block_m,
         traits=Traits.of(k, gpu.arch),
@@ -270,6 +276,14 @@ def grouped_gemm(
     return _priced(t, nbytes, flops, hw, stream=tr.gemm_stream_efficiency, fixed_s=tr.gemm_fixed_s)
 
 
+def causal_pairs(seq: int, window: int = 0) -> float:
+    """(query, key) pairs of causal attention over a chunk of ``seq`` new tokens: query i
+    (1-based) sees i keys, or at most ``window`` keys with a sliding window (0: none)."""
+    if not window or window >= seq:
+        return seq * (seq + 1) / 2
+    return window * (window + 1) / 2 + (seq - window) * window
+
+
 def attention_prefill(
     batch: int,
     seq: int,
@@ -281,14 +295,21 @@ def attention_prefill(
     act_bytes: float,
     kv_bytes: float,
     cached: int = 0,
+    v_head_dim: int = 0,
+    cache_width: int = 0,
+    window: int = 0,
 ) -> KernelCost:
     """Causal FlashAttention over a prompt (chunk) of ``seq`` tokens per sequence, after
     ``cached`` tokens already in the KV cache: QK^T and PV over the lower triangle of the
     chunk and the whole cached rectangle.
 
-    FLOPs: ``4 * batch * heads * head_dim * seq * ((seq + 1) / 2 + cached)``. Bytes: read Q,
-    K, V and write O once (tiles stay on chip), write the chunk's K and V into the cache and
-    read the cached ones. One CTA per (sequence, head, ``attention_block_m`` queries): with
+    FLOPs: ``2 * batch * heads * (head_dim + v_head_dim) * pairs``, pairs = ``seq (seq +
+    1) / 2 + seq * cached`` (:func:`causal_pairs`; with a sliding ``window`` each query sees at
+    most ``window`` keys, the cached ones included). ``v_head_dim`` (0: ``head_dim``): the
+    value heads' width (MLA's prefill: q/k 192, v 128). Bytes: read Q, K, V and write O once
+    (tiles stay on chip), write the chunk's ``cache_width`` elements per token into the cache
+    (default K and V of every KV head, ``2 kv_heads head_dim``; MLA: its latent) and read
+    the cached ones. One CTA per (sequence, head, ``attention_block_m`` queries): with
     few heads per rank and short prompts there are fewer CTAs than SMs, and the compute term
     is scaled by the waves' fill (when quantised); with ``attention_split_kv`` such a grid
     splits the KV range over the idle SMs (one split per ``attention_block_m`` keys at
@@ -298,14 +319,19 @@ def attention_prefill(
     write the same rows), read and written at that share of the HBM bandwidth.
     """
     tr = hw.traits
-    flops = 4.0 * batch * heads * head_dim * seq * (seq + 1) / 2
+    vd = v_head_dim or head_dim
+    width = cache_width or kv_heads * (head_dim + vd)
+    per_pair = 2.0 * batch * heads * (head_dim + vd)
     tokens = batch * seq
-    qkvo = tokens * (2 * heads + 2 * kv_heads) * head_dim * act_bytes
-    cache_write = tokens * 2 * kv_heads * head_dim * kv_bytes
-    nbytes = qkvo + cache_write
-    if cached:
-        flops += 4.0 * batch * heads * head_dim * seq * cached
-        nbytes += batch * cached * 2 * kv_heads * head_dim * kv_bytes
+    qkvo = tokens * (heads + kv_heads) * (head_dim + vd) * act_bytes
+    nbytes = qkvo + tokens * width * kv_bytes  # the chunk written into the cache
+    if cached and window:  # query i sees min(window, cached + i) keys
+        pairs = causal_pairs(cached + seq, window) - causal_pairs(cached, window)
+        nbytes += batch * min(cached, window) * width * kv_bytes
+    else:
+        pairs = causal_pairs(seq, window) + seq * cached
+        nbytes += batch * cached * width * kv_bytes
+    flops = per_pair * pairs
     t = flops / (_attention_peak(hw) * hw.attention_efficiency)
     bm = hw.attention_block_m
     if hw.tile is not None:
@@ -317,7 +343,7 @@ def attention_prefill(
     if tr.attention_append_efficiency > 0:
         m_blocks = -(-seq // bm)  # query block i copies min(seq, (i + 1) bm) new tokens
         copied = batch * heads * (bm * (m_blocks - 1) * m_blocks // 2 + seq)
-        append_bytes = copied * 2 * head_dim * kv_bytes * 2  # K and V, read and written
+        append_bytes = copied * (head_dim + vd) * kv_bytes * 2  # K and V, read and written
         append_s = append_bytes / (hw.hbm_achievable_Bps * tr.attention_append_efficiency)
     return _priced(t, round(nbytes), flops, hw, fixed_s=tr.attention_fixed_s, extra_s=append_s)
 
@@ -332,17 +358,23 @@ def attention_decode(
     *,
     act_bytes: float,
     kv_bytes: float,
+    v_head_dim: int = 0,
+    cache_width: int = 0,
 ) -> KernelCost:
     """One new token per sequence attending over ``context`` cached keys and values.
 
-    FLOPs: ``4 * batch * heads * head_dim * context``. Bytes: the K and V cache of every
-    sequence (``batch * context * 2 * kv_heads * head_dim``) plus Q in and O out, read at
-    ``attention_stream_efficiency`` of the achievable HBM bandwidth.
+    FLOPs: ``2 * batch * heads * (head_dim + v_head_dim) * context`` (``v_head_dim`` 0:
+    ``head_dim``, so ``4 batch heads head_dim context``). Bytes: the cache of every sequence,
+    ``batch * context * cache_width`` (default K and V of every KV head, ``2 kv_heads
+    head_dim``; MLA's absorbed decode: the latent, one for all heads), plus Q in and O out,
+    read at ``attention_stream_efficiency`` of the achievable HBM bandwidth.
     """
     tr = hw.traits
-    flops = 4.0 * batch * heads * head_dim * context
-    cache_read = batch * context * 2 * kv_heads * head_dim * kv_bytes
-    q_o = batch * 2 * heads * head_dim * act_bytes
+    vd = v_head_dim or head_dim
+    width = cache_width or kv_heads * (head_dim + vd)
+    flops = 2.0 * batch * heads * (head_dim + vd) * context
+    cache_read = batch * context * width * kv_bytes
+    q_o = batch * heads * (head_dim + vd) * act_bytes
     t = flops / (_attention_peak(hw) * hw.attention_efficiency)
     return _priced(
         t,

@@ -39,12 +39,14 @@ class Pricing:
     in_b: float  # activations entering the linear GEMMs
     kv_b: float  # KV cache
     table: KernelTable | None = None
+    expert_b: float = 0.0  # the routed experts' weights (0: w_b)
 
     @classmethod
     def of(cls, hw: Hardware, prec: Precision, table: KernelTable | None = None) -> Pricing:
         hw16 = replace(hw, peak_flops=hw.peak16_flops or hw.peak_flops)
         return cls(hw, hw16, prec, dtype_bytes(prec.act), dtype_bytes(prec.weights),
-                   dtype_bytes(prec.gemm_in), dtype_bytes(prec.kv), table)  # fmt: skip
+                   dtype_bytes(prec.gemm_in), dtype_bytes(prec.kv), table,
+                   dtype_bytes(prec.expert_weights))  # fmt: skip
 
     def _measured(
         self, op: str, dtype: str, x: int, y: int, model: Callable[[int, int], float]
@@ -88,13 +90,24 @@ class Pricing:
         ``[rows, k]`` over ``experts_read`` expert weights ``[k, n]`` (no kernel table
         measures one: always the model's price)."""
         cost = costs.grouped_gemm(rows, n, k, self.hw, experts_read=experts_read,
-                                  act_bytes=self.in_b, w_bytes=self.w_b,
+                                  act_bytes=self.in_b, w_bytes=self.expert_b or self.w_b,
                                   out_bytes=self.act_b)  # fmt: skip
         return cost, f"[{rows}, {k}] x {experts_read:.2f} experts [{k}, {n}]"
 
+    def batched_gemm(self, name: str, batch: int, m: int, n: int, k: int) -> tuple[KernelCost, str]:
+        """``batch`` independent 16-bit GEMMs ``[m, k] x [k, n]``, one weight each (a bmm:
+        MLA's absorbed per-head projections, which engines keep in the activations' dtype,
+        vLLM's ``W_UK_T`` and ``W_UV`` dequantised at load): at the 16-bit peak, priced as a
+        grouped GEMM of ``batch`` groups. No kernel table measures one."""
+        cost = costs.grouped_gemm(batch * m, n, k, self.hw16, experts_read=batch,
+                                  act_bytes=self.act_b, w_bytes=self.act_b)  # fmt: skip
+        return cost, f"{batch} x [{m}, {k}] x [{k}, {n}]"
+
     def attention_prefill(self, batch: int, prompt: int, heads: int, kv_heads: int,
-                          head_dim: int) -> KernelCost:  # fmt: skip
-        """Causal attention of ``batch`` prompts of ``prompt`` tokens over this rank's heads.
+                          head_dim: int, *, v_head_dim: int = 0, cache_width: int = 0,
+                          window: int = 0) -> KernelCost:  # fmt: skip
+        """Causal attention of ``batch`` prompts of ``prompt`` tokens over this rank's heads
+        (``v_head_dim``, ``cache_width``, ``window``: :func:`costs.attention_prefill`).
 
         A table measures one sequence's chunk after some cached tokens; ``batch`` prompts
         read it at the chunk ``prompt * sqrt(batch)`` with nothing cached, the same FLOPs
@@ -103,7 +116,8 @@ class Pricing:
         def price(b: int, seq: int, cached: int = 0) -> KernelCost:
             return costs.attention_prefill(b, seq, heads, kv_heads, head_dim, self.hw,
                                            act_bytes=self.act_b, kv_bytes=self.kv_b,
-                                           cached=cached)  # fmt: skip
+                                           cached=cached, v_head_dim=v_head_dim,
+                                           cache_width=cache_width, window=window)  # fmt: skip
 
         cost = price(batch, prompt)
         chunk = round(prompt * math.sqrt(batch))
@@ -113,12 +127,16 @@ class Pricing:
         return cost if t is None else replace(cost, seconds=t, measured=True)
 
     def attention_decode(self, batch: int, context: int, heads: int, kv_heads: int,
-                         head_dim: int) -> KernelCost:  # fmt: skip
-        """One new token per sequence attending over ``context`` cached keys."""
+                         head_dim: int, *, v_head_dim: int = 0,
+                         cache_width: int = 0) -> KernelCost:  # fmt: skip
+        """One new token per sequence attending over ``context`` cached keys
+        (``v_head_dim``, ``cache_width``: :func:`costs.attention_decode`)."""
 
         def price(b: int, ctx: int) -> KernelCost:
             return costs.attention_decode(b, ctx, heads, kv_heads, head_dim, self.hw,
-                                          act_bytes=self.act_b, kv_bytes=self.kv_b)  # fmt: skip
+                                          act_bytes=self.act_b, kv_bytes=self.kv_b,
+                                          v_head_dim=v_head_dim,
+                                          cache_width=cache_width)  # fmt: skip
 
         cost = price(batch, context)
         t = self._measured(

@@ -33,6 +33,7 @@ from tpsim.core.kernels.kernel_table import KernelTable
 from tpsim.core.kernels.pricing import Pricing
 from tpsim.core.lowering import host
 from tpsim.core.lowering.experts import ExpertSplit, expert_split
+from tpsim.core.lowering.mla import LatentAttention
 from tpsim.core.lowering.opbuild import OpBuilder
 from tpsim.core.lowering.shard import shard
 from tpsim.core.program import Program, Programs
@@ -49,7 +50,7 @@ class _Slice:
     tokens: int
 
 
-class _Megatron:
+class _Megatron(LatentAttention):
     """The Megatron TP split of one transformer, per rank, emitted into an OpBuilder."""
 
     def __init__(
@@ -205,6 +206,11 @@ class _Megatron:
     def attention_block(self, mb: _Slice, layer: int) -> None:
         m, h, kv, hd = self.m, self.h, self.kv, self.hd
         self.norm(mb, "input_norm", layer, add=self.fuse and layer > 0)  # x: [T, d]
+        w = self.w
+        if m.is_mla:  # multi-head latent attention: tpsim.core.lowering.mla
+            self.latent_attention(mb, layer, mb.tokens, mb.batch, w.phase, w.prompt_len,
+                                  w.context_len)  # fmt: skip
+            return
         self.column_gemm(mb, "qkv_proj", layer, (h + 2 * kv) * hd, "attn_in")  # [T, (h+2kv)hd]
         tokens = mb.tokens
         if m.qk_norm:  # RMSNorm of each q and k head: [T (h + kv), hd] read and written
@@ -217,14 +223,17 @@ class _Megatron:
             rot = tokens * width
             shape = f"[{tokens}, {width}]"
             self.ew(mb, "rotary", layer, 2 * rot * self.act_b, 6.0 * rot, shape, tokens, width)
-        if self.w.phase == "prefill":  # q [b, h, S, hd] over k, v [b, kv, S, hd], causal
-            prompt = self.w.prompt_len
-            cost = self.price.attention_prefill(mb.batch, prompt, h, kv, hd)
+        window = m.sliding_window if m.is_sliding_layer(layer) else 0
+        if w.phase == "prefill":  # q [b, h, S, hd] over k, v [b, kv, S, hd], causal
+            prompt = w.prompt_len
+            cost = self.price.attention_prefill(mb.batch, prompt, h, kv, hd, window=window)
             shape = f"causal [{mb.batch}, {h}/{kv} heads, {prompt}, {hd}]"
-        else:  # q [b, h, 1, hd] over the cache k, v [b, kv, ctx, hd]
-            ctx = self.w.context_len
+        else:  # q [b, h, 1, hd] over the cache k, v [b, kv, ctx, hd] (a window: its last keys)
+            ctx = m.attended(layer, w.context_len)
             cost = self.price.attention_decode(mb.batch, ctx, h, kv, hd)
             shape = f"decode [{mb.batch}, {h}/{kv} heads, ctx {ctx}, {hd}]"
+        if window:
+            shape += f" window {window}"
         shape += " (kernel table)" if cost.measured else ""
         self.build.kernel(mb.index, "attn", "attention", layer, cost, shape)  # o: [T, h hd]
         self.row_gemm(mb, "o_proj", layer, h * hd, "attn_out")  # [T, h hd] x [h hd, d] -> sum
@@ -381,7 +390,15 @@ def start_step(
     load. Returns (the Megatron lowering, its builder, the launch mode)."""
     if table is not None:  # measured kernels of this model's shape at this TP
         table = table.bind(model, tp)
-    price = Pricing.of(hw, precision(options, model.dtype, hw.fp8_tensor_cores), table)
+    fp4 = hw.fp4_tensor_cores
+    prec = precision(
+        options,
+        model.dtype,
+        hw.fp8_tensor_cores,
+        fp4_tensor_cores=fp4,
+        expert_dtype=model.expert_dtype,
+    )
+    price = Pricing.of(hw, prec, table)
     calib = options.calibration
     mode = host.step_mode(calib.engine, options.launch, workload.phase, workload.tokens)
     build = OpBuilder(calib.launch[mode], tp, eager=mode == "eager")

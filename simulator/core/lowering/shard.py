@@ -7,7 +7,9 @@ LM head split the vocabulary. Mixture-of-experts layers follow their
 of ``1 / moe_tp`` of their width (by default ``ep = 1``, ``moe_tp = tp``: tensor-parallel
 experts), the router [d, E] whole, and the shared experts split like the dense MLP (whole,
 replicated, when tokens are dispatched: each rank runs them on its own tokens). Widths that
-do not divide are padded up, as Megatron-LM and vLLM pad them.
+do not divide are padded up, as Megatron-LM and vLLM pad them. Multi-head latent
+attention's cache has no head to split: one latent "KV head", held whole by every rank
+(replication ``tp``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ def shard(model: ModelSpec, tp: int, experts: ExpertSplit | None = None) -> Shar
     :func:`tpsim.core.config.tp_problem`), its experts as ``experts`` says (default:
     tensor-parallel over the ``tp`` ranks)."""
     kv, replication = kv_split(tp, model.num_kv_heads)
+    if model.is_mla:  # the latent cache is one KV "head" every rank holds whole
+        kv, replication = 1, tp
     moe_tp, local = (experts.moe_tp, experts.local_experts) if experts else (tp, model.num_experts)
     shared_tp = 1 if experts and experts.dispatch else tp
     return Shard(

@@ -1,0 +1,221 @@
+"""Attention beyond multi-head attention, as a part of :class:`~tpsim.models.spec.ModelSpec`:
+multi-head latent attention (MLA, DeepSeek-V2/V3), sliding-window layers and attention
+sinks (gpt-oss), and the sentences that say what a model's numbers rest on (:meth:`notes`).
+
+MLA (``kv_lora_rank`` R > 0; h heads, ``head_dim`` the q/k head width nope + rope r,
+``v_head_dim`` the value head width)::
+
+    q:   q_a [d, Rq], norm [Rq], q_b [Rq, h head_dim]   (or q [d, h head_dim] if Rq = 0)
+    kv:  kv_a [d, R + r], norm [R], kv_b [R, h (nope + v_head_dim)]
+    o:   [h v_head_dim, d]
+
+The cache holds the latent ``R + r`` per token and layer, one for all heads.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tpsim.models.errors import ModelError
+
+#: Upper bound of every size field: far above any published model (d = 18432, vocab = 256000,
+#: 126 layers), low enough that parameter, byte and FLOP counts stay exact and finite.
+MAX_MODEL_DIM = 1 << 24
+#: Upper bound of max_position_embeddings (a learned table of that many rows is counted).
+MAX_POSITIONS = 1 << 31
+#: Multi-head latent attention, routing groups, MTP and the sliding window: 0 when unused.
+ATTENTION_INT_FIELDS = (
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_rope_head_dim",
+    "v_head_dim",
+    "n_group",
+    "topk_group",
+    "mtp_layers",
+    "sliding_window",
+)
+
+
+def is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+class AttentionShapes:
+    """The attention part of a ModelSpec (its fields are the dataclass's)."""
+
+    name: str
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    dtype: str
+    q_lora_rank: int
+    kv_lora_rank: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    n_group: int
+    topk_group: int
+    mtp_layers: int
+    sliding_window: int
+    sliding_layers: tuple[int, ...]
+    attention_sinks: bool
+    expert_dtype: str
+
+    def _check_attention(self, where: str) -> None:
+        for field in ATTENTION_INT_FIELDS:
+            value = getattr(self, field)
+            if not is_int(value) or value < 0:
+                raise ModelError(f"{field}={value!r} {where}: must be a non-negative integer")
+            if value > MAX_MODEL_DIM:
+                raise ModelError(f"{field}={value!r} {where}: must be at most {MAX_MODEL_DIM}")
+        if self.kv_lora_rank:
+            if not 0 < self.qk_rope_head_dim < self.head_dim:
+                raise ModelError(
+                    f"qk_rope_head_dim={self.qk_rope_head_dim!r} {where}: must be positive and "
+                    f"below head_dim={self.head_dim} (nope + rope) with multi-head latent attention"
+                )
+            if self.num_kv_heads != self.num_heads:
+                raise ModelError(
+                    f"num_kv_heads={self.num_kv_heads} {where}: multi-head latent attention "
+                    f"expands to num_heads={self.num_heads} key and value heads"
+                )
+        else:
+            for field in ("q_lora_rank", "qk_rope_head_dim", "v_head_dim"):
+                if getattr(self, field):
+                    raise ModelError(
+                        f"{field}={getattr(self, field)} {where}: needs kv_lora_rank > 0"
+                    )
+        if self.topk_group > self.n_group:
+            raise ModelError(
+                f"topk_group={self.topk_group} {where}: must be from 1 to n_group={self.n_group}"
+            )
+        layers = self.sliding_layers
+        if not isinstance(layers, tuple) or not all(is_int(i) for i in layers):
+            raise ModelError(f"sliding_layers={layers!r} {where}: must be a tuple of layer indices")
+        if list(layers) != sorted(set(layers)) or any(not 0 <= i < self.num_layers for i in layers):
+            raise ModelError(
+                f"sliding_layers={short(layers)} {where}: must be distinct layer indices from 0 "
+                f"to {self.num_layers - 1}, in order"
+            )
+        if bool(layers) != bool(self.sliding_window):
+            raise ModelError(
+                f"sliding_window={self.sliding_window} {where}: a window needs sliding_layers "
+                "and sliding_layers a window"
+            )
+        if self.kv_lora_rank and layers:
+            raise ModelError(
+                f"sliding_layers={short(layers)} {where}: not modelled with multi-head latent "
+                "attention"
+            )
+
+    @property
+    def is_mla(self) -> bool:
+        """Whether attention is multi-head latent attention (a compressed KV cache)."""
+        return self.kv_lora_rank > 0
+
+    @property
+    def qk_nope_head_dim(self) -> int:
+        """MLA: the part of each q/k head without rotary embedding."""
+        return self.head_dim - self.qk_rope_head_dim
+
+    @property
+    def value_head_dim(self) -> int:
+        """Width of each value (and attention output) head: v_head_dim, else head_dim."""
+        return self.v_head_dim or self.head_dim
+
+    @property
+    def kv_latent_dim(self) -> int:
+        """MLA: elements the cache holds per token and layer, R + r (0 without MLA)."""
+        return self.kv_lora_rank + self.qk_rope_head_dim if self.is_mla else 0
+
+    def is_sliding_layer(self, layer: int) -> bool:
+        """Whether ``layer`` attends over the last ``sliding_window`` tokens only."""
+        return layer in self.sliding_layers
+
+    def attended(self, layer: int, tokens: int) -> int:
+        """Keys a query at ``tokens`` tokens of context attends over in ``layer`` (and the
+        tokens its cache holds per sequence): the window on a sliding layer."""
+        return min(tokens, self.sliding_window) if self.is_sliding_layer(layer) else tokens
+
+    def mla_params_per_layer(self) -> int:
+        """The MLA projections of one layer (weights only; the two latent norms are in
+        :meth:`norm_params_per_layer`)."""
+        d, h, hd = self.hidden_size, self.num_heads, self.head_dim
+        ql, r = self.q_lora_rank, self.kv_lora_rank
+        q = d * ql + ql * h * hd if ql else d * h * hd
+        kv = d * (r + self.qk_rope_head_dim) + r * h * (self.qk_nope_head_dim + self.value_head_dim)
+        return q + kv + h * self.value_head_dim * d
+
+    def kv_elements_per_token(self) -> int:
+        """Cache elements one token adds in one layer: K and V of every KV head, or MLA's
+        latent ``kv_lora_rank + qk_rope_head_dim`` (one, shared by all heads)."""
+        return self.kv_latent_dim if self.is_mla else 2 * self.kv_size
+
+    def mtp_params(self) -> int:
+        """DeepSeek-V3's multi-token prediction layers: each a full MoE layer, the norms of
+        its two inputs [2d] and their projection eh_proj [2d, d] (embedding and head shared
+        with the model). Not in :meth:`num_params`: a step never runs them, and engines load
+        them only for speculative decoding."""
+        if not self.mtp_layers:
+            return 0
+        d = self.hidden_size
+        layer = self.params_per_layer() + (
+            self.moe_params_per_layer() - self.mlp_params_per_layer() if self.is_moe else 0
+        )
+        return self.mtp_layers * (layer + 2 * d + 2 * d * d + d)
+
+    # -- what the numbers rest on -----------------------------------------------------
+
+    if TYPE_CHECKING:  # ModelSpec's own
+
+        def num_params(self) -> int: ...
+        def params_per_layer(self) -> int: ...
+        def moe_params_per_layer(self, experts: int | None = None) -> int: ...
+        def mlp_params_per_layer(self) -> int: ...
+        @property
+        def kv_size(self) -> int: ...
+        def active_params(self, *, embedding: bool = True) -> int: ...
+        @property
+        def is_moe(self) -> bool: ...
+
+    def notes(self) -> tuple[str, ...]:
+        """What a reader of the model's numbers should know, one sentence each (``tpsim list
+        models NAME``): MLA's cache, the window, sinks, MTP, the expert dtype, and the active
+        count without the embedding table (as DeepSeek and OpenAI quote it)."""
+        out = []
+        if self.is_mla:
+            out.append(
+                f"multi-head latent attention: KV cache {self.kv_latent_dim} elements per "
+                f"token and layer (kv_lora_rank {self.kv_lora_rank} + rope "
+                f"{self.qk_rope_head_dim}), whole on every TP rank"
+            )
+        if self.sliding_layers:
+            out.append(
+                f"sliding-window attention ({self.sliding_window} tokens) on "
+                f"{len(self.sliding_layers)} of {self.num_layers} layers"
+            )
+        if self.attention_sinks:
+            out.append("attention sinks: one learned logit per head and layer")
+        if self.n_group:
+            out.append(f"grouped routing: {self.n_group} groups, top {self.topk_group}")
+        if self.mtp_layers:
+            out.append(
+                f"MTP: {self.mtp_layers} next-token prediction layer(s), "
+                f"{self.mtp_params() / 1e9:.1f} B parameters beyond the total, "
+                "not run and not loaded (no speculative decoding)"
+            )
+        if self.expert_dtype:
+            out.append(f"routed experts stored in {self.expert_dtype}, the rest in {self.dtype}")
+        if self.is_moe:
+            lookup = self.active_params(embedding=False)
+            out.append(f"active without the embedding table: {lookup / 1e9:.2f} B")
+        return tuple(out)
+
+
+__all__ = ["ATTENTION_INT_FIELDS", "MAX_MODEL_DIM", "MAX_POSITIONS", "AttentionShapes"]
