@@ -47,7 +47,7 @@ CASES: dict[str, dict[str, Any]] = {
                                     workload=dict(batch=4, phase="prefill", prompt_len=2048),
                                     options=dict(overlap="chunked", engine="ideal")),
     # mixture of experts (issue 24's targets: under 1 s and under 10 s on two cores)
-    "dsv3-adp8-ep8-decode": dict(model="deepseek-v3", topology="dgx-h200", tp=1, nodes=1,
+    "dsv3-adp8-ep8-decode": dict(model="deepseek-v3", topology="hgx-h200", tp=1, nodes=1,
                                  layout=dict(attention_dp=8, ep=8),
                                  workload=dict(batch=256, phase="decode", context_len=2048),
                                  options=dict(engine="ideal", dtype="fp8")),

@@ -61,7 +61,7 @@ def _splits(gpus: int) -> tuple[Split, ...]:
 
 
 CASES: tuple[MoECase, ...] = (
-    MoECase("dsv3_h200x8", "deepseek-v3", "dgx-h200", 1, "fp8", _splits(8)),
+    MoECase("dsv3_h200x8", "deepseek-v3", "hgx-h200", 1, "fp8", _splits(8)),
     MoECase("dsv3_h100x16", "deepseek-v3", "dgx-h100", 2, "fp8", _splits(16)),
     MoECase("mixtral_a100x8", "mixtral-8x7b", "dgx-a100", 1, "bf16", _splits(8)),
     MoECase("qwen3_235b_h100x8", "qwen3-235b-a22b", "dgx-h100", 1, "fp8", _splits(8)),
