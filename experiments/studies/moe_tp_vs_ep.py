@@ -7,7 +7,8 @@ Cases: DeepSeek-V3 on 8 H200s and on 16 H100s over two nodes (fp8), Mixtral-8x7B
 (bf16), Qwen3-235B-A22B on 8 H100s (fp8). Every layout carries the same sequences per step:
 decode at a total of N sequences (each of ``attention_dp`` groups runs N / attention_dp),
 prefill of as many prompts as the widest attention-DP layout has groups. "Speed" is total
-tokens/s relative to the all-TP layout: above 1 the layout beats it.
+tokens/s relative to the all-TP layout: above 1 the layout beats it (where all-TP does not
+fit, the others' tokens/s).
 """
 
 from __future__ import annotations
@@ -133,23 +134,30 @@ def moe_tp_vs_ep(
             base = at[case.key, base_split, name]
             cells: dict[str, float | None] = {}
             row = f"  {name:<18}"
+            alone: dict[str, float] = {}  # tokens/s of splits that fit where the base does not
             for s in case.splits:
                 r = at[case.key, s, name]
                 ok = good(r) and good(base)
                 v = float(r["tokens_per_s"] / base["tokens_per_s"]) if ok else None
                 cells[label(s)] = v
-                row += (
-                    f"{v:>18.2f}x" if v is not None else f"{'no fit' if not good(r) else '-':>19}"
-                )
+                if v is not None:
+                    row += f"{v:>18.2f}x"
+                elif good(r):  # the base does not fit: its tokens/s
+                    alone[label(s)] = float(r["tokens_per_s"])
+                    row += f"{r['tokens_per_s'] / 1e3:>12,.1f}k tok/s"
+                else:
+                    row += f"{'no fit':>19}"
             speed[case.key][name] = cells
-            fit = {k: v for k, v in cells.items() if v is not None}
+            fit = {k: v for k, v in cells.items() if v is not None} or alone
             if fit:
                 best[case.key][name] = max(fit, key=lambda k: (fit[k], k))
             lines.append(row)
         for name, _, _, _ in workloads:
             if name in best[case.key]:
                 w = best[case.key][name]
-                lines.append(f"    {name}: {w} is fastest ({speed[case.key][name][w]:.2f}x)")
+                v = speed[case.key][name][w]
+                how = f"{v:.2f}x" if v is not None else f"{label(base_split)} does not fit"
+                lines.append(f"    {name}: {w} is fastest ({how})")
     summary: dict[str, Any] = {"speed_vs_tp_experts": speed, "fastest": best}
     save(NAME, out, rows, summary)
     plots: list[Path] = []

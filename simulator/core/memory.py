@@ -132,9 +132,9 @@ def activation_elements(
     FlashAttention keeps no [S, S] score matrix, so long prompts cost T-linear memory; a
     prefill of ``batch x prompt_len`` tokens in one pass holds all T rows at once.
 
-    Dispatched tokens (attention data parallelism) add the all-to-all buffers a rank
-    reserves for the worst case, as DeepEP sizes them: every token of every rank of the
-    group routed to this rank's experts, received (dispatch) and sent back (combine).
+    Dispatched tokens (attention data parallelism) add the all-to-all buffers of the pairs
+    a rank receives (dispatch) and sends back (combine): ``T k attention_dp / ep`` rows of
+    ``d`` each, in expectation.
     """
     d, hd, split = model.hidden_size, model.head_dim, shard(model, tp, experts)
     h, kv, inner = split.heads, split.kv_heads, split.mlp_width
@@ -155,7 +155,7 @@ def activation_elements(
     moe = 2 * d + model.num_experts + pairs * (3 * im + d) + 3 * split.shared_width
     buffers = 0
     if experts is not None and experts.dispatch:
-        buffers = 2 * experts.group * min(k, split.local_experts) * d
+        buffers = 2 * pairs * d
     peak = max(attention, mlp if model.dense_layers else 0, moe) + buffers
     return round(workload.tokens * peak)
 
