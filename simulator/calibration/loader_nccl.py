@@ -28,6 +28,7 @@ from tpsim.calibration.model_collectives import (
     CustomKernel,
     HostEnqueue,
     Launcher,
+    P2PTuning,
     PayloadShares,
     Protocol,
 )
@@ -149,6 +150,7 @@ def _collectives(d: Mapping[str, Any]) -> Collectives:
             entry(d, "channel_thresholds", w), f"{w}.channel_thresholds"
         ),
         p2p_ll_threshold=int(number(entry(d, "p2p_ll_threshold", w), "p2p_ll_threshold")),
+        p2p=_p2p(_table(d.get("p2p"), f"{w}.p2p"), f"{w}.p2p"),
         tree_channel_max_Bps={
             str(proto): {str(k): _scales(v, f"{w}.tree_channel_max_GBps") for k, v in t.items()}
             for proto, t in _table(
@@ -170,6 +172,32 @@ def _collectives(d: Mapping[str, Any]) -> Collectives:
                 entry(d, "tree_size_efficiency", w), f"{w}.tree_size_efficiency"
             ).items()
         },
+    )
+
+
+def _p2p(d: Mapping[str, Any], w: str) -> P2PTuning:
+    """``p2p``: NCCL's grouped send/receive (channels per peer, chunks, parts, host tasks)."""
+    chunk = _numbers(entry(d, "chunk_KiB", w), f"{w}.chunk_KiB")
+    if set(chunk) != {"nvlink", "pci", "net"}:
+        raise CalibrationError(f"{w}.chunk_KiB: needs nvlink, pci and net")
+
+    def pair(key: str) -> tuple[float, float]:
+        v = entry(d, key, w)
+        if not isinstance(v, list) or len(v) != 2:
+            raise CalibrationError(f"{w}.{key}={v!r}: needs [smallest, largest]")
+        lo, hi = (number(x, f"{w}.{key}") for x in v)
+        if not 0 < lo <= hi:
+            raise CalibrationError(f"{w}.{key}={v!r}: needs 0 < smallest <= largest")
+        return lo, hi
+
+    return P2PTuning(
+        chunk_bytes={k: int(v * 1024) for k, v in chunk.items()},
+        max_channels=_count(entry(d, "max_channels", w), f"{w}.max_channels"),
+        net_peer_channels=_count(entry(d, "net_peer_channels", w), f"{w}.net_peer_channels"),
+        part_chunks_one_host=pair("part_chunks_one_host"),
+        part_chunks_multi_host=pair("part_chunks_multi_host"),
+        send_recv_split=_count(entry(d, "send_recv_split", w), f"{w}.send_recv_split"),
+        task_s=_numbers(entry(d, "task_us", w), f"{w}.task_us", -6),
     )
 
 

@@ -115,7 +115,13 @@ def collective_sweep(
         ran = run_programs(comms, Programs.same(Program((op_,)), ranks))
         sched = planner(call)
         enqueue = enqueue_s(
-            calib.collectives, group.gpu.arch, sched.algorithm, sched.protocol, int(n), ranks
+            calib.collectives,
+            group.gpu.arch,
+            sched.algorithm,
+            sched.protocol,
+            int(n),
+            ranks,
+            comms.fabric.multi_host,
         )
         device_s = metrics.makespan(ran.records)
         host_s = how.call_s + per_thread * enqueue
