@@ -26,6 +26,8 @@ from tpsim.calibration.model_collectives import (
     ChannelThreshold,
     Collectives,
     CustomKernel,
+    DeepEP,
+    DeepEPMode,
     HostEnqueue,
     Launcher,
     P2PTuning,
@@ -99,7 +101,32 @@ def _channel_thresholds(table: object, field: str) -> dict[str, ChannelThreshold
     return _records(table, field, readers, lambda _proto, *v: ChannelThreshold(*v))
 
 
-def _collectives(d: Mapping[str, Any]) -> Collectives:
+def deepep(d: Mapping[str, Any]) -> DeepEP:
+    """``deepep.yaml``: DeepEP's low-latency and normal kernels."""
+    w = "deepep.yaml"
+
+    def mode(name: str) -> DeepEPMode:
+        m = _table(d.get(name), f"{w}.{name}")
+        f = f"{w}.{name}"
+        base = _numbers(entry(m, "base_us", f), f"{f}.base_us", -6)
+        if "dispatch" not in base:
+            raise CalibrationError(f"{f}.base_us: needs dispatch (and combine)")
+        effs = []
+        for key in ("nvlink_efficiency", "rdma_efficiency"):
+            x = number(entry(m, key, f), f"{f}.{key}")
+            if not 0 < x <= 1:
+                raise CalibrationError(f"{f}.{key}={x}: must be in (0, 1]")
+            effs.append(x)
+        post = _nonnegative_us(entry(m, "rdma_post_us", f), f"{f}.rdma_post_us")
+        sm = 0.0
+        if "dispatch_sm_GBps" in m:
+            sm = scale(number(entry(m, "dispatch_sm_GBps", f), f"{f}.dispatch_sm_GBps"), 9)
+        return DeepEPMode(base, effs[0], effs[1], post, sm)
+
+    return DeepEP(mode("low_latency"), mode("normal"))
+
+
+def _collectives(d: Mapping[str, Any], ep: Mapping[str, Any] | None = None) -> Collectives:
     w = "nccl.yaml"
     protocols = {
         str(name): _protocol(str(name), spec, f"{w}.protocols.{name}")
@@ -151,6 +178,7 @@ def _collectives(d: Mapping[str, Any]) -> Collectives:
         ),
         p2p_ll_threshold=int(number(entry(d, "p2p_ll_threshold", w), "p2p_ll_threshold")),
         p2p=_p2p(_table(d.get("p2p"), f"{w}.p2p"), f"{w}.p2p"),
+        deepep=deepep(ep) if ep is not None else None,
         tree_channel_max_Bps={
             str(proto): {str(k): _scales(v, f"{w}.tree_channel_max_GBps") for k, v in t.items()}
             for proto, t in _table(

@@ -180,6 +180,7 @@ class Calibration:
                 launchers={n: replace(la, call_s=0.0) for n, la in c.launchers.items()},
                 host_enqueue={},
                 p2p=None,
+                deepep=None,
             ),
             links=replace(
                 self.links,

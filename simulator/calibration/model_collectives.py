@@ -151,6 +151,37 @@ def _pow2_up(n: int) -> int:
 
 
 @dataclass(frozen=True, slots=True)
+class DeepEPMode:
+    """One mode of DeepEP's expert-parallel all-to-all kernels (``data/deepep.yaml``)."""
+
+    base_s: Mapping[str, float]  # per phase ("dispatch", "combine"): kernel start and signals
+    nvlink_efficiency: float  # share of a GPU's NVLink port its stores reach
+    rdma_efficiency: float  # share of a GPU's NIC its RDMA writes reach
+    rdma_post_s: float  # one RDMA write's software cost (IBGDA post from the GPU), per step
+    #: what one SM of the dispatch grid quantizes and sends, B/s of messages (0: no limit)
+    dispatch_sm_Bps: float = 0.0
+
+    def grid_sms(self, experts: int, sm_count: int) -> int:
+        """SMs of DeepEP's low-latency grid: one per expert, several experts an SM once they
+        outnumber the GPU's SMs (``ceil(E / ceil(E / SMs))``); 0: not known."""
+        if experts <= 0 or sm_count <= 0:
+            return 0
+        return -(-experts // -(-experts // sm_count))
+
+    def base(self, phase: str) -> float:
+        """The fixed time of one call of ``phase`` (dispatch's when the phase is not named)."""
+        return self.base_s.get(phase or "dispatch", self.base_s["dispatch"])
+
+
+@dataclass(frozen=True, slots=True)
+class DeepEP:
+    """DeepEP's low-latency (decode) and normal (prefill) kernels."""
+
+    low_latency: DeepEPMode
+    normal: DeepEPMode
+
+
+@dataclass(frozen=True, slots=True)
 class CustomKernel:
     """One serving engine's peer-memory all-reduce kernels (one-shot and two-shot): what its
     code fixes (grid size, the one-shot/two-shot switch, how eager calls get the input into
@@ -224,6 +255,8 @@ class Collectives:
     #: NCCL's grouped send/receive (all-to-all); None: one flow per peer at the link's rate
     #: (the ideal calibration)
     p2p: P2PTuning | None = None
+    #: DeepEP's kernels (``deepep.yaml``); None: plain flows at the links' rate (ideal)
+    deepep: DeepEP | None = None
 
     @property
     def custom(self) -> CustomKernel:
