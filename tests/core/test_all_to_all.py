@@ -235,6 +235,9 @@ def test_a_bad_override_or_call_is_refused_in_one_line() -> None:
         make_planner(pcie, list(range(4)), algo="auto")(
             CollectiveCall("all_to_all", MiB, algo="deepep_ll")
         )
+    uneven = fabric("dgx-h100", 12, nodes=2)  # 8 + 4 GPUs
+    with pytest.raises(ConfigError, match="same number of GPUs on every node"):
+        make_planner(uneven, list(range(12)), algo="deepep_normal")
     with pytest.raises(ProgramError, match="phase='prefill'"):
         CollectiveCall("all_to_all", MiB, phase="prefill")
     with pytest.raises(ProgramError, match="node_dedup=0"):

@@ -13,9 +13,10 @@ after the network's latency. A serving engine's kernel, not NCCL's: run only whe
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 from tpsim.core.comm.algorithms import Algorithm, Context, _deepep
+from tpsim.core.comm.fabric import Fabric
 from tpsim.core.comm.schedules import steps
 from tpsim.core.program import CollectiveCall
 from tpsim.core.schedule import Schedule, Send
@@ -63,6 +64,13 @@ def normal(ctx: Context, call: CollectiveCall) -> Schedule:
     return Schedule("deepep_normal", "direct", base, steps(sends, [[e] for e in expects]))
 
 
+def _why_not(fab: Fabric, op: str) -> str | None:
+    problem = _deepep.why_not(fab, op)
+    if problem is None and len(set(Counter(fab.hosts).values())) > 1:
+        problem = "needs the same number of GPUs on every node (one RDMA peer per local index)"
+    return problem
+
+
 def _build(ctx: Context, call: CollectiveCall) -> list[Schedule]:
     return [normal(ctx, call)]
 
@@ -74,7 +82,7 @@ ALGORITHM = Algorithm(
     "each node, then NVLink forwarding (a serving engine's, run only when named)",
     nccl=False,
     ops=("all_to_all",),
-    why_not=_deepep.why_not,
+    why_not=_why_not,
     build=_build,
     max_steps=lambda p: 1,
     explicit_only=True,
