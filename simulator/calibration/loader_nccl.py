@@ -111,17 +111,19 @@ def deepep(d: Mapping[str, Any]) -> DeepEP:
         base = _numbers(entry(m, "base_us", f), f"{f}.base_us", -6)
         if "dispatch" not in base:
             raise CalibrationError(f"{f}.base_us: needs dispatch (and combine)")
-        effs = []
-        for key in ("nvlink_efficiency", "rdma_efficiency"):
-            x = number(entry(m, key, f), f"{f}.{key}")
+        nvl = _numbers(entry(m, "nvlink_efficiency", f), f"{f}.nvlink_efficiency")
+        rdma = number(entry(m, "rdma_efficiency", f), f"{f}.rdma_efficiency")
+        if "dispatch" not in nvl:
+            raise CalibrationError(f"{f}.nvlink_efficiency: needs dispatch (and combine)")
+        for key, x in (*((f"nvlink_efficiency.{k}", v) for k, v in nvl.items()),
+                       ("rdma_efficiency", rdma)):  # fmt: skip
             if not 0 < x <= 1:
                 raise CalibrationError(f"{f}.{key}={x}: must be in (0, 1]")
-            effs.append(x)
         post = _nonnegative_us(entry(m, "rdma_post_us", f), f"{f}.rdma_post_us")
         sm = 0.0
         if "dispatch_sm_GBps" in m:
             sm = scale(number(entry(m, "dispatch_sm_GBps", f), f"{f}.dispatch_sm_GBps"), 9)
-        return DeepEPMode(base, effs[0], effs[1], post, sm)
+        return DeepEPMode(base, nvl, rdma, post, sm)
 
     return DeepEP(mode("low_latency"), mode("normal"))
 

@@ -155,7 +155,7 @@ class DeepEPMode:
     """One mode of DeepEP's expert-parallel all-to-all kernels (``data/deepep.yaml``)."""
 
     base_s: Mapping[str, float]  # per phase ("dispatch", "combine"): kernel start and signals
-    nvlink_efficiency: float  # share of a GPU's NVLink port its stores reach
+    nvlink_efficiency_by_phase: Mapping[str, float]  # per phase: share of the NVLink port
     rdma_efficiency: float  # share of a GPU's NIC its RDMA writes reach
     rdma_post_s: float  # one RDMA write's software cost (IBGDA post from the GPU), per step
     #: what one SM of the dispatch grid quantizes and sends, B/s of messages (0: no limit)
@@ -171,6 +171,11 @@ class DeepEPMode:
     def base(self, phase: str) -> float:
         """The fixed time of one call of ``phase`` (dispatch's when the phase is not named)."""
         return self.base_s.get(phase or "dispatch", self.base_s["dispatch"])
+
+    def nvlink_efficiency(self, phase: str) -> float:
+        """The share of a GPU's NVLink port the kernel of ``phase`` reaches."""
+        table = self.nvlink_efficiency_by_phase
+        return table.get(phase or "dispatch", table["dispatch"])
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,16 +52,18 @@ def flow(
     peers: int,
     after_s: float = 0.0,
     issue_Bps: float = 0.0,
+    phase: str = "",
 ) -> Send:
     """``src``'s flow of ``nbytes`` to ``dst``, one of ``peers`` flows sharing its NVLink
     port (or its NIC across hosts): capped at the mode's efficiency of the path over
     ``peers``, and at ``issue_Bps`` (what the kernel's SMs feed this flow; 0: no limit);
-    its first byte after ``after_s`` more (an earlier stage's latency)."""
+    its first byte after ``after_s`` more (an earlier stage's latency); ``phase`` picks the
+    kernel's NVLink efficiency (dispatch or combine)."""
     net = fab.path(src, dst).link_class == "net"
     if m is None:
         snd = send(fab, src, dst, nbytes, DIRECT, hop_s=0.0)
     else:
-        eff = m.rdma_efficiency if net else m.nvlink_efficiency
+        eff = m.rdma_efficiency if net else m.nvlink_efficiency(phase)
         hop = m.rdma_post_s if net else fab.tuning.custom_hop_s
         snd = send(fab, src, dst, nbytes, DIRECT, hop_s=hop, share=eff / max(1, peers))
     if issue_Bps > 0:

@@ -30,8 +30,13 @@ def low_latency(ctx: Context, call: CollectiveCall) -> Schedule:
     for t in range(p):
         local = [u for u in range(p) if u != t and fab.hosts[u] == fab.hosts[t]]
         remote = [u for u in range(p) if fab.hosts[u] != fab.hosts[t]]
-        out = [_deepep.flow(fab, m, t, u, blocks[u], len(local), issue_Bps=issue) for u in local]
-        out += [_deepep.flow(fab, m, t, u, blocks[u], len(remote), issue_Bps=issue) for u in remote]
+        out = [
+            _deepep.flow(fab, m, t, u, blocks[u], len(local), 0.0, issue, call.phase) for u in local
+        ]
+        out += [
+            _deepep.flow(fab, m, t, u, blocks[u], len(remote), 0.0, issue, call.phase)
+            for u in remote
+        ]
         sends.append([out])
     base = m.base(call.phase) if m is not None else 0.0
     return Schedule("deepep_ll", "direct", base, steps(sends, [[p - 1]] * p))

@@ -47,7 +47,7 @@ def normal(ctx: Context, call: CollectiveCall) -> Schedule:
             for r in rail:
                 dests = nodes[fab.hosts[r]]
                 nbytes = round(sum(blocks[d] for d in dests) * call.node_dedup)
-                snd = _deepep.flow(fab, m, t, r, nbytes, len(rail))
+                snd = _deepep.flow(fab, m, t, r, nbytes, len(rail), phase=call.phase)
                 lat = max(lat, snd.latency_s)
                 sends[t][0].append(snd)
                 expects[r] += 1
@@ -58,7 +58,9 @@ def normal(ctx: Context, call: CollectiveCall) -> Schedule:
                 if u == t:
                     continue
                 nbytes = blocks[u] * sources
-                sends[t][0].append(_deepep.flow(fab, m, t, u, nbytes, len(members) - 1, lat))
+                n_local = len(members) - 1
+                snd = _deepep.flow(fab, m, t, u, nbytes, n_local, lat, phase=call.phase)
+                sends[t][0].append(snd)
                 expects[u] += 1
     base = m.base(call.phase) if m is not None else 0.0
     return Schedule("deepep_normal", "direct", base, steps(sends, [[e] for e in expects]))
