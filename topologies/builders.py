@@ -118,6 +118,10 @@ def hgx_h200() -> nx.DiGraph:
     return _nvswitch_box("hgx-h200", "h200-sxm", nvls=True)
 
 
+def hgx_h800() -> nx.DiGraph:
+    return _nvswitch_box("hgx-h800", "h800-sxm", nvls=False)
+
+
 def dgx_b200() -> nx.DiGraph:
     return _nvswitch_box("dgx-b200", "b200", nvls=True)
 
@@ -200,6 +204,7 @@ TOPOLOGIES: dict[str, Callable[[], nx.DiGraph]] = {
     "dgx-a100": dgx_a100,
     "dgx-h100": dgx_h100,
     "hgx-h200": hgx_h200,
+    "hgx-h800": hgx_h800,
     "dgx-b200": dgx_b200,
     "a3-mega": a3_mega,
     "pcie-l40s": pcie_l40s,
@@ -215,6 +220,7 @@ DESCRIPTIONS: dict[str, str] = {
     "dgx-a100": "8x A100 SXM 80GB on NVSwitch, 300 GB/s per direction per GPU",
     "dgx-h100": "8x H100 SXM on NVSwitch (NVLS), 450 GB/s per direction per GPU",
     "hgx-h200": "8x H200 SXM on NVSwitch (NVLS), 450 GB/s per direction per GPU",
+    "hgx-h800": "8x H800 SXM on NVSwitch, 200 GB/s per direction per GPU (DeepEP's machines)",
     "dgx-b200": "8x B200 on NVSwitch (NVLS), 900 GB/s per direction per GPU",
     "a3-mega": "GCP A3 Mega: 8x H100 SXM on NVSwitch; hosts join over TCPXO, 8x 200 Gb/s NICs",
     "pcie-l40s": "8x L40S, PCIe gen4 switches on 2 sockets joined by UPI, P2P allowed",

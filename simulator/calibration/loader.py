@@ -190,7 +190,7 @@ def _host_cost(pair: object, field: str) -> HostCost:
 
 #: The data files a calibration is built from (the hardware figures of gpus.yaml and of
 #: links.yaml's bandwidths and latencies are read by :mod:`tpsim.calibration.hardware`).
-FILES = ("kernels", "launch", "nccl", "links", "memory", "engine")
+FILES = ("kernels", "launch", "nccl", "deepep", "links", "memory", "engine")
 
 
 def read_all() -> dict[str, dict[str, Any]]:
@@ -205,7 +205,7 @@ def build(data: Mapping[str, Mapping[str, Any]], name: str, engine: str = "ideal
         name,
         _kernels(data["kernels"]),
         _launch(data["launch"]),
-        _collectives(data["nccl"]),
+        _collectives(data["nccl"], data["deepep"]),
         _links(data["links"]),
         _memory(data["memory"]),
         _engine(data["engine"], engine),

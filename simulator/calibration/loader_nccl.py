@@ -26,8 +26,11 @@ from tpsim.calibration.model_collectives import (
     ChannelThreshold,
     Collectives,
     CustomKernel,
+    DeepEP,
+    DeepEPMode,
     HostEnqueue,
     Launcher,
+    P2PTuning,
     PayloadShares,
     Protocol,
 )
@@ -98,7 +101,34 @@ def _channel_thresholds(table: object, field: str) -> dict[str, ChannelThreshold
     return _records(table, field, readers, lambda _proto, *v: ChannelThreshold(*v))
 
 
-def _collectives(d: Mapping[str, Any]) -> Collectives:
+def deepep(d: Mapping[str, Any]) -> DeepEP:
+    """``deepep.yaml``: DeepEP's low-latency and normal kernels."""
+    w = "deepep.yaml"
+
+    def mode(name: str) -> DeepEPMode:
+        m = _table(d.get(name), f"{w}.{name}")
+        f = f"{w}.{name}"
+        base = _numbers(entry(m, "base_us", f), f"{f}.base_us", -6)
+        if "dispatch" not in base:
+            raise CalibrationError(f"{f}.base_us: needs dispatch (and combine)")
+        nvl = _numbers(entry(m, "nvlink_efficiency", f), f"{f}.nvlink_efficiency")
+        rdma = number(entry(m, "rdma_efficiency", f), f"{f}.rdma_efficiency")
+        if "dispatch" not in nvl:
+            raise CalibrationError(f"{f}.nvlink_efficiency: needs dispatch (and combine)")
+        for key, x in (*((f"nvlink_efficiency.{k}", v) for k, v in nvl.items()),
+                       ("rdma_efficiency", rdma)):  # fmt: skip
+            if not 0 < x <= 1:
+                raise CalibrationError(f"{f}.{key}={x}: must be in (0, 1]")
+        post = _nonnegative_us(entry(m, "rdma_post_us", f), f"{f}.rdma_post_us")
+        sm = 0.0
+        if "dispatch_sm_GBps" in m:
+            sm = scale(number(entry(m, "dispatch_sm_GBps", f), f"{f}.dispatch_sm_GBps"), 9)
+        return DeepEPMode(base, nvl, rdma, post, sm)
+
+    return DeepEP(mode("low_latency"), mode("normal"))
+
+
+def _collectives(d: Mapping[str, Any], ep: Mapping[str, Any] | None = None) -> Collectives:
     w = "nccl.yaml"
     protocols = {
         str(name): _protocol(str(name), spec, f"{w}.protocols.{name}")
@@ -149,6 +179,8 @@ def _collectives(d: Mapping[str, Any]) -> Collectives:
             entry(d, "channel_thresholds", w), f"{w}.channel_thresholds"
         ),
         p2p_ll_threshold=int(number(entry(d, "p2p_ll_threshold", w), "p2p_ll_threshold")),
+        p2p=_p2p(_table(d.get("p2p"), f"{w}.p2p"), f"{w}.p2p"),
+        deepep=deepep(ep) if ep is not None else None,
         tree_channel_max_Bps={
             str(proto): {str(k): _scales(v, f"{w}.tree_channel_max_GBps") for k, v in t.items()}
             for proto, t in _table(
@@ -170,6 +202,32 @@ def _collectives(d: Mapping[str, Any]) -> Collectives:
                 entry(d, "tree_size_efficiency", w), f"{w}.tree_size_efficiency"
             ).items()
         },
+    )
+
+
+def _p2p(d: Mapping[str, Any], w: str) -> P2PTuning:
+    """``p2p``: NCCL's grouped send/receive (channels per peer, chunks, parts, host tasks)."""
+    chunk = _numbers(entry(d, "chunk_KiB", w), f"{w}.chunk_KiB")
+    if set(chunk) != {"nvlink", "pci", "net"}:
+        raise CalibrationError(f"{w}.chunk_KiB: needs nvlink, pci and net")
+
+    def pair(key: str) -> tuple[float, float]:
+        v = entry(d, key, w)
+        if not isinstance(v, list) or len(v) != 2:
+            raise CalibrationError(f"{w}.{key}={v!r}: needs [smallest, largest]")
+        lo, hi = (number(x, f"{w}.{key}") for x in v)
+        if not 0 < lo <= hi:
+            raise CalibrationError(f"{w}.{key}={v!r}: needs 0 < smallest <= largest")
+        return lo, hi
+
+    return P2PTuning(
+        chunk_bytes={k: int(v * 1024) for k, v in chunk.items()},
+        max_channels=_count(entry(d, "max_channels", w), f"{w}.max_channels"),
+        net_peer_channels=_count(entry(d, "net_peer_channels", w), f"{w}.net_peer_channels"),
+        part_chunks_one_host=pair("part_chunks_one_host"),
+        part_chunks_multi_host=pair("part_chunks_multi_host"),
+        send_recv_split=_count(entry(d, "send_recv_split", w), f"{w}.send_recv_split"),
+        task_s=_numbers(entry(d, "task_us", w), f"{w}.task_us", -6),
     )
 
 

@@ -179,6 +179,8 @@ class Calibration:
                 tree_size_efficiency={},
                 launchers={n: replace(la, call_s=0.0) for n, la in c.launchers.items()},
                 host_enqueue={},
+                p2p=None,
+                deepep=None,
             ),
             links=replace(
                 self.links,

@@ -105,6 +105,88 @@ class ChannelThreshold:
 
 
 @dataclass(frozen=True, slots=True)
+class P2PTuning:
+    """How NCCL runs grouped sends and receives (``enqueue.cc`` addP2pToPlan,
+    ``graph/paths.cc`` ncclTopoComputeP2pChannels): each peer's transfer is split into
+    parts, one per channel (one thread block each), moved in chunks through the
+    connection's buffer of NCCL_STEPS slots."""
+
+    chunk_bytes: Mapping[str, int]  # per link class: the Simple chunk (NCCL_P2P_*_CHUNKSIZE)
+    max_channels: int  # NCCL_MAX_P2P_NCHANNELS: the most P2P channels of a communicator
+    net_peer_channels: int  # NCCL_NCHANNELS_PER_NET_PEER: channels to a peer on another host
+    #: part size bounds in chunks, one host and several: (smallest, largest)
+    part_chunks_one_host: tuple[float, float]
+    part_chunks_multi_host: tuple[float, float]
+    #: a channel's thread block splits its warps between the send and the receive it runs
+    send_recv_split: int
+    #: host time per send or receive task of a grouped call (ncclSend/ncclRecv and its
+    #: share of the plan at ncclGroupEnd), per GPU architecture and "default"
+    task_s: Mapping[str, float]
+
+    def channels(self, per_peer_bytes: int, ranks: int, comm_channels: int, net: bool) -> int:
+        """Channels one peer's transfer of ``per_peer_bytes`` runs on (addP2pToPlan): from
+        the per-peer channels, halved while they times the ranks exceed the communicator's
+        P2P channels (nChannelsMin); one per smallest part up to that, doubled (up to the
+        per-peer channels) while a part is larger than the largest."""
+        total = _pow2_up(min(comm_channels, self.max_channels))
+        per_peer = min(_pow2_up(self.net_peer_channels if net else comm_channels), total)
+        low = per_peer
+        while low * ranks > total and low > 1:
+            low //= 2
+        if per_peer_bytes <= 0:
+            return 1
+        chunk = self.chunk_bytes["net" if net else "nvlink"]
+        smallest, largest = self.part_chunks_multi_host if net else self.part_chunks_one_host
+        min_part, max_part = max(1, int(chunk * smallest)), int(chunk * largest)
+        n = min(low, -(-per_peer_bytes // min_part))
+        part = max(min_part, -(-per_peer_bytes // n))
+        while part > max_part and n <= per_peer // 2:
+            n *= 2
+            part = -(-per_peer_bytes // n)
+        return n
+
+
+def _pow2_up(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+@dataclass(frozen=True, slots=True)
+class DeepEPMode:
+    """One mode of DeepEP's expert-parallel all-to-all kernels (``data/deepep.yaml``)."""
+
+    base_s: Mapping[str, float]  # per phase ("dispatch", "combine"): kernel start and signals
+    nvlink_efficiency_by_phase: Mapping[str, float]  # per phase: share of the NVLink port
+    rdma_efficiency: float  # share of a GPU's NIC its RDMA writes reach
+    rdma_post_s: float  # one RDMA write's software cost (IBGDA post from the GPU), per step
+    #: what one SM of the dispatch grid quantizes and sends, B/s of messages (0: no limit)
+    dispatch_sm_Bps: float = 0.0
+
+    def grid_sms(self, experts: int, sm_count: int) -> int:
+        """SMs of DeepEP's low-latency grid: one per expert, several experts an SM once they
+        outnumber the GPU's SMs (``ceil(E / ceil(E / SMs))``); 0: not known."""
+        if experts <= 0 or sm_count <= 0:
+            return 0
+        return -(-experts // -(-experts // sm_count))
+
+    def base(self, phase: str) -> float:
+        """The fixed time of one call of ``phase`` (dispatch's when the phase is not named)."""
+        return self.base_s.get(phase or "dispatch", self.base_s["dispatch"])
+
+    def nvlink_efficiency(self, phase: str) -> float:
+        """The share of a GPU's NVLink port the kernel of ``phase`` reaches."""
+        table = self.nvlink_efficiency_by_phase
+        return table.get(phase or "dispatch", table["dispatch"])
+
+
+@dataclass(frozen=True, slots=True)
+class DeepEP:
+    """DeepEP's low-latency (decode) and normal (prefill) kernels."""
+
+    low_latency: DeepEPMode
+    normal: DeepEPMode
+
+
+@dataclass(frozen=True, slots=True)
 class CustomKernel:
     """One serving engine's peer-memory all-reduce kernels (one-shot and two-shot): what its
     code fixes (grid size, the one-shot/two-shot switch, how eager calls get the input into
@@ -175,6 +257,11 @@ class Collectives:
     #: NCCL's P2P protocol rule: a send of at most this many bytes to one peer runs LL,
     #: a larger one Simple (NCCL_P2P_LL_THRESHOLD)
     p2p_ll_threshold: int = 0
+    #: NCCL's grouped send/receive (all-to-all); None: one flow per peer at the link's rate
+    #: (the ideal calibration)
+    p2p: P2PTuning | None = None
+    #: DeepEP's kernels (``deepep.yaml``); None: plain flows at the links' rate (ideal)
+    deepep: DeepEP | None = None
 
     @property
     def custom(self) -> CustomKernel:

@@ -20,7 +20,7 @@ from tpsim.core.comm.collectives import OPS
 from tpsim.core.comm.enqueue import enqueue_s
 from tpsim.core.comm.group import connect, run_programs
 from tpsim.core.errors import ConfigError
-from tpsim.core.program import CollectiveCall, Op, Program, Programs
+from tpsim.core.program import PHASES, CollectiveCall, Op, Program, Programs
 from tpsim.topologies.builders import TopologyGraph
 
 #: busbw = algbw x this factor (nccl-tests' definition).
@@ -49,6 +49,9 @@ def collective_sweep(
     nodes: int = 1,
     launcher: str = "mpi",
     calib: calibration.Calibration | None = None,
+    phase: str = "",
+    node_dedup: float = 1.0,
+    experts: int = 0,
 ) -> list[dict[str, Any]]:
     """One row per size: bytes, time_s, algbw_GBps, busbw_GBps, algorithm, protocol, host_s
     (the launcher thread's time per call) and bound ("host" where that sets the time, else
@@ -57,11 +60,22 @@ def collective_sweep(
     ``algo="nccl"`` (the default) is what NCCL itself would run, as nccl-tests measures;
     ``"auto"`` adds the custom peer-memory all-reduce kernels of serving engines. ``calib``
     prices it (default: the shipped calibration; with ``ideal``, its ideal variant).
+    ``phase`` ("dispatch", "combine") marks an all-to-all as half of an expert-parallel
+    exchange (DeepEP's kernels: ``algo="deepep_ll"`` or ``"deepep_normal"``), and
+    ``node_dedup`` is the share of the bytes for another node's GPUs that DeepEP's normal
+    kernels send over the network, ``experts`` the MoE layer's experts (DeepEP's dispatch
+    grid) (:class:`~tpsim.core.program.CollectiveCall`).
     """
     from tpsim.topologies.io import get_topology
 
     if op not in OPS:
         raise ConfigError(f"op={op!r}: must be one of {', '.join(OPS)}")
+    if phase not in PHASES:
+        raise ConfigError(f"phase={phase!r}: must be dispatch, combine or empty")
+    if not 0 < node_dedup <= 1:
+        raise ConfigError(f"node_dedup={node_dedup!r}: must be in (0, 1]")
+    if isinstance(experts, bool) or not isinstance(experts, int) or experts < 0:
+        raise ConfigError(f"experts={experts!r}: must be 0 (not known) or more")
     if calib is None:
         calib = calibration.for_options(ideal)
     elif ideal:
@@ -96,7 +110,7 @@ def collective_sweep(
     for n in sizes:
         if isinstance(n, bool) or n < 1:
             raise ConfigError(f"size={n!r}: must be a positive number of bytes")
-        call = CollectiveCall(op, int(n))
+        call = CollectiveCall(op, int(n), phase=phase, node_dedup=node_dedup, experts=experts)
         op_ = Op(
             name=op,
             kind="collective",
@@ -115,7 +129,13 @@ def collective_sweep(
         ran = run_programs(comms, Programs.same(Program((op_,)), ranks))
         sched = planner(call)
         enqueue = enqueue_s(
-            calib.collectives, group.gpu.arch, sched.algorithm, sched.protocol, int(n), ranks
+            calib.collectives,
+            group.gpu.arch,
+            sched.algorithm,
+            sched.protocol,
+            int(n),
+            ranks,
+            comms.fabric.multi_host,
         )
         device_s = metrics.makespan(ran.records)
         host_s = how.call_s + per_thread * enqueue

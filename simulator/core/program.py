@@ -18,15 +18,42 @@ from tpsim.core.errors import ProgramError
 
 @dataclass(frozen=True, slots=True)
 class CollectiveCall:
-    """A collective over the whole TP group (or ``span`` consecutive TP groups: a MoE group
-    of attention data-parallel groups). ``nbytes`` is the nccl-tests size: the all-reduce
-    buffer, the all-gather output (``ranks * per-rank input``), or the all-to-all buffer
-    each rank sends (its blocks to every rank, its own included)."""
+    """A collective over the whole TP group, or over ``span`` consecutive TP groups (a MoE
+    group of attention data-parallel groups). ``nbytes`` is the nccl-tests size: the all-reduce
+    buffer, the all-gather output (``ranks * per-rank input``), or for ``all_to_all`` the
+    bytes each rank sends in total, its own block included, spread uniformly over the
+    group's ranks (nccl-tests alltoall; ``nbytes / ranks`` to each rank).
+
+    Optional, for MoE token dispatch and combine (issue #24): ``algo`` runs this call with
+    one algorithm by name (e.g. ``deepep_ll``, set from the engine profile) instead of the
+    group's choice ("" keeps it); ``phase`` says which half of an expert-parallel exchange
+    it is ("dispatch" or "combine": DeepEP's kernels differ in fixed time; "" for a plain
+    collective); ``node_dedup`` is the share of the bytes bound for another node's GPUs that
+    cross the network under DeepEP's normal kernels, which send a token once per node and
+    forward it over NVLink (1: no token goes to two GPUs of one node); ``experts`` is the
+    number of experts the exchange serves (DeepEP's low-latency grid has one SM per expert;
+    0: not known, no such limit)."""
 
     op: str  # "all_reduce" | "all_gather" | "reduce_scatter" | "all_to_all"
     nbytes: int
     group: int = 0  # which TP group of a layout (pipeline stages, replicas) it runs over
     span: int = 1  # TP groups it spans, from ``group`` on (``group`` a multiple of ``span``)
+    algo: str = ""  # one algorithm by name for this call; "": the group's choice
+    phase: str = ""  # "" | "dispatch" | "combine"
+    node_dedup: float = 1.0  # (0, 1]: network bytes per byte bound for another node
+    experts: int = 0  # experts of the MoE layer (0: not known)
+
+    def __post_init__(self) -> None:
+        if self.phase not in PHASES:
+            raise ProgramError(f"phase={self.phase!r}: must be one of dispatch, combine or ''")
+        if not 0 < self.node_dedup <= 1:
+            raise ProgramError(f"node_dedup={self.node_dedup!r}: must be in (0, 1]")
+        if self.experts < 0:
+            raise ProgramError(f"experts={self.experts!r}: must be 0 (not known) or more")
+
+
+#: ``CollectiveCall.phase`` values.
+PHASES = ("", "dispatch", "combine")
 
 
 @dataclass(frozen=True, slots=True)

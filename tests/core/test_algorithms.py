@@ -34,6 +34,8 @@ def test_the_registry_lists_every_algorithm_once_in_order() -> None:
         "nvlstree",
         "hierarchical",
         "pairwise",
+        "deepep_ll",
+        "deepep_normal",
     ]
     assert all(isinstance(a, Algorithm) and a.name == n for n, a in REGISTRY.items())
     assert NCCL_ALGORITHMS == ("ring", "multiring", "tree", "nvls", "nvlstree", "pairwise")

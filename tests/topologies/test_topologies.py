@@ -45,6 +45,7 @@ def test_gpu_catalog_figures():
         "h100-nvl",
         "a100-pcie-80gb",
         "h200-sxm",
+        "h800-sxm",
         "b200",
         "l40s",
         "rtx-4090",
@@ -58,6 +59,7 @@ def test_gpu_catalog_figures():
     assert GPUS["h100-sxm"].hbm_efficiency == pytest.approx(3.04 / 3.35)
     assert GPUS["h200-sxm"].hbm_efficiency == pytest.approx(4.24 / 4.8)
     assert GPUS["h100-pcie"].bf16_flops == 756e12 and GPUS["h100-pcie"].sm_count == 114
+    assert GPUS["h800-sxm"].scaleup_Bps == 200e9  # H100's die, NVLink cut to 8 links
     assert GPUS["l40s"].matmul_efficiency == 0.75 and GPUS["l40s"].hbm_efficiency == 0.85
     assert GPUS["mi300x"].matmul_efficiency == pytest.approx(668.4 / 1307)
     assert all(s.kernel_overhead_s == 2e-6 for s in GPUS.values())

@@ -3,9 +3,12 @@
 ``auto`` predicts every feasible (algorithm, protocol) pair with its closed form and runs
 the fastest, as NCCL does; ``nccl`` restricts the choice to NCCL's own algorithms (ring,
 multi-ring channels, tree, NVLS), leaving out the peer-memory all-reduces that serving
-engines add for small messages. The algorithms are the entries of
-:data:`tpsim.core.comm.algorithms.REGISTRY`; nothing here names one, except the ring, which runs
-every collective an algorithm does not (the all-to-all's is ``pairwise``).
+engines add for small messages. Neither chooses an algorithm marked ``explicit_only``
+(DeepEP's MoE kernels): that runs when named, by ``algo`` or by a call's own ``algo``
+(:class:`~tpsim.core.program.CollectiveCall`), which overrides the group's choice. The
+algorithms are the entries of :data:`tpsim.core.comm.algorithms.REGISTRY`; nothing here
+names one, except the ring, which runs every collective an algorithm does not (the
+all-to-all's is ``pairwise``).
 """
 
 from __future__ import annotations
@@ -78,8 +81,10 @@ def make_planner(fab: Fabric, order: Sequence[int], *, algo: str = "auto") -> Pl
     cache: dict[CollectiveCall, Schedule] = {}
 
     def options(call: CollectiveCall) -> list[Schedule]:
+        if call.algo:
+            return _named(call)
         if choosing:
-            names = [a for a in pool if call.op in a.ops]
+            names = [a for a in pool if call.op in a.ops and not a.explicit_only]
         else:  # the named algorithm, or the first that runs a collective it does not (ring)
             names = [pool[0] if call.op in pool[0].ops else _fallback(call.op)]
         out = []
@@ -94,6 +99,16 @@ def make_planner(fab: Fabric, order: Sequence[int], *, algo: str = "auto") -> Pl
                 continue  # the engine's kernels run one-shot at this size
             out.extend(entry.build(ctx, call))
         return out
+
+    def _named(call: CollectiveCall) -> list[Schedule]:
+        """The call's own algorithm (an engine profile's choice for its MoE layers)."""
+        entry = REGISTRY.get(call.algo)
+        if entry is None:
+            raise ConfigError(f"algo={call.algo!r}: must be one of {', '.join(REGISTRY)}")
+        problem = why_not(fab, call.algo, call.op)
+        if problem:
+            raise ConfigError(f"algo={call.algo}: {problem}")
+        return entry.build(ctx, call)
 
     def plan(call: CollectiveCall) -> Schedule:
         sched = cache.get(call)

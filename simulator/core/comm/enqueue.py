@@ -14,20 +14,42 @@ from __future__ import annotations
 
 from tpsim.calibration import Collectives
 
+#: NCCL's grouped send/receive: channels per peer by its P2P rule, one task per send and
+#: per receive (``nccl.yaml`` ``p2p``).
+P2P_FAMILY = ("pairwise",)
 #: Schedules NCCL's own channel rule applies to (rings and trees); NVLS runs on its own
 #: channels, and the peer-memory kernels of serving engines are not NCCL's.
 RING_FAMILY = ("ring", "tree", "hierarchical")
 NVLS_FAMILY = ("nvls", "nvlstree")
 
 
+def p2p_channels(c: Collectives, nbytes: int, ranks: int, most: int, multi_host: bool) -> int:
+    """Channels an all-to-all of ``nbytes`` per rank occupies: each of the ``ranks`` peers
+    (the rank itself included, as nccl-tests sends to itself) on its own parts, at most the
+    communicator's P2P channels; 0 without P2P tuning."""
+    if c.p2p is None:
+        return 0
+    per_peer = -(-nbytes // ranks)
+    total = 1 << max(0, min(most, c.p2p.max_channels) - 1).bit_length()
+    return min(total, ranks * c.p2p.channels(per_peer, ranks, most, multi_host))
+
+
 def nccl_channels(
-    c: Collectives, algorithm: str, protocol: str, nbytes: int, ranks: int, most: int
+    c: Collectives,
+    algorithm: str,
+    protocol: str,
+    nbytes: int,
+    ranks: int,
+    most: int,
+    multi_host: bool = False,
 ) -> int:
     """Channels NCCL runs an operation of ``nbytes`` on (``enqueue.cc`` getAlgoInfo): from
     ``most``, one fewer while the bytes are under channels x threads x the protocol's
     per-thread threshold (times the ranks for ring LL); NVLS: its own channels; 0 for a
     schedule that is not NCCL's."""
     family = algorithm.split()[0]  # "ring x2": several rings
+    if family in P2P_FAMILY:
+        return p2p_channels(c, nbytes, ranks, most, multi_host)
     if family in NVLS_FAMILY:
         return max(1, c.nvls_channels)
     if family not in RING_FAMILY:
@@ -42,13 +64,24 @@ def nccl_channels(
 
 
 def enqueue_s(
-    c: Collectives, arch: str, algorithm: str, protocol: str, nbytes: int, ranks: int
+    c: Collectives,
+    arch: str,
+    algorithm: str,
+    protocol: str,
+    nbytes: int,
+    ranks: int,
+    multi_host: bool = False,
 ) -> float:
     """Host seconds to enqueue one collective on one GPU of architecture ``arch``: the launch
-    and NCCL's plan, plus its cost per channel of the operation (0 under a calibration
-    without host costs)."""
+    and NCCL's plan, plus its cost per channel of the operation, plus for a grouped
+    send/receive (all-to-all) its cost per task: a send and a receive per rank, itself
+    included (0 under a calibration without host costs)."""
     cost = c.host_enqueue.get(arch) or c.host_enqueue.get("default")
     if cost is None:
         return 0.0
-    channels = nccl_channels(c, algorithm, protocol, nbytes, ranks, cost.ring_channels)
-    return cost.gpu_s + cost.channel_s * channels
+    channels = nccl_channels(c, algorithm, protocol, nbytes, ranks, cost.ring_channels, multi_host)
+    tasks = 0.0
+    if algorithm.split()[0] in P2P_FAMILY and c.p2p is not None:
+        per_task = c.p2p.task_s.get(arch, c.p2p.task_s.get("default", 0.0))
+        tasks = per_task * 2 * ranks
+    return cost.gpu_s + cost.channel_s * channels + tasks

@@ -57,6 +57,9 @@ class Algorithm:
     auto_max_bytes: Callable[[Fabric], int] | None = None
     #: Smallest message ``auto`` gives it (a serving engine's two-shot above its one-shot).
     auto_min_bytes: Callable[[Fabric], int] | None = None
+    #: Runs only when named (``--algo``, a call's ``algo``): ``auto`` and ``nccl`` never
+    #: choose it (DeepEP's kernels, which an engine runs for MoE layers only).
+    explicit_only: bool = False
 
 
 def _discover() -> dict[str, Algorithm]:

@@ -1,21 +1,97 @@
 """All-to-all as NCCL runs it: grouped point-to-point sends and receives to every peer.
 
 ``ncclAllToAll`` (and nccl-tests' alltoall) is ``ncclSend`` and ``ncclRecv`` of ``n/p`` bytes
-to and from each peer inside one group: NCCL's P2P transport runs them in one send/recv
-kernel, every peer's transfer at once on its own channels, so each rank has ``p-1`` flows out
-and ``p-1`` in, contending on its links (its NVSwitch port) with each other. The protocol is
-NCCL's P2P rule: LL up to ``NCCL_P2P_LL_THRESHOLD`` bytes per peer, Simple above (LL128 is
-never used for P2P). The block a rank keeps for itself is a local copy, not a send.
+to and from each peer inside one group: NCCL's P2P kernel runs them all at once, so each
+rank has ``p-1`` flows out and ``p-1`` in, contending on its links (its NVSwitch port). The
+block a rank keeps for itself is a local copy, not a send.
+
+How NCCL schedules each peer's transfer (``enqueue.cc`` addP2pToPlan, calibration
+``nccl.yaml`` ``p2p``): it is split into parts, one per channel (a thread block), the
+channel count growing with the bytes per peer (``P2PTuning.channels``); the protocol is LL
+while the bytes are at most the channels times NCCL_P2P_LL_THRESHOLD, else Simple (LL128
+is never used for P2P). A channel's block splits its warps between the send and the
+receive, so one part moves at most at half of NCCL's per-channel Simple copy limit (LL at
+LL's share of it), and under Simple it moves in chunks (NCCL_P2P_NVL_CHUNKSIZE) through the
+connection's buffer: the sender writes a chunk into the peer's buffer, the receiver copies
+it out, the two overlapping from the second chunk on, so a part takes one chunk's time more
+than its bytes at the channel's rate (the pipeline's fill). The ideal calibration has no P2P
+tuning: one flow per peer at the links' rate.
 """
 
 from __future__ import annotations
+
+import math
 
 from tpsim.calibration import Protocol
 from tpsim.core.comm.algorithms import Algorithm, Context
 from tpsim.core.comm.fabric import Fabric
 from tpsim.core.comm.schedules import chunk_sizes, send, steps
 from tpsim.core.program import CollectiveCall
-from tpsim.core.schedule import Schedule
+from tpsim.core.schedule import Schedule, Send
+
+
+def per_peer_bytes(nbytes: int, ranks: int) -> list[int]:
+    """The block each rank sends to each rank (its own included) of an all-to-all of
+    ``nbytes`` (the nccl-tests size: a rank's whole send buffer), uniform over the ranks."""
+    return chunk_sizes(nbytes, ranks)
+
+
+def comm_channels(fab: Fabric) -> int:
+    """The communicator's channels NCCL derives its P2P channels from (its rings)."""
+    cost = fab.tuning.host_enqueue
+    entry = cost.get(fab.gpu.arch) or cost.get("default")
+    return entry.ring_channels if entry is not None else 1
+
+
+def peer_channels(fab: Fabric, nbytes: int) -> int:
+    """Channels NCCL runs one peer's transfer of ``nbytes`` on (1 without P2P tuning)."""
+    tun = fab.tuning.p2p
+    if tun is None:
+        return 1
+    return tun.channels(nbytes, fab.ranks, comm_channels(fab), fab.multi_host)
+
+
+def channel_rate(fab: Fabric, proto: Protocol) -> float:
+    """Payload B/s one channel moves in one direction under ``proto`` (inf: no cap): half
+    (send/receive split) of NCCL's per-channel Simple copy limit; under LL the share of it
+    NCCL's model gives LL's 8-byte flagged lines (its ring LL share of a one-host gather)."""
+    tun = fab.tuning.p2p
+    if tun is None or proto.name not in ("Simple", "LL"):
+        return math.inf
+    hosts = len(set(fab.hosts))
+    cap = fab.tuning.tree_channel_cap("Simple", fab.gpu.scaleup_kind, hosts)
+    if proto.name == "LL":
+        cap *= fab.tuning.payload_share("LL", "ring", "all_gather", fab.multi_host)
+    return cap / tun.send_recv_split
+
+
+def peer_send(fab: Fabric, src: int, dst: int, nbytes: int, proto: Protocol) -> Send:
+    """``src``'s transfer of ``nbytes`` to ``dst``: its channels' rate cap and, under Simple,
+    the chunk pipeline's fill (one chunk, or the whole part if smaller, at a channel's rate)
+    before the first data is consumed: inside a host it stands for the protocol's hop (the
+    step's handshake) when longer; across hosts it comes on top of the network's latency."""
+    base = send(fab, src, dst, nbytes, proto)
+    tun = fab.tuning.p2p
+    rate = channel_rate(fab, proto)
+    if tun is None or math.isinf(rate) or nbytes == 0:
+        return base
+    n = peer_channels(fab, nbytes)
+    link = fab.path(src, dst).link_class
+    part = -(-nbytes // n)
+    # LL's receiver consumes each flagged line as it lands: no chunk to fill
+    chunk = tun.chunk_bytes.get(link, tun.chunk_bytes["nvlink"]) if proto.name == "Simple" else 0
+    fill = min(chunk, part) / rate
+    cap = min(base.cap_Bps, n * rate * proto.wire_factor)
+    return Send(
+        links=base.links,
+        payload=base.payload,
+        wire=base.wire,
+        latency_s=max(base.latency_s, fill) if not base.net else base.latency_s + fill,
+        cap_Bps=cap,
+        notify=base.notify,
+        peer=base.peer,
+        net=base.net,
+    )
 
 
 def pairwise(fab: Fabric, nbytes: int, proto: Protocol) -> Schedule:
@@ -23,18 +99,22 @@ def pairwise(fab: Fabric, nbytes: int, proto: Protocol) -> Schedule:
     blocks differing by at most a byte) to every peer ``u`` at once and waits for the ``p-1``
     blocks its peers send it; after the protocol's P2P base latency."""
     p = fab.ranks
-    blocks = chunk_sizes(nbytes, p)
-    sends = [[[send(fab, t, u, blocks[u], proto) for u in range(p) if u != t]] for t in range(p)]
+    blocks = per_peer_bytes(nbytes, p)
+    sends = [
+        [[peer_send(fab, t, u, blocks[u], proto) for u in range(p) if u != t]] for t in range(p)
+    ]
     return Schedule("pairwise", proto.name, proto.base("p2p"), steps(sends, [[p - 1]] * p))
 
 
 def p2p_protocol(ctx: Context, nbytes: int) -> Protocol:
-    """NCCL's protocol for a send of ``nbytes`` to each peer: LL up to the calibration's P2P
-    LL threshold, else Simple; a calibration with neither (the ideal one): its first."""
+    """NCCL's protocol for an all-to-all of ``nbytes``: LL while the bytes to one peer are at
+    most its channels times the P2P LL threshold, else Simple; a calibration with neither
+    (the ideal one): its first."""
     names = {pr.name: pr for pr in ctx.protocols}
     if "LL" in names and "Simple" in names:
         per_peer = -(-nbytes // ctx.fab.ranks)
-        return names["LL" if per_peer <= ctx.fab.tuning.p2p_ll_threshold else "Simple"]
+        limit = peer_channels(ctx.fab, per_peer) * ctx.fab.tuning.p2p_ll_threshold
+        return names["LL" if per_peer <= limit else "Simple"]
     return ctx.protocols[0]
 
 
