@@ -126,6 +126,7 @@ def run_inputs(a: argparse.Namespace) -> tuple[Layout, Workload, Options]:
         engine=a.engine,
         expert_skew=a.expert_skew,
         routing=a.routing,
+        moe_a2a=a.moe_a2a,
     )
     check_nodes(a.nodes)
     placement = tuple(x.strip() for x in a.placement.split(",")) if a.placement else ()

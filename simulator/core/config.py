@@ -21,6 +21,8 @@ OVERLAP_MODES: tuple[str, ...] = ("none", "chunked", "microbatch")
 #: Collective algorithms (the registry, tpsim.core.comm.algorithms): auto picks the fastest of
 #: all, nccl the fastest of NCCL's own, or one by name.
 ALLREDUCE_ALGOS: tuple[str, ...] = CHOICES
+#: The all-to-all kernels of MoE token dispatch (Options.moe_a2a).
+MOE_A2A: tuple[str, ...] = ("nccl", "deepep")
 COMPUTE_DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp4")
 #: KV cache dtypes (``--kv-dtype``): no 4-bit cache is modelled.
 KV_DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8")
@@ -212,6 +214,9 @@ class Options:
     #: MoE routing histogram file: tokens per expert, one line or one per MoE layer
     #: (tpsim.core.lowering.experts.read_histogram); None: ``expert_skew`` decides
     routing: str | None = None
+    #: the MoE all-to-all of dispatched tokens: NCCL's (grouped send/recv, the group's
+    #: algorithm choice) or DeepEP's kernels (low-latency at decode, normal at prefill)
+    moe_a2a: str = "nccl"
 
     def __post_init__(self) -> None:
         _choice("launch", self.launch, LAUNCH_MODES)
@@ -230,6 +235,7 @@ class Options:
                 "(ideal mode has no host overheads)"
             )
         _positive_int("max_records", self.max_records)
+        _choice("moe_a2a", self.moe_a2a, MOE_A2A)
         if self.routing is not None and (
             not isinstance(self.routing, str) or not self.routing.strip()
         ):

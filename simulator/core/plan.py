@@ -10,7 +10,7 @@ other layout is placed by :func:`tpsim.core.comm.layout.place`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from tpsim.core.comm.group import Comms, connect
@@ -193,6 +193,12 @@ def resolve(
         gpu = gpus.pop()
 
     table = kernel_table.load(options.kernel_table) if options.kernel_table else None
+    if xs.dispatch:  # the hosts the (first) MoE group spans: where DeepEP's tokens cross
+        if isinstance(comms, Comms):
+            routes_, ranks_ = comms.group.routes, comms.group.gpu_ranks
+        else:
+            routes_, ranks_ = comms.routes, comms.gpu_ranks[: layout.moe_group]
+        xs = replace(xs, nodes=len({routes_.host(g) for g in ranks_}))
 
     def memory_of(w: Workload) -> tuple[MemoryUse, ...]:
         return tuple(

@@ -30,6 +30,7 @@ from tpsim.core.config import (
     COMPUTE_DTYPES,
     KV_DTYPES,
     LAUNCH_MODES,
+    MOE_A2A,
     OVERLAP_MODES,
     PHASES,
     Layout,
@@ -519,6 +520,17 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
         float_check("expert_skew", 0, 4096),
         bounds=(0, 4096, False),
         metavar="S",
+    ),
+    RunOption(
+        "moe_a2a",
+        "choice",
+        "options",
+        "the all-to-all of tokens dispatched to experts (with --attention-dp): nccl "
+        "(grouped send/recv) or deepep (DeepEP's low-latency kernels at decode, normal ones "
+        "at prefill)",
+        choice_check("moe_a2a", MOE_A2A),
+        sweepable=False,
+        choices=MOE_A2A,
     ),
     # a file per run: not a grid axis
     RunOption(

@@ -4,6 +4,7 @@ forms behind them."""
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -263,3 +264,36 @@ def test_one_histogram_line_per_moe_layer_skips_the_dense_ones(tmp_path: object)
     xs = expert_split(model, 8, 1, 8, 1, histogram=read_histogram(str(path), 8, 31))
     assert xs.load(64, 0, 1).pairs == 128 and xs.load(64, 1, 1).pairs == 0
     assert xs.load(64, 0, 2).pairs == 16
+
+
+# -- the all-to-all kernels of dispatched tokens -----------------------------------------------
+
+
+def test_grouped_routing_bounds_the_hosts_a_token_reaches() -> None:
+    """DeepSeek-V3: 256 experts in 8 groups, each token within 4 groups. Over 8 hosts (a
+    group per host) a token reaches 8 (1 - C(7,4)/C(8,4)) = 4 hosts: half its 8 pairs cross
+    to a host another of its pairs already crosses to."""
+    from dataclasses import replace
+
+    xs = replace(expert_split(MODELS["deepseek-v3"], 1, 64, 64, 1), nodes=8)
+    assert xs.nodes_hit() == pytest.approx(4.0)
+    assert xs.node_dedup() == pytest.approx(0.5)
+    plain = replace(expert_split(QWEN, 1, 16, 16, 1), nodes=2)  # 128 experts, top 8, 2 hosts
+    miss = 1 - math.comb(64, 8) / math.comb(128, 8)
+    assert plain.nodes_hit() == pytest.approx(2 * miss)
+
+
+@pytest.mark.parametrize(("phase", "algo"), [("decode", "deepep_ll"), ("prefill", "deepep_normal")])
+def test_deepep_dispatches_fp8_and_combines_bf16(phase: str, algo: str) -> None:
+    wl = Workload(8, phase, prompt_len=64)
+    r = simulate("deepseek-v3", "hgx-h200", Layout(1, attention_dp=8, ep=8), wl,
+                 Options(dtype="fp8", moe_a2a="deepep"))  # fmt: skip
+    ops = {
+        rec.name.split(".")[0]: rec
+        for rec in r.records
+        if rec.site in ("moe_dispatch", "moe_combine")
+    }
+    pairs = wl.tokens * 8  # TP 1: each GPU dispatches its own tokens' 8 pairs
+    assert f"all_to_all {pairs * (7168 + 4 * 56 + 16)} B" in ops["moe_dispatch"].detail
+    assert f"all_to_all {pairs * 2 * 7168} B" in ops["moe_combine"].detail
+    assert algo in ops["moe_dispatch"].detail

@@ -60,6 +60,36 @@ class ExpertSplit:
     skew: float = 0.0  # Options.expert_skew
     #: each expert's share of the pairs, per layer (one row: every layer); () when none
     histogram: tuple[tuple[float, ...], ...] = ()
+    #: hosts the MoE group spans (set once the group is placed)
+    nodes: int = 1
+    #: DeepSeek's grouped routing: expert groups, and the groups a token may pick from
+    groups: int = 0
+    topk_groups: int = 0
+
+    def nodes_hit(self) -> float:
+        """Expected distinct hosts one token's ``k`` experts sit on (experts spread evenly
+        over the group's hosts): ``n (1 - C(N - N/n, k) / C(N, k))``; with grouped routing
+        whose groups nest in hosts, the token's ``topk_group`` groups decide it."""
+        n = self.nodes
+        if n <= 1 or not self.experts:
+            return 1.0
+        if self.groups and self.topk_groups and self.groups % n == 0:
+            g = self.groups // n  # groups per host
+            miss = math.comb(self.groups - g, self.topk_groups) / math.comb(
+                self.groups, self.topk_groups
+            )
+        else:
+            per = self.experts // n
+            miss = math.comb(self.experts - per, self.top_k) / math.comb(self.experts, self.top_k)
+        return n * (1.0 - miss)
+
+    def node_dedup(self) -> float:
+        """Network bytes per byte bound for another host when a token crosses to each host
+        once and is forwarded inside it (DeepEP's normal kernels): the distinct remote hosts
+        a token reaches over its remote token-expert pairs."""
+        if self.nodes <= 1 or not self.top_k:
+            return 1.0
+        return min(1.0, self.nodes_hit() / self.top_k)
 
     @property
     def group(self) -> int:
@@ -223,7 +253,8 @@ def expert_split(
         first = histogram[0]
         histogram = tuple(next(moe) if model.is_moe_layer(i) else first
                           for i in range(model.num_layers))  # fmt: skip
-    return ExpertSplit(n, model.experts_per_token, tp, attention_dp, ep, moe_tp, skew, histogram)
+    return ExpertSplit(n, model.experts_per_token, tp, attention_dp, ep, moe_tp, skew, histogram,
+                       groups=model.n_group, topk_groups=model.topk_group)  # fmt: skip
 
 
 __all__ = ["ExpertSplit", "Load", "expected_max", "expert_split", "read_histogram"]

@@ -67,6 +67,7 @@ class _Megatron(LatentAttention):
         self.m, self.tp, self.w = model, tp, workload
         self.xs = experts or expert_split(model, tp, 1, 1, tp, options.expert_skew)
         self.ep_rank = ep_rank  # this rank's expert-parallel rank (its share of the load)
+        self.a2a = options.moe_a2a
         self.price, self.build = price, build
         self.act_b = price.act_b
         compiled = options.launch == "compiled"
@@ -307,13 +308,24 @@ class _Megatron(LatentAttention):
         self.gemm(mb, "router", layer, share, self.m.num_experts, d)  # [T/tp, d] x [d, E]
         self.route(mb, layer, share)
         pairs_out = share * xs.top_k * xs.moe_tp  # each pair to every width slice
-        sent = round(pairs_out * d * b)  # [T/tp k moe_tp, d], spread over the group
-        self.build.collective(mb.index, "all_to_all", "moe_dispatch", layer, sent,
-                              span=xs.attention_dp)  # fmt: skip
-        load = xs.load(xs.routed_tokens(mb.tokens), self.ep_rank, layer)
-        self.routed_experts(mb, layer, load.pairs, load.experts_read)
-        self.build.collective(mb.index, "all_to_all", "moe_combine", layer, sent,
-                              span=xs.attention_dp)  # fmt: skip
+        # [T/tp k moe_tp, d], spread over the group: in the activations' dtype through NCCL;
+        # DeepEP dispatches fp8 with a scale per 128 values (and a 16-byte header) and
+        # combines in bf16, low-latency kernels at decode, normal ones at prefill
+        if self.a2a == "deepep":
+            algo = "deepep_ll" if self.w.phase == "decode" else "deepep_normal"
+            out_b, back_b = d + 4 * ceil_div(d, 128) + 16, 2 * d
+            extra = {"algo": algo, "experts": xs.experts, "node_dedup": xs.node_dedup()}
+        else:
+            out_b, back_b, extra = round(d * b), round(d * b), {}
+        for site, row_b, phase in (
+            ("moe_dispatch", out_b, "dispatch"),
+            ("moe_combine", back_b, "combine"),
+        ):
+            if phase == "combine":
+                load = xs.load(xs.routed_tokens(mb.tokens), self.ep_rank, layer)
+                self.routed_experts(mb, layer, load.pairs, load.experts_read)
+            self.build.collective(mb.index, "all_to_all", site, layer, pairs_out * row_b,
+                                  span=xs.attention_dp, phase=phase, **extra)  # fmt: skip
         self.shared_experts(mb, layer, share)
         self.weighted_sum(mb, layer, share, pairs_out + (share if self.shared else 0))
         # every rank of the attention group gets the others' tokens: [T, d] gathered

@@ -14,6 +14,8 @@ itself; it never becomes a chain's latest op. The builder knows nothing of the m
 
 from __future__ import annotations
 
+from typing import Any
+
 from tpsim.calibration import LaunchCost
 from tpsim.core.kernels.costs import KernelCost
 from tpsim.core.program import P2P, CollectiveCall, Op, Program
@@ -83,10 +85,13 @@ class OpBuilder:
         deps: tuple[int, ...] | None = None,
         part: str = "",
         span: int = 1,
+        **fields: Any,
     ) -> int | None:
         """Collective ``op`` of ``nbytes`` over the group at ``site`` (named
         ``site.op[part]``), or over ``span`` neighbouring groups (a MoE group of attention
-        data-parallel groups); None, and nothing built, over one rank."""
+        data-parallel groups); ``fields``: the call's own (its algorithm, its phase of an
+        expert exchange, :class:`~tpsim.core.program.CollectiveCall`); None, and nothing
+        built, over one rank."""
         ranks = self.ranks * span
         if ranks == 1:
             return None  # one rank: nothing to reduce or gather
@@ -104,7 +109,7 @@ class OpBuilder:
             "communication",
             f"{op} {nbytes} B over {ranks} ranks",
             self.tail(chain) if deps is None else deps,
-            CollectiveCall(op, nbytes, group, span),
+            CollectiveCall(op, nbytes, group, span, **fields),
         )
         return self._emit(chain, o)
 
