@@ -186,7 +186,8 @@ def experts_lines(s: Summary) -> list[str]:
         f"  experts       {n // lay.ep} of {n} routed experts per GPU, 1/{lay.moe_tp} of each "
         f"one's width (EP {lay.ep} x MoE-TP {lay.moe_tp}), top {k}; {moved}",
         f"  parameters    {m.num_params() / 1e9:.1f} B, {m.active_params() / 1e9:.1f} B active "
-        "per token",
+        f"per token ({m.active_params(embedding=False) / 1e9:.2f} B counting only the "
+        "embedding row a token reads, as DeepSeek and OpenAI quote it)",
     ]
 
 
