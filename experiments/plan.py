@@ -157,13 +157,12 @@ def evaluate(
     if not batches:
         return None
     opts = Options(ideal=req.ideal, engine=req.engine)
-    moe = {"ep": ep, "attention_dp": adp}
-    prefill = simulate(req.model, req.topology, Layout(tp, pp=pp, dp=dp, **moe),
+    prefill = simulate(req.model, req.topology, Layout(tp, pp=pp, dp=dp, ep=ep, attention_dp=adp),
                        Workload(1, "prefill", req.prompt_len, req.context_len), opts,
                        nodes=req.nodes).typed  # fmt: skip
     ttft = prefill.latency_s
     for b in reversed(batches):
-        lay = Layout(tp, pp=pp, dp=dp, micro_batches=min(pp, b), **moe)
+        lay = Layout(tp, pp=pp, dp=dp, micro_batches=min(pp, b), ep=ep, attention_dp=adp)
         s = simulate(req.model, req.topology, lay,
                      Workload(b, "decode", req.prompt_len, req.context_len), opts,
                      nodes=req.nodes).typed  # fmt: skip

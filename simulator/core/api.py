@@ -150,7 +150,7 @@ def summarize(
         dtype=weights,
         kv_dtype=plan.precision.kv,
         launch_effective=plan.launch,
-        placement=None if one else placement(plan.comms, layout),
+        placement=None if isinstance(plan.comms, Comms) else placement(plan.comms, layout),
         precision_note=plan.precision.note(plan.gpu.name),
     )
     split = plan.split

@@ -149,11 +149,11 @@ def activation_elements(
     # the activation [Tk, Im] and the output [Tk, d], the shared experts' gate|up and
     # activation [T, 3Is]
     k, im = model.experts_per_token, split.expert_width
-    pairs = k  # token-expert pairs per token this rank computes: T k A / ep in expectation
+    pairs: float = k  # token-expert pairs per token this rank computes: k A / ep, expected
     if experts is not None:
         pairs = k * experts.attention_dp / experts.ep
     moe = 2 * d + model.num_experts + pairs * (3 * im + d) + 3 * split.shared_width
-    buffers = 0
+    buffers = 0.0
     if experts is not None and experts.dispatch:
         buffers = 2 * pairs * d
     peak = max(attention, mlp if model.dense_layers else 0, moe) + buffers

@@ -25,6 +25,7 @@ half's collective hides behind the other half's compute.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from tpsim.calibration import Engine
 from tpsim.core.config import ConfigError, Options, Workload, ceil_div, precision
@@ -314,7 +315,11 @@ class _Megatron(LatentAttention):
         if self.a2a == "deepep":
             algo = "deepep_ll" if self.w.phase == "decode" else "deepep_normal"
             out_b, back_b = d + 4 * ceil_div(d, 128) + 16, 2 * d
-            extra = {"algo": algo, "experts": xs.experts, "node_dedup": xs.node_dedup()}
+            extra: dict[str, Any] = {
+                "algo": algo,
+                "experts": xs.experts,
+                "node_dedup": xs.node_dedup(),
+            }
         else:
             out_b, back_b, extra = round(d * b), round(d * b), {}
         for site, row_b, phase in (
