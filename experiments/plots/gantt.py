@@ -48,6 +48,7 @@ from tpsim.outputs.export import atomic_output, write_text
 #: Bar colour per record kind: the palette every chart shares (:mod:`.style`).
 KIND_COLORS: dict[str, str] = KIND_COLOURS
 NET_KIND = "collective (network)"  # collective steps over the network get their own colour
+A2A_KIND = "all-to-all"  # MoE dispatch and combine inside a host: their own colour too
 OTHER_COLOR = OTHER_COLOUR
 
 #: Rows of one rank, top to bottom, with their y-axis labels.
@@ -269,7 +270,11 @@ def gantt_figure(
         row = row_y.get((r.rank, "comm" if r.stream == "p2p" else r.stream))  # sends: comm row
         if row is None or r.end_s < t0 or r.start_s > t1:
             continue
-        kind = NET_KIND if r.kind == "collective" and r.detail.endswith(NET_STEP) else r.kind
+        kind = r.kind
+        if kind == "collective" and r.detail.endswith(NET_STEP):
+            kind = NET_KIND
+        elif kind == "collective" and "all_to_all" in r.name:
+            kind = A2A_KIND
         for xy in axis.pieces(r.start_s, r.end_s):
             bars[(row, KIND_COLORS.get(kind, OTHER_COLOR))].append(xy)
             kinds_seen.add(kind)

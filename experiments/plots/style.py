@@ -31,6 +31,7 @@ KIND_COLOURS: dict[str, str] = {
     "elementwise": CATEGORY_COLOURS["memory"],
     "collective": CATEGORY_COLOURS["communication"],
     "collective (network)": "#882255",  # wine: a collective step whose sends cross hosts
+    "all-to-all": "#F0E442",  # yellow: MoE token dispatch and combine
     "p2p": "#E69F00",  # orange: pipeline sends and receives
 }
 #: A kind not listed above.
