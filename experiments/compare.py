@@ -55,8 +55,9 @@ def _crosses_hosts(config: Mapping[str, Any]) -> bool:
     if "spans_hosts" in config:  # a summary rebuilt from a results row
         return bool(config["spans_hosts"])
     placement = config.get("placement")
-    if not placement:
-        gpus = config.get("gpus", [])[: int(config["tp"])]
+    if not placement:  # one group: TP, or attention-DP groups of one GPU sharing the MoE
+        adp = int(config.get("layout", {}).get("attention_dp", 1))
+        gpus = config.get("gpus", [])[: int(config["tp"]) * adp]
         return len({g.split(".", 1)[0] for g in gpus if "." in g}) > 1
     hosts: dict[int, set[str]] = {}
     for p in placement:

@@ -200,9 +200,12 @@ def layout_lines(s: Summary) -> list[str]:
         f"  layout        TP {lay.tp}{adp} x PP {lay.pp} x DP {lay.dp}, "
         f"{lay.micro_batches} micro-batch(es); layers per stage "
         + ",".join(map(str, lay.pp_layers)),
-        f"  per replica   {s.tokens_per_s_per_replica or 0.0:,.0f} tokens/s "
-        f"(x{lay.dp} replicas = {s.tokens_per_s:,.0f})",
     ]
+    if s.tokens_per_s_per_replica is not None:
+        out.append(
+            f"  per replica   {s.tokens_per_s_per_replica:,.0f} tokens/s "
+            f"(x{lay.dp} replicas = {s.tokens_per_s:,.0f})"
+        )
     for k, m in enumerate(s.memory_per_stage or ()):
         out.append(
             f"    stage {k:<3} {m.total_bytes_per_gpu / 1e9:7.2f} GB per GPU "
@@ -216,6 +219,8 @@ def layout_lines(s: Summary) -> list[str]:
         groups.setdefault((p.dp, p.pp), []).append(str(p.gpu))
     for (d, k), gpus in groups.items():
         out.append(f"    dp {d} pp {k}: {gpu_ranges(gpus)}")
+    if not s.config.placement:  # one group: attention-DP groups of one GPU each
+        out.append(f"    dp 0 pp 0: {gpu_ranges([str(g) for g in s.config.gpus])}")
     return out
 
 

@@ -297,3 +297,19 @@ def test_deepep_dispatches_fp8_and_combines_bf16(phase: str, algo: str) -> None:
     assert f"all_to_all {pairs * (7168 + 4 * 56 + 16)} B" in ops["moe_dispatch"].detail
     assert f"all_to_all {pairs * 2 * 7168} B" in ops["moe_combine"].detail
     assert algo in ops["moe_dispatch"].detail
+
+
+def test_attention_dp_over_two_hosts_says_so_in_the_text(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from tpsim.cli import main
+
+    argv = ["run", "--model", "mixtral-8x7b", "--topology", "dgx-h100", "--nodes", "2",
+            "--tp", "1", "--attention-dp", "16", "--ep", "8", "--batch", "8"]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "TP 1 x attention-DP 16, EP 8 x MoE-TP 2" in out
+    assert "network 8 NICs per host" in out
+    assert "dp 0 pp 0: n0.gpu0-7, n1.gpu0-7" in out
+    assert "per replica" not in out
+    assert "1 of 8 routed experts per GPU, 1/2 of each one's width" in out
