@@ -19,9 +19,9 @@ The scheduler follows vLLM V1's ``Scheduler.schedule`` (v0.8 to v0.11), with the
   with all its output tokens leaves and frees its blocks.
 
 ``kv_admission: reserve`` (TensorRT-LLM's GUARANTEED_NO_EVICT) takes the blocks of the whole
-prompt and output at admission, so nothing is preempted; ``prefill_first`` (SGLang without
-mixed chunks) runs prefill steps apart, whenever a prompt can be admitted, and decode steps
-otherwise; ``policy: static`` (FasterTransformer, gpt-fast) admits a batch only when the
+prompt and output at admission, so nothing is preempted; ``mixed_batches: false`` (SGLang
+without mixed chunks, vLLM V0) runs prefill steps apart, whenever a prompt can be admitted,
+and decode steps otherwise; ``policy: static`` (FasterTransformer, gpt-fast) admits a batch only when the
 engine is idle and runs it, finished sequences included, until the last one ends.
 """
 
@@ -170,7 +170,7 @@ class Engine:
     # ----------------------------------------------------------------- continuous batching
     def _continuous(self) -> list[tuple[Request, int]]:
         spec = self.spec
-        if spec.prefill_first:
+        if not spec.mixed_batches:
             prefill = self._admit_waiting([], spec.max_num_batched_tokens, prefill_only=True)
             if prefill:
                 return prefill

@@ -104,6 +104,7 @@ class ServeResult:
     simulated_steps: int  # forward passes the engine simulated (cache misses, or all)
     wall_s: float
     closed_loop: bool
+    model_name: str
 
     def summary(
         self, slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None
@@ -166,9 +167,11 @@ def check_fits(spec: SchedulerSpec, kv: KVCache, model: ModelSpec, prompt: int, 
             f"{what}: {prompt} + {output} tokens, more than the whole KV cache "
             f"({kv.tokens:,} tokens); raise --tp or --gpu-memory-utilization"
         )
-    if not spec.chunked_prefill and prompt + output > spec.max_num_batched_tokens:
+    # without chunking a prompt runs whole; recomputed after a preemption, with its output
+    longest = prompt if spec.kv_admission == "reserve" else prompt + output
+    if not spec.chunked_prefill and longest > spec.max_num_batched_tokens:
         raise ConfigError(
-            f"{what}: a {prompt + output}-token prefill cannot be chunked by engine "
+            f"{what}: a {longest}-token prefill cannot be chunked by engine "
             f"{spec.engine} and exceeds max_num_batched_tokens={spec.max_num_batched_tokens}"
         )
 
@@ -241,6 +244,7 @@ def serve(
         simulated_steps=it.simulated,
         wall_s=time.perf_counter() - wall,
         closed_loop=closed,
+        model_name=model.name,
     )
 
 

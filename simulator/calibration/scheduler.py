@@ -29,7 +29,6 @@ class SchedulerSpec:
     memory_rule: str  # total | free
     kv_admission: str  # on_demand | reserve
     preemption: str
-    prefill_first: bool
     prefix_caching: bool
 
 
@@ -82,7 +81,6 @@ def scheduler(engine: str, gpu_memory_bytes: float) -> SchedulerSpec:
         memory_rule=_one_of(data, "memory_rule", where, MEMORY_RULES),
         kv_admission=_one_of(data, "kv_admission", where, ADMISSIONS),
         preemption=_one_of(data, "preemption", where, ("recompute",)),
-        prefill_first=_flag(data, "prefill_first", where),
         prefix_caching=_flag(data, "prefix_caching", where),
     )
 
