@@ -21,8 +21,8 @@ The scheduler follows vLLM V1's ``Scheduler.schedule`` (v0.8 to v0.11), with the
 ``kv_admission: reserve`` (TensorRT-LLM's GUARANTEED_NO_EVICT) takes the blocks of the whole
 prompt and output at admission, so nothing is preempted; ``mixed_batches: false`` (SGLang
 without mixed chunks, vLLM V0) runs prefill steps apart, whenever a prompt can be admitted,
-and decode steps otherwise; ``policy: static`` (FasterTransformer, gpt-fast) admits a batch only when the
-engine is idle and runs it, finished sequences included, until the last one ends.
+and decode steps otherwise; ``policy: static`` (FasterTransformer, gpt-fast) admits a batch
+only when the engine is idle and runs it, finished sequences included, until the last ends.
 """
 
 from __future__ import annotations

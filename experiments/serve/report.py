@@ -56,7 +56,7 @@ def text(s: dict[str, Any], result: ServeResult, setup_line: str) -> str:
         _line(
             "max_num_seqs / max_num_batched_tokens:",
             f"{spec.max_num_seqs} / {spec.max_num_batched_tokens}",
-        ),  # fmt: skip
+        ),
         _line(
             "KV cache per instance (tokens):",
             f"{kv.tokens} ({kv.blocks} blocks of {kv.block_size})",

@@ -32,10 +32,13 @@ def test_lengths_parse() -> None:
     assert parse_lengths("--output-len", "lognormal:200,50").kind == "lognormal"
 
 
-@pytest.mark.parametrize("text", ["0", "-5", "uniform:20-10", "uniform:5", "normal:abc,1",
-                                  "lognormal:100", "normal:0,1", "zipf:1,2", "1.5", "nan"])  # fmt: skip
+BAD_LENGTHS = ["0", "-5", "uniform:20-10", "uniform:5", "normal:abc,1", "lognormal:100",
+               "normal:0,1", "zipf:1,2", "1.5", "nan"]  # fmt: skip
+
+
+@pytest.mark.parametrize("text", BAD_LENGTHS)
 def test_bad_lengths_name_the_flag(text: str) -> None:
-    with pytest.raises(ConfigError, match="^--prompt-len="):
+    with pytest.raises(ConfigError, match=r"^--prompt-len="):
         parse_lengths("--prompt-len", text)
 
 
@@ -111,7 +114,7 @@ def test_azure_trace(tmp_path: Path) -> None:
 def test_bad_traces(tmp_path: Path, text: str, needle: str) -> None:
     f = tmp_path / "bad.csv"
     f.write_text(text)
-    with pytest.raises(ConfigError, match="^--trace=") as e:
+    with pytest.raises(ConfigError, match=r"^--trace=") as e:
         read_trace(str(f))
     assert needle in str(e.value)
 
