@@ -11,7 +11,7 @@ from typing import Any
 
 from tpsim.cli.paths import check_output
 from tpsim.cli.run import add_option, run_topology
-from tpsim.core.config import Options, check_nodes
+from tpsim.core.config import Options, Workload, check_nodes
 from tpsim.core.errors import ConfigError
 from tpsim.core.run_options import BY_NAME
 
@@ -21,6 +21,10 @@ RUN_FLAGS = (
     "dp", "dtype", "kv_dtype", "launch", "allreduce_algo", "ideal", "engine", "kernel_table",
 )  # fmt: skip
 ARRIVALS = ("poisson", "constant", "gamma")
+#: Request lengths when not given: the one prompt default of every command (the Workload's),
+#: and vllm bench serve's random dataset output length.
+PROMPT_DEFAULT = Workload.prompt_len
+OUTPUT_DEFAULT = 128
 #: Scheduler fields the command line may set over the engine profile's.
 SCHEDULER_FLAGS = (
     ("max_num_seqs", int, "sequences running at once (default: the engine profile's)"),
@@ -50,8 +54,10 @@ def add_serve_parser(sub: Any) -> argparse.ArgumentParser:
                    "whole trace)")  # fmt: skip
     w.add_argument("--duration", type=float, help="send requests for this many seconds")
     w.add_argument("--prompt-len", help="prompt tokens: N, uniform:A-B, normal:MEAN,STD, "
-                   "lognormal:MEAN,STD or a file of lengths (default 1024)")  # fmt: skip
-    w.add_argument("--output-len", help="output tokens, as --prompt-len (default 128)")
+                   f"lognormal:MEAN,STD or a file of lengths (default: {PROMPT_DEFAULT})")  # fmt: skip
+    w.add_argument(
+        "--output-len", help=f"output tokens, as --prompt-len (default: {OUTPUT_DEFAULT})"
+    )
     w.add_argument("--seed", type=int, default=0, help="seed of every random draw")
     s = p.add_argument_group("engine scheduler")
     for name, kind, text in SCHEDULER_FLAGS:
@@ -133,8 +139,8 @@ def _serve(a: argparse.Namespace) -> int:
                       if getattr(a, name) is not None)  # fmt: skip
     setup = ServeSetup(a.model, run_topology(a), a.tp, a.dp, a.nodes, a.gpus_per_node,
                        options, a.exact, overrides)  # fmt: skip
-    prompt = parse_lengths("--prompt-len", a.prompt_len or "1024")
-    output = parse_lengths("--output-len", a.output_len or "128")
+    prompt = parse_lengths("--prompt-len", a.prompt_len or str(PROMPT_DEFAULT))
+    output = parse_lengths("--output-len", a.output_len or str(OUTPUT_DEFAULT))
     if a.trace is not None:
         reqs = read_trace(a.trace, requests=a.requests or 0, duration_s=a.duration)
         result = serve(setup, requests=reqs)
