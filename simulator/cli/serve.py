@@ -54,7 +54,8 @@ def add_serve_parser(sub: Any) -> argparse.ArgumentParser:
                    "whole trace)")  # fmt: skip
     w.add_argument("--duration", type=float, help="send requests for this many seconds")
     w.add_argument("--prompt-len", help="prompt tokens: N, uniform:A-B, normal:MEAN,STD, "
-                   f"lognormal:MEAN,STD or a file of lengths (default: {PROMPT_DEFAULT})")  # fmt: skip
+                   "lognormal:MEAN,STD or a file of lengths "
+                   f"(default: {PROMPT_DEFAULT})")  # fmt: skip
     w.add_argument(
         "--output-len", help=f"output tokens, as --prompt-len (default: {OUTPUT_DEFAULT})"
     )

@@ -59,8 +59,8 @@ def test_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     f = tmp_path / "t.csv"
-    f.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(
-        f"2023-11-16 18:15:{10 + k:02d}.5000000,{100 + 10 * k},{5 + k}\n" for k in range(20)))  # fmt: skip
+    rows = [f"2023-11-16 18:15:{10 + k:02d}.5,{100 + 10 * k},{5 + k}\n" for k in range(20)]
+    f.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(rows))
     rc, out, _ = run([*BASE, "--trace", str(f), "--json"], capsys)
     assert rc == 0 and json.loads(out)["completed"] == 20
 
