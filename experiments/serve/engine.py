@@ -35,7 +35,7 @@ from tpsim.calibration.scheduler import SchedulerSpec
 from tpsim.core.lowering.mixed import MixedStep
 
 
-@dataclass
+@dataclass(slots=True)
 class Request:
     """A request's life in the engine (times in seconds)."""
 
@@ -124,11 +124,10 @@ class Engine:
     def finish(self, now: float) -> Sequence[int]:
         done: list[int] = []
         for r, n in self.plan:
-            if r.done_s >= 0:  # static batching: a finished sequence padding the batch
-                r.computed += n
-                continue
             r.computed += n
-            if r.computed < r.tokens:
+            if r.done_s >= 0:  # static batching: a finished sequence padding the batch
+                continue
+            if r.computed < r.prompt + r.generated:
                 continue  # a prefill chunk that does not end the prompt
             r.generated += 1
             r.token_s.append(now)
@@ -187,10 +186,22 @@ class Engine:
         plan: list[tuple[Request, int]] = []
         preempted = False
         k = 0
-        while k < len(self.running) and budget > 0:
-            r = self.running[k]
-            n = min(r.tokens - r.computed, budget)
+        running, size = self.running, self.spec.block_size
+        while k < len(running) and budget > 0:
+            r = running[k]
+            n = r.prompt + r.generated - r.computed
+            if n > budget:
+                n = budget
             if decodes_only and r.computed < r.prompt:
+                k += 1
+                continue
+            need = -(-(r.computed + n) // size) - r.blocks  # _grow, inlined: the hot path
+            if need <= 0 or need <= self.free:
+                if need > 0:
+                    self.free -= need
+                    r.blocks += need
+                plan.append((r, n))
+                budget -= n
                 k += 1
                 continue
             fits = True
