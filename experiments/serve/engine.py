@@ -1,4 +1,4 @@
-"""One serving engine instance as the SimPy loop runs it (:class:`Engine`, a
+"""One serving engine instance as the SimPy loop runs it (:class:`EngineInstance`, a
 :class:`tpsim.core.engine.serving.Server`): its queues, its KV cache in blocks, its scheduler,
 and an iteration timer that prices each step it schedules.
 
@@ -70,7 +70,7 @@ class StepRecord:
     preemptions: int  # in the whole run so far
 
 
-class Engine:
+class EngineInstance:
     """One engine instance (a replica): queues, KV blocks, the scheduler, the timer."""
 
     def __init__(
@@ -274,4 +274,4 @@ class Engine:
         return len(self.waiting) + len(self.running) + sum(r.done_s < 0 for r in self.batch)
 
 
-__all__ = ["Engine", "Request", "StepRecord"]
+__all__ = ["EngineInstance", "Request", "StepRecord"]

@@ -24,7 +24,7 @@ from tpsim.core.memory import memory_per_gpu
 from tpsim.core.plan import resolve
 from tpsim.core.step_timer import IterationTimer
 from tpsim.experiments.serve import metrics
-from tpsim.experiments.serve.engine import Engine, Request, StepRecord
+from tpsim.experiments.serve.engine import EngineInstance, Request, StepRecord
 from tpsim.experiments.serve.workload import MAX_REQUESTS, Lengths, Requests, streams
 from tpsim.models.spec import ModelSpec
 
@@ -217,7 +217,7 @@ def serve(
             return p, o
 
     step_time = timer or it.seconds
-    engines = [Engine(spec, kv.blocks, step_time, lookup) for _ in range(setup.dp)]
+    engines = [EngineInstance(spec, kv.blocks, step_time, lookup) for _ in range(setup.dp)]
 
     def route(i: int, now: float) -> int:
         return min(range(len(engines)), key=lambda k: (engines[k].in_system, k))

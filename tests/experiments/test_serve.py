@@ -10,7 +10,7 @@ import pytest
 from tpsim.calibration.scheduler import scheduler
 from tpsim.core.errors import ConfigError
 from tpsim.core.lowering.mixed import MixedStep
-from tpsim.experiments.serve.engine import Engine
+from tpsim.experiments.serve.engine import EngineInstance
 from tpsim.experiments.serve.run import ServeSetup, serve
 from tpsim.experiments.serve.trace import read_trace
 from tpsim.experiments.serve.workload import (
@@ -120,17 +120,17 @@ def test_bad_traces(tmp_path: Path, text: str, needle: str) -> None:
 
 
 # ------------------------------------------------------------------ the scheduler
-def _engine(blocks: int, *, engine: str = "vllm", **fields: object) -> Engine:
+def _engine(blocks: int, *, engine: str = "vllm", **fields: object) -> EngineInstance:
     from dataclasses import replace
 
     spec = replace(scheduler(engine, 80 * 2**30), **fields)
     reqs: dict[int, tuple[int, int]] = {}
-    e = Engine(spec, blocks, lambda step: 0.01 + 1e-6 * step.tokens, lambda i: reqs[i])
+    e = EngineInstance(spec, blocks, lambda step: 0.01 + 1e-6 * step.tokens, lambda i: reqs[i])
     e.reqs = reqs  # type: ignore[attr-defined]
     return e
 
 
-def _send(e: Engine, i: int, prompt: int, output: int, now: float = 0.0) -> None:
+def _send(e: EngineInstance, i: int, prompt: int, output: int, now: float = 0.0) -> None:
     e.reqs[i] = (prompt, output)  # type: ignore[attr-defined]
     e.admit(i, now)
 
