@@ -259,10 +259,12 @@ class EngineInstance:
     # ----------------------------------------------------------------- static batching
     def _static(self) -> list[tuple[Request, int]]:
         if not self.batch:
+            budget = self.spec.max_num_batched_tokens  # the batch's prompts in one pass
             while self.waiting and len(self.batch) < self.spec.max_num_seqs:
                 r = self.waiting[0]
-                if not self._grow(r, self._reserve(r)):
+                if r.prompt > budget or not self._grow(r, self._reserve(r)):
                     break
+                budget -= r.prompt
                 self.batch.append(self.waiting.popleft())
             if not self.batch:
                 return []

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from tpsim.calibration.scheduler import scheduler
+from tpsim.core.config import Options
 from tpsim.core.errors import ConfigError
 from tpsim.core.lowering.mixed import MixedStep
 from tpsim.experiments.serve.engine import EngineInstance
@@ -309,3 +310,15 @@ def test_exact_and_cached_runs_agree() -> None:
     for key in ("mean_ttft_ms", "mean_tpot_ms", "mean_e2el_ms"):
         assert cached[key] == pytest.approx(exact[key], rel=0.01)
     _ = json.dumps(cached)
+
+
+@pytest.mark.parametrize("engine", ["vllm", "vllm-v0", "sglang", "trtllm", "fastertransformer",
+                                    "gpt-fast", "tgi-v1"])  # fmt: skip
+def test_every_shipped_engine_serves(engine: str) -> None:
+    """Each profile's scheduler runs a light load to the end; one request at a time
+    (gpt-fast) queues the most."""
+    t = arrival_times(streams(0)[0], 2.0, "poisson", 1.0, requests=20)
+    reqs = synthetic(0, Lengths("fixed", 512), Lengths("fixed", 128), count=20, arrival_s=t)
+    s = serve(ServeSetup(MODEL, TOPO, 1, options=Options(engine=engine)), requests=reqs).summary()
+    assert s["completed"] == 20 and s["littles_law_ratio"] == pytest.approx(1.0, abs=0.01)
+    assert 3 < s["mean_tpot_ms"] < 30
