@@ -322,3 +322,25 @@ def test_every_shipped_engine_serves(engine: str) -> None:
     s = serve(ServeSetup(MODEL, TOPO, 1, options=Options(engine=engine)), requests=reqs).summary()
     assert s["completed"] == 20 and s["littles_law_ratio"] == pytest.approx(1.0, abs=0.01)
     assert 3 < s["mean_tpot_ms"] < 30
+
+
+def test_a_profile_overrides_the_scheduler(tmp_path: Path) -> None:
+    """A profile file extending vllm sets scheduler entries; a misspelt one, or prefix
+    caching (not modelled), is refused naming it."""
+    from tpsim.calibration import CalibrationError
+
+    entry = "      value: {v}\n      source: test\n"
+    f = tmp_path / "a.yaml"  # profiles are cached by their path: one file each
+    f.write_text("name: mine\nabout: x\nextends: vllm\noverrides:\n  scheduler:\n"
+                 "    max_num_seqs:\n" + entry.format(v=7))  # fmt: skip
+    assert scheduler(str(f), 80 * 2**30).max_num_seqs == 7
+    f = tmp_path / "b.yaml"
+    f.write_text("name: mine\nabout: x\nextends: vllm\noverrides:\n  scheduler:\n"
+                 "    max_num_seq:\n" + entry.format(v=7))  # fmt: skip
+    with pytest.raises(CalibrationError, match="max_num_seq"):
+        scheduler(str(f), 80 * 2**30)
+    f = tmp_path / "c.yaml"
+    f.write_text("name: mine\nabout: x\nextends: vllm\noverrides:\n  scheduler:\n"
+                 "    prefix_caching:\n" + entry.format(v="true"))  # fmt: skip
+    with pytest.raises(CalibrationError, match="prefix_caching"):
+        scheduler(str(f), 80 * 2**30)
