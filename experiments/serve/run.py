@@ -105,6 +105,7 @@ class ServeResult:
     wall_s: float
     closed_loop: bool
     model_name: str
+    timer: IterationTimer | None = None  # the iteration timer, to pass to the next run
 
     def summary(
         self, slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None
@@ -185,19 +186,28 @@ def serve(
     count: int = 0,
     until_s: float | None = None,
     timer: Callable[[Any], float] | None = None,
+    iterations: IterationTimer | None = None,
 ) -> ServeResult:
     """Run the workload: ``requests`` (open loop when they carry arrival times) or, in a
     closed loop of ``concurrency`` clients, lengths drawn from ``lengths`` (seed, prompt,
-    output) for ``count`` requests or until ``until_s``."""
+    output) for ``count`` requests or until ``until_s``.
+
+    ``iterations``: the iteration timer of an earlier run of the same setup (its cache
+    carries over: runs of one configuration at several rates simulate each step once);
+    ``timer``: any step-time function instead of the simulator (tests)."""
     wall = time.perf_counter()
     opts = setup.options
     layout = Layout(setup.tp, setup.gpus_per_node, 1, setup.dp)
     resolve(
         setup.model, setup.topology, layout, Workload(1, "decode", 1, 1), opts, nodes=setup.nodes
     )  # fmt: skip  (refuses a layout the topology cannot hold)
-    it = IterationTimer(setup.model, setup.topology, setup.tp, opts, nodes=setup.nodes,
-                        gpus_per_node=setup.gpus_per_node, exact=setup.exact)  # fmt: skip
+    it = iterations or IterationTimer(setup.model, setup.topology, setup.tp, opts,
+                                      nodes=setup.nodes, gpus_per_node=setup.gpus_per_node,
+                                      exact=setup.exact)  # fmt: skip
+    if it.plan.options != opts or it.plan.layout.tp != setup.tp or it.exact != setup.exact:
+        raise ValueError("iterations: a timer of another setup (tp, options or exact differ)")
     model = it.model
+    simulated_before = it.simulated
     spec = scheduler_spec(setup, it.plan.gpu.hbm_bytes)
     kv = kv_blocks(it, spec)
     closed = requests is None or not requests.arrival_s
@@ -241,10 +251,11 @@ def serve(
         kv=kv,
         preemptions=sum(e.preemptions for e in engines),
         iterations=sum(e.step_count for e in engines),
-        simulated_steps=it.simulated,
+        simulated_steps=it.simulated - simulated_before,
         wall_s=time.perf_counter() - wall,
         closed_loop=closed,
         model_name=model.name,
+        timer=it,
     )
 
 
