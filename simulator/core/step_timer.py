@@ -11,7 +11,7 @@ The cache keeps what the engine must simulate apart from what is a pure function
   compute stream between the QKV and output GEMMs, nothing overlaps it, so it adds to the
   step as it is;
 - the rest is simulated with attention priced at zero (:meth:`IterationTimer.base_seconds`).
-  A model whose layers are alike runs with 2 and 3 layers and each lane (the GPU's streams,
+  A model whose layers are alike runs with 1 and 2 layers and each lane (the GPU's streams,
   the host thread) is extrapolated to every layer (:meth:`IterationTimer._extrapolated`:
   equal to the whole model's step to rounding). The step depends on its tokens ``T`` (the
   layers) and its sequences ``B`` (the LM head's rows, the host's per-sequence work), which
@@ -49,9 +49,10 @@ SEQ_EXACT_BELOW = 16
 SEQ_PER_OCTAVE = 8
 #: The prefill step the sequences' part of a step is measured at (tokens).
 REFERENCE_TOKENS = 1024
-#: The layer counts of the two short runs a step of many alike layers is extrapolated from
-#: (the first layer differs: its norm has no residual to add).
-SHORT_LAYERS = (2, 3)
+#: The layer counts of the two short runs a step of many alike layers is extrapolated from:
+#: their difference is the second layer, which every later one repeats (the first differs:
+#: its norm has no residual to add).
+SHORT_LAYERS = (1, 2)
 #: How far (relative) a bracket's midpoint may stray from the line through its ends.
 LINEAR_TOL = 1e-3
 

@@ -64,7 +64,7 @@ def test_grid() -> None:
 
 
 def test_extrapolated_layers_equal_the_whole_model(timer: IterationTimer) -> None:
-    """The step of 32 layers from runs of 2 and 3 (attention at zero) equals the whole
+    """The step of 32 layers from runs of 1 and 2 (attention at zero) equals the whole
     model's, prefill and decode, host-bound or not."""
     for step in (MixedStep.of((1,) * 8, ()), MixedStep.of((1,) * 300, ()),
                  MixedStep.of((1,) * 40, ((2000, 0),))):  # fmt: skip
