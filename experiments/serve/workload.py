@@ -27,7 +27,7 @@ from tpsim.core.errors import ConfigError
 
 ARRIVALS = ("poisson", "constant", "gamma")
 #: Bounds on what one run simulates.
-MAX_REQUESTS = 10_000_000
+MAX_REQUESTS = 1_000_000  # a million requests: minutes of simulation
 MAX_LENGTH = 1 << 20
 MAX_FILE_BYTES = 256 << 20
 
@@ -188,8 +188,13 @@ def arrival_times(
     if duration_s is None:
         g = gaps(rng, max(requests - 1, 0), rate, arrivals, cv)
         return np.concatenate(([0.0], np.cumsum(g)))
+    if rate * duration_s > MAX_REQUESTS:
+        raise ConfigError(
+            f"--duration={duration_s:g}: about {rate * duration_s:,.0f} requests at "
+            f"{rate:g} req/s, at most {MAX_REQUESTS:,}"
+        )
     times: list[np.ndarray] = [np.zeros(1)]
-    last, block = 0.0, max(64, int(rate * duration_s * 1.2) + 1)
+    last, block = 0.0, max(64, min(int(rate * duration_s * 1.2) + 1, MAX_REQUESTS))
     while last < duration_s:
         t = last + np.cumsum(gaps(rng, block, rate, arrivals, cv))
         times.append(t)

@@ -15,6 +15,10 @@ from tpsim.core.config import Options, Workload, check_nodes
 from tpsim.core.errors import ConfigError
 from tpsim.core.run_options import BY_NAME
 
+#: Requests one run may send (as tpsim.experiments.serve.workload.MAX_REQUESTS, which the
+#: parser does not import: --help stays light).
+MAX_REQUESTS = 1_000_000
+
 #: The options of ``run`` that ``serve`` takes as they are (RUN_OPTIONS, not copied).
 RUN_FLAGS = (
     "model", "topology", "nodes", "nic_gbps", "nics_per_node", "gpus_per_node", "tp", "pp",
@@ -91,9 +95,11 @@ def _checks(a: argparse.Namespace) -> None:
     if len(modes) != 1:
         shown = " and ".join(modes) if modes else "none"
         raise ConfigError(f"workload={shown}: give one of --concurrency, --rate, --trace")
+    if not 0 <= a.seed < 2**63:
+        raise ConfigError(f"--seed={a.seed}: must be a whole number from 0 to 2**63 - 1")
     _positive("--concurrency", a.concurrency, whole=True, upper=1_000_000)
     _positive("--rate", a.rate, upper=1e6)
-    _positive("--requests", a.requests, whole=True, upper=10_000_000)
+    _positive("--requests", a.requests, whole=True, upper=MAX_REQUESTS)
     _positive("--duration", a.duration, upper=1e7)
     _positive("--burstiness", a.burstiness, zero=True, upper=100)
     _positive("--slo-ttft-ms", a.slo_ttft_ms, upper=1e12)

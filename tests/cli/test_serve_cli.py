@@ -96,6 +96,9 @@ BAD = [
     (["--rate", "1", "--out", "x.csv"], "--out=x.csv"),
     (["--rate", "1", "--prompt-len", "200000"], "context"),
     (["--rate", "1", "--slo-ttft-ms", "-1"], "--slo-ttft-ms=-1"),
+    (["--rate", "1", "--seed", "-1"], "--seed=-1"),
+    (["--rate", "1", "--requests", "2000000"], "--requests=2000000"),
+    (["--rate", "1e6", "--duration", "1e6"], "--duration=1e+06"),
 ]
 
 
