@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 from tpsim.calibration.scheduler import SchedulerSpec
 from tpsim.core.lowering.mixed import MixedStep
+from tpsim.experiments.serve.kvpool import BlockPool, Key
 
 
 @dataclass(slots=True)
@@ -43,9 +44,13 @@ class Request:
     arrival_s: float
     prompt: int
     output: int
+    group: int = -1  # prefix group: requests of a group begin with the same ``shared`` tokens
+    shared: int = 0
     computed: int = 0  # tokens whose KV is in the cache
     generated: int = 0
     blocks: int = 0
+    keys: list[Key] = field(default_factory=list)  # its blocks registered for prefix caching
+    next_key: int = 0  # the next shared block to register
     token_s: list[float] = field(default_factory=list)  # when each output token came out
     preemptions: int = 0
     done_s: float = -1.0
@@ -78,13 +83,13 @@ class EngineInstance:
         spec: SchedulerSpec,
         blocks: int,
         timer: Callable[[MixedStep], float],
-        requests: Callable[[int], tuple[int, int]],
+        requests: Callable[[int], tuple[int, int, int, int]],
         *,
         record_steps: bool = True,
     ) -> None:
         self.spec, self.total_blocks, self.timer = spec, blocks, timer
-        self.free = blocks
-        self.lookup = requests  # id -> (prompt tokens, output tokens)
+        self.pool = BlockPool(blocks)
+        self.lookup = requests  # id -> (prompt tokens, output tokens, prefix group, shared)
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.batch: list[Request] = []  # static batching: the batch in flight
@@ -97,8 +102,8 @@ class EngineInstance:
 
     # ----------------------------------------------------------------- the loop's calls
     def admit(self, request: int, now: float) -> None:
-        prompt, output = self.lookup(request)
-        self.waiting.append(Request(request, now, prompt, output))
+        prompt, output, group, shared = self.lookup(request)
+        self.waiting.append(Request(request, now, prompt, output, group, min(shared, prompt)))
 
     def step(self, now: float) -> float | None:
         plan = self._static() if self.spec.policy == "static" else self._continuous()
@@ -115,7 +120,7 @@ class EngineInstance:
         seconds = self.timer(MixedStep.of(tuple(decodes), tuple(chunks)))
         self.step_count += 1
         if self.record_steps:
-            used = self.total_blocks - self.free
+            used = self.total_blocks - self.pool.free
             tokens = sum(n for _, n in plan)
             self.steps.append(StepRecord(now, seconds, len(self.waiting), len(plan), tokens,
                                          len(decodes), used, self.preemptions))  # fmt: skip
@@ -123,10 +128,17 @@ class EngineInstance:
 
     def finish(self, now: float) -> Sequence[int]:
         done: list[int] = []
+        caching, size = self.spec.prefix_caching, self.spec.block_size
         for r, n in self.plan:
             r.computed += n
             if r.done_s >= 0:  # static batching: a finished sequence padding the batch
                 continue
+            if caching and r.group >= 0:  # full shared blocks computed: registered
+                while r.next_key < min(r.computed, r.shared) // size:
+                    key = (r.group, r.next_key)
+                    if self.pool.register(key):
+                        r.keys.append(key)
+                    r.next_key += 1
             if r.computed < r.prompt + r.generated:
                 continue  # a prefill chunk that does not end the prompt
             r.generated += 1
@@ -149,19 +161,25 @@ class EngineInstance:
     def _blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.spec.block_size)
 
+    @property
+    def free(self) -> int:
+        """Blocks that can be had: empty, or cached with no request holding them."""
+        return self.pool.free
+
     def _grow(self, r: Request, tokens: int) -> bool:
         """Blocks for ``r`` to hold ``tokens``; False (nothing taken) when too few are free."""
         need = self._blocks_for(tokens) - r.blocks
-        if need > self.free:
-            return False
         if need > 0:
-            self.free -= need
+            if not self.pool.take(need):
+                return False
             r.blocks += need
         return True
 
     def _release(self, r: Request) -> None:
-        self.free += r.blocks
+        self.pool.release(r.keys, r.blocks - len(r.keys))
+        r.keys = []
         r.blocks = 0
+        r.next_key = 0
 
     def _reserve(self, r: Request) -> int:
         return r.prompt + r.output
@@ -196,9 +214,8 @@ class EngineInstance:
                 k += 1
                 continue
             need = -(-(r.computed + n) // size) - r.blocks  # _grow, inlined: the hot path
-            if need <= 0 or need <= self.free:
+            if need <= 0 or self.pool.take(need):
                 if need > 0:
-                    self.free -= need
                     r.blocks += need
                 plan.append((r, n))
                 budget -= n
@@ -222,6 +239,13 @@ class EngineInstance:
             k += 1
         return plan, budget, preempted
 
+    def _cached_prefix(self, r: Request) -> list[Key]:
+        """The leading blocks of ``r``'s shared prefix found registered (at least its last
+        prompt token is computed, as vLLM V1 does to sample)."""
+        if not self.spec.prefix_caching or r.group < 0 or r.computed:
+            return []
+        return self.pool.lookup(r.group, min(r.shared, r.tokens - 1) // self.spec.block_size)
+
     def _preempt(self, r: Request) -> None:
         self._release(r)
         r.computed = 0
@@ -243,10 +267,17 @@ class EngineInstance:
                     budget -= n
         while self.waiting and budget > 0 and len(self.running) < spec.max_num_seqs:
             r = self.waiting[0]
-            n = r.tokens - r.computed
+            keys = self._cached_prefix(r)
+            hit = len(keys) * spec.block_size
+            n = r.tokens - hit
             if not spec.chunked_prefill and n > budget:
                 break
             n = min(n, budget)
+            if keys:  # vLLM V1: the cached blocks first, then blocks for the tokens after them
+                if self._blocks_for(hit + n) - len(keys) + self.pool.cost_of(keys) > self.free:
+                    break
+                self.pool.acquire(keys)
+                r.keys, r.blocks, r.computed, r.next_key = list(keys), len(keys), hit, len(keys)
             want = self._reserve(r) if spec.kv_admission == "reserve" else r.computed + n
             if not self._grow(r, want):
                 break

@@ -215,16 +215,18 @@ def serve(
         for i, (p, o) in enumerate(zip(requests.prompt, requests.output, strict=True)):
             check_fits(spec, kv, model, p, o, f"request {i}")
 
-        def lookup(i: int) -> tuple[int, int]:
-            return requests.prompt[i], requests.output[i]
+        def lookup(i: int) -> tuple[int, int, int, int]:
+            if requests.group:
+                return requests.prompt[i], requests.output[i], requests.group[i], requests.shared[i]
+            return requests.prompt[i], requests.output[i], -1, 0
     else:
         assert lengths is not None
         draw = _LazyLengths(*lengths)
 
-        def lookup(i: int) -> tuple[int, int]:
+        def lookup(i: int) -> tuple[int, int, int, int]:
             p, o = draw(i)
             check_fits(spec, kv, model, p, o, f"request {i}")
-            return p, o
+            return p, o, -1, 0
 
     step_time = timer or it.seconds
     engines = [EngineInstance(spec, kv.blocks, step_time, lookup) for _ in range(setup.dp)]

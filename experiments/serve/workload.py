@@ -153,12 +153,17 @@ def _from_file(flag: str, path: str) -> Lengths:
 
 @dataclass(frozen=True)
 class Requests:
-    """What the clients send: per request its prompt and output tokens, and in an open loop
-    its arrival time (seconds from the start; empty in a closed loop)."""
+    """What the clients send: per request its prompt and output tokens, in an open loop its
+    arrival time (seconds from the start; empty in a closed loop), and the prefix it shares
+    with other requests, if any."""
 
     prompt: tuple[int, ...]
     output: tuple[int, ...]
     arrival_s: tuple[float, ...] = ()
+    #: per request, a prefix group (-1: none) and how many of its first prompt tokens every
+    #: request of the group shares (a system prompt); empty: no request shares a prefix
+    group: tuple[int, ...] = ()
+    shared: tuple[int, ...] = ()
 
     def __len__(self) -> int:
         return len(self.prompt)

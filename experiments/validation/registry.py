@@ -204,9 +204,10 @@ def _serving(which: str, metric: str) -> Callable[[], Comparison]:
 
 
 _PREFIX_MISS = (
-    "the 20 req/s stage of the multi-turn chat (shared system prompts, each turn's history) "
-    "saturates in tpsim and not in vLLM: prefix caching (on by default in vLLM V1) is not "
-    "modelled, so every prompt is prefilled whole"
+    "at 20 req/s tpsim's steps with about 100 running sequences are slower than vLLM's "
+    "(TPOT +61%), which near max_num_seqs=128 turns into a queue (TTFT 3.4 s against 52 ms); "
+    "the system prompts are cached (prefix caching) but the chat's earlier turns are not "
+    "modelled; not diagnosed further"
 )
 
 

@@ -4,7 +4,10 @@
   H100 SXM, vLLM with max_num_batched_tokens 2048 and max_num_seqs 128, fp16, constant-rate
   stages of 4-20 req/s. Each stage is simulated with its rate, its mean prompt and output
   lengths (fixed), constant arrivals (inference-perf's ``constant`` load), for
-  :data:`STAGE_S` seconds (its latencies settle within seconds; the stage ran 600-1200 s).
+  :data:`STAGE_S` seconds (its latencies settle within seconds; the stage ran 600-1200 s),
+  each prompt beginning with one of the stage's ``n_system_prompts`` system prompts of
+  ``system_prompt_len`` tokens, in turn (vLLM's prefix cache finds them; the chat's earlier
+  turns are not modelled: the mean prompt is barely longer than system prompt and question).
 - ``serving_vllm019_workstation.csv`` (LLMServingSim's validation): Llama-3.1-8B on one RTX
   4090, vLLM 0.19, max_num_seqs 256, max_num_batched_tokens 2048, 300 ShareGPT-like
   requests at 10 req/s Poisson, simulated with the file's mean lengths. The RTX PRO 6000
@@ -21,7 +24,7 @@ file's mean latency, TTFT and output length.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
@@ -59,6 +62,10 @@ def _h100_stage(row: dict[str, str]) -> Stage:
     output = Lengths("fixed", round(float(row["output_len_mean"])))
     times = arrival_times(streams(0)[0], rate, "constant", 0.0, duration_s=duration)
     reqs = synthetic(0, prompt, output, count=len(times), arrival_s=times)
+    # the shared prefix: one of n_system_prompts system prompts, in turn
+    groups = int(row["n_system_prompts"])
+    reqs = replace(reqs, group=tuple(i % groups for i in range(len(reqs))),
+                   shared=(int(row["system_prompt_len"]),) * len(reqs))  # fmt: skip
     overrides = (("max_num_batched_tokens", int(row["max_num_batched_tokens"])),
                  ("max_num_seqs", int(row["max_num_seqs"])))  # fmt: skip
     options = Options(dtype="fp16", engine="vllm")

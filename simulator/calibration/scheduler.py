@@ -64,10 +64,6 @@ def scheduler(engine: str, gpu_memory_bytes: float) -> SchedulerSpec:
     data = merged_file(engine, "scheduler")
     where = f"engine {engine}: scheduler"
     large = gpu_memory_bytes >= number(entry(data, "large_gpu_GiB", where), where) * 2**30
-    if _flag(data, "prefix_caching", where):
-        raise CalibrationError(
-            f"{where}.prefix_caching=true: not modelled yet (requests carry lengths, not tokens)"
-        )
     util = number(entry(data, "gpu_memory_utilization", where), f"{where}.gpu_memory_utilization")
     if not 0 < util <= 1:
         raise CalibrationError(f"{where}.gpu_memory_utilization={util}: must be in (0, 1]")

@@ -125,15 +125,23 @@ def _engine(blocks: int, *, engine: str = "vllm", **fields: object) -> EngineIns
     from dataclasses import replace
 
     spec = replace(scheduler(engine, 80 * 2**30), **fields)
-    reqs: dict[int, tuple[int, int]] = {}
+    reqs: dict[int, tuple[int, int, int, int]] = {}
     e = EngineInstance(spec, blocks, lambda step: 0.01 + 1e-6 * step.tokens, lambda i: reqs[i])
     e.reqs = reqs  # type: ignore[attr-defined]
     return e
 
 
-def _send(e: EngineInstance, i: int, prompt: int, output: int, now: float = 0.0) -> None:
-    e.reqs[i] = (prompt, output)  # type: ignore[attr-defined]
+def _send(e: EngineInstance, i: int, prompt: int, output: int, now: float = 0.0,
+          group: int = -1, shared: int = 0) -> None:  # fmt: skip
+    e.reqs[i] = (prompt, output, group, shared)  # type: ignore[attr-defined]
     e.admit(i, now)
+
+
+def _drain(e: EngineInstance, now: float = 0.0) -> float:
+    while (dt := e.step(now)) is not None:
+        now += dt
+        e.finish(now)
+    return now
 
 
 def test_chunked_prefill_under_the_token_budget() -> None:
@@ -203,6 +211,46 @@ def test_separate_prefill_steps() -> None:
     e.finish(2.0)
     e.step(2.0)
     assert sorted((r.id, n) for r, n in e.plan) == [(0, 1), (1, 1)]
+
+
+def test_prefix_cache_hits_after_the_first_request() -> None:
+    """Two requests of one group sharing 70 tokens (4 full blocks of 16): the second, sent
+    after the first left, finds the 4 blocks cached and prefills the rest only."""
+    e = _engine(1000)
+    _send(e, 0, 100, 2, group=7, shared=70)
+    now = _drain(e)
+    assert e.pool.hits == 0 and e.free == 1000  # its blocks left, 4 of them cached
+    _send(e, 1, 120, 2, now=now, group=7, shared=70)
+    e.step(now)
+    assert [(r.id, n) for r, n in e.plan] == [(1, 120 - 64)]
+    assert e.pool.hits == 4 and e.plan[0][0].computed == 64
+
+
+def test_prefix_cache_shared_while_running_and_evicted_when_needed() -> None:
+    """A block in use by one request is shared by the next (no new block for it); cached
+    blocks are evicted, oldest first, when new ones are needed."""
+    e = _engine(20, max_num_batched_tokens=1000)
+    _send(e, 0, 40, 50, group=1, shared=32)  # 3 blocks now, 2 of them shareable
+    e.finish(e.step(0.0) or 0.0)
+    free = e.free
+    _send(e, 1, 40, 1, now=1.0, group=1, shared=32)
+    e.step(1.0)
+    assert e.pool.hits == 2 and e.free == free - 1  # 40 tokens: 2 shared blocks + 1 new
+    e.finish(2.0)
+    _drain(e, 2.0)
+    assert e.free == 20 and len(e.pool.cached) == 2
+    _send(e, 2, 300, 1, now=9.0)  # needs 19 blocks: one cached block is evicted
+    e.step(9.0)
+    assert len(e.pool.cached) == 1 and e.pool.lookup(1, 2) == []
+
+
+def test_no_prefix_caching_without_groups_or_when_off() -> None:
+    e = _engine(1000, prefix_caching=False)
+    _send(e, 0, 100, 2, group=7, shared=70)
+    now = _drain(e)
+    _send(e, 1, 100, 2, now=now, group=7, shared=70)
+    e.step(now)
+    assert e.plan[0][1] == 100 and e.pool.hits == 0
 
 
 def test_static_batching_runs_the_batch_to_its_end() -> None:
@@ -325,8 +373,8 @@ def test_every_shipped_engine_serves(engine: str) -> None:
 
 
 def test_a_profile_overrides_the_scheduler(tmp_path: Path) -> None:
-    """A profile file extending vllm sets scheduler entries; a misspelt one, or prefix
-    caching (not modelled), is refused naming it."""
+    """A profile file extending vllm sets scheduler entries; a misspelt one is refused
+    naming it."""
     from tpsim.calibration import CalibrationError
 
     entry = "      value: {v}\n      source: test\n"
@@ -341,6 +389,6 @@ def test_a_profile_overrides_the_scheduler(tmp_path: Path) -> None:
         scheduler(str(f), 80 * 2**30)
     f = tmp_path / "c.yaml"
     f.write_text("name: mine\nabout: x\nextends: vllm\noverrides:\n  scheduler:\n"
-                 "    prefix_caching:\n" + entry.format(v="true"))  # fmt: skip
-    with pytest.raises(CalibrationError, match="prefix_caching"):
-        scheduler(str(f), 80 * 2**30)
+                 "    prefix_caching:\n" + entry.format(v="false"))  # fmt: skip
+    assert scheduler(str(f), 80 * 2**30).prefix_caching is False
+    assert scheduler("vllm", 80 * 2**30).prefix_caching is True
