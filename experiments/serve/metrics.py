@@ -89,13 +89,18 @@ def summary(
 
 
 def saturation(requests: Sequence[Request]) -> Saturation:
-    """Open loop: the number in the system at the last arrival against half-way through the
-    arrivals. A queue that keeps up fluctuates around its mean; one that cannot grows by the
-    excess of arrivals over completions. Saturated: it grew by more than 10 % of the
-    requests that arrived in that second half, and completions while requests arrived fell
-    short of arrivals by more than 5 %."""
-    arrivals = np.sort(np.array([r.arrival_s for r in requests]))
-    done = np.sort(np.array([r.done_s for r in requests]))
+    """Open loop: whether the queue grew without bound while requests arrived. A system that
+    keeps up holds the number of requests in it around a level and its latency steady; one
+    that cannot gains the excess of arrivals over completions, and each request waits longer
+    than the one before. Saturated: the number in the system at the last arrival exceeds the
+    number half-way through the arrivals by more than 10 % of the requests that arrived in
+    between, and the requests arriving in the last quarter of the arrivals waited for their
+    first token, or took in all, more than 1.5 times as long on average as those of the
+    second quarter."""
+    arrival = np.array([r.arrival_s for r in requests])
+    e2e = np.array([r.done_s - r.arrival_s for r in requests])
+    ttft = np.array([r.token_s[0] - r.arrival_s for r in requests])
+    arrivals, done = np.sort(arrival), np.sort(np.array([r.done_s for r in requests]))
     last = float(arrivals[-1]) if len(arrivals) else 0.0
     if len(arrivals) < 20 or last <= 0:
         return Saturation(False, 0.0, 0.0, 0.0)
@@ -110,7 +115,11 @@ def saturation(requests: Sequence[Request]) -> Saturation:
     )
     rate = len(arrivals) / last
     completed = float(np.searchsorted(done, last, "right")) / last
-    saturated = grew > 0.1 * max(second, 1) and completed < 0.95 * rate
+    q2, q4 = (arrival >= last / 4) & (arrival < half), arrival >= 3 * last / 4
+    slower = bool(q2.any() and q4.any()) and any(
+        float(x[q4].mean()) > 1.5 * float(x[q2].mean()) for x in (ttft, e2e)
+    )
+    saturated = grew > 0.1 * max(second, 1) and slower
     return Saturation(saturated, rate, completed, grew / (last - half))
 
 

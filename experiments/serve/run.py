@@ -187,6 +187,7 @@ def serve(
     until_s: float | None = None,
     timer: Callable[[Any], float] | None = None,
     iterations: IterationTimer | None = None,
+    prefix: tuple[int, int] = (0, 0),
 ) -> ServeResult:
     """Run the workload: ``requests`` (open loop when they carry arrival times) or, in a
     closed loop of ``concurrency`` clients, lengths drawn from ``lengths`` (seed, prompt,
@@ -194,7 +195,9 @@ def serve(
 
     ``iterations``: the iteration timer of an earlier run of the same setup (its cache
     carries over: runs of one configuration at several rates simulate each step once);
-    ``timer``: any step-time function instead of the simulator (tests)."""
+    ``timer``: any step-time function instead of the simulator (tests); ``prefix``: (tokens,
+    groups): request ``i`` begins with the ``tokens`` of shared prompt ``i mod groups``
+    (its prompt's own prefix groups, when it has them, win)."""
     wall = time.perf_counter()
     opts = setup.options
     layout = Layout(setup.tp, setup.gpus_per_node, 1, setup.dp)
@@ -211,6 +214,11 @@ def serve(
     spec = scheduler_spec(setup, it.plan.gpu.hbm_bytes)
     kv = kv_blocks(it, spec)
     closed = requests is None or not requests.arrival_s
+
+    def shared(i: int) -> tuple[int, int]:
+        tokens, groups = prefix
+        return (i % groups, tokens) if tokens and groups else (-1, 0)
+
     if requests is not None:
         for i, (p, o) in enumerate(zip(requests.prompt, requests.output, strict=True)):
             check_fits(spec, kv, model, p, o, f"request {i}")
@@ -218,7 +226,7 @@ def serve(
         def lookup(i: int) -> tuple[int, int, int, int]:
             if requests.group:
                 return requests.prompt[i], requests.output[i], requests.group[i], requests.shared[i]
-            return requests.prompt[i], requests.output[i], -1, 0
+            return requests.prompt[i], requests.output[i], *shared(i)
     else:
         assert lengths is not None
         draw = _LazyLengths(*lengths)
@@ -226,7 +234,7 @@ def serve(
         def lookup(i: int) -> tuple[int, int, int, int]:
             p, o = draw(i)
             check_fits(spec, kv, model, p, o, f"request {i}")
-            return p, o, -1, 0
+            return p, o, *shared(i)
 
     step_time = timer or it.seconds
     engines = [EngineInstance(spec, kv.blocks, step_time, lookup) for _ in range(setup.dp)]

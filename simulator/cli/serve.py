@@ -63,6 +63,10 @@ def add_serve_parser(sub: Any) -> argparse.ArgumentParser:
     w.add_argument(
         "--output-len", help=f"output tokens, as --prompt-len (default: {OUTPUT_DEFAULT})"
     )
+    w.add_argument("--prefix-len", type=int, default=0, help="the first N prompt tokens are "
+                   "one of --prefix-groups shared prompts (a system prompt), request i's the "
+                   "(i mod groups)-th: the prefix cache finds them")  # fmt: skip
+    w.add_argument("--prefix-groups", type=int, default=1, help="how many shared prompts")
     w.add_argument("--seed", type=int, default=0, help="seed of every random draw")
     s = p.add_argument_group("engine scheduler")
     for name, kind, text in SCHEDULER_FLAGS:
@@ -108,6 +112,8 @@ def _checks(a: argparse.Namespace) -> None:
     _positive("--max-num-batched-tokens", a.max_num_batched_tokens, whole=True, upper=1 << 24)
     _positive("--block-size", a.block_size, whole=True, upper=1 << 16)
     _positive("--gpu-memory-utilization", a.gpu_memory_utilization, upper=1.0)
+    _positive("--prefix-len", a.prefix_len, whole=True, zero=True, upper=1 << 20)
+    _positive("--prefix-groups", a.prefix_groups, whole=True, upper=1_000_000)
     if a.requests is not None and a.duration is not None:
         raise ConfigError(f"--duration={a.duration:g}: give --requests or --duration, not both")
     if a.rate is None and (a.arrivals is not None or a.burstiness is not None):
@@ -146,11 +152,12 @@ def _serve(a: argparse.Namespace) -> int:
                       if getattr(a, name) is not None)  # fmt: skip
     setup = ServeSetup(a.model, run_topology(a), a.tp, a.dp, a.nodes, a.gpus_per_node,
                        options, a.exact, overrides)  # fmt: skip
+    prefix = (a.prefix_len, a.prefix_groups)
     prompt = parse_lengths("--prompt-len", a.prompt_len or str(PROMPT_DEFAULT))
     output = parse_lengths("--output-len", a.output_len or str(OUTPUT_DEFAULT))
     if a.trace is not None:
         reqs = read_trace(a.trace, requests=a.requests or 0, duration_s=a.duration)
-        result = serve(setup, requests=reqs)
+        result = serve(setup, requests=reqs, prefix=prefix)
         what = f"trace {Path(a.trace).name}, {len(reqs)} requests"
     elif a.rate is not None:
         arrivals = a.arrivals or "poisson"
@@ -159,12 +166,12 @@ def _serve(a: argparse.Namespace) -> int:
         times = arrival_times(rng, a.rate, arrivals, cv, requests=a.requests or 1000,
                               duration_s=a.duration)  # fmt: skip
         reqs = synthetic(a.seed, prompt, output, count=len(times), arrival_s=times)
-        result = serve(setup, requests=reqs)
+        result = serve(setup, requests=reqs, prefix=prefix)
         what = f"{arrivals} arrivals at {a.rate:g} req/s"
     else:
         count = 0 if a.duration is not None else (a.requests or 1000)
         result = serve(setup, lengths=(a.seed, prompt, output), concurrency=a.concurrency,
-                       count=count, until_s=a.duration)  # fmt: skip
+                       count=count, until_s=a.duration, prefix=prefix)  # fmt: skip
         what = f"closed loop, concurrency {a.concurrency}"
     s = result.summary(a.slo_ttft_ms, a.slo_tpot_ms)
     layout = f"tp {a.tp}" + (f" x dp {a.dp}" if a.dp > 1 else "")
