@@ -65,6 +65,19 @@ def test_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert rc == 0 and json.loads(out)["completed"] == 20
 
 
+def test_a_shared_prefix_is_cached(capsys: pytest.CaptureFixture[str]) -> None:
+    """900 of 1000 prompt tokens shared by 4 groups: the prefix cache cuts the prefills and
+    with them TTFT."""
+    ttft = []
+    for prefix in ("0", "900"):
+        rc, out, _ = run([*BASE, "--rate", "10", "--requests", "100", "--prompt-len", "1000",
+                          "--output-len", "50", "--prefix-len", prefix, "--prefix-groups", "4",
+                          "--json"], capsys)  # fmt: skip
+        assert rc == 0
+        ttft.append(json.loads(out)["mean_ttft_ms"])
+    assert ttft[1] < 0.5 * ttft[0]
+
+
 def test_saturation_is_said(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, _ = run([*BASE, "--rate", "400", "--requests", "300", "--prompt-len", "2000",
                       "--output-len", "100"], capsys)  # fmt: skip
@@ -97,6 +110,8 @@ BAD = [
     (["--rate", "1", "--prompt-len", "200000"], "context"),
     (["--rate", "1", "--slo-ttft-ms", "-1"], "--slo-ttft-ms=-1"),
     (["--rate", "1", "--seed", "-1"], "--seed=-1"),
+    (["--rate", "1", "--prefix-len", "-4"], "--prefix-len=-4"),
+    (["--rate", "1", "--prefix-groups", "0"], "--prefix-groups=0"),
     (["--rate", "1", "--requests", "2000000"], "--requests=2000000"),
     (["--rate", "1e6", "--duration", "1e6"], "--duration=1e+06"),
 ]
