@@ -188,10 +188,15 @@ class EngineInstance:
     def _continuous(self) -> list[tuple[Request, int]]:
         spec = self.spec
         if not spec.mixed_batches:
-            prefill = self._admit_waiting([], spec.max_num_batched_tokens, prefill_only=True)
+            # unfinished chunked prefills first (preempting as vLLM does when blocks run
+            # out), then new prompts; decodes in a step of their own when no prefill runs
+            plan, budget, preempted = self._schedule_running(
+                spec.max_num_batched_tokens, only="prefills"
+            )
+            prefill = plan if preempted else self._admit_waiting(plan, budget)
             if prefill:
                 return prefill
-            return self._schedule_running(spec.max_num_batched_tokens, decodes_only=True)[0]
+            return self._schedule_running(spec.max_num_batched_tokens, only="decodes")[0]
         budget = spec.max_num_batched_tokens
         plan, budget, preempted = self._schedule_running(budget)
         if not preempted:
@@ -199,7 +204,7 @@ class EngineInstance:
         return plan
 
     def _schedule_running(
-        self, budget: int, decodes_only: bool = False
+        self, budget: int, only: str = ""
     ) -> tuple[list[tuple[Request, int]], int, bool]:
         plan: list[tuple[Request, int]] = []
         preempted = False
@@ -210,7 +215,7 @@ class EngineInstance:
             n = r.prompt + r.generated - r.computed
             if n > budget:
                 n = budget
-            if decodes_only and r.computed < r.prompt:
+            if only and (r.computed < r.prompt) != (only == "prefills"):
                 k += 1
                 continue
             need = -(-(r.computed + n) // size) - r.blocks  # _grow, inlined: the hot path
@@ -254,17 +259,9 @@ class EngineInstance:
         self.waiting.appendleft(r)
 
     def _admit_waiting(
-        self, plan: list[tuple[Request, int]], budget: int, prefill_only: bool = False
+        self, plan: list[tuple[Request, int]], budget: int
     ) -> list[tuple[Request, int]]:
         spec = self.spec
-        if prefill_only:  # SGLang: unfinished chunked prefills go first
-            for r in self.running:
-                if r.computed < r.prompt and budget > 0:
-                    n = min(r.tokens - r.computed, budget)
-                    if not self._grow(r, r.computed + n):
-                        break
-                    plan.append((r, n))
-                    budget -= n
         while self.waiting and budget > 0 and len(self.running) < spec.max_num_seqs:
             r = self.waiting[0]
             keys = self._cached_prefix(r)

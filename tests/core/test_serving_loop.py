@@ -84,3 +84,12 @@ def test_requests_go_where_route_says() -> None:
     run_loop([a, b], lambda i, now: i % 2, arrivals_s=[0.0, 0.0, 0.0, 0.0])
     assert sorted(a.done) == [0, 2] and sorted(b.done) == [1, 3]
     assert a.done[2] == b.done[3] == 2.0
+
+
+def test_a_stuck_server_is_an_error_not_a_hang() -> None:
+    class Stuck(OneAtATime):
+        def step(self, now: float) -> float | None:
+            return None
+
+    with pytest.raises(RuntimeError, match="2 requests unfinished"):
+        run_loop([Stuck(1.0)], lambda i, now: 0, arrivals_s=[0.0, 1.0])

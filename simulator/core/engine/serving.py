@@ -123,9 +123,21 @@ def run_loop(
     else:
         clients = [env.process(client()) for _ in range(concurrency)]
     finished = env.all_of(clients)
-    env.run(until=finished)
+
+    def run_until(event: simpy.Event) -> None:
+        try:
+            env.run(until=event)
+        except RuntimeError:  # no event left: every server idle with requests unfinished
+            if event.triggered:
+                raise
+            raise RuntimeError(
+                f"serving loop: {len(done)} requests unfinished and no server has anything "
+                "to run (a scheduler that cannot make progress)"
+            ) from None
+
+    run_until(finished)
     while done:  # requests still running after the last one was sent
-        env.run(until=env.all_of(list(done.values())))
+        run_until(env.all_of(list(done.values())))
     return LoopResult(tuple(sent), env.now, env.events, count[2])
 
 
