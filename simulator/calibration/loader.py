@@ -190,7 +190,7 @@ def _host_cost(pair: object, field: str) -> HostCost:
 
 #: The data files a calibration is built from (the hardware figures of gpus.yaml and of
 #: links.yaml's bandwidths and latencies are read by :mod:`tpsim.calibration.hardware`).
-FILES = ("kernels", "launch", "nccl", "deepep", "links", "memory", "engine")
+FILES = ("kernels", "launch", "nccl", "deepep", "links", "memory", "engine", "scheduler")
 
 
 def read_all() -> dict[str, dict[str, Any]]:

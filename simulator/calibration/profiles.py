@@ -192,6 +192,18 @@ def profile(name_or_path: str) -> Calibration:
     return build(data, f"engine {name}", name)
 
 
+@cache
+def merged_file(name_or_path: str, file: str) -> dict[str, Any]:
+    """One data file (``scheduler``: what ``tpsim serve`` reads) with the profile's overrides
+    (and those of what it extends) put in; ``ideal`` is the file unchanged."""
+    data = read_all()[file]
+    if name_or_path != "ideal":
+        for where, overrides in _overrides(name_or_path)[1]:
+            if file in overrides:
+                merge(data, overrides[file], f"{where}: overrides.{file}")
+    return data
+
+
 def ideal(engine: str = "ideal") -> Calibration:
     """The first-principles variant of an engine's calibration (``--ideal``)."""
     return _ideal(engine)

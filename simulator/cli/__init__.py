@@ -26,6 +26,7 @@ from tpsim.cli.run import (
     run_topology,
     warn,
 )
+from tpsim.cli.serve import SERVE_COMMANDS, add_serve_parser
 from tpsim.cli.studies import STUDY_COMMANDS, add_study_parsers
 from tpsim.cli.types import parse_counts, parse_ranks, parse_size, parse_sizes
 from tpsim.cli.validate import VALIDATE_COMMANDS, add_validate_parser
@@ -144,6 +145,7 @@ def _parser() -> argparse.ArgumentParser:
     add_study_parsers(sub)
     add_compare_parser(sub, run)
     add_plan_parser(sub)
+    add_serve_parser(sub)
     add_validate_parser(sub)
     _fill_help(p)
     return p
@@ -193,6 +195,7 @@ COMMANDS = {
     **COMPARE_COMMANDS,
     **PLAN_COMMANDS,
     **VALIDATE_COMMANDS,
+    **SERVE_COMMANDS,
 }
 
 

@@ -1,0 +1,307 @@
+"""One serving engine instance as the SimPy loop runs it (:class:`EngineInstance`, a
+:class:`tpsim.core.engine.serving.Server`): its queues, its KV cache in blocks, its scheduler,
+and an iteration timer that prices each step it schedules.
+
+The scheduler follows vLLM V1's ``Scheduler.schedule`` (v0.8 to v0.11), with the profile's
+:class:`~tpsim.calibration.scheduler.SchedulerSpec` deciding where other engines differ:
+
+- every step has a token budget (``max_num_batched_tokens``); the running requests come
+  first, in admission order, each with all the tokens it has not computed (one, for a
+  decode; the rest of its prompt, for a prefill, cut to the budget left);
+- a request that needs blocks when none are free preempts the last admitted running
+  request (its blocks freed, its progress dropped, back to the front of the queue: it is
+  recomputed as a prefill of its prompt and the tokens it had generated), until it fits or
+  is the one preempted;
+- then, when nothing was preempted, waiting requests in arrival order while there are fewer
+  than ``max_num_seqs`` running, budget is left and their blocks can be had (a prompt longer
+  than the budget left is chunked: ``chunked_prefill``);
+- a step's sequences each emit a token when their last token has been computed; a request
+  with all its output tokens leaves and frees its blocks.
+
+``kv_admission: reserve`` (TensorRT-LLM's GUARANTEED_NO_EVICT) takes the blocks of the whole
+prompt and output at admission, so nothing is preempted; ``mixed_batches: false`` (SGLang
+without mixed chunks, vLLM V0) runs prefill steps apart, whenever a prompt can be admitted,
+and decode steps otherwise; ``policy: static`` (FasterTransformer, gpt-fast) admits a batch
+only when the engine is idle and runs it, finished sequences included, until the last ends.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from tpsim.calibration.scheduler import SchedulerSpec
+from tpsim.core.lowering.mixed import MixedStep
+from tpsim.experiments.serve.kvpool import BlockPool, Key
+
+
+@dataclass(slots=True)
+class Request:
+    """A request's life in the engine (times in seconds)."""
+
+    id: int
+    arrival_s: float
+    prompt: int
+    output: int
+    group: int = -1  # prefix group: requests of a group begin with the same ``shared`` tokens
+    shared: int = 0
+    computed: int = 0  # tokens whose KV is in the cache
+    generated: int = 0
+    blocks: int = 0
+    keys: list[Key] = field(default_factory=list)  # its blocks registered for prefix caching
+    next_key: int = 0  # the next shared block to register
+    token_s: list[float] = field(default_factory=list)  # when each output token came out
+    preemptions: int = 0
+    done_s: float = -1.0
+
+    @property
+    def tokens(self) -> int:
+        """Tokens whose KV the next step needs: the prompt and what was generated."""
+        return self.prompt + self.generated
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One iteration: start, seconds, what waited and ran, blocks in use after scheduling."""
+
+    start_s: float
+    seconds: float
+    waiting: int
+    running: int
+    tokens: int
+    decodes: int
+    blocks_used: int
+    preemptions: int  # in the whole run so far
+
+
+class EngineInstance:
+    """One engine instance (a replica): queues, KV blocks, the scheduler, the timer."""
+
+    def __init__(
+        self,
+        spec: SchedulerSpec,
+        blocks: int,
+        timer: Callable[[MixedStep], float],
+        requests: Callable[[int], tuple[int, int, int, int]],
+        *,
+        record_steps: bool = True,
+    ) -> None:
+        self.spec, self.total_blocks, self.timer = spec, blocks, timer
+        self.pool = BlockPool(blocks)
+        self.lookup = requests  # id -> (prompt tokens, output tokens, prefix group, shared)
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.batch: list[Request] = []  # static batching: the batch in flight
+        self.plan: list[tuple[Request, int]] = []
+        self.finished: list[Request] = []
+        self.preemptions = 0
+        self.steps: list[StepRecord] = []
+        self.record_steps = record_steps
+        self.step_count = 0
+
+    # ----------------------------------------------------------------- the loop's calls
+    def admit(self, request: int, now: float) -> None:
+        prompt, output, group, shared = self.lookup(request)
+        self.waiting.append(Request(request, now, prompt, output, group, min(shared, prompt)))
+
+    def step(self, now: float) -> float | None:
+        plan = self._static() if self.spec.policy == "static" else self._continuous()
+        if not plan:
+            return None
+        self.plan = plan
+        decodes: list[int] = []
+        chunks: list[tuple[int, int]] = []
+        for r, n in plan:
+            if n == 1 and r.computed >= r.prompt:
+                decodes.append(r.computed + 1)
+            else:
+                chunks.append((n, r.computed))
+        seconds = self.timer(MixedStep.of(tuple(decodes), tuple(chunks)))
+        self.step_count += 1
+        if self.record_steps:
+            used = self.total_blocks - self.pool.free
+            tokens = sum(n for _, n in plan)
+            self.steps.append(StepRecord(now, seconds, len(self.waiting), len(plan), tokens,
+                                         len(decodes), used, self.preemptions))  # fmt: skip
+        return seconds
+
+    def finish(self, now: float) -> Sequence[int]:
+        done: list[int] = []
+        caching, size = self.spec.prefix_caching, self.spec.block_size
+        for r, n in self.plan:
+            r.computed += n
+            if r.done_s >= 0:  # static batching: a finished sequence padding the batch
+                continue
+            if caching and r.group >= 0:  # full shared blocks computed: registered
+                while r.next_key < min(r.computed, r.shared) // size:
+                    key = (r.group, r.next_key)
+                    if self.pool.register(key):
+                        r.keys.append(key)
+                    r.next_key += 1
+            if r.computed < r.prompt + r.generated:
+                continue  # a prefill chunk that does not end the prompt
+            r.generated += 1
+            r.token_s.append(now)
+            if r.generated >= r.output:
+                r.done_s = now
+                done.append(r.id)
+                self.finished.append(r)
+                if self.spec.policy != "static":
+                    self.running.remove(r)
+                    self._release(r)
+        if self.spec.policy == "static" and all(r.done_s >= 0 for r in self.batch):
+            for r in self.batch:
+                self._release(r)
+            self.batch = []
+        self.plan = []
+        return done
+
+    # ----------------------------------------------------------------- KV blocks
+    def _blocks_for(self, tokens: int) -> int:
+        return -(-tokens // self.spec.block_size)
+
+    @property
+    def free(self) -> int:
+        """Blocks that can be had: empty, or cached with no request holding them."""
+        return self.pool.free
+
+    def _grow(self, r: Request, tokens: int) -> bool:
+        """Blocks for ``r`` to hold ``tokens``; False (nothing taken) when too few are free."""
+        need = self._blocks_for(tokens) - r.blocks
+        if need > 0:
+            if not self.pool.take(need):
+                return False
+            r.blocks += need
+        return True
+
+    def _release(self, r: Request) -> None:
+        self.pool.release(r.keys, r.blocks - len(r.keys))
+        r.keys = []
+        r.blocks = 0
+        r.next_key = 0
+
+    def _reserve(self, r: Request) -> int:
+        return r.prompt + r.output
+
+    # ----------------------------------------------------------------- continuous batching
+    def _continuous(self) -> list[tuple[Request, int]]:
+        spec = self.spec
+        if not spec.mixed_batches:
+            # unfinished chunked prefills first (preempting as vLLM does when blocks run
+            # out), then new prompts; decodes in a step of their own when no prefill runs
+            plan, budget, preempted = self._schedule_running(
+                spec.max_num_batched_tokens, only="prefills"
+            )
+            prefill = plan if preempted else self._admit_waiting(plan, budget)
+            if prefill:
+                return prefill
+            return self._schedule_running(spec.max_num_batched_tokens, only="decodes")[0]
+        budget = spec.max_num_batched_tokens
+        plan, budget, preempted = self._schedule_running(budget)
+        if not preempted:
+            plan = self._admit_waiting(plan, budget)
+        return plan
+
+    def _schedule_running(
+        self, budget: int, only: str = ""
+    ) -> tuple[list[tuple[Request, int]], int, bool]:
+        plan: list[tuple[Request, int]] = []
+        preempted = False
+        k = 0
+        running, size = self.running, self.spec.block_size
+        while k < len(running) and budget > 0:
+            r = running[k]
+            n = r.prompt + r.generated - r.computed
+            if n > budget:
+                n = budget
+            if only and (r.computed < r.prompt) != (only == "prefills"):
+                k += 1
+                continue
+            need = -(-(r.computed + n) // size) - r.blocks  # _grow, inlined: the hot path
+            if need <= 0 or self.pool.take(need):
+                if need > 0:
+                    r.blocks += need
+                plan.append((r, n))
+                budget -= n
+                k += 1
+                continue
+            fits = True
+            while not self._grow(r, r.computed + n):
+                if self.spec.kv_admission == "reserve":
+                    fits = False
+                    break
+                victim = self.running.pop()
+                self._preempt(victim)
+                preempted = True
+                if victim is r:
+                    fits = False
+                    break
+            if not fits:
+                break
+            plan.append((r, n))
+            budget -= n
+            k += 1
+        return plan, budget, preempted
+
+    def _cached_prefix(self, r: Request) -> list[Key]:
+        """The leading blocks of ``r``'s shared prefix found registered (at least its last
+        prompt token is computed, as vLLM V1 does to sample)."""
+        if not self.spec.prefix_caching or r.group < 0 or r.computed:
+            return []
+        return self.pool.lookup(r.group, min(r.shared, r.tokens - 1) // self.spec.block_size)
+
+    def _preempt(self, r: Request) -> None:
+        self._release(r)
+        r.computed = 0
+        r.preemptions += 1
+        self.preemptions += 1
+        self.waiting.appendleft(r)
+
+    def _admit_waiting(
+        self, plan: list[tuple[Request, int]], budget: int
+    ) -> list[tuple[Request, int]]:
+        spec = self.spec
+        while self.waiting and budget > 0 and len(self.running) < spec.max_num_seqs:
+            r = self.waiting[0]
+            keys = self._cached_prefix(r)
+            hit = len(keys) * spec.block_size
+            n = r.tokens - hit
+            if not spec.chunked_prefill and n > budget:
+                break
+            n = min(n, budget)
+            if keys:  # vLLM V1: the cached blocks first, then blocks for the tokens after them
+                if self._blocks_for(hit + n) - len(keys) + self.pool.cost_of(keys) > self.free:
+                    break
+                self.pool.acquire(keys)
+                r.keys, r.blocks, r.computed, r.next_key = list(keys), len(keys), hit, len(keys)
+            want = self._reserve(r) if spec.kv_admission == "reserve" else r.computed + n
+            if not self._grow(r, want):
+                break
+            self.waiting.popleft()
+            self.running.append(r)
+            plan.append((r, n))
+            budget -= n
+        return plan
+
+    # ----------------------------------------------------------------- static batching
+    def _static(self) -> list[tuple[Request, int]]:
+        if not self.batch:
+            budget = self.spec.max_num_batched_tokens  # the batch's prompts in one pass
+            while self.waiting and len(self.batch) < self.spec.max_num_seqs:
+                r = self.waiting[0]
+                if r.prompt > budget or not self._grow(r, self._reserve(r)):
+                    break
+                budget -= r.prompt
+                self.batch.append(self.waiting.popleft())
+            if not self.batch:
+                return []
+            return [(r, r.prompt) for r in self.batch]
+        return [(r, 1) for r in self.batch]
+
+    @property
+    def in_system(self) -> int:
+        return len(self.waiting) + len(self.running) + sum(r.done_s < 0 for r in self.batch)
+
+
+__all__ = ["EngineInstance", "Request", "StepRecord"]

@@ -1,0 +1,272 @@
+"""A serving run: ``dp`` engine instances of a ``tp``-way group each, a workload, the SimPy
+loop (:func:`tpsim.core.engine.serving.run_loop`), and what it measured.
+
+The KV cache of each instance is sized as its engine sizes it (:func:`kv_blocks`); every
+iteration is timed by the forward-pass simulator for that iteration's composition
+(:class:`tpsim.core.step_timer.IterationTimer`, one for all instances: they are alike).
+Requests go to the instance with the fewest unfinished requests (the lowest index among
+equals).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+from tpsim.calibration.scheduler import SchedulerSpec, scheduler
+from tpsim.core.config import Layout, Options, Workload, dtype_bytes, precision
+from tpsim.core.engine.serving import run_loop
+from tpsim.core.errors import ConfigError
+from tpsim.core.memory import memory_per_gpu
+from tpsim.core.plan import resolve
+from tpsim.core.step_timer import IterationTimer
+from tpsim.experiments.serve import metrics
+from tpsim.experiments.serve.engine import EngineInstance, Request, StepRecord
+from tpsim.experiments.serve.workload import MAX_REQUESTS, Lengths, Requests, streams
+from tpsim.models.spec import ModelSpec
+
+
+@dataclass(frozen=True)
+class KVCache:
+    """One instance's KV cache: blocks, tokens per block, bytes per token per GPU."""
+
+    blocks: int
+    block_size: int
+    bytes_per_token: float
+    bytes_per_gpu: int
+
+    @property
+    def tokens(self) -> int:
+        return self.blocks * self.block_size
+
+
+def kv_blocks(timer: IterationTimer, spec: SchedulerSpec) -> KVCache:
+    """The blocks of one instance's KV cache, as its engine sizes it.
+
+    ``total`` (vLLM): ``gpu_memory_utilization`` of the GPU's memory, less the runtime's
+    reserve, the weights, the activations of a profiling step of ``max_num_batched_tokens``
+    tokens and the sampler's fp32 logits of ``max_num_seqs`` sequences. ``free``
+    (TensorRT-LLM): that share of what is left after the runtime, weights and activations.
+    """
+    plan = timer.plan
+    model, tp, gpu, options = plan.model, plan.layout.tp, plan.gpu, plan.options
+    t = spec.max_num_batched_tokens
+    mem = memory_per_gpu(model, tp, Workload(1, "prefill", t, t), options, gpu)
+    logits = spec.max_num_seqs * model.vocab_size * 4
+    runtime = plan.calib.memory.runtime_bytes
+    used = mem.weights_bytes_per_gpu + mem.activation_bytes_per_gpu + logits
+    if spec.memory_rule == "total":
+        room = gpu.hbm_bytes * spec.gpu_memory_utilization - runtime - used
+    else:
+        room = spec.gpu_memory_utilization * (gpu.hbm_bytes - runtime - used)
+    kv_b = dtype_bytes(precision(options, model.dtype, gpu.fp8_flops is not None).kv)
+    per_token = plan.split.kv_heads * model.head_dim * 2 * model.num_layers * kv_b
+    blocks = int(room // (per_token * spec.block_size)) if room > 0 else 0
+    if blocks < 1:
+        raise ConfigError(
+            f"tp={tp}: {model.name} leaves no room for a KV cache on {gpu.name} "
+            f"({mem.weights_bytes_per_gpu / 2**30:.1f} GiB of weights per GPU); raise --tp"
+        )
+    return KVCache(blocks, spec.block_size, per_token, round(room))
+
+
+@dataclass(frozen=True)
+class ServeSetup:
+    """What runs: the model on the topology, the layout, the options and the scheduler."""
+
+    model: ModelSpec | str
+    topology: Any  # a graph or a catalog name
+    tp: int
+    dp: int = 1
+    nodes: int = 1
+    gpus_per_node: int = 0
+    options: Options = Options()  # noqa: RUF009 (frozen, so one shared default is safe)
+    exact: bool = False
+    overrides: tuple[tuple[str, Any], ...] = ()  # SchedulerSpec fields set on the CLI
+
+
+@dataclass(frozen=True)
+class ServeResult:
+    """A finished run: the requests, the steps of each instance, the loop's figures."""
+
+    requests: tuple[Request, ...]
+    steps: tuple[tuple[StepRecord, ...], ...]
+    duration_s: float
+    in_system_s: float
+    events: int
+    spec: SchedulerSpec
+    kv: KVCache
+    preemptions: int
+    iterations: int
+    simulated_steps: int  # forward passes the engine simulated (cache misses, or all)
+    wall_s: float
+    closed_loop: bool
+    model_name: str
+    timer: IterationTimer | None = None  # the iteration timer, to pass to the next run
+
+    def summary(
+        self, slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None
+    ) -> dict[str, Any]:
+        out: dict[str, Any] = metrics.summary(
+            self.requests, self.duration_s, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms
+        )
+        e2el = np.array([r.done_s - r.arrival_s for r in self.requests])
+        rate = len(self.requests) / self.duration_s if self.duration_s > 0 else 0.0
+        out["mean_in_system"] = self.in_system_s / self.duration_s if self.duration_s else 0.0
+        out["littles_law_ratio"] = (
+            out["mean_in_system"] / (rate * float(np.mean(e2el))) if len(e2el) else 1.0
+        )
+        sat = metrics.saturation(self.requests) if not self.closed_loop else None
+        out["saturated"] = bool(sat and sat.saturated)
+        if sat and sat.saturated:
+            out["queue_growth_per_s"] = sat.growth_per_s
+        out["preemptions"] = self.preemptions
+        out["iterations"] = self.iterations
+        out["kv_cache_blocks"] = self.kv.blocks
+        out["kv_cache_tokens"] = self.kv.tokens
+        return out
+
+
+class _LazyLengths:
+    """Request lengths drawn on demand, in id order (a closed loop for a duration does not
+    know how many it will send)."""
+
+    def __init__(self, seed: int, prompt: Lengths, output: Lengths) -> None:
+        _, self.rp, self.ro = streams(seed)
+        self.prompt, self.output = prompt, output
+        self.p: list[int] = []
+        self.o: list[int] = []
+
+    def __call__(self, i: int) -> tuple[int, int]:
+        while i >= len(self.p):
+            if len(self.p) >= MAX_REQUESTS:
+                raise ConfigError(f"--duration: more than {MAX_REQUESTS:,} requests")
+            self.p.extend(int(x) for x in self.prompt.draw(self.rp, 1024))
+            self.o.extend(int(x) for x in self.output.draw(self.ro, 1024))
+        return self.p[i], self.o[i]
+
+
+def scheduler_spec(setup: ServeSetup, gpu_bytes: float) -> SchedulerSpec:
+    spec = scheduler(setup.options.engine, gpu_bytes)
+    return replace(spec, **dict(setup.overrides)) if setup.overrides else spec
+
+
+def check_fits(spec: SchedulerSpec, kv: KVCache, model: ModelSpec, prompt: int, output: int,
+               what: str) -> None:  # fmt: skip
+    """A request the engine could never run: beyond the model's context, the cache, or (no
+    chunking) the step's token budget."""
+    limit = model.max_position_embeddings
+    if limit and prompt + output > limit:
+        raise ConfigError(
+            f"{what}: {prompt} + {output} tokens, beyond {model.name}'s context of {limit:,}"
+        )
+    if prompt + output > kv.tokens:
+        raise ConfigError(
+            f"{what}: {prompt} + {output} tokens, more than the whole KV cache "
+            f"({kv.tokens:,} tokens); raise --tp or --gpu-memory-utilization"
+        )
+    # without chunking a prompt runs whole; recomputed after a preemption, with its output
+    longest = prompt if spec.kv_admission == "reserve" else prompt + output
+    if not spec.chunked_prefill and longest > spec.max_num_batched_tokens:
+        raise ConfigError(
+            f"{what}: a {longest}-token prefill cannot be chunked by engine "
+            f"{spec.engine} and exceeds max_num_batched_tokens={spec.max_num_batched_tokens}"
+        )
+
+
+def serve(
+    setup: ServeSetup,
+    *,
+    requests: Requests | None = None,
+    lengths: tuple[int, Lengths, Lengths] | None = None,
+    concurrency: int = 0,
+    count: int = 0,
+    until_s: float | None = None,
+    timer: Callable[[Any], float] | None = None,
+    iterations: IterationTimer | None = None,
+    prefix: tuple[int, int] = (0, 0),
+) -> ServeResult:
+    """Run the workload: ``requests`` (open loop when they carry arrival times) or, in a
+    closed loop of ``concurrency`` clients, lengths drawn from ``lengths`` (seed, prompt,
+    output) for ``count`` requests or until ``until_s``.
+
+    ``iterations``: the iteration timer of an earlier run of the same setup (its cache
+    carries over: runs of one configuration at several rates simulate each step once);
+    ``timer``: any step-time function instead of the simulator (tests); ``prefix``: (tokens,
+    groups): request ``i`` begins with the ``tokens`` of shared prompt ``i mod groups``
+    (its prompt's own prefix groups, when it has them, win)."""
+    wall = time.perf_counter()
+    opts = setup.options
+    layout = Layout(setup.tp, setup.gpus_per_node, 1, setup.dp)
+    resolve(
+        setup.model, setup.topology, layout, Workload(1, "decode", 1, 1), opts, nodes=setup.nodes
+    )  # fmt: skip  (refuses a layout the topology cannot hold)
+    it = iterations or IterationTimer(setup.model, setup.topology, setup.tp, opts,
+                                      nodes=setup.nodes, gpus_per_node=setup.gpus_per_node,
+                                      exact=setup.exact)  # fmt: skip
+    if it.plan.options != opts or it.plan.layout.tp != setup.tp or it.exact != setup.exact:
+        raise ValueError("iterations: a timer of another setup (tp, options or exact differ)")
+    model = it.model
+    simulated_before = it.simulated
+    spec = scheduler_spec(setup, it.plan.gpu.hbm_bytes)
+    kv = kv_blocks(it, spec)
+    closed = requests is None or not requests.arrival_s
+
+    def shared(i: int) -> tuple[int, int]:
+        tokens, groups = prefix
+        return (i % groups, tokens) if tokens and groups else (-1, 0)
+
+    if requests is not None:
+        for i, (p, o) in enumerate(zip(requests.prompt, requests.output, strict=True)):
+            check_fits(spec, kv, model, p, o, f"request {i}")
+
+        def lookup(i: int) -> tuple[int, int, int, int]:
+            if requests.group:
+                return requests.prompt[i], requests.output[i], requests.group[i], requests.shared[i]
+            return requests.prompt[i], requests.output[i], *shared(i)
+    else:
+        assert lengths is not None
+        draw = _LazyLengths(*lengths)
+
+        def lookup(i: int) -> tuple[int, int, int, int]:
+            p, o = draw(i)
+            check_fits(spec, kv, model, p, o, f"request {i}")
+            return p, o, *shared(i)
+
+    step_time = timer or it.seconds
+    engines = [EngineInstance(spec, kv.blocks, step_time, lookup) for _ in range(setup.dp)]
+
+    def route(i: int, now: float) -> int:
+        return min(range(len(engines)), key=lambda k: (engines[k].in_system, k))
+
+    if requests is not None and requests.arrival_s:
+        loop = run_loop(engines, route, arrivals_s=requests.arrival_s)
+    else:
+        n = count or (len(requests) if requests is not None else 0)
+        if requests is not None:
+            n = min(n, len(requests)) if n else len(requests)
+        loop = run_loop(engines, route, concurrency=concurrency,
+                        requests=n or MAX_REQUESTS, until_s=until_s)  # fmt: skip
+    finished = sorted((r for e in engines for r in e.finished), key=lambda r: r.id)
+    return ServeResult(
+        requests=tuple(finished),
+        steps=tuple(tuple(e.steps) for e in engines),
+        duration_s=loop.end_s,
+        in_system_s=loop.in_system_s,
+        events=loop.events,
+        spec=spec,
+        kv=kv,
+        preemptions=sum(e.preemptions for e in engines),
+        iterations=sum(e.step_count for e in engines),
+        simulated_steps=it.simulated - simulated_before,
+        wall_s=time.perf_counter() - wall,
+        closed_loop=closed,
+        model_name=model.name,
+        timer=it,
+    )
+
+
+__all__ = ["KVCache", "ServeResult", "ServeSetup", "kv_blocks", "serve"]

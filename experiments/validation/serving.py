@@ -1,0 +1,131 @@
+"""tpsim serve against measured vLLM serving runs (``tpsim validate``'s serving entries).
+
+- ``serving_vllm_h100_llama2_7b.csv`` (BLIS / inference-sim training set): Llama-2-7B on one
+  H100 SXM, vLLM with max_num_batched_tokens 2048 and max_num_seqs 128, fp16, constant-rate
+  stages of 4-20 req/s. Each stage is simulated with its rate, its mean prompt and output
+  lengths (fixed), constant arrivals (inference-perf's ``constant`` load), for
+  :data:`STAGE_S` seconds (its latencies settle within seconds; the stage ran 600-1200 s),
+  each prompt beginning with one of the stage's ``n_system_prompts`` system prompts of
+  ``system_prompt_len`` tokens, in turn (vLLM's prefix cache finds them; the chat's earlier
+  turns are not modelled: the mean prompt is barely longer than system prompt and question).
+- ``serving_vllm019_workstation.csv`` (LLMServingSim's validation): Llama-3.1-8B on one RTX
+  4090, vLLM 0.19, max_num_seqs 256, max_num_batched_tokens 2048, 300 ShareGPT-like
+  requests at 10 req/s Poisson, simulated with the file's mean lengths. The RTX PRO 6000
+  rows are left out: tpsim has no entry for that GPU yet.
+
+A stage whose measured run failed requests (or, on the workstation, whose TTFT is minutes) is
+*saturated*: its TTFT depends on how long the run lasted, not on the engine alone, so it is
+left out of the TTFT comparison and named as such; TPOT is compared on every stage. TPOT is
+vLLM's (latency - TTFT) / (output tokens - 1): the H100 file's own tpot column is
+inference-perf's per streamed chunk (it equals its ITL column), so it is derived from the
+file's mean latency, TTFT and output length.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from functools import cache
+from typing import Any
+
+import numpy as np
+from tpsim import calibration
+from tpsim.calibration.commented_csv import csv_rows
+from tpsim.core.config import Options
+from tpsim.experiments.serve.run import ServeSetup, serve
+from tpsim.experiments.serve.workload import Lengths, arrival_times, streams, synthetic
+
+H100 = "serving_vllm_h100_llama2_7b.csv"
+WORKSTATION = "serving_vllm019_workstation.csv"
+#: Seconds of each constant-rate stage simulated.
+STAGE_S = 120.0
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One measured stage and what tpsim simulated for it (ms). ``saturated``: the measured
+    run failed requests; ``sim_saturated``: the simulated queue grew without bound."""
+
+    label: str
+    ttft_ms: float
+    tpot_ms: float
+    sim_ttft_ms: float
+    sim_tpot_ms: float
+    saturated: bool
+    sim_saturated: bool
+
+
+def _h100_stage(row: dict[str, str]) -> Stage:
+    rate = float(row["rate_req_s"])
+    duration = min(float(row["stage_duration_s"]), STAGE_S)
+    prompt = Lengths("fixed", round(float(row["prompt_len_mean"])))
+    output = Lengths("fixed", round(float(row["output_len_mean"])))
+    times = arrival_times(streams(0)[0], rate, "constant", 0.0, duration_s=duration)
+    reqs = synthetic(0, prompt, output, count=len(times), arrival_s=times)
+    # the shared prefix: one of n_system_prompts system prompts, in turn
+    groups = int(row["n_system_prompts"])
+    reqs = replace(reqs, group=tuple(i % groups for i in range(len(reqs))),
+                   shared=(int(row["system_prompt_len"]),) * len(reqs))  # fmt: skip
+    overrides = (("max_num_batched_tokens", int(row["max_num_batched_tokens"])),
+                 ("max_num_seqs", int(row["max_num_seqs"])))  # fmt: skip
+    options = Options(dtype="fp16", engine="vllm")
+    setup = ServeSetup("llama-2-7b", "dgx-h100", int(row["tp"]), options=options,
+                       overrides=overrides)  # fmt: skip
+    run = serve(setup, requests=reqs, iterations=_TIMERS.get(setup))
+    _TIMERS[setup] = run.timer
+    s = run.summary()
+    name = row["experiment"].split("-tp1-")[-1]
+    # TPOT as vLLM defines it, (latency - TTFT) / (output tokens - 1), from the file's means:
+    # its tpot column is inference-perf's per streamed chunk (equal to its ITL column)
+    ttft, e2e = float(row["ttft_mean_ms"]), float(row["e2e_mean_ms"])
+    tpot = (e2e - ttft) / (float(row["output_len_mean"]) - 1)
+    return Stage(f"{name} stage {row['stage']} at {rate:g} req/s", ttft, tpot,
+                 s["mean_ttft_ms"], s["mean_tpot_ms"], int(row["n_fail"]) > 0,
+                 bool(s["saturated"]))  # fmt: skip
+
+
+#: One iteration timer per setup, shared by the stages that run it (its cache carries over).
+_TIMERS: dict[ServeSetup, Any] = {}
+
+
+@cache
+def h100_stages() -> tuple[Stage, ...]:
+    rows = csv_rows(calibration.measured(H100))
+    return tuple(_h100_stage(r) for r in rows if r["stage"] != "summary")
+
+
+def _workstation(rows: list[dict[str, str]]) -> Stage:
+    first = rows[0]
+    metric = {r["metric"]: float(r["vllm_ms"]) for r in rows}
+    n = int(first["num_requests"])
+    times = arrival_times(streams(0)[0], 10.0, "poisson", 1.0, requests=n)
+    reqs = synthetic(0, Lengths("fixed", round(float(first["mean_input_toks"]))),
+                     Lengths("fixed", round(float(first["mean_output_toks"]))), count=n,
+                     arrival_s=times)  # fmt: skip
+    overrides = (("max_num_batched_tokens", int(first["max_num_batched_tokens"])),
+                 ("max_num_seqs", int(first["max_num_seqs"])))  # fmt: skip
+    setup = ServeSetup("llama-3.1-8b", "pcie-rtx4090", 1, options=Options(engine="vllm"),
+                       overrides=overrides)  # fmt: skip
+    s = serve(setup, requests=reqs).summary()
+    # the measured TTFT (a minute) grows through the run: the 4090 cannot keep up
+    saturated = metric["TTFT Mean"] > 10 * metric["Latency Mean"] / float(first["mean_output_toks"])
+    return Stage(f"{first['hardware']} {n} requests at 10 req/s", metric["TTFT Mean"],
+                 metric["TPOT Mean"], s["mean_ttft_ms"], s["mean_tpot_ms"], saturated,
+                 bool(s["saturated"]))  # fmt: skip
+
+
+@cache
+def workstation_stages() -> tuple[Stage, ...]:
+    rows = [r for r in csv_rows(calibration.measured(WORKSTATION)) if r["hardware"] == "RTX4090"]
+    return (_workstation(rows),)
+
+
+def geomean_error(pairs: list[tuple[float, float]]) -> float:
+    """exp(mean |log(simulated / measured)|) - 1 over (simulated, measured) pairs."""
+    if not pairs:
+        return 0.0
+    return math.exp(float(np.mean([abs(math.log(s / m)) for s, m in pairs]))) - 1
+
+
+__all__ = ["H100", "STAGE_S", "WORKSTATION", "Stage", "geomean_error", "h100_stages",
+           "workstation_stages"]  # fmt: skip

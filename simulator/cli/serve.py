@@ -1,0 +1,203 @@
+"""``tpsim serve``: a serving engine under traffic (arrivals, continuous batching, KV cache),
+reported as ``vllm bench serve`` reports it. The work is in :mod:`tpsim.experiments.serve`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from tpsim.cli.paths import check_output
+from tpsim.cli.run import add_option, run_topology
+from tpsim.core.config import Options, Workload, check_nodes
+from tpsim.core.errors import ConfigError
+from tpsim.core.run_options import BY_NAME
+
+#: Requests one run may send (as tpsim.experiments.serve.workload.MAX_REQUESTS, which the
+#: parser does not import: --help stays light).
+MAX_REQUESTS = 1_000_000
+
+#: The options of ``run`` that ``serve`` takes as they are (RUN_OPTIONS, not copied).
+RUN_FLAGS = (
+    "model", "topology", "nodes", "nic_gbps", "nics_per_node", "gpus_per_node", "tp", "pp",
+    "dp", "dtype", "kv_dtype", "launch", "allreduce_algo", "ideal", "engine", "kernel_table",
+)  # fmt: skip
+ARRIVALS = ("poisson", "constant", "gamma")
+#: Request lengths when not given: the one prompt default of every command (the Workload's),
+#: and vllm bench serve's random dataset output length.
+PROMPT_DEFAULT = Workload.prompt_len
+OUTPUT_DEFAULT = 128
+#: Scheduler fields the command line may set over the engine profile's.
+SCHEDULER_FLAGS = (
+    ("max_num_seqs", int, "sequences running at once (default: the engine profile's)"),
+    ("max_num_batched_tokens", int, "tokens per iteration (default: the engine profile's)"),
+    ("gpu_memory_utilization", float, "share of GPU memory for weights, activations and KV cache "
+     "(default: the engine profile's)"),
+    ("block_size", int, "KV cache block, tokens (default: the engine profile's)"),
+)  # fmt: skip
+
+
+def add_serve_parser(sub: Any) -> argparse.ArgumentParser:
+    p = sub.add_parser("serve", help="simulate an engine serving a stream of requests")
+    for name in RUN_FLAGS:
+        add_option(p, BY_NAME[name])
+    w = p.add_argument_group("workload (one of --concurrency, --rate, --trace)")
+    w.add_argument("--concurrency", type=int, help="closed loop: C clients, each sending its "
+                   "next request when its last one completes")  # fmt: skip
+    w.add_argument("--rate", type=float, help="open loop: requests per second")
+    w.add_argument("--arrivals", choices=ARRIVALS, help="arrival process of --rate "
+                   "(default: poisson)")  # fmt: skip
+    w.add_argument("--burstiness", type=float, help="coefficient of variation of the gaps "
+                   "between arrivals (gamma; default 1, as Poisson)")  # fmt: skip
+    w.add_argument("--trace", help="CSV or JSONL of arrival time, prompt and output tokens "
+                   "(Azure LLM inference trace columns TIMESTAMP, ContextTokens, "
+                   "GeneratedTokens read as they are)")  # fmt: skip
+    w.add_argument("--requests", type=int, help="requests to send (default 1000, or the "
+                   "whole trace)")  # fmt: skip
+    w.add_argument("--duration", type=float, help="send requests for this many seconds")
+    w.add_argument("--prompt-len", help="prompt tokens: N, uniform:A-B, normal:MEAN,STD, "
+                   "lognormal:MEAN,STD or a file of lengths "
+                   f"(default: {PROMPT_DEFAULT})")  # fmt: skip
+    w.add_argument(
+        "--output-len", help=f"output tokens, as --prompt-len (default: {OUTPUT_DEFAULT})"
+    )
+    w.add_argument("--prefix-len", type=int, default=0, help="the first N prompt tokens are "
+                   "one of --prefix-groups shared prompts (a system prompt), request i's the "
+                   "(i mod groups)-th: the prefix cache finds them")  # fmt: skip
+    w.add_argument("--prefix-groups", type=int, default=1, help="how many shared prompts")
+    w.add_argument("--seed", type=int, default=0, help="seed of every random draw")
+    s = p.add_argument_group("engine scheduler")
+    for name, kind, text in SCHEDULER_FLAGS:
+        s.add_argument("--" + name.replace("_", "-"), type=kind, help=text)
+    s.add_argument("--exact", action="store_true", help="simulate every iteration "
+                   "(no iteration cache)")  # fmt: skip
+    o = p.add_argument_group("outputs")
+    o.add_argument("--slo-ttft-ms", type=float, help="goodput: TTFT at most this")
+    o.add_argument("--slo-tpot-ms", type=float, help="goodput: TPOT at most this")
+    o.add_argument("--out", type=Path, help="write one JSON line per request (.jsonl)")
+    o.add_argument("--plots", type=Path, help="write the run's charts (PNG) into this folder")
+    o.add_argument("--json", action="store_true", help="print the results as JSON")
+    return p
+
+
+def _positive(flag: str, value: float | None, *, whole: bool = False, zero: bool = False,
+              upper: float = 1e9) -> None:  # fmt: skip
+    if value is None:
+        return
+    low_ok = value >= 0 if zero else value > 0
+    if not math.isfinite(value) or not low_ok or value > upper:
+        what = "a whole number" if whole else "a number"
+        raise ConfigError(f"{flag}={value}: must be {what} {'>= 0' if zero else '> 0'} "
+                          f"and at most {upper:g}")  # fmt: skip
+
+
+def _checks(a: argparse.Namespace) -> None:
+    modes = [f for f, v in (("--concurrency", a.concurrency), ("--rate", a.rate),
+                            ("--trace", a.trace)) if v is not None]  # fmt: skip
+    if len(modes) != 1:
+        shown = " and ".join(modes) if modes else "none"
+        raise ConfigError(f"workload={shown}: give one of --concurrency, --rate, --trace")
+    if not 0 <= a.seed < 2**63:
+        raise ConfigError(f"--seed={a.seed}: must be a whole number from 0 to 2**63 - 1")
+    _positive("--concurrency", a.concurrency, whole=True, upper=1_000_000)
+    _positive("--rate", a.rate, upper=1e6)
+    _positive("--requests", a.requests, whole=True, upper=MAX_REQUESTS)
+    _positive("--duration", a.duration, upper=1e7)
+    _positive("--burstiness", a.burstiness, zero=True, upper=100)
+    _positive("--slo-ttft-ms", a.slo_ttft_ms, upper=1e12)
+    _positive("--slo-tpot-ms", a.slo_tpot_ms, upper=1e12)
+    _positive("--max-num-seqs", a.max_num_seqs, whole=True, upper=1 << 20)
+    _positive("--max-num-batched-tokens", a.max_num_batched_tokens, whole=True, upper=1 << 24)
+    _positive("--block-size", a.block_size, whole=True, upper=1 << 16)
+    _positive("--gpu-memory-utilization", a.gpu_memory_utilization, upper=1.0)
+    _positive("--prefix-len", a.prefix_len, whole=True, zero=True, upper=1 << 20)
+    _positive("--prefix-groups", a.prefix_groups, whole=True, upper=1_000_000)
+    if a.requests is not None and a.duration is not None:
+        raise ConfigError(f"--duration={a.duration:g}: give --requests or --duration, not both")
+    if a.rate is None and (a.arrivals is not None or a.burstiness is not None):
+        flag = "--arrivals" if a.arrivals is not None else "--burstiness"
+        value = a.arrivals if a.arrivals is not None else a.burstiness
+        raise ConfigError(f"{flag}={value}: applies to --rate only")
+    arrivals = a.arrivals or "poisson"
+    if a.burstiness is not None and arrivals != "gamma" and a.burstiness != (arrivals == "poisson"):
+        raise ConfigError(f"--burstiness={a.burstiness:g}: {arrivals} arrivals have CV "
+                          f"{int(arrivals == 'poisson')}; use --arrivals gamma")  # fmt: skip
+    if a.trace is not None and (a.prompt_len is not None or a.output_len is not None):
+        flag = "--prompt-len" if a.prompt_len is not None else "--output-len"
+        raise ConfigError(f"{flag}={a.prompt_len or a.output_len}: the trace gives the lengths")
+    if a.pp != 1:
+        raise ConfigError(f"pp={a.pp}: tpsim serve runs TP groups and DP replicas "
+                          "(pipeline-parallel serving is not modelled yet)")  # fmt: skip
+    check_nodes(a.nodes)
+
+
+def _serve(a: argparse.Namespace) -> int:
+    from tpsim.experiments.serve import report
+    from tpsim.experiments.serve.run import ServeSetup, serve
+    from tpsim.experiments.serve.trace import read_trace
+    from tpsim.experiments.serve.workload import arrival_times, parse_lengths, streams, synthetic
+
+    _checks(a)
+    check_output(a.out, "--out", (".jsonl",), a)
+    if a.plots is not None:
+        from tpsim.cli.studies import check_folder
+
+        check_folder(a.plots, "--plots")
+    options = Options(launch=a.launch, allreduce_algo=a.allreduce_algo, dtype=a.dtype,
+                      kv_dtype=a.kv_dtype, ideal=a.ideal, kernel_table=a.kernel_table,
+                      engine=a.engine)  # fmt: skip
+    overrides = tuple((name, getattr(a, name)) for name, _, _ in SCHEDULER_FLAGS
+                      if getattr(a, name) is not None)  # fmt: skip
+    setup = ServeSetup(a.model, run_topology(a), a.tp, a.dp, a.nodes, a.gpus_per_node,
+                       options, a.exact, overrides)  # fmt: skip
+    prefix = (a.prefix_len, a.prefix_groups)
+    prompt = parse_lengths("--prompt-len", a.prompt_len or str(PROMPT_DEFAULT))
+    output = parse_lengths("--output-len", a.output_len or str(OUTPUT_DEFAULT))
+    if a.trace is not None:
+        reqs = read_trace(a.trace, requests=a.requests or 0, duration_s=a.duration)
+        result = serve(setup, requests=reqs, prefix=prefix)
+        what = f"trace {Path(a.trace).name}, {len(reqs)} requests"
+    elif a.rate is not None:
+        arrivals = a.arrivals or "poisson"
+        cv = a.burstiness if a.burstiness is not None else 1.0
+        rng = streams(a.seed)[0]
+        times = arrival_times(rng, a.rate, arrivals, cv, requests=a.requests or 1000,
+                              duration_s=a.duration)  # fmt: skip
+        reqs = synthetic(a.seed, prompt, output, count=len(times), arrival_s=times)
+        result = serve(setup, requests=reqs, prefix=prefix)
+        what = f"{arrivals} arrivals at {a.rate:g} req/s"
+    else:
+        count = 0 if a.duration is not None else (a.requests or 1000)
+        result = serve(setup, lengths=(a.seed, prompt, output), concurrency=a.concurrency,
+                       count=count, until_s=a.duration, prefix=prefix)  # fmt: skip
+        what = f"closed loop, concurrency {a.concurrency}"
+    s = result.summary(a.slo_ttft_ms, a.slo_tpot_ms)
+    layout = f"tp {a.tp}" + (f" x dp {a.dp}" if a.dp > 1 else "")
+    setup_line = f"{result.model_name} on {a.topology}, {layout}, engine {a.engine}; {what}"
+    if a.out is not None:
+        from tpsim.outputs.export import write_text
+
+        write_text(a.out, report.requests_jsonl(result))
+    if a.plots is not None:
+        from tpsim.experiments.plots.serve import serve_plots
+        from tpsim.outputs.export import make_folder
+
+        make_folder(a.plots)
+        paths = serve_plots(result, a.plots, setup_line)
+    if a.json:
+        s["engine"] = {"events": result.events, "wall_s": result.wall_s,
+                       "simulated_steps": result.simulated_steps}  # fmt: skip
+        print(json.dumps(s, indent=2, allow_nan=False))
+    else:
+        print(report.text(s, result, setup_line))
+        if a.out is not None:
+            print(f"wrote {a.out}")
+        if a.plots is not None:
+            for path in paths:
+                print(f"wrote {path}")
+    return 0
+
+
+SERVE_COMMANDS = {"serve": _serve}

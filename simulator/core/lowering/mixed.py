@@ -1,0 +1,153 @@
+"""One iteration of a continuous-batching engine: decode tokens and prefill chunks together.
+
+A serving engine (vLLM V1, SGLang with mixed chunks, TensorRT-LLM's in-flight batching) runs
+one forward pass over every token it scheduled: each running sequence's next token (a
+decode) and pieces of prompts (prefill chunks, each after the prefix already in the cache).
+The linear layers, norms, collectives and the embedding see all ``T`` tokens of the
+iteration together, as one ``[T, d]`` activation; attention is per part: each decode
+attends over its own context, each chunk causally over itself and its prefix. The LM head
+computes the logits of the last token of every scheduled sequence (vLLM V1 samples one per
+request and drops the samples of unfinished chunks).
+
+:class:`MixedStep` is that composition, a :class:`~tpsim.core.config.Workload` whose
+``tokens`` are the iteration's and whose ``batch`` is its sequences. :func:`lower_mixed`
+lowers it with the block structure of :mod:`tpsim.core.lowering.lower` unchanged: only the
+attention kernel's price is the composition's (:class:`MixedPricing`, the sum of one
+decode-attention kernel over the decodes' contexts and one prefill kernel per chunk).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from tpsim.core.config import ConfigError, Options, Workload
+from tpsim.core.kernels import costs
+from tpsim.core.kernels.costs import Hardware, KernelCost
+from tpsim.core.kernels.kernel_table import KernelTable
+from tpsim.core.kernels.pricing import Pricing
+from tpsim.core.lowering import host
+from tpsim.core.lowering.lower import _Slice, start_step
+from tpsim.core.program import Programs
+from tpsim.models.spec import ModelSpec
+
+
+@dataclass(frozen=True)
+class MixedStep(Workload):
+    """An iteration: ``decodes`` (the context of each decoding sequence, its new token
+    included) and ``chunks`` ((chunk tokens, prefix tokens already cached) per prefilling
+    sequence). ``batch`` is the number of sequences, ``phase`` prefill when any chunk runs
+    (for the engine's CUDA-graph rule), ``prompt_len``/``context_len`` the longest chunk
+    and context (for the memory checks that read them)."""
+
+    decodes: tuple[int, ...] = ()
+    chunks: tuple[tuple[int, int], ...] = ()
+
+    @classmethod
+    def of(cls, decodes: tuple[int, ...], chunks: tuple[tuple[int, int], ...]) -> MixedStep:
+        if not decodes and not chunks:
+            raise ConfigError("step=(): an iteration needs a decode or a prefill chunk")
+        if any(c < 1 for c in decodes) or any(n < 1 or p < 0 for n, p in chunks):
+            raise ConfigError(f"step={decodes!r},{chunks!r}: lengths must be positive")
+        longest = max((n for n, _ in chunks), default=1)
+        context = max([*decodes, *(n + p for n, p in chunks)])
+        return cls(
+            batch=len(decodes) + len(chunks),
+            phase="prefill" if chunks else "decode",
+            prompt_len=longest,
+            context_len=context,
+            decodes=tuple(decodes),
+            chunks=tuple(chunks),
+        )
+
+    @property
+    def tokens(self) -> int:
+        return len(self.decodes) + sum(n for n, _ in self.chunks)
+
+    @property
+    def kv_len(self) -> int:
+        return self.context_len
+
+
+def attention_seconds(price: Pricing, step: MixedStep, heads: int, kv_heads: int,
+                      head_dim: int) -> KernelCost:  # fmt: skip
+    """The attention of one layer of ``step`` on one rank: one decode kernel over every
+    decode (its bytes and FLOPs are linear in the contexts, so their mean prices their sum)
+    plus one causal kernel per chunk over its prefix (costs.attention_prefill's ``cached``)."""
+    parts: list[KernelCost] = []
+    if step.decodes:
+        mean = round(sum(step.decodes) / len(step.decodes))
+        decode = Pricing.attention_decode  # the run's own decode price, not an override
+        parts.append(decode(price, len(step.decodes), mean, heads, kv_heads, head_dim))
+    for n, cached in step.chunks:
+        parts.append(
+            costs.attention_prefill(1, n, heads, kv_heads, head_dim, price.hw,
+                                    act_bytes=price.act_b, kv_bytes=price.kv_b, cached=cached)
+        )  # fmt: skip
+    seconds = sum(p.seconds for p in parts)
+    flops = sum(p.flops for p in parts)
+    nbytes = sum(p.bytes for p in parts)
+    compute = sum(p.seconds for p in parts if p.category == "compute")
+    return KernelCost(seconds, flops, nbytes, "compute" if 2 * compute > seconds else "memory")
+
+
+@dataclass(frozen=True)
+class MixedPricing(Pricing):
+    """The run's prices, except attention: ``step``'s parts (:func:`attention_seconds`), or
+    nothing at all with ``no_attention`` (the iteration cache adds attention itself)."""
+
+    step: MixedStep | None = None
+    no_attention: bool = False
+
+    @classmethod
+    def around(cls, base: Pricing, step: MixedStep, no_attention: bool = False) -> MixedPricing:
+        values = {f.name: getattr(base, f.name) for f in fields(Pricing)}
+        return cls(**values, step=step, no_attention=no_attention)
+
+    def _parts(self, heads: int, kv_heads: int, head_dim: int) -> KernelCost:
+        assert self.step is not None
+        if self.no_attention:
+            return KernelCost(0.0, 0.0, 0, "memory")
+        return attention_seconds(self, self.step, heads, kv_heads, head_dim)
+
+    def attention_prefill(self, batch: int, prompt: int, heads: int, kv_heads: int,
+                          head_dim: int) -> KernelCost:  # fmt: skip
+        return self._parts(heads, kv_heads, head_dim)
+
+    def attention_decode(self, batch: int, context: int, heads: int, kv_heads: int,
+                         head_dim: int) -> KernelCost:  # fmt: skip
+        return self._parts(heads, kv_heads, head_dim)
+
+
+def lower_mixed(
+    model: ModelSpec,
+    tp: int,
+    step: MixedStep,
+    options: Options,
+    hw: Hardware,
+    table: KernelTable | None = None,
+    *,
+    no_attention: bool = False,
+) -> Programs:
+    """The programs of a ``tp``-way group running iteration ``step``: the block structure of
+    :func:`tpsim.core.lowering.lower.lower` (one pass, one slice: serving engines run no
+    micro-batch overlap), every token through the linear layers together, attention priced
+    per part (:class:`MixedPricing`)."""
+    if options.overlap == "microbatch":
+        raise ConfigError("overlap=microbatch: a serving iteration runs as one batch")
+    engine = options.calibration.engine
+    lo, build, mode = start_step(model, tp, step, options, hw, table)
+    lo.price = MixedPricing.around(lo.price, step, no_attention)
+    mb = _Slice(0, step.batch, step.tokens)
+    lo.embedding(mb)
+    for layer in range(model.num_layers):
+        if mode == "eager":
+            host.layer_python(build, engine, layer)
+        lo.attention_block(mb, layer)
+        lo.mlp_block(mb, layer)
+        lo.close_layer(mb, layer)
+    lo.head(mb)
+    host.after_step(build, engine, step.batch, model.num_layers)
+    return Programs.same(build.program(), tp)
+
+
+__all__ = ["MixedPricing", "MixedStep", "attention_seconds", "lower_mixed"]

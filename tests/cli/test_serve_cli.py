@@ -1,0 +1,131 @@
+"""tpsim serve on the command line: vllm-bench keys, one line and exit 2 for every bad
+value, the same bytes for the same seed, outputs written whole."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from tpsim.cli import main
+
+BASE = ["serve", "--model", "llama-3.1-8b", "--topology", "dgx-h100", "--tp", "1"]
+SMALL = ["--requests", "40", "--prompt-len", "uniform:100-900", "--output-len", "uniform:5-60"]
+KEYS = [f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el")
+        for s in ("mean", "median", "p90", "p99")]  # fmt: skip
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    rc = main(argv)
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_json_has_the_vllm_bench_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = run([*BASE, "--rate", "5", *SMALL, "--json", "--slo-ttft-ms", "200",
+                      "--slo-tpot-ms", "20"], capsys)  # fmt: skip
+    assert rc == 0
+    j = json.loads(out)
+    for key in ("request_throughput", "output_throughput", "total_token_throughput",
+                "goodput", *KEYS):  # fmt: skip
+        assert isinstance(j[key], float), key
+    assert j["completed"] == 40 and 0 <= j["goodput"] <= j["request_throughput"]
+
+
+def test_same_seed_same_bytes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    outs = []
+    for k in range(2):
+        f = tmp_path / f"r{k}.jsonl"
+        rc, out, _ = run([*BASE, "--rate", "8", "--arrivals", "gamma", "--burstiness", "2",
+                          *SMALL, "--seed", "11", "--out", str(f)], capsys)  # fmt: skip
+        assert rc == 0
+        outs.append((out.replace(str(f), "F"), f.read_bytes()))
+    assert outs[0] == outs[1]
+    rows = [json.loads(line) for line in outs[0][1].decode().splitlines()]
+    assert [r["id"] for r in rows] == list(range(40))
+    rc, other, _ = run([*BASE, "--rate", "8", "--arrivals", "gamma", "--burstiness", "2",
+                        *SMALL, "--seed", "12"], capsys)  # fmt: skip
+    assert other != outs[0][0]
+
+
+def test_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = run([*BASE, "--concurrency", "4", *SMALL, "--plots", str(tmp_path / "p")],
+                     capsys)  # fmt: skip
+    assert rc == 0
+    for name in ("timeline.png", "latency_cdf.png"):
+        assert (tmp_path / "p" / name).read_bytes()[:4] == b"\x89PNG"
+        assert f"wrote {tmp_path / 'p' / name}" in out
+
+
+def test_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "t.csv"
+    rows = [f"2023-11-16 18:15:{10 + k:02d}.5,{100 + 10 * k},{5 + k}\n" for k in range(20)]
+    f.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(rows))
+    rc, out, _ = run([*BASE, "--trace", str(f), "--json"], capsys)
+    assert rc == 0 and json.loads(out)["completed"] == 20
+
+
+def test_a_shared_prefix_is_cached(capsys: pytest.CaptureFixture[str]) -> None:
+    """900 of 1000 prompt tokens shared by 4 groups: the prefix cache cuts the prefills and
+    with them TTFT."""
+    ttft = []
+    for prefix in ("0", "900"):
+        rc, out, _ = run([*BASE, "--rate", "10", "--requests", "100", "--prompt-len", "1000",
+                          "--output-len", "50", "--prefix-len", prefix, "--prefix-groups", "4",
+                          "--json"], capsys)  # fmt: skip
+        assert rc == 0
+        ttft.append(json.loads(out)["mean_ttft_ms"])
+    assert ttft[1] < 0.5 * ttft[0]
+
+
+def test_saturation_is_said(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = run([*BASE, "--rate", "400", "--requests", "300", "--prompt-len", "2000",
+                      "--output-len", "100"], capsys)  # fmt: skip
+    assert rc == 0 and "SATURATED" in out
+
+
+BAD = [
+    (["--rate", "0"], "--rate=0"),
+    (["--rate", "nan"], "--rate=nan"),
+    (["--rate", "-3"], "--rate=-3"),
+    (["--concurrency", "0"], "--concurrency=0"),
+    (["--rate", "1", "--concurrency", "2"], "--concurrency and --rate"),
+    ([], "workload=none"),
+    (["--rate", "1", "--requests", "0"], "--requests=0"),
+    (["--rate", "1", "--requests", "5", "--duration", "3"], "--duration=3"),
+    (["--concurrency", "1", "--arrivals", "gamma"], "--arrivals=gamma"),
+    (["--rate", "1", "--burstiness", "2"], "--burstiness=2"),
+    (["--rate", "1", "--burstiness", "inf", "--arrivals", "gamma"], "--burstiness=inf"),
+    (["--rate", "1", "--prompt-len", "uniform:9-1"], "--prompt-len=uniform:9-1"),
+    (["--rate", "1", "--output-len", "lognormal:x,1"], "--output-len=lognormal:x,1"),
+    (["--rate", "1", "--prompt-len", "/no/such/file"], "--prompt-len=/no/such/file"),
+    (["--trace", "/no/such.csv"], "--trace=/no/such.csv"),
+    (["--rate", "1", "--pp", "2"], "pp=2"),
+    (["--rate", "1", "--dp", "16"], "dp"),
+    (["--rate", "1", "--max-num-seqs", "0"], "--max-num-seqs=0"),
+    (["--rate", "1", "--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization=1.5"),
+    (["--rate", "1", "--gpu-memory-utilization", "0.1"], "KV cache"),
+    (["--rate", "1", "--engine", "nosuch"], "nosuch"),
+    (["--rate", "1", "--out", "x.csv"], "--out=x.csv"),
+    (["--rate", "1", "--prompt-len", "200000"], "context"),
+    (["--rate", "1", "--slo-ttft-ms", "-1"], "--slo-ttft-ms=-1"),
+    (["--rate", "1", "--seed", "-1"], "--seed=-1"),
+    (["--rate", "1", "--prefix-len", "-4"], "--prefix-len=-4"),
+    (["--rate", "1", "--prefix-groups", "0"], "--prefix-groups=0"),
+    (["--rate", "1", "--requests", "2000000"], "--requests=2000000"),
+    (["--rate", "1e6", "--duration", "1e6"], "--duration=1e+06"),
+]
+
+
+@pytest.mark.parametrize(("args", "needle"), BAD, ids=[" ".join(a) or "none" for a, _ in BAD])
+def test_bad_values_exit_2_with_one_line(
+    args: list[str], needle: str, capsys: pytest.CaptureFixture[str], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    rc, out, err = run([*BASE, *args], capsys)
+    assert rc == 2
+    assert out == ""
+    assert len(err.strip().splitlines()) == 1, err
+    assert needle in err
+    assert list(tmp_path.iterdir()) == []

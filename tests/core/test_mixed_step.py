@@ -1,0 +1,94 @@
+"""A serving iteration in the core: MixedStep lowered by lower_mixed reduces to the existing
+prefill and decode passes, and the iteration timer's cache stays within 1 % of the exact
+simulation."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from tpsim.core.api import simulate
+from tpsim.core.config import ConfigError, Layout, Options, Workload
+from tpsim.core.lowering.mixed import MixedStep
+from tpsim.core.step_timer import IterationTimer, grid_above, grid_below
+
+MODEL, TOPO = "llama-3.1-8b", "dgx-h100"
+
+
+@pytest.fixture(scope="module")
+def timer() -> IterationTimer:
+    return IterationTimer(MODEL, TOPO, 1, Options())
+
+
+def test_pure_decode_is_the_decode_pass(timer: IterationTimer) -> None:
+    """16 decodes over 1024 keys each: the decode step tpsim run simulates, to the bit."""
+    step = MixedStep.of((1024,) * 16, ())
+    ran = simulate(MODEL, TOPO, Layout(1), Workload(16, "decode", 512, 1024), Options())
+    assert timer.exact_seconds(step) == pytest.approx(ran.summary["latency_s"], rel=1e-12)
+
+
+def test_one_chunk_is_the_prefill_pass(timer: IterationTimer) -> None:
+    step = MixedStep.of((), ((1000, 0),))
+    ran = simulate(MODEL, TOPO, Layout(1), Workload(1, "prefill", 1000), Options())
+    assert timer.exact_seconds(step) == pytest.approx(ran.summary["latency_s"], rel=1e-12)
+
+
+def test_a_mixed_step_reads_the_weights_once(timer: IterationTimer) -> None:
+    """Decodes plus a chunk cost more than either alone and less than both apart (the
+    linear layers run once over every token)."""
+    decodes, chunk = (2000,) * 64, ((512, 0),)
+    both = timer.exact_seconds(MixedStep.of(decodes, chunk))
+    alone_d = timer.exact_seconds(MixedStep.of(decodes, ()))
+    alone_c = timer.exact_seconds(MixedStep.of((), chunk))
+    assert max(alone_d, alone_c) < both < alone_d + alone_c
+
+
+def test_a_prefix_makes_the_chunk_slower(timer: IterationTimer) -> None:
+    """A chunk attends over its cached prefix too."""
+    fresh = timer.exact_seconds(MixedStep.of((), ((2048, 0),)))
+    later = timer.exact_seconds(MixedStep.of((), ((2048, 6000),)))
+    assert later > fresh
+
+
+def test_steps_are_checked() -> None:
+    with pytest.raises(ConfigError, match="step"):
+        MixedStep.of((), ())
+    with pytest.raises(ConfigError, match="step"):
+        MixedStep.of((0,), ())
+
+
+def test_grid() -> None:
+    assert grid_below(50, 16) == 50 and grid_above(50, 16) == 51
+    assert grid_below(1000, 16) == 992 and grid_above(1000, 16) == 1024
+    assert grid_below(1024, 16) == 1024 and grid_above(1024, 16) == 1088
+
+
+def test_extrapolated_layers_equal_the_whole_model(timer: IterationTimer) -> None:
+    """The step of 32 layers from runs of 1 and 2 (attention at zero) equals the whole
+    model's, prefill and decode, host-bound or not."""
+    for step in (MixedStep.of((1,) * 8, ()), MixedStep.of((1,) * 300, ()),
+                 MixedStep.of((1,) * 40, ((2000, 0),))):  # fmt: skip
+        whole = timer._run(timer.model, step, True)
+        assert timer._extrapolated(step) == pytest.approx(whole, rel=1e-9)
+
+
+def _cases(n: int, seed: int) -> list[MixedStep]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        b = rng.choice([rng.randint(1, 64), rng.randint(1, 512)])
+        decodes = tuple(rng.randint(16, 4000) for _ in range(b))
+        chunk = () if rng.random() < 0.4 else ((rng.randint(1, 8192), rng.randint(0, 4000)),)
+        out.append(MixedStep.of(decodes, chunk))
+    return out
+
+
+@pytest.mark.parametrize(("model", "tp", "engine"), [
+    ("llama-3.1-8b", 1, "vllm"), ("llama-3.1-8b", 2, "trtllm"), ("llama-3.1-8b", 1, "sglang"),
+])  # fmt: skip
+def test_cache_within_one_percent_of_exact(model: str, tp: int, engine: str) -> None:
+    """Random iterations (1-512 decodes over 16-4000 keys, a chunk of up to 8192 tokens
+    after up to 4000 cached): the cache's answer is within 1 % of the exact simulation."""
+    t = IterationTimer(model, TOPO, tp, Options(engine=engine))
+    worst = max(abs(t.seconds(s) - t.exact_seconds(s)) / t.exact_seconds(s) for s in _cases(40, 5))
+    assert worst <= 0.01
