@@ -85,6 +85,7 @@ def _cases(n: int, seed: int) -> list[MixedStep]:
 
 @pytest.mark.parametrize(("model", "tp", "engine"), [
     ("llama-3.1-8b", 1, "vllm"), ("llama-3.1-8b", 2, "trtllm"), ("llama-3.1-8b", 1, "sglang"),
+    ("gpt-oss-20b", 1, "vllm"),  # sliding-window layers and MoE
 ])  # fmt: skip
 def test_cache_within_one_percent_of_exact(model: str, tp: int, engine: str) -> None:
     """Random iterations (1-512 decodes over 16-4000 keys, a chunk of up to 8192 tokens
@@ -92,3 +93,18 @@ def test_cache_within_one_percent_of_exact(model: str, tp: int, engine: str) -> 
     t = IterationTimer(model, TOPO, tp, Options(engine=engine))
     worst = max(abs(t.seconds(s) - t.exact_seconds(s)) / t.exact_seconds(s) for s in _cases(40, 5))
     assert worst <= 0.01
+
+
+def test_sliding_layers_decode_is_the_decode_pass() -> None:
+    """gpt-oss: every other layer attends over its last 128 keys; 16 decodes over 4096 keys
+    each are the decode step tpsim run simulates, attention per layer included."""
+    t = IterationTimer("gpt-oss-20b", TOPO, 1, Options())
+    step = MixedStep.of((4096,) * 16, ())
+    ran = simulate("gpt-oss-20b", TOPO, Layout(1), Workload(16, "decode", 512, 4096), Options())
+    assert t.exact_seconds(step) == pytest.approx(ran.summary["latency_s"], rel=1e-12)
+    assert t.seconds(step) == pytest.approx(ran.summary["latency_s"], rel=0.01)
+
+
+def test_latent_attention_models_are_refused() -> None:
+    with pytest.raises(ConfigError, match="multi-head latent attention"):
+        IterationTimer("deepseek-v3", "hgx-h200", 8, Options(dtype="fp8"))

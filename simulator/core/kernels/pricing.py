@@ -127,10 +127,12 @@ class Pricing:
         return cost if t is None else replace(cost, seconds=t, measured=True)
 
     def attention_decode(self, batch: int, context: int, heads: int, kv_heads: int,
-                         head_dim: int, *, v_head_dim: int = 0,
-                         cache_width: int = 0) -> KernelCost:  # fmt: skip
+                         head_dim: int, *, v_head_dim: int = 0, cache_width: int = 0,
+                         window: int = 0) -> KernelCost:  # fmt: skip
         """One new token per sequence attending over ``context`` cached keys
-        (``v_head_dim``, ``cache_width``: :func:`costs.attention_decode`)."""
+        (``v_head_dim``, ``cache_width``: :func:`costs.attention_decode`). ``window``: the
+        layer's sliding window, already applied to ``context`` (said for a composition of
+        contexts, :class:`tpsim.core.lowering.mixed.MixedPricing`)."""
 
         def price(b: int, ctx: int) -> KernelCost:
             return costs.attention_decode(b, ctx, heads, kv_heads, head_dim, self.hw,

@@ -232,7 +232,7 @@ class _Megatron(LatentAttention):
             shape = f"causal [{mb.batch}, {h}/{kv} heads, {prompt}, {hd}]"
         else:  # q [b, h, 1, hd] over the cache k, v [b, kv, ctx, hd] (a window: its last keys)
             ctx = m.attended(layer, w.context_len)
-            cost = self.price.attention_decode(mb.batch, ctx, h, kv, hd)
+            cost = self.price.attention_decode(mb.batch, ctx, h, kv, hd, window=window)
             shape = f"decode [{mb.batch}, {h}/{kv} heads, ctx {ctx}, {hd}]"
         if window:
             shape += f" window {window}"

@@ -69,19 +69,23 @@ class MixedStep(Workload):
 
 
 def attention_seconds(price: Pricing, step: MixedStep, heads: int, kv_heads: int,
-                      head_dim: int) -> KernelCost:  # fmt: skip
+                      head_dim: int, window: int = 0) -> KernelCost:  # fmt: skip
     """The attention of one layer of ``step`` on one rank: one decode kernel over every
     decode (its bytes and FLOPs are linear in the contexts, so their mean prices their sum)
-    plus one causal kernel per chunk over its prefix (costs.attention_prefill's ``cached``)."""
+    plus one causal kernel per chunk over its prefix (costs.attention_prefill's ``cached``).
+    A sliding layer's ``window``: a decode reads at most its last ``window`` keys, a chunk's
+    queries see at most ``window`` keys each."""
     parts: list[KernelCost] = []
     if step.decodes:
-        mean = round(sum(step.decodes) / len(step.decodes))
+        contexts = [min(c, window) for c in step.decodes] if window else step.decodes
+        mean = round(sum(contexts) / len(contexts))
         decode = Pricing.attention_decode  # the run's own decode price, not an override
         parts.append(decode(price, len(step.decodes), mean, heads, kv_heads, head_dim))
     for n, cached in step.chunks:
         parts.append(
             costs.attention_prefill(1, n, heads, kv_heads, head_dim, price.hw,
-                                    act_bytes=price.act_b, kv_bytes=price.kv_b, cached=cached)
+                                    act_bytes=price.act_b, kv_bytes=price.kv_b, cached=cached,
+                                    window=window)
         )  # fmt: skip
     seconds = sum(p.seconds for p in parts)
     flops = sum(p.flops for p in parts)
@@ -103,19 +107,21 @@ class MixedPricing(Pricing):
         values = {f.name: getattr(base, f.name) for f in fields(Pricing)}
         return cls(**values, step=step, no_attention=no_attention)
 
-    def _parts(self, heads: int, kv_heads: int, head_dim: int) -> KernelCost:
+    def _parts(self, heads: int, kv_heads: int, head_dim: int, window: int) -> KernelCost:
         assert self.step is not None
         if self.no_attention:
             return KernelCost(0.0, 0.0, 0, "memory")
-        return attention_seconds(self, self.step, heads, kv_heads, head_dim)
+        return attention_seconds(self, self.step, heads, kv_heads, head_dim, window)
 
     def attention_prefill(self, batch: int, prompt: int, heads: int, kv_heads: int,
-                          head_dim: int) -> KernelCost:  # fmt: skip
-        return self._parts(heads, kv_heads, head_dim)
+                          head_dim: int, *, v_head_dim: int = 0, cache_width: int = 0,
+                          window: int = 0) -> KernelCost:  # fmt: skip
+        return self._parts(heads, kv_heads, head_dim, window)
 
     def attention_decode(self, batch: int, context: int, heads: int, kv_heads: int,
-                         head_dim: int) -> KernelCost:  # fmt: skip
-        return self._parts(heads, kv_heads, head_dim)
+                         head_dim: int, *, v_head_dim: int = 0, cache_width: int = 0,
+                         window: int = 0) -> KernelCost:  # fmt: skip
+        return self._parts(heads, kv_heads, head_dim, window)
 
 
 def lower_mixed(
