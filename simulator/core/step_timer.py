@@ -30,10 +30,11 @@ from typing import TYPE_CHECKING
 
 from tpsim.core import metrics
 from tpsim.core.comm.group import Comms, run_programs
-from tpsim.core.config import ConfigError, Layout, Options, Workload, precision
+from tpsim.core.config import Layout, Options, Workload, precision
 from tpsim.core.kernels.pricing import Pricing
 from tpsim.core.lowering import host
 from tpsim.core.lowering.mixed import MixedStep, attention_seconds, lower_mixed
+from tpsim.core.lowering.mla import mixed_attention
 from tpsim.core.plan import RunPlan, resolve
 from tpsim.core.records import Record
 from tpsim.models.spec import ModelSpec
@@ -119,12 +120,6 @@ class IterationTimer:
         self.simulated = 0  # engine runs so far (the cache's misses)
         self._base: dict[tuple[int, int, bool], float] = {}
         spec = self.plan.model
-        if spec.is_mla:  # decodes absorbed and chunks expanded in one pass: not lowered yet
-            raise ConfigError(
-                f"model={spec.name}: tpsim serve does not time mixed iterations of multi-head "
-                "latent attention yet (decodes absorbed and prefill chunks expanded in one "
-                "pass); tpsim run times its decode and prefill steps"
-            )
         alike = all(spec.is_moe_layer(i) == spec.is_moe_layer(0) for i in range(spec.num_layers))
         self._short = (
             tuple((n, _first_layers(spec, n)) for n in SHORT_LAYERS)
@@ -181,6 +176,8 @@ class IterationTimer:
         """Attention of every layer of ``step`` on one rank (it adds to the step as is)."""
         h, kv, hd = self._heads
         spec = self.plan.model
+        if spec.is_mla:  # absorbed decodes and expanded chunks (tpsim.core.lowering.mla)
+            return mixed_attention(self._pricing, spec, h, step).seconds * spec.num_layers
         sliding = sum(1 for i in range(spec.num_layers) if spec.is_sliding_layer(i))
         total = attention_seconds(self._pricing, step, h, kv, hd).seconds * (
             spec.num_layers - sliding

@@ -105,6 +105,20 @@ def test_sliding_layers_decode_is_the_decode_pass() -> None:
     assert t.seconds(step) == pytest.approx(ran.summary["latency_s"], rel=0.01)
 
 
-def test_latent_attention_models_are_refused() -> None:
-    with pytest.raises(ConfigError, match="multi-head latent attention"):
-        IterationTimer("deepseek-v3", "hgx-h200", 8, Options(dtype="fp8"))
+def test_latent_attention_runs_both_forms_in_one_iteration() -> None:
+    """DeepSeek-V3: all-decode and one-chunk iterations are run's decode and prefill passes
+    (absorbed and expanded), a mixed one runs both, and the cache stays within 1 %."""
+    opts = Options(dtype="fp8")
+    t = IterationTimer("deepseek-v3", "hgx-h200", 8, opts)
+    decode = simulate("deepseek-v3", "hgx-h200", Layout(8), Workload(16, "decode", 512, 2048), opts)
+    assert t.exact_seconds(MixedStep.of((2048,) * 16, ())) == pytest.approx(
+        decode.summary["latency_s"], rel=1e-12
+    )
+    prefill = simulate("deepseek-v3", "hgx-h200", Layout(8), Workload(1, "prefill", 1000), opts)
+    assert t.exact_seconds(MixedStep.of((), ((1000, 0),))) == pytest.approx(
+        prefill.summary["latency_s"], rel=1e-12
+    )
+    mixed = MixedStep.of((2048,) * 16, ((1000, 0),))
+    both = t.exact_seconds(mixed)
+    assert max(decode.summary["latency_s"], prefill.summary["latency_s"]) < both
+    assert t.seconds(mixed) == pytest.approx(both, rel=0.01)

@@ -27,6 +27,7 @@ from tpsim.core.kernels.kernel_table import KernelTable
 from tpsim.core.kernels.pricing import Pricing
 from tpsim.core.lowering import host
 from tpsim.core.lowering.lower import _Slice, start_step
+from tpsim.core.lowering.mla import mixed_attention
 from tpsim.core.program import Programs
 from tpsim.models.spec import ModelSpec
 
@@ -101,16 +102,20 @@ class MixedPricing(Pricing):
 
     step: MixedStep | None = None
     no_attention: bool = False
+    model: ModelSpec | None = None  # for its attention's form (MLA: both in one layer)
 
     @classmethod
-    def around(cls, base: Pricing, step: MixedStep, no_attention: bool = False) -> MixedPricing:
+    def around(cls, base: Pricing, step: MixedStep, no_attention: bool = False,
+               model: ModelSpec | None = None) -> MixedPricing:  # fmt: skip
         values = {f.name: getattr(base, f.name) for f in fields(Pricing)}
-        return cls(**values, step=step, no_attention=no_attention)
+        return cls(**values, step=step, no_attention=no_attention, model=model)
 
     def _parts(self, heads: int, kv_heads: int, head_dim: int, window: int) -> KernelCost:
         assert self.step is not None
         if self.no_attention:
             return KernelCost(0.0, 0.0, 0, "memory")
+        if self.model is not None and self.model.is_mla:  # both forms: lowering.mla
+            return mixed_attention(self, self.model, heads, self.step)
         return attention_seconds(self, self.step, heads, kv_heads, head_dim, window)
 
     def attention_prefill(self, batch: int, prompt: int, heads: int, kv_heads: int,
@@ -142,7 +147,7 @@ def lower_mixed(
         raise ConfigError("overlap=microbatch: a serving iteration runs as one batch")
     engine = options.calibration.engine
     lo, build, mode = start_step(model, tp, step, options, hw, table)
-    lo.price = MixedPricing.around(lo.price, step, no_attention)
+    lo.price = MixedPricing.around(lo.price, step, no_attention, model)
     mb = _Slice(0, step.batch, step.tokens)
     lo.embedding(mb)
     for layer in range(model.num_layers):

@@ -18,6 +18,13 @@ the q/k head width, ``v`` the value head width:
   [R, v]``, W_UV) brings each head back to ``v``. Both are 16-bit batched GEMMs (vLLM
   dequantises ``kv_b_proj`` into ``W_UK_T`` and ``W_UV`` at load);
 - ``o_proj`` ``[T, h v] x [h v, d]`` row-parallel and its all-reduce.
+
+A serving iteration that mixes decodes and prefill chunks (a workload with ``decodes`` and
+``chunks``, :class:`tpsim.core.lowering.mixed.MixedStep`) runs both forms in one layer, as
+vLLM's MLA backends split a batch: the decodes absorbed (``q_absorb``, attention over the
+compressed cache, ``v_up``), the chunks expanded (``kv_b_proj`` over each chunk and the
+prefix it attends to, causal attention), the projections before and ``o_proj`` after over
+every token together (:func:`mixed_attention`).
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from tpsim.models.spec import ModelSpec
 
 if TYPE_CHECKING:
     from tpsim.core.config import Workload
+    from tpsim.core.kernels.costs import KernelCost
     from tpsim.core.kernels.pricing import Pricing
     from tpsim.core.lowering.opbuild import OpBuilder
 
@@ -49,6 +57,31 @@ def kv_width_per_rank(model: ModelSpec, kv_heads: int) -> int:
     if model.is_mla:
         return model.kv_latent_dim
     return 2 * kv_heads * model.head_dim
+
+
+def mixed_attention(price: Pricing, model: ModelSpec, heads: int, workload: Any) -> KernelCost:
+    """The attention kernels of one MLA layer of a mixed iteration on one rank, as one
+    cost: the absorbed decode kernel over the decodes' contexts and one expanded causal
+    kernel per chunk after its prefix (a :class:`~tpsim.core.kernels.costs.KernelCost`)."""
+    from tpsim.core.kernels import costs
+    from tpsim.core.kernels.pricing import Pricing as Base
+
+    latent, r = model.kv_latent_dim, model.kv_lora_rank
+    hd, v = model.head_dim, model.value_head_dim
+    parts = []
+    if workload.decodes:
+        mean = round(sum(workload.decodes) / len(workload.decodes))
+        parts.append(Base.attention_decode(price, len(workload.decodes), mean, heads, 1, latent,
+                                           v_head_dim=r, cache_width=latent))  # fmt: skip
+    for n, cached in workload.chunks:
+        parts.append(costs.attention_prefill(1, n, heads, heads, hd, price.hw,
+                                             act_bytes=price.act_b, kv_bytes=price.kv_b,
+                                             cached=cached, v_head_dim=v,
+                                             cache_width=latent))  # fmt: skip
+    seconds = sum(c.seconds for c in parts)
+    compute = sum(c.seconds for c in parts if c.category == "compute")
+    return costs.KernelCost(seconds, sum(c.flops for c in parts), sum(c.bytes for c in parts),
+                            "compute" if 2 * compute > seconds else "memory")  # fmt: skip
 
 
 class LatentAttention:
@@ -104,6 +137,21 @@ class LatentAttention:
         self.ew(mb, "rotary", layer, 2 * rot * self.act_b, 6.0 * rot,
                 f"[{tokens}, {width}]", tokens, width)  # fmt: skip
         latent = m.kv_latent_dim  # R + r cached per token, one for all heads
+        decodes, chunks = getattr(self.w, "decodes", None), getattr(self.w, "chunks", None)
+        if decodes is not None and chunks is not None:  # a mixed iteration: both forms
+            expanded = sum(n + cached for n, cached in chunks)  # chunks and their prefixes
+            if expanded:
+                self.gemm(mb, "kv_b_proj", layer, expanded, h * (nope + v), r)
+            if decodes:
+                self._bmm(mb, "q_absorb", layer, len(decodes), r, nope)
+            cost = self.price.attention_decode(batch, context, h, 1, latent, v_head_dim=r,
+                                               cache_width=latent)  # fmt: skip
+            shape = f"MLA: {len(decodes)} absorbed decodes, {len(chunks)} expanded chunks"
+            self.build.kernel(mb.index, "attn", "attention", layer, cost, shape)
+            if decodes:
+                self._bmm(mb, "v_up", layer, len(decodes), v, r)
+            self.row_gemm(mb, "o_proj", layer, h * v, "attn_out")
+            return
         if phase == "prefill":  # expand the latent: [T, R] x [R, h (nope + v)]
             self.gemm(mb, "kv_b_proj", layer, tokens, h * (nope + v), r)
             cost = self.price.attention_prefill(batch, prompt, h, h, hd, v_head_dim=v,
@@ -124,4 +172,5 @@ __all__ = [
     "LatentAttention",
     "attention_params_per_rank",
     "kv_width_per_rank",
+    "mixed_attention",
 ]
