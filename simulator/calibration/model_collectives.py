@@ -146,6 +146,36 @@ class P2PTuning:
         return n
 
 
+@dataclass(frozen=True, slots=True)
+class NvlsPipeline:
+    """How NCCL's NVLS all-reduce moves its data (``enqueue.cc`` calcCollChunking,
+    ``device/all_reduce.h``): each channel takes its share in loops of one chunk per head
+    (rank), through ``stages`` warp groups connected by the NVLS buffer's slots (scatter
+    into the buffer, multimem reduce and multicast store, gather out); the chunk shrinks
+    for small operations (``shrink``: below ``factor`` x channels x heads x chunk, at most
+    ``bytes``)."""
+
+    chunk_bytes: int  # comm->nvlsChunkSize (NCCL_NVLS_CHUNKSIZE)
+    shrink: tuple[tuple[int, int], ...]  # (factor, chunk bytes), in NCCL's order
+    stages: int  # warp groups a chunk passes through in turn
+
+    def chunk(self, nbytes: int, channels: int, heads: int) -> int:
+        """The chunk NCCL uses for an NVLS all-reduce of ``nbytes``."""
+        size = self.chunk_bytes
+        ops = channels * heads
+        for factor, most in self.shrink:
+            if nbytes < factor * ops * size and size > most:
+                size = most
+        return size
+
+    def fill_bytes(self, nbytes: int, channels: int, heads: int) -> int:
+        """Bytes of one channel's first loop (one chunk per head, or the channel's whole
+        share if smaller): what each stage after the first waits for before it starts, the
+        pipeline's fill being ``stages - 1`` of them at the channel's rate."""
+        loop = heads * self.chunk(nbytes, channels, heads)
+        return min(loop, -(-nbytes // max(1, channels)))
+
+
 def _pow2_up(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
@@ -262,6 +292,8 @@ class Collectives:
     p2p: P2PTuning | None = None
     #: DeepEP's kernels (``deepep.yaml``); None: plain flows at the links' rate (ideal)
     deepep: DeepEP | None = None
+    #: NCCL's NVLS chunk pipeline; None: the data streams with no fill (ideal)
+    nvls_pipeline: NvlsPipeline | None = None
 
     @property
     def custom(self) -> CustomKernel:
