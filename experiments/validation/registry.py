@@ -115,10 +115,10 @@ def _multinode(slug: str) -> Callable[[], Comparison]:
     return run
 
 
-def _alltoall(slug: str) -> Callable[[], Comparison]:
+def _alltoall(slug: str, op: str = "all_to_all") -> Callable[[], Comparison]:
     def run() -> Comparison:
         (curve,) = [c for c in coll.ALLTOALL if c.slug == slug]
-        rows, _ = coll.compare_alltoall(curve, coll.data_dir())
+        rows, _ = coll.compare_alltoall(curve, coll.data_dir(), op)
         return _from_rows(rows)
 
     return run
@@ -246,6 +246,35 @@ _ALLTOALL_MISS = (
     "receiver pulls each chunk over NVLink, is not modelled) (issue #24)"
 )
 
+_SINGLE = (
+    "nccl-tests {op}_perf, one process with a thread per GPU (-t N), on 2, 4 and 8 {gpu} of "
+    "one box ({topo} --ranks 2/4/8), 512 B-512 MiB (fp16, out of place): {what} (launcher "
+    "mpi, --algo nccl)"
+)
+_A100_BOX = (
+    "the A100 box's NCCL 2.27 floors are 3.5-4 us above the H100 box's on every collective "
+    "(see nccl-alltoall-a100), which tpsim's launch and tuning model prices the same"
+)
+_RING_SIMPLE = (
+    "ring Simple at 1-64 MiB: NCCL's per-channel ring (one SM per channel copying through "
+    "its connection's 8-slot buffer, chunks of up to 4 steps, slices of 2) is priced at the "
+    "links' rate with NCCL's hop latency per step; its per-channel copy limit and slice "
+    "pipeline are not modelled, so the ramp to the links' rate is too steep"
+)
+#: (gpu, op): why it misses 10% today, and the ceiling the tests hold it to
+_SINGLE_MISS = {
+    ("a100", "all_reduce"): (f"{_A100_BOX}: LL sizes 20-35% fast; {_RING_SIMPLE}", 0.32),
+    ("a100", "all_gather"): (f"{_A100_BOX}: LL sizes 30-50% fast; {_RING_SIMPLE}", 0.46),
+    ("a100", "reduce_scatter"): (f"{_A100_BOX}: LL sizes 25-45% fast; {_RING_SIMPLE}", 0.38),
+    ("h100", "all_reduce"): (
+        f"2 GPUs: LL floors 20-30% slow (NCCL's LL base latency "
+        f"6.6 us against 6 us measured end to end); {_RING_SIMPLE}",
+        0.18,
+    ),
+    ("h100", "all_gather"): (f"{_RING_SIMPLE}", 0.22),
+    ("h100", "reduce_scatter"): (f"{_RING_SIMPLE}", 0.22),
+}
+
 _TIME = "geomean error of the time per call over the sizes"
 _KERNEL = (
     "largest per-family geomean error of the kernel times over the 10 operator families "
@@ -285,6 +314,15 @@ VALIDATIONS: tuple[Validation, ...] = (
                _ALLTOALL.format(gpu="H100 SXM", topo="dgx-h100", what=_TIME + " and ranks "
                                 "(NCCL 2.23, 2.27.3 and 2.29.2 collections)"),
                _alltoall("h100"), quick=True),
+    *(
+        Validation(f"nccl-{op.replace('_', '')}-{gpu}", (SINGLE_NODE,), coll.SINGLE_NODE_BOUND,
+                   _SINGLE.format(op=op, gpu=name, topo=topo, what=_TIME + " and ranks"),
+                   _alltoall(gpu, op), quick=True,
+                   expected_fail=_SINGLE_MISS[gpu, op][0], ceiling=_SINGLE_MISS[gpu, op][1])
+        for gpu, name, topo in (("a100", "A100 SXM (NCCL 2.27.3)", "dgx-a100"),
+                                ("h100", "H100 SXM (NCCL 2.23, 2.27.3, 2.29.2)", "dgx-h100"))
+        for op in coll.SINGLE_NODE_OPS
+    ),
     Validation("deepep-ll-h100", (deepep.LL_FILE,), 0.20,
                "DeepEP low-latency dispatch (fp8, a scale per 128) and combine (bf16) kernel "
                "times, tests/test_low_latency.py on 8 H100 SXM of one node (dgx-h100 --ranks "
