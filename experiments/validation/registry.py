@@ -268,7 +268,9 @@ _SINGLE_MISS = {
     ("a100", "reduce_scatter"): (f"{_A100_BOX}: LL sizes 25-45% fast; {_RING_SIMPLE}", 0.38),
     ("h100", "all_reduce"): (
         f"2 GPUs: LL floors 20-30% slow (NCCL's LL base latency "
-        f"6.6 us against 6 us measured end to end); {_RING_SIMPLE}",
+        f"6.6 us against 6 us measured end to end); 0.5-2 MiB on 8 GPUs "
+        f"25-40% slow (NVLS's tuning latency of 25 us against its 25 us "
+        f"measured at 1 MiB in all); {_RING_SIMPLE}",
         0.18,
     ),
     ("h100", "all_gather"): (f"{_RING_SIMPLE}", 0.22),
