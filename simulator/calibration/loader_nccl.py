@@ -85,7 +85,7 @@ def _records(
 
 
 def _launchers(table: object, field: str) -> dict[str, Launcher]:
-    readers = {"per_host": _flag, "call_us": _nonnegative_us, "about": _text}
+    readers = {"per_host": _flag, "call_us": _nonnegative_us, "about": _text, "sync": _flag}
     return _records(table, field, readers, Launcher)
 
 

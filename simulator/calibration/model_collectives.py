@@ -72,14 +72,17 @@ class PayloadShares:
 
 @dataclass(frozen=True, slots=True)
 class Launcher:
-    """How a benchmark calls a collective back to back: each host thread spends ``call_s``
-    per call, then enqueues the collective on every GPU it drives (``per_host``: all of its
-    host's ranks, as nccl-tests -g P; else its own one)."""
+    """How a benchmark calls a collective: each host thread spends ``call_s`` per call, then
+    enqueues the collective on every GPU it drives (``per_host``: all of its host's ranks,
+    as nccl-tests -g P; else its own one). Back to back (the host runs ahead, one
+    synchronise at the end) an iteration lasts the longer of the host's and the device's
+    time; with ``sync`` (a synchronise after every call) the two in series."""
 
     name: str
     per_host: bool
     call_s: float
     about: str
+    sync: bool = False
 
 
 @dataclass(frozen=True, slots=True)
