@@ -256,10 +256,12 @@ _A100_BOX = (
     "(see nccl-alltoall-a100), which tpsim's launch and tuning model prices the same"
 )
 _RING_SIMPLE = (
-    "ring Simple at 1-64 MiB: NCCL's per-channel ring (one SM per channel copying through "
-    "its connection's 8-slot buffer, chunks of up to 4 steps, slices of 2) is priced at the "
-    "links' rate with NCCL's hop latency per step; its per-channel copy limit and slice "
-    "pipeline are not modelled, so the ramp to the links' rate is too steep"
+    "the ring under Simple, 1-512 MiB, is 20-50% fast on 2 and 4 GPUs: its measured busbw "
+    "at 512 MiB is still rising and well below the links' (H100 all-gather 258, 317 and 336 "
+    "GB/s on 2, 4 and 8 GPUs; A100 150, 192, 205), about 45-65 us of fixed time at large "
+    "sizes on 2 GPUs; tpsim prices the ring at the links' rate with NCCL's hop latency per "
+    "step, and NCCL's ring channels for a 2- or 4-GPU communicator and their slice pipeline "
+    "through the 8-slot buffer are not modelled"
 )
 #: (gpu, op): why it misses 10% today, and the ceiling the tests hold it to
 _SINGLE_MISS = {
