@@ -202,13 +202,16 @@ ALLTOALL = (
 )
 
 
-def read_alltoall(path: Path, key: str) -> dict[int, list[tuple[int, float, str]]]:
-    """Per GPU count, (bytes, microseconds, NCCL) of the alltoall rows of one GPU type: the
-    size is each rank's whole send buffer, the time the median out-of-place average, NCCL
-    the directory's version (H100 has three collections: 2.23, 2.27.3 and 2.29.2)."""
+def read_alltoall(
+    path: Path, key: str, op: str = "alltoall"
+) -> dict[int, list[tuple[int, float, str]]]:
+    """Per GPU count, (bytes, microseconds, NCCL) of the ``op`` rows of one GPU type: the
+    size is each rank's whole send buffer (nccl-tests' size), the time the median
+    out-of-place average, NCCL the directory's version (H100 has three collections: 2.23,
+    2.27.3 and 2.29.2; 2.23 has no all_reduce rows)."""
     out: dict[int, list[tuple[int, float, str]]] = {}
     for r in csv_rows(path):
-        if r["op"] == "alltoall" and r["aic_dir"].startswith(key):
+        if r["op"] == op and r["aic_dir"].startswith(key):
             version = r["aic_dir"].rsplit("/", 1)[-1]
             out.setdefault(int(r["num_gpus"]), []).append(
                 (int(r["message_bytes"]), float(r["median_us"]), version)
@@ -216,17 +219,19 @@ def read_alltoall(path: Path, key: str) -> dict[int, list[tuple[int, float, str]
     return {p: sorted(rows) for p, rows in sorted(out.items())}
 
 
-def compare_alltoall(curve: AllToAll, data: Path) -> tuple[list[dict[str, float | str]], float]:
+def compare_alltoall(
+    curve: AllToAll, data: Path, op: str = "all_to_all"
+) -> tuple[list[dict[str, float | str]], float]:
     """Rows (``bytes`` labelled with the GPU count) and the geomean error over every GPU
-    count and size. nccl-tests ran one process with a thread per GPU (``-t N``), each
-    thread enqueuing its own GPU: launcher ``mpi`` (no per-call host cost, one GPU per
-    thread); NCCL's own choice (``--algo nccl``), which for all-to-all is its P2P path."""
+    count and size of ``op`` (the file names all-to-all ``alltoall``). nccl-tests ran one
+    process with a thread per GPU (``-t N``), each thread enqueuing its own GPU: launcher
+    ``mpi`` (no per-call host cost, one GPU per thread); NCCL's own choice (``--algo
+    nccl``), which for all-to-all is its P2P path."""
     out: list[dict[str, float | str]] = []
-    for p, points in read_alltoall(data / SINGLE_NODE_FILE, curve.key).items():
+    name = "alltoall" if op == "all_to_all" else op
+    for p, points in read_alltoall(data / SINGLE_NODE_FILE, curve.key, name).items():
         sizes = sorted({n for n, _, _ in points})
-        rows = collective_sweep(
-            curve.topology, p, sizes, op="all_to_all", algo="nccl", launcher="mpi"
-        )
+        rows = collective_sweep(curve.topology, p, sizes, op=op, algo="nccl", launcher="mpi")
         by_size = dict(zip(sizes, rows, strict=True))
         out += [
             {
@@ -241,13 +246,21 @@ def compare_alltoall(curve: AllToAll, data: Path) -> tuple[list[dict[str, float 
     return out, geomean_error(pairs)
 
 
+#: The file's reductions and gathers, compared per GPU type as the all-to-all is (issue #26:
+#: collectives within 10% per file).
+SINGLE_NODE_OPS = ("all_reduce", "all_gather", "reduce_scatter")
+SINGLE_NODE_BOUND = 0.10
+
+
 def _alltoall_report(data: Path) -> Iterator[str]:
     for curve in ALLTOALL:
-        rows, err = compare_alltoall(curve, data)
-        yield f"{curve.name} on {curve.topology}, 2/4/8 ranks (launcher mpi):"
-        yield from _point_lines(rows)
-        verdict = "within" if err < curve.bound else "OUTSIDE"
-        yield f"  geomean error {err:.1%} ({verdict} the {curve.bound:.0%} target)"
+        for op in ("all_to_all", *SINGLE_NODE_OPS):
+            bound = curve.bound if op == "all_to_all" else SINGLE_NODE_BOUND
+            rows, err = compare_alltoall(curve, data, op)
+            yield f"{curve.name.replace('alltoall', op)} on {curve.topology}, 2/4/8 ranks:"
+            yield from _point_lines(rows)
+            verdict = "within" if err < bound else "OUTSIDE"
+            yield f"  geomean error {err:.1%} ({verdict} the {bound:.0%} target)"
 
 
 FLOORS_FILE = "allreduce_small_and_custom.csv"

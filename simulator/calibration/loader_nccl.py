@@ -30,6 +30,7 @@ from tpsim.calibration.model_collectives import (
     DeepEPMode,
     HostEnqueue,
     Launcher,
+    NvlsPipeline,
     P2PTuning,
     PayloadShares,
     Protocol,
@@ -84,7 +85,7 @@ def _records(
 
 
 def _launchers(table: object, field: str) -> dict[str, Launcher]:
-    readers = {"per_host": _flag, "call_us": _nonnegative_us, "about": _text}
+    readers = {"per_host": _flag, "call_us": _nonnegative_us, "about": _text, "sync": _flag}
     return _records(table, field, readers, Launcher)
 
 
@@ -192,6 +193,7 @@ def _collectives(d: Mapping[str, Any], ep: Mapping[str, Any] | None = None) -> C
         ),
         pipeline_slots=int(number(entry(d, "pipeline_slots", w), "pipeline_slots")),
         nvls_channels=int(number(entry(nvls, "channels", f"{w}.nvls"), "nvls.channels")),
+        nvls_pipeline=_nvls_pipeline(nvls),
         ll_multi_host_max_busbw_Bps=tuple(
             scale(number(x, f"{w}.ll_multi_host_max_busbw_GBps"), 9)
             for x in entry(d, "ll_multi_host_max_busbw_GBps", w)
@@ -202,6 +204,25 @@ def _collectives(d: Mapping[str, Any], ep: Mapping[str, Any] | None = None) -> C
                 entry(d, "tree_size_efficiency", w), f"{w}.tree_size_efficiency"
             ).items()
         },
+    )
+
+
+def _nvls_pipeline(nvls: Mapping[str, Any]) -> NvlsPipeline | None:
+    """``nvls.pipeline``: NCCL's NVLS chunk and its warp-group stages (absent: none)."""
+    if "pipeline" not in nvls:
+        return None
+    w = "nccl.yaml.nvls.pipeline"
+    v = _table(entry(nvls, "pipeline", "nccl.yaml.nvls"), w)
+    shrink = []
+    for pair in v.get("shrink", ()):
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise CalibrationError(f"{w}.shrink={pair!r}: needs [factor, KiB]")
+        factor, kib = (number(x, f"{w}.shrink") for x in pair)
+        shrink.append((int(factor), int(kib * 1024)))
+    return NvlsPipeline(
+        chunk_bytes=int(number(v.get("chunk_KiB"), f"{w}.chunk_KiB") * 1024),
+        shrink=tuple(shrink),
+        stages=_count(v.get("stages"), f"{w}.stages"),
     )
 
 

@@ -175,6 +175,7 @@ class Calibration:
                 tree_channel_max_Bps={},
                 nvls_tree_net_hop_s=0.0,
                 nvls_channels=0,
+                nvls_pipeline=None,
                 ll_multi_host_max_busbw_Bps=(),
                 tree_size_efficiency={},
                 launchers={n: replace(la, call_s=0.0) for n, la in c.launchers.items()},

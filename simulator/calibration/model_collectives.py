@@ -72,14 +72,17 @@ class PayloadShares:
 
 @dataclass(frozen=True, slots=True)
 class Launcher:
-    """How a benchmark calls a collective back to back: each host thread spends ``call_s``
-    per call, then enqueues the collective on every GPU it drives (``per_host``: all of its
-    host's ranks, as nccl-tests -g P; else its own one)."""
+    """How a benchmark calls a collective: each host thread spends ``call_s`` per call, then
+    enqueues the collective on every GPU it drives (``per_host``: all of its host's ranks,
+    as nccl-tests -g P; else its own one). Back to back (the host runs ahead, one
+    synchronise at the end) an iteration lasts the longer of the host's and the device's
+    time; with ``sync`` (a synchronise after every call) the two in series."""
 
     name: str
     per_host: bool
     call_s: float
     about: str
+    sync: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +147,36 @@ class P2PTuning:
             n *= 2
             part = -(-per_peer_bytes // n)
         return n
+
+
+@dataclass(frozen=True, slots=True)
+class NvlsPipeline:
+    """How NCCL's NVLS all-reduce moves its data (``enqueue.cc`` calcCollChunking,
+    ``device/all_reduce.h``): each channel takes its share in loops of one chunk per head
+    (rank), through ``stages`` warp groups connected by the NVLS buffer's slots (scatter
+    into the buffer, multimem reduce and multicast store, gather out); the chunk shrinks
+    for small operations (``shrink``: below ``factor`` x channels x heads x chunk, at most
+    ``bytes``)."""
+
+    chunk_bytes: int  # comm->nvlsChunkSize (NCCL_NVLS_CHUNKSIZE)
+    shrink: tuple[tuple[int, int], ...]  # (factor, chunk bytes), in NCCL's order
+    stages: int  # warp groups a chunk passes through in turn
+
+    def chunk(self, nbytes: int, channels: int, heads: int) -> int:
+        """The chunk NCCL uses for an NVLS all-reduce of ``nbytes``."""
+        size = self.chunk_bytes
+        ops = channels * heads
+        for factor, most in self.shrink:
+            if nbytes < factor * ops * size and size > most:
+                size = most
+        return size
+
+    def fill_bytes(self, nbytes: int, channels: int, heads: int) -> int:
+        """Bytes of one channel's first loop (one chunk per head, or the channel's whole
+        share if smaller): what each stage after the first waits for before it starts, the
+        pipeline's fill being ``stages - 1`` of them at the channel's rate."""
+        loop = heads * self.chunk(nbytes, channels, heads)
+        return min(loop, -(-nbytes // max(1, channels)))
 
 
 def _pow2_up(n: int) -> int:
@@ -262,6 +295,8 @@ class Collectives:
     p2p: P2PTuning | None = None
     #: DeepEP's kernels (``deepep.yaml``); None: plain flows at the links' rate (ideal)
     deepep: DeepEP | None = None
+    #: NCCL's NVLS chunk pipeline; None: the data streams with no fill (ideal)
+    nvls_pipeline: NvlsPipeline | None = None
 
     @property
     def custom(self) -> CustomKernel:

@@ -119,7 +119,8 @@ def _parser() -> argparse.ArgumentParser:
         choices=tuple(calibration.default().collectives.launchers),
         default="mpi",
         help="how ranks are started: mpi (one process per GPU), threads "
-        "(nccl-tests -g P), torch (torch.distributed)",
+        "(nccl-tests -g P), torch (torch.distributed), torch-sync (torch.distributed with a "
+        "synchronise after every call: host and kernel in series)",
     )
     coll.add_argument("--sizes", type=parse_sizes, help="comma list: 8K,1M,1G")
     coll.add_argument("--min-bytes", type=parse_size, default=8)

@@ -115,6 +115,21 @@ def test_torch_calls_are_host_bound_below_half_a_mebibyte() -> None:
             assert _time_us("dgx-h100", 8, n, "mpi") < 0.9 * us
 
 
+def test_a_loop_that_synchronises_every_call_pays_host_and_kernel_in_series() -> None:
+    """torch-sync: the call, NCCL's enqueue, then the kernel, one after the other (issue #26:
+    about 39 us at 32 KiB on 8x H200 where back to back gives 24 us)."""
+    (mpi,) = collective_sweep("hgx-h200", 8, [32 * KiB], algo="nccl", launcher="mpi")
+    (back,) = collective_sweep("hgx-h200", 8, [32 * KiB], algo="nccl", launcher="torch")
+    (sync,) = collective_sweep("hgx-h200", 8, [32 * KiB], algo="nccl", launcher="torch-sync")
+    launch = calibration.default().collectives.launchers["torch-sync"]
+    assert launch.sync and not calibration.default().collectives.launchers["torch"].sync
+    device = mpi["time_s"]  # one process per GPU, no call cost: the kernel sets the pace
+    assert sync["host_s"] == pytest.approx(back["host_s"])
+    assert back["time_s"] == pytest.approx(max(back["host_s"], device))
+    assert sync["time_s"] == pytest.approx(sync["host_s"] + device)
+    assert sync["bound"] == "host+device" and 36e-6 < sync["time_s"] < 44e-6
+
+
 def test_hopper_g8_floor_is_eight_launches() -> None:
     """On Hopper NCCL's enqueue is the kernel launch (2.75 us): -g 8 is host-bound at 22 us,
     half the Ampere host's, and a one-process-per-GPU run is the GPUs' time."""

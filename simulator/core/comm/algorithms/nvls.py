@@ -13,7 +13,10 @@ def nvls(fab: Fabric, nbytes: int) -> Schedule:
     """In-switch reduction (NVLink SHARP): each GPU's share is reduced by the switch
     (multimem ld_reduce: its n/p comes back to it, n leaves it in all) and the result is
     multicast (multimem st: n/p up, n down). Both directions stream at once, so each link
-    carries ``n (p+1)/p``; every rank waits for every rank's contribution."""
+    carries ``n (p+1)/p``; every rank waits for every rank's contribution.
+
+    NCCL moves it through a pipeline (:func:`pipeline_fill_s`): the last of its stages
+    starts after the first has filled it, which comes on top of the link's latency."""
     assert fab.nvswitch is not None
     p = fab.ranks
     wire = nbytes * (p + 1) / p
@@ -21,17 +24,37 @@ def nvls(fab: Fabric, nbytes: int) -> Schedule:
     everyone = tuple(range(p))
     sends = []
     for up, down in fab.nvswitch:
+        fill = pipeline_fill_s(fab, nbytes, fab.capacities[up] * eff * p / (p + 1))
         sends.append(
             [
                 [
                     Send(
-                        (up,), nbytes, wire, fab.latencies[up], fab.capacities[up] * eff, everyone
+                        (up,),
+                        nbytes,
+                        wire,
+                        fab.latencies[up] + fill,
+                        fab.capacities[up] * eff,
+                        everyone,
                     ),
                     Send((down,), 0, wire, fab.latencies[down], fab.capacities[down] * eff, ()),
                 ]
             ]
         )
     return Schedule("nvls", "Simple", fab.tuning.nvls_latency_s, steps(sends, [[p]] * p))
+
+
+def pipeline_fill_s(fab: Fabric, nbytes: int, rate_Bps: float) -> float:
+    """Seconds NCCL's NVLS pipeline takes to fill for an all-reduce of ``nbytes`` that
+    streams at ``rate_Bps`` (a rank's payload rate): each of its NVLS channels moves
+    1/channels of it, and the last of the pipeline's stages starts once the stages before
+    it have passed on one loop (a chunk per rank, NCCL's chunk for this size) at one
+    channel's rate (``nccl.yaml`` ``nvls.pipeline``; 0 without it)."""
+    pipe = fab.tuning.nvls_pipeline
+    channels = fab.tuning.nvls_channels
+    if pipe is None or channels < 1 or nbytes <= 0:
+        return 0.0
+    loop = pipe.fill_bytes(nbytes, channels, fab.ranks)
+    return (pipe.stages - 1) * loop / (rate_Bps / channels)
 
 
 def _why_not(fab: Fabric, op: str) -> str | None:
