@@ -159,11 +159,38 @@ def compare_normal(data: Path | None = None) -> list[dict[str, float | str]]:
     return result
 
 
+def compare_normal_nvlink(data: Path | None = None) -> list[dict[str, float | str]]:
+    """Rows of DeepEP's intranode normal kernels (README, H800, EP 8 over NVLink): the
+    logical bandwidth counts every token a GPU receives, its own included (``test_intranode``
+    's ``nvl_recv_bytes``), so the time is tokens x GPUs a token reaches x token bytes over
+    it; simulated as the all-to-all of those bytes (a GPU's own block stays local)."""
+    result: list[dict[str, float | str]] = []
+    for r in csv_rows((data or measured()) / PUBLISHED_FILE):
+        if r["kernel"] != "normal" or r["ep_topology"] != "intranode":
+            continue
+        ep, tokens, hidden = int(r["ep_size"]), int(r["tokens_per_batch"]), 7168
+        token = hidden * (1 + 4 / 128) if r["op"] == "dispatch" else 2 * hidden
+        gpus, _ = routing(ep)
+        n = round(tokens * gpus * token)
+        measured_us = n / (float(r["bandwidth_GBps"]) * 1e9) * 1e6
+        (row,) = collective_sweep("hgx-h800", ep, [n], op="all_to_all", algo="deepep_normal",
+                                  nodes=1, phase=r["op"], experts=256)  # fmt: skip
+        result.append(
+            {
+                "bytes": f"EP {ep} {r['op']} ({r['bandwidth_GBps']} GB/s logical NVLink): {n}",
+                "measured_us": measured_us,
+                "simulated_us": row["time_s"] * 1e6,
+            }
+        )
+    return result
+
+
 def main() -> None:
     for title, rows in (
         ("DeepEP low-latency, H100, EP 8", compare_ll(False)),
         ("DeepEP low-latency, H100, EP 16-64 over RDMA", compare_ll(True)),
         ("DeepEP normal, H800, internode (README)", compare_normal()),
+        ("DeepEP normal, H800, intranode (README)", compare_normal_nvlink()),
     ):
         print(title)
         for o in rows:

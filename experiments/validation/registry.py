@@ -136,6 +136,10 @@ def _deepep_normal() -> Comparison:
     return _from_rows(deepep.compare_normal())
 
 
+def _deepep_normal_nvlink() -> Comparison:
+    return _from_rows(deepep.compare_normal_nvlink())
+
+
 def _floors(fitted: bool) -> Callable[[], Comparison]:
     def run() -> Comparison:
         calib = coll.floors_host(coll.data_dir())[1] if fitted else None
@@ -375,6 +379,12 @@ VALIDATIONS: tuple[Validation, ...] = (
                "--algo deepep_normal): geomean error of the time, the measured time being "
                "DeepEP's logical RDMA bytes over its published bandwidth",
                _deepep_normal, quick=True),
+    Validation("deepep-normal-h800-nvlink", (deepep.PUBLISHED_FILE,), 0.15,
+               "DeepEP normal kernels inside one node (README, V1: 8 H800 over NVLink, 4096 "
+               "tokens, hidden 7168, top-8 of 256; hgx-h800 --algo deepep_normal): geomean "
+               "error of the time, the measured time being the tokens a GPU receives (its own "
+               "included) over DeepEP's published NVLink bandwidth",
+               _deepep_normal_nvlink, quick=True),
     Validation("nccl-a100-floors", (SMALL,), 0.10,
                "one-channel all-reduce floors (8-128 B) of nccl-tests issue 123, -g N on 2 to "
                "8 GPUs of a DGX A100, priced with the shipped calibration: geomean error over "
