@@ -149,6 +149,9 @@ def _engine(d: Mapping[str, Any], name: str) -> Engine:
     max_tokens = entry(d, "graph_max_tokens", w)
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
         raise CalibrationError(f"{w}.graph_max_tokens={max_tokens!r}: a non-negative integer")
+    jitter = number(entry(d, "host_jitter_cv", w), f"{w}.host_jitter_cv")
+    if not 0 <= jitter <= 2:
+        raise CalibrationError(f"{w}.host_jitter_cv={jitter!r}: must be between 0 and 2")
     first = entry(d, "first_token", w)
     if first not in FIRST_TOKEN:
         choices = ", ".join(FIRST_TOKEN)
@@ -166,6 +169,7 @@ def _engine(d: Mapping[str, Any], name: str) -> Engine:
             entry(d, "collective_latency_us", w), f"{w}.collective_latency_us"
         ),
         first_token=first,
+        host_jitter_cv=jitter,
     )
 
 

@@ -116,6 +116,10 @@ class Engine:
     #: the context decoder fills the KV cache of all but the last prompt token, with no
     #: logits, and a decode step over that token, in the same iteration, samples it).
     first_token: str = "prefill"
+    #: Coefficient of variation of a rank's host time per segment (the host work between two
+    #: waits for its GPU): each rank's host thread is a lognormal factor of mean 1 slower or
+    #: faster, and a collective waits for the slowest (tpsim.core.engine.jitter). 0: none.
+    host_jitter_cv: float = 0.0
 
     def graphs(self, phase: str, tokens: int) -> bool:
         """Whether a step of ``tokens`` in ``phase`` replays a CUDA graph (when the launch
@@ -196,5 +200,6 @@ class Calibration:
                 layer_host_s=0.0,
                 tp_coordination=Coordination(0.0, 0.0, 0.0),
                 collective_latency_s=0.0,
+                host_jitter_cv=0.0,
             ),
         )
