@@ -120,6 +120,13 @@ class Engine:
     #: waits for its GPU): each rank's host thread is a lognormal factor of mean 1 slower or
     #: faster, and a collective waits for the slowest (tpsim.core.engine.jitter). 0: none.
     host_jitter_cv: float = 0.0
+    #: What the engine's all-reduce kernel does besides summing: "none", or
+    #: "residual_rms_norm" (TensorRT-LLM's AllReduceFusionOp: the residual add and the next
+    #: RMSNorm in the same kernel, when its own one-shot/two-shot kernels run).
+    allreduce_fusion: str = "none"
+    #: Whether torch.compile (Inductor) generates the step's kernels whatever ``--launch``
+    #: says (gpt-fast): residual adds fused into the norms, rotary into its neighbours.
+    compiled: bool = False
 
     def graphs(self, phase: str, tokens: int) -> bool:
         """Whether a step of ``tokens`` in ``phase`` replays a CUDA graph (when the launch
