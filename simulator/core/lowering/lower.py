@@ -82,7 +82,8 @@ class _Megatron(LatentAttention):
         # all-reduces up to this size also add the residual and normalise (TensorRT-LLM)
         self.ar_norm_max = 0
         if (engine.allreduce_fusion == "residual_rms_norm" and self.fuse and not self.sp
-                and self.chunks == 1 and engine.allreduce == "auto"):  # fmt: skip
+                and self.chunks == 1
+                and options.collective_algo in ("auto", "oneshot", "twoshot")):  # fmt: skip
             self.ar_norm_max = options.calibration.collectives.custom_max_bytes
         self.d, self.hd = model.hidden_size, model.head_dim
         split = shard(model, tp, self.xs)
