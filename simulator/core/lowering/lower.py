@@ -148,9 +148,11 @@ class _Megatron(LatentAttention):
         The collective is renamed; the epilogue's reads and writes (4 rows of d per token,
         about 0.5 MB at 8 tokens of 8192) go at HBM speed inside the kernel and are left out."""
         i = self.build.last.get(mb.index)
-        op = self.build.ops[i] if i is not None else None
-        call = op.collective if op is not None else None
-        if op is None or call is None or call.op != "all_reduce" or call.nbytes > self.ar_norm_max:
+        if i is None:
+            return False
+        op = self.build.ops[i]
+        call = op.collective
+        if call is None or call.op != "all_reduce" or call.nbytes > self.ar_norm_max:
             return False
         fused = f"{op.detail}, + residual + RMSNorm (fused)"
         self.build.ops[i] = replace(op, name=f"{op.name}+{name}", detail=fused)
