@@ -149,6 +149,16 @@ def _engine(d: Mapping[str, Any], name: str) -> Engine:
     max_tokens = entry(d, "graph_max_tokens", w)
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
         raise CalibrationError(f"{w}.graph_max_tokens={max_tokens!r}: a non-negative integer")
+    jitter = number(entry(d, "host_jitter_cv", w), f"{w}.host_jitter_cv")
+    if not 0 <= jitter <= 2:
+        raise CalibrationError(f"{w}.host_jitter_cv={jitter!r}: must be between 0 and 2")
+    fusion = entry(d, "allreduce_fusion", w)
+    if fusion not in ALLREDUCE_FUSION:
+        choices = ", ".join(ALLREDUCE_FUSION)
+        raise CalibrationError(f"{w}.allreduce_fusion={fusion!r}: must be one of {choices}")
+    compiled = entry(d, "compiled", w)
+    if not isinstance(compiled, bool):
+        raise CalibrationError(f"{w}.compiled={compiled!r}: must be true or false")
     first = entry(d, "first_token", w)
     if first not in FIRST_TOKEN:
         choices = ", ".join(FIRST_TOKEN)
@@ -166,11 +176,16 @@ def _engine(d: Mapping[str, Any], name: str) -> Engine:
             entry(d, "collective_latency_us", w), f"{w}.collective_latency_us"
         ),
         first_token=first,
+        host_jitter_cv=jitter,
+        allreduce_fusion=fusion,
+        compiled=compiled,
     )
 
 
 #: Where an engine's first token comes from (:attr:`Engine.first_token`).
 FIRST_TOKEN = ("prefill", "decode_step")
+#: What an engine's all-reduce kernel fuses (:attr:`Engine.allreduce_fusion`).
+ALLREDUCE_FUSION = ("none", "residual_rms_norm")
 
 
 def _coordination(triple: object, field: str) -> Coordination:

@@ -116,6 +116,17 @@ class Engine:
     #: the context decoder fills the KV cache of all but the last prompt token, with no
     #: logits, and a decode step over that token, in the same iteration, samples it).
     first_token: str = "prefill"
+    #: Coefficient of variation of a rank's host time per segment (the host work between two
+    #: waits for its GPU): each rank's host thread is a lognormal factor of mean 1 slower or
+    #: faster, and a collective waits for the slowest (tpsim.core.engine.jitter). 0: none.
+    host_jitter_cv: float = 0.0
+    #: What the engine's all-reduce kernel does besides summing: "none", or
+    #: "residual_rms_norm" (TensorRT-LLM's AllReduceFusionOp: the residual add and the next
+    #: RMSNorm in the same kernel, when its own one-shot/two-shot kernels run).
+    allreduce_fusion: str = "none"
+    #: Whether torch.compile (Inductor) generates the step's kernels whatever ``--launch``
+    #: says (gpt-fast): residual adds fused into the norms, rotary into its neighbours.
+    compiled: bool = False
 
     def graphs(self, phase: str, tokens: int) -> bool:
         """Whether a step of ``tokens`` in ``phase`` replays a CUDA graph (when the launch
@@ -197,5 +208,6 @@ class Calibration:
                 layer_host_s=0.0,
                 tp_coordination=Coordination(0.0, 0.0, 0.0),
                 collective_latency_s=0.0,
+                host_jitter_cv=0.0,
             ),
         )

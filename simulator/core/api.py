@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from tpsim.core import metrics
 from tpsim.core.comm.group import Comms, run_programs
 from tpsim.core.config import Layout, Options, Workload
+from tpsim.core.engine.jitter import HostJitter
 from tpsim.core.lowering.lower import lower
 from tpsim.core.lowering.pipeline import lower_layout
 from tpsim.core.parallel import labels, placement, run_layout
@@ -68,6 +69,10 @@ def simulate(
     wall = time.perf_counter()
     log: list[tuple[float, int, float]] | None = [] if link_usage else None
     skew = 0.0 if tp < 2 else options.launch_skew_s / (tp - 1)
+    # ranks that wait for each other at every collective: a TP group (with attention data
+    # parallelism, the MoE group its all-to-alls span)
+    jitter = HostJitter(calib.engine.host_jitter_cv, tp * layout.attention_dp,
+                        options.host_jitter_seed)  # fmt: skip
     if isinstance(plan.comms, Comms):
         # One host can stand for all when the hosts are identical and nothing tells them apart.
         ran = run_programs(
@@ -77,6 +82,7 @@ def simulate(
             comm_sms=calib.collectives.comm_sms,
             link_log=log,
             use_symmetry=use_symmetry,
+            host_jitter=jitter,
         )
         rank_labels = plan.comms.group.labels()
     else:
@@ -89,6 +95,7 @@ def simulate(
             comm_sms=calib.collectives.comm_sms,
             link_log=log,
             use_symmetry=use_symmetry,
+            host_jitter=jitter,
         )
         rank_labels = labels(plan.comms, layout)
     records = ran.records

@@ -205,6 +205,9 @@ class Options:
     sequence_parallel: bool = False  # reduce-scatter + all-gather replace each all-reduce
     overlap_chunks: int = 0  # chunks of a row-parallel GEMM with --overlap chunked; 0: tp
     launch_skew_s: float = 0.0  # the last rank's host thread starts this much later
+    #: seed of the order in which host jitter's factors go to the ranks (the engine
+    #: profile's host_jitter_cv: tpsim.core.engine.jitter)
+    host_jitter_seed: int = 0
     max_records: int = 20_000_000  # refuse a run estimated to make more records (api.py)
     engine: str = "vllm"  # serving-engine profile: a shipped name or a profile file (.yaml)
     #: MoE routing: 0 routes uniformly at random (each MoE layer waits for the rank the
@@ -235,6 +238,9 @@ class Options:
                 "(ideal mode has no host overheads)"
             )
         _positive_int("max_records", self.max_records)
+        seed = self.host_jitter_seed
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+            raise ConfigError(f"host_jitter_seed={seed!r}: must be an integer from 0 to 2^63-1")
         _choice("moe_a2a", self.moe_a2a, MOE_A2A)
         if self.routing is not None and (
             not isinstance(self.routing, str) or not self.routing.strip()

@@ -15,6 +15,7 @@ from tpsim.core.comm import symmetry
 from tpsim.core.comm.group import Ran
 from tpsim.core.comm.layout import LayoutComms, replicas_independent
 from tpsim.core.config import Layout
+from tpsim.core.engine.jitter import HostJitter
 from tpsim.core.engine.simulation import run
 from tpsim.core.program import Programs
 from tpsim.core.summary import Placed
@@ -31,9 +32,12 @@ def run_layout(
     comm_sms: int = 0,
     link_log: list[tuple[float, int, float]] | None = None,
     use_symmetry: bool = True,
+    host_jitter: HostJitter | None = None,
 ) -> Ran:
     """Run ``programs`` (one per layout rank) on ``comms``; TP rank t starts ``t * skew``
-    late. Replica 0 stands for all when :func:`replicas_independent` says it may."""
+    late; ``host_jitter`` scales each rank's host work (its groups are the TP groups, every
+    one with the same order statistics, so replicas stay alike). Replica 0 stands for all
+    when :func:`replicas_independent` says it may."""
     tp, pp, dp = layout.tp, layout.pp, layout.dp
     per_replica = tp * layout.attention_dp * pp
     alone = use_symmetry and link_log is None and replicas_independent(comms, programs, dp)
@@ -47,6 +51,7 @@ def run_layout(
         comm_sms=comm_sms,
         sm_count=gpu.sm_count,
         link_log=link_log,
+        host_jitter=host_jitter,
     )
     if alone:
         records = symmetry.canonical(records, {}, dp, per_replica)

@@ -91,6 +91,9 @@ class Op:
     collective: CollectiveCall | None = None
     p2p: P2P | None = None
     dispatch_s: float = 0.0  # device gap before the kernel, counted as launch overhead
+    #: host work the engine's one scheduler (driver) process does for every rank: each rank
+    #: waits for the same process, so host jitter (tpsim.core.engine.jitter) leaves it alone
+    driver: bool = False
 
 
 @dataclass(frozen=True)

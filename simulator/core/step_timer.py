@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from tpsim.core import metrics
 from tpsim.core.comm.group import Comms, run_programs
 from tpsim.core.config import Layout, Options, Workload, precision
+from tpsim.core.engine.jitter import HostJitter
 from tpsim.core.kernels.pricing import Pricing
 from tpsim.core.lowering import host
 from tpsim.core.lowering.mixed import MixedStep, attention_seconds, lower_mixed
@@ -148,7 +149,11 @@ class IterationTimer:
         programs = lower_mixed(model, plan.layout.tp, step, plan.options, plan.hardware,
                                plan.table, no_attention=no_attention)  # fmt: skip
         assert isinstance(plan.comms, Comms)
-        ran = run_programs(plan.comms, programs, comm_sms=plan.calib.collectives.comm_sms)
+        # the host jitter of tpsim run's steps (tpsim.core.engine.jitter): the same ranks wait
+        jitter = HostJitter(plan.calib.engine.host_jitter_cv, plan.layout.tp,
+                            plan.options.host_jitter_seed)  # fmt: skip
+        ran = run_programs(plan.comms, programs, comm_sms=plan.calib.collectives.comm_sms,
+                           host_jitter=jitter)  # fmt: skip
         self.simulated += 1
         return ran.records
 

@@ -22,6 +22,7 @@ from tpsim.core.comm import symmetry
 from tpsim.core.comm.collectives import make_planner
 from tpsim.core.comm.fabric import Fabric, build_fabric
 from tpsim.core.engine import simulation as engine
+from tpsim.core.engine.jitter import HostJitter
 from tpsim.core.errors import ConfigError
 from tpsim.core.program import CollectiveCall, Programs
 from tpsim.core.records import Record
@@ -166,15 +167,18 @@ def run_programs(
     comm_sms: int = 0,
     link_log: list[tuple[float, int, float]] | None = None,
     use_symmetry: bool = True,
+    host_jitter: HostJitter | None = None,
 ) -> Ran:
     """Run ``programs`` (one per rank of the group) on ``comms``. One block of ranks stands
-    for all when nothing tells the blocks apart: no launch delays, no link log, identical
-    programs without p2p, and a hardware rotation that maps every collective onto itself.
-    ``rank_delay_s``, ``comm_sms`` and ``link_log`` are
+    for all when nothing tells the blocks apart: no launch delays, no host jitter, no link
+    log, identical programs without p2p, and a hardware rotation that maps every collective
+    onto itself. ``rank_delay_s``, ``comm_sms``, ``link_log`` and ``host_jitter`` are
     :func:`tpsim.core.engine.simulation.run`'s."""
     fab = comms.fabric
     delays = list(rank_delay_s) if rank_delay_s is not None else [0.0] * programs.ranks
-    skewed = any(d != 0 for d in delays)
+    # ranks whose host threads differ (a skew, jitter) are not copies of one another
+    jitter = host_jitter if host_jitter is not None and host_jitter.touches(programs) else None
+    skewed = any(d != 0 for d in delays) or jitter is not None
     sym = None if (skewed or link_log is not None or not use_symmetry) else symmetry.find(fab)
     quotient = symmetry.plan_quotient(sym, programs, comms.planner) if sym else None
     shifts: dict[int, int] = {}
@@ -189,6 +193,7 @@ def run_programs(
         sm_count=comms.group.gpu.sm_count,
         link_log=link_log,
         cause_shift=shifts,
+        host_jitter=jitter,
     )
     if sym and quotient:
         records = symmetry.canonical(records, shifts, sym.hosts, sym.per_host)

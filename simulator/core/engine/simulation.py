@@ -29,6 +29,7 @@ from typing import Any
 
 import simpy
 from tpsim.core.engine.flows import FlowNetwork
+from tpsim.core.engine.jitter import HostJitter
 from tpsim.core.engine.mailbox import Mailboxes
 from tpsim.core.engine.recordlog import RecordLog
 from tpsim.core.engine.sm_sharing import SMSharing
@@ -74,8 +75,10 @@ class _Run:
         comm_sms: int,
         sm_count: int,
         link_log: list[tuple[float, int, float]] | None = None,
+        jitter: HostJitter | None = None,
     ) -> None:
         ranks = programs.ranks
+        self.jitter = jitter if jitter is not None and jitter.active else None
         self.env = env = simpy.Environment()
         self.log = RecordLog()
         self.boxes = Mailboxes(env)
@@ -120,20 +123,25 @@ class _Run:
             prev = (rid, env.now)
         launch_rec, launched = self.launch_rec[rank], self.launched[rank]
         finished, done = self.finished[rank], self.done[rank]
+        jitter, segment = self.jitter, 0
+        scale = jitter.factor(rank, 0) if jitter is not None else 1.0
         for i, op in enumerate(program.ops):
             if op.stream == "cpu":  # host work: the thread itself runs it, after its inputs
                 for d in op.deps:
                     yield done[d]
+                if jitter is not None and op.deps:  # the thread waited: a new segment
+                    segment += 1
+                    scale = jitter.factor(rank, segment)
                 cause = max([finished[d] for d in op.deps] + [prev], key=lambda c: c[1])
                 start = env.now
-                yield env.timeout(op.seconds)
+                yield env.timeout(op.seconds if op.driver else op.seconds * scale)
                 rid = log.op(rank, "cpu", i, op, op.name, 0, start, env.now, cause[0], op.detail)
                 prev = finished[i] = (rid, env.now)
                 done[i].succeed()
                 continue
             if op.launch_s > 0:
                 start = env.now
-                yield env.timeout(op.launch_s)
+                yield env.timeout(op.launch_s * scale)
                 rid = log.launch(rank, i, f"launch {op.name}", op.layer, op.site, start,
                                  env.now, prev[0], f"host launch of {op.name}")  # fmt: skip
                 prev = (rid, env.now)
@@ -290,6 +298,7 @@ def run(
     sm_count: int = 1,
     link_log: list[tuple[float, int, float]] | None = None,
     cause_shift: dict[int, int] | None = None,
+    host_jitter: HostJitter | None = None,
 ) -> tuple[list[Record], int]:
     """Simulate ``programs`` (rank r runs ``programs[r]``) over links of the given capacities
     (B/s). Collectives are planned by ``planner``; point-to-point sends cross the routes
@@ -300,14 +309,16 @@ def run(
     processed; ``link_log``, if given, receives (time, link index, B/s) each time a link's
     load changes; ``cause_shift``, if given, receives for each record whose cause is a
     record of another host (when one host stands for several, :mod:`tpsim.core.comm.symmetry`)
-    how many hosts away it is. Raises :class:`~tpsim.core.errors.ProgramError` when the
+    how many hosts away it is; ``host_jitter``, if given, scales each rank's host ops and
+    kernel launches by its factor in the segment they fall in
+    (:mod:`tpsim.core.engine.jitter`). Raises :class:`~tpsim.core.errors.ProgramError` when the
     programs do not fit together (:func:`tpsim.core.program.check`), RuntimeError when they
     deadlock."""
     check(programs)
     if router is None and programs.has_p2p():
         raise ProgramError("the programs send point to point: run them with a router")
     ranks = programs.ranks
-    r = _Run(programs, planner, router, capacities, comm_sms, sm_count, link_log)
+    r = _Run(programs, planner, router, capacities, comm_sms, sm_count, link_log, host_jitter)
     delays = rank_delay_s or [0.0] * ranks
     for rank in range(ranks):
         r.env.process(r.cpu(rank, delays[rank]))

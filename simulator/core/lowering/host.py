@@ -8,6 +8,12 @@ asynchronous scheduling) does that share of it for the *next* step while this st
 kernels run: it occupies the host thread but waits for nothing on the GPU. Each piece is a
 ``host`` op on the ``cpu`` stream, so a host-bound step shows the host lane on the critical
 path. The ideal engine does no host work and adds no op.
+
+The step's pieces (scheduling, inputs, coordination, sampling, outputs) are the engine's
+scheduler's work (vLLM's driver or engine core, SGLang's and TensorRT-LLM's scheduler in
+lockstep): ``driver`` ops, which every rank waits for alike. Python per layer and kernel
+launches are each rank's own thread's, and host jitter (:mod:`tpsim.core.engine.jitter`)
+makes the slowest rank set the pace there.
 """
 
 from __future__ import annotations
@@ -34,9 +40,10 @@ def before_step(build: OpBuilder, engine: Engine, tp: int, batch: int) -> None:
     serial = 1.0 - engine.host_overlap
     for piece in PRE_STEP:
         seconds = serial * engine.step_host[piece].seconds(batch)
-        build.host(piece, -1, seconds, f"engine {engine.name}: {piece}, batch {batch}")
+        build.host(piece, -1, seconds, f"engine {engine.name}: {piece}, batch {batch}",
+                   driver=True)  # fmt: skip
     build.host("tp_coordination", -1, engine.tp_coordination.seconds(tp, batch),
-               f"engine {engine.name}: the step to {tp} workers")  # fmt: skip
+               f"engine {engine.name}: the step to {tp} workers", driver=True)  # fmt: skip
 
 
 def layer_python(build: OpBuilder, engine: Engine, layer: int) -> None:
@@ -52,12 +59,12 @@ def after_step(build: OpBuilder, engine: Engine, batch: int, last_layer: int) ->
     gpu = tuple(build.last.values())  # every chain's last op: the logits are ready
     total = sum(c.seconds(batch) for c in engine.step_host.values())
     build.host("next_step_host", last_layer, engine.host_overlap * total,
-               f"engine {engine.name}: host work overlapped with the GPU")  # fmt: skip
+               f"engine {engine.name}: host work overlapped with the GPU", driver=True)  # fmt: skip
     serial = 1.0 - engine.host_overlap
     for piece in POST_STEP:
         seconds = serial * engine.step_host[piece].seconds(batch)
         build.host(piece, last_layer, seconds, f"engine {engine.name}: {piece}, batch {batch}",
-                   deps=gpu)  # fmt: skip
+                   deps=gpu, driver=True)  # fmt: skip
 
 
 __all__ = ["after_step", "before_step", "layer_python", "step_mode"]

@@ -147,12 +147,15 @@ class OpBuilder:
         return self._emit(chain, o)
 
     def host(self, name: str, layer: int, seconds: float, detail: str,
-             deps: tuple[int, ...] = ()) -> int | None:  # fmt: skip
+             deps: tuple[int, ...] = (), driver: bool = False) -> int | None:  # fmt: skip
         """Host work of ``seconds`` on the launch thread, after ``deps`` finish (none: as soon
-        as the thread gets there); None, and nothing built, if it takes no time."""
+        as the thread gets there; ``driver``: the engine's one scheduler process does it for
+        every rank, :attr:`tpsim.core.program.Op.driver`); None, and nothing built, if it
+        takes no time."""
         if seconds <= 0:
             return None
-        op = Op(name, "host", layer, "", "cpu", 0.0, seconds, 0.0, 0, "host", detail, deps)
+        op = Op(name, "host", layer, "", "cpu", 0.0, seconds, 0.0, 0, "host", detail, deps,
+                driver=driver)  # fmt: skip
         self.ops.append(op)
         return len(self.ops) - 1
 
