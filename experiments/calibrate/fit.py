@@ -134,10 +134,16 @@ def calibrate(
     ):
         result = _Fit(sim).run()
     digest = hashlib.sha256(csv_path.read_bytes()).hexdigest()[:12]
-    extra = [
-        f"column {c!r} is not one of tpsim's ({', '.join(COLUMNS)}): kept in the file, not read"
-        for c in extra_columns(csv_path)
-    ]
+    columns = extra_columns(csv_path)
+    extra = (
+        [
+            f"{'columns' if len(columns) > 1 else 'column'} {', '.join(map(repr, columns))} "
+            f"{'are' if len(columns) > 1 else 'is'} not tpsim's ({', '.join(COLUMNS)}): not "
+            "read, kept with each point in the report"
+        ]
+        if columns
+        else []
+    )
     return replace(
         result,
         warnings=[*extra, *result.warnings],
@@ -151,7 +157,7 @@ class _Fit:
     def __init__(self, sim: Simulator) -> None:
         self.sim, calib, points = sim, sim.calib, sim.points
         self.measured = np.array([p.measured_s for p in points])
-        self.lower = np.array([k.lower for k in KNOBS])
+        self.lower = np.array([k.lower(calib, points) for k in KNOBS])
         self.upper = np.array([k.upper(calib, points) for k in KNOBS])
         self.base = np.clip([k.base(calib) for k in KNOBS], self.lower, self.upper)
         self.shift = np.array([k.shift for k in KNOBS])
@@ -171,12 +177,53 @@ class _Fit:
 
     def run(self) -> Calibrated:
         sim, points = self.sim, self.sim.points
-        reasons = _structural(sim.calib, points)
-        tried = [i for i, k in enumerate(KNOBS) if k.name not in reasons]
+        dropped = _structural(sim.calib, points)  # reasons that hold whatever the fit finds
+        tried = [i for i, k in enumerate(KNOBS) if k.name not in dropped]
         u, lo, hi = self.u0[tried], self.u_lo[tried], self.u_hi[tried]
         r0 = self.residuals(tried)(u)
-        reasons |= _numerical([KNOBS[i] for i in tried], lsq.jacobian(
-            self.residuals(tried), u, r0, lo, hi, STEP))  # fmt: skip
+        jac = lsq.jacobian(self.residuals(tried), u, r0, lo, hi, STEP)
+        iterations, start = 0, dict(zip(tried, u, strict=True))
+        while True:
+            sol, active, reasons, iterations, worst = self.solve(
+                self.screen(tried, jac, dropped), start, iterations
+            )
+            if worst is None:
+                held = self.held(sol, active, reasons)
+                if held is None:
+                    return self.summary(sol, active, reasons, iterations)
+                # held at a physical bound: the base is left alone when another knob the
+                # screen had shadowed can take its place
+                retry = {**dropped, KNOBS[held].name: (
+                    f"held at its bound {self.values(sol.x, active)[held]:.4g} by these points "
+                    "(beyond what is physical), so left to the parameters after it")}  # fmt: skip
+                if not set(self.screen(tried, jac, retry)[0]) - set(active):
+                    return self.summary(sol, active, reasons, iterations)
+                dropped = retry
+                start |= {i: x for i, x in zip(active, sol.x, strict=True) if i != held}
+                continue
+            # the least determined knob leaves; the screen runs again without it, so that a
+            # knob it had shadowed (collinear with it, or past the room) may take its place
+            dropped[KNOBS[worst].name] = reasons[KNOBS[worst].name]
+            start |= {i: x for i, x in zip(active, sol.x, strict=True) if i != worst}
+
+    def held(self, sol: lsq.Solution, active: list[int], reasons: dict[str, str]) -> int | None:
+        """The first fitted knob the data hold against one of its bounds, if any."""
+        pressing = sol.pressing(self.u_lo[active], self.u_hi[active])
+        for k, i in enumerate(active):
+            if pressing[k] and KNOBS[i].name not in reasons:
+                return i
+        return None
+
+    def screen(
+        self, tried: list[int], jac: np.ndarray, dropped: dict[str, str]
+    ) -> tuple[list[int], dict[str, str]]:
+        """The knobs to fit (of ``tried``, Jacobian columns ``jac`` at the base) and why each
+        other stays at the base: ``dropped``, no point depending on it, collinear with those
+        before it, or past the room (one point more than parameters)."""
+        points = self.sim.points
+        cand = [k for k, i in enumerate(tried) if KNOBS[i].name not in dropped]
+        reasons = dict(dropped)
+        reasons |= _numerical([KNOBS[tried[k]] for k in cand], jac[:, cand])
         active = [i for i, k in enumerate(KNOBS) if k.name not in reasons]
         room = len(points) - 1  # one point more than parameters, for the leave-one-out
         for i in active[room:]:
@@ -184,47 +231,46 @@ class _Fit:
                 f"not fitted: {len(points)} points fit at most {room} "
                 f"parameter{'s' if room > 1 else ''}, taken in screening order"
             )
-        active = active[:room]
-        sol, active, iterations = self.solve(active, reasons)
-        return self.summary(sol, active, reasons, iterations)
+        return active[:room], reasons
 
     def solve(
-        self, active: list[int], reasons: dict[str, str]
-    ) -> tuple[lsq.Solution, list[int], int]:
-        """Fit the ``active`` knobs. A knob no point depends on at the optimum goes back to
-        the base (when that changes no prediction); while one is determined no better than a
-        factor e, the least determined goes back to the base and the others are refitted."""
-        x0, iterations = self.u0[active], 0
-        while True:
-            if not active:
-                why = "; ".join(f"{k}: {r}" for k, r in reasons.items())
-                raise ConfigError(f"{self.sim.source}: the points identify no parameter ({why})")
-            lo, hi = self.u_lo[active], self.u_hi[active]
-            sol = lsq.solve(self.residuals(active), x0, lo, hi, f_scale=F_SCALE, step=STEP)
-            iterations += sol.iterations
-            values = self.values(sol.x, active)
-            for k, col in enumerate(sol.jacobian.T):
-                if np.max(np.abs(col)) >= NEGLIGIBLE:
-                    continue
-                i, v = active[k], list(values)
-                v[i] = float(self.base[i])
-                if np.allclose(self.sim.predict(v), self.sim.predict(values), rtol=1e-9, atol=0):
-                    values = v
-                    reasons[KNOBS[i].name] = "no point depends on it at the fitted values"
-            kept = [k for k, i in enumerate(active) if KNOBS[i].name not in reasons]
-            sigma = _sigma(sol, kept)
-            if not kept or not np.nanmax(sigma, initial=0.0) > UNDETERMINED:
-                return sol, active, iterations
-            worst = kept[int(np.nanargmax(sigma))]
-            factor = math.exp(min(float(np.nanmax(sigma)), math.log(100)))
-            reasons[KNOBS[active[worst]].name] = (
-                "no point depends on it near where the fit took it"
-                if math.isinf(float(np.nanmax(sigma)))
-                else "not determined by these points (uncertain by a factor of "
-                f"{'more than 100' if factor >= 100 else f'{factor:.2g}'})"
-            )
-            x0 = sol.x[[k for k in kept if k != worst]]
-            active = [active[k] for k in kept if k != worst]
+        self, screened: tuple[list[int], dict[str, str]], start: dict[int, float], iterations: int
+    ) -> tuple[lsq.Solution, list[int], dict[str, str], int, int | None]:
+        """Fit the ``screened`` knobs from ``start`` (log values). A knob no point depends on
+        at the optimum goes back to the base (when that changes no prediction). Returns the
+        solution, the knobs fitted, why the others were not, the iterations so far, and the
+        knob to leave out when one is determined no better than a factor e (the least
+        determined; None when none is)."""
+        active, reasons = screened
+        if not active:
+            why = "; ".join(f"{k}: {r}" for k, r in reasons.items())
+            raise ConfigError(f"{self.sim.source}: the points identify no parameter ({why})")
+        x0 = np.array([start[i] for i in active])
+        lo, hi = self.u_lo[active], self.u_hi[active]
+        sol = lsq.solve(self.residuals(active), x0, lo, hi, f_scale=F_SCALE, step=STEP)
+        iterations += sol.iterations
+        values = self.values(sol.x, active)
+        for k, col in enumerate(sol.jacobian.T):
+            if np.max(np.abs(col)) >= NEGLIGIBLE:
+                continue
+            i, v = active[k], list(values)
+            v[i] = float(self.base[i])
+            if np.allclose(self.sim.predict(v), self.sim.predict(values), rtol=1e-9, atol=0):
+                values = v
+                reasons[KNOBS[i].name] = "no point depends on it at the fitted values"
+        kept = [k for k, i in enumerate(active) if KNOBS[i].name not in reasons]
+        sigma = _sigma(sol, kept)
+        if not kept or not np.nanmax(sigma, initial=0.0) > UNDETERMINED:
+            return sol, active, reasons, iterations, None
+        worst = active[kept[int(np.nanargmax(sigma))]]
+        factor = math.exp(min(float(np.nanmax(sigma)), math.log(100)))
+        reasons[KNOBS[worst].name] = (
+            "no point depends on it near where the fit took it"
+            if math.isinf(float(np.nanmax(sigma)))
+            else "not determined by these points (uncertain by a factor of "
+            f"{'more than 100' if factor >= 100 else f'{factor:.2g}'})"
+        )
+        return sol, active, reasons, iterations, worst
 
     def summary(
         self, sol: lsq.Solution, active: list[int], reasons: dict[str, str], iterations: int
@@ -338,6 +384,8 @@ def _profile(
         what = f"{f.value:g} {f.knob.unit}" if f.knob.unit == "us" else f"x {f.value:g}"
         if f.knob.name == "step_host_scale":
             what = f"the step host pieces of {result.base} x {f.value:g}"
+        elif f.knob.name == "kernel_floor_scale":
+            what = f"the per-kernel fixed times of {result.base} x {f.value:g}"
         source = f"fitted by tpsim calibrate to {where}: {what}{f.sigma_text()}"
         entries.append((f.knob, f.value, source))
     fit, loo = (float(np.mean(np.abs(result.errors(w)))) for w in ("fitted", "loo"))
