@@ -45,7 +45,7 @@ from tpsim.experiments.calibrate.measurements import (
     extra_columns,
     read_points,
 )
-from tpsim.experiments.calibrate.simulate import Simulator
+from tpsim.experiments.calibrate.simulate import Simulator, fits
 
 #: Largest |d log(step) / d log(parameter)| at which no point is taken to depend on it:
 #: doubling the parameter would move no prediction by more than 0.14%.
@@ -128,6 +128,7 @@ def calibrate(
     if len(points) < 2:
         raise ConfigError(f"{source}: 1 point; at least 2 are needed (one left out at a time)")
     calibration.profile(base)  # an unknown or malformed base is refused before any work
+    points, oom = _runnable(points, base, source)
     with (
         tempfile.TemporaryDirectory(prefix="tpsim-calibrate-") as tmp,
         Simulator(points, base, Path(tmp), source, jobs) as sim,
@@ -146,7 +147,7 @@ def calibrate(
     )
     return replace(
         result,
-        warnings=[*extra, *result.warnings],
+        warnings=[*extra, *oom, *result.warnings],
         profile=_profile(result, sim.calib, name, digest, folder),
     )
 
@@ -314,6 +315,30 @@ class _Fit:
         predicted = [float(x) for x in sim.predict(values)]
         return Calibrated(sim.source, sim.base, list(sim.points), parameters, warnings,
                           predicted, loo, iterations, sim.simulations, sol.converged)  # fmt: skip
+
+
+def _runnable(
+    points: list[MeasuredPoint], base: str, source: str
+) -> tuple[list[MeasuredPoint], list[str]]:
+    """The points whose steps fit their GPUs' memory under ``base``, and the warning naming
+    the others: the engine cannot have run those as stated (it holds back sequences, or
+    preempts them, until the cache fits), so their times say nothing about the stated step."""
+    rows = [p.row for p in points if not fits(p, base)]
+    if not rows:
+        return points, []
+    listed = ", ".join(map(str, rows))
+    kept = [p for p in points if p.row not in rows]
+    if len(kept) < 2:
+        raise ConfigError(
+            f"{source}: rows {listed} do not fit in their GPUs' memory under {base}; "
+            f"{len(kept)} point{'s' if len(kept) != 1 else ''} left, at least 2 are needed"
+        )
+    return kept, [
+        f"row{'s' if len(rows) > 1 else ''} {listed}: the weights, KV cache and activations do "
+        f"not fit in the GPUs' memory under {base}, so the engine cannot have run "
+        f"{'them' if len(rows) > 1 else 'it'} as stated (it holds back or preempts "
+        "sequences); left out of the fit"
+    ]
 
 
 def _sigma(sol: lsq.Solution, kept: Sequence[int]) -> np.ndarray:

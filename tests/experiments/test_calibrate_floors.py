@@ -5,14 +5,12 @@ with each point."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import yaml
 from tpsim import Options, Workload, simulate
 from tpsim.calibration import profile
-from tpsim.cli import main
 from tpsim.core.kernels.costs import Traits
 from tpsim.experiments.calibrate.fit import calibrate
 from tpsim.experiments.calibrate.knobs import KNOBS, MIN_KERNEL_S
@@ -88,17 +86,6 @@ def test_a_70b_tp8_step_of_10_9_ms_fits_the_floors_without_leaving_the_physical(
         {"notes": "ITL median", "run": "a"},
         {"notes": "", "run": "b"},
     ]
-
-
-def test_the_json_report_keeps_unknown_columns(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    csv, out = tmp_path / "m.csv", tmp_path / "p.yaml"
-    csv.write_text(VLLM_70B)
-    assert main(["calibrate", str(csv), "--engine", "vllm", "--out", str(out), "--json"]) == 0
-    doc = json.loads(capsys.readouterr().out)
-    assert doc["points"][0]["extra"] == {"notes": "ITL median", "run": "a"}
-    assert yaml.safe_load(out.read_text())["overrides"]["kernels"]["latency_scale"]["value"]
 
 
 def test_fitted_at_tp_2_the_floors_predict_tp_4_and_8(tmp_path: Path) -> None:
