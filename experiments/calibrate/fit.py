@@ -1,26 +1,30 @@
 """``tpsim calibrate``: fit a few physical parameters of an engine profile to measured steps.
 
 The free parameters (:data:`tpsim.experiments.calibrate.knobs.KNOBS`): one scale on the
-base engine's host work per step, the host time per layer of eager steps, a device latency
-per collective call, and scales on the GPU's GEMM, attention and HBM efficiencies. The
-per-collective latency is device time on the communication stream (the engine's
-synchronisation around each all-reduce: stream waits, a custom all-reduce's flag handshake,
-ranks arriving out of step), so it costs the same whether a step replays a CUDA graph or
-launches eagerly; a host cost per call (the launch mode's ``collective_us``) would exist only
-for eager launches and hide behind a busy GPU.
+base's fixed per-kernel floors (every kernel family's fixed time and the row latency, which
+do not shrink with TP), one scale on the base engine's host work per step, the host time
+per layer of eager steps, a device latency per collective call, and scales on the GPU's
+GEMM, attention and HBM efficiencies. The per-collective latency is device time on the
+communication stream (the engine's synchronisation around each all-reduce: stream waits, a
+custom all-reduce's flag handshake, ranks arriving out of step), so it costs the same
+whether a step replays a CUDA graph or launches eagerly.
 
-The fit minimises a soft-L1 loss of ``log(simulated / measured)`` by bounded
-Levenberg-Marquardt in log-parameter space (:mod:`tpsim.experiments.calibrate.lsq`). Each residual
-evaluation simulates every point once with ``tpsim.simulate``, through a candidate profile
-file that extends the base exactly as the written profile will. Before the fit, a parameter
-the data cannot identify stays at the base value with a warning: a per-collective latency
-from points at one TP degree (it cannot be told from the per-step host time), a per-layer
-host time from points that all replay CUDA graphs, a parameter no point depends on (its
-Jacobian column is about 0) or one collinear with those screened before it; of the rest, at
-most one fewer than the points (the first in screening order). After the fit,
-a parameter no point depends on at the optimum goes back to the base when that changes no
-prediction. Uncertainties come from the Jacobian at the optimum; leave-one-out errors from
-one Gauss-Newton step without each point, then a simulation of that point.
+Points whose steps do not fit their GPUs' memory under the base are left out (named in a
+warning): the engine cannot have run them as stated. The fit minimises a soft-L1 loss of
+``log(simulated / measured)`` by bounded Levenberg-Marquardt in log-parameter space
+(:mod:`tpsim.experiments.calibrate.lsq`). Each residual evaluation simulates every point
+once with ``tpsim.simulate``, through a candidate profile file that extends the base exactly
+as the written profile will. Before the fit, a parameter the data cannot identify stays at
+the base value with a warning: a per-collective latency from points at one TP degree (it
+cannot be told from the per-step host time), a per-layer host time from points that all
+replay CUDA graphs, a parameter no point depends on (its Jacobian column is about 0) or one
+collinear with those screened before it; of the rest, at most one fewer than the points
+(the first in screening order). After the fit, a parameter no point depends on at the
+optimum goes back to the base when that changes no prediction; one determined no better
+than a factor e, or held at a physical bound, goes back to the base and the screen runs
+again without it, so that a parameter it shadowed takes its place (a bound is reported only
+when none is left). Uncertainties come from the Jacobian at the optimum; leave-one-out
+errors from one Gauss-Newton step without each point, then a simulation of that point.
 """
 
 from __future__ import annotations
