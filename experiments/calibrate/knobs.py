@@ -4,7 +4,8 @@ Each parameter (:class:`Knob`) is one table entry: what it is, the profile entry
 overrides, how it is fitted (``log(value + shift)``: ``shift`` 0 for a scale, a typical size
 for a time, so that 0 is reachable), its bounds and what it means when no point depends on
 it. Bounds keep it physical: times at or above 0; efficiency scales no higher than what
-brings the most efficient GPU among the points to its peak.
+brings the most efficient GPU among the points to its peak; the per-kernel floors no
+shorter than the shortest kernel measured (:data:`MIN_KERNEL_S`) on the points' GPUs.
 """
 
 from __future__ import annotations
