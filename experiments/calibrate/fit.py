@@ -1,26 +1,30 @@
 """``tpsim calibrate``: fit a few physical parameters of an engine profile to measured steps.
 
 The free parameters (:data:`tpsim.experiments.calibrate.knobs.KNOBS`): one scale on the
-base engine's host work per step, the host time per layer of eager steps, a device latency
-per collective call, and scales on the GPU's GEMM, attention and HBM efficiencies. The
-per-collective latency is device time on the communication stream (the engine's
-synchronisation around each all-reduce: stream waits, a custom all-reduce's flag handshake,
-ranks arriving out of step), so it costs the same whether a step replays a CUDA graph or
-launches eagerly; a host cost per call (the launch mode's ``collective_us``) would exist only
-for eager launches and hide behind a busy GPU.
+base's fixed per-kernel floors (every kernel family's fixed time and the row latency, which
+do not shrink with TP), one scale on the base engine's host work per step, the host time
+per layer of eager steps, a device latency per collective call, and scales on the GPU's
+GEMM, attention and HBM efficiencies. The per-collective latency is device time on the
+communication stream (the engine's synchronisation around each all-reduce: stream waits, a
+custom all-reduce's flag handshake, ranks arriving out of step), so it costs the same
+whether a step replays a CUDA graph or launches eagerly.
 
-The fit minimises a soft-L1 loss of ``log(simulated / measured)`` by bounded
-Levenberg-Marquardt in log-parameter space (:mod:`tpsim.experiments.calibrate.lsq`). Each residual
-evaluation simulates every point once with ``tpsim.simulate``, through a candidate profile
-file that extends the base exactly as the written profile will. Before the fit, a parameter
-the data cannot identify stays at the base value with a warning: a per-collective latency
-from points at one TP degree (it cannot be told from the per-step host time), a per-layer
-host time from points that all replay CUDA graphs, a parameter no point depends on (its
-Jacobian column is about 0) or one collinear with those screened before it; of the rest, at
-most one fewer than the points (the first in screening order). After the fit,
-a parameter no point depends on at the optimum goes back to the base when that changes no
-prediction. Uncertainties come from the Jacobian at the optimum; leave-one-out errors from
-one Gauss-Newton step without each point, then a simulation of that point.
+Points whose steps do not fit their GPUs' memory under the base are left out (named in a
+warning): the engine cannot have run them as stated. The fit minimises a soft-L1 loss of
+``log(simulated / measured)`` by bounded Levenberg-Marquardt in log-parameter space
+(:mod:`tpsim.experiments.calibrate.lsq`). Each residual evaluation simulates every point
+once with ``tpsim.simulate``, through a candidate profile file that extends the base exactly
+as the written profile will. Before the fit, a parameter the data cannot identify stays at
+the base value with a warning: a per-collective latency from points at one TP degree (it
+cannot be told from the per-step host time), a per-layer host time from points that all
+replay CUDA graphs, a parameter no point depends on (its Jacobian column is about 0) or one
+collinear with those screened before it; of the rest, at most one fewer than the points
+(the first in screening order). After the fit, a parameter no point depends on at the
+optimum goes back to the base when that changes no prediction; one determined no better
+than a factor e, or held at a physical bound, goes back to the base and the screen runs
+again without it, so that a parameter it shadowed takes its place (a bound is reported only
+when none is left). Uncertainties come from the Jacobian at the optimum; leave-one-out
+errors from one Gauss-Newton step without each point, then a simulation of that point.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from tpsim.experiments.calibrate.measurements import (
     extra_columns,
     read_points,
 )
-from tpsim.experiments.calibrate.simulate import Simulator
+from tpsim.experiments.calibrate.simulate import Simulator, fits
 
 #: Largest |d log(step) / d log(parameter)| at which no point is taken to depend on it:
 #: doubling the parameter would move no prediction by more than 0.14%.
@@ -128,19 +132,26 @@ def calibrate(
     if len(points) < 2:
         raise ConfigError(f"{source}: 1 point; at least 2 are needed (one left out at a time)")
     calibration.profile(base)  # an unknown or malformed base is refused before any work
+    points, oom = _runnable(points, base, source)
     with (
         tempfile.TemporaryDirectory(prefix="tpsim-calibrate-") as tmp,
         Simulator(points, base, Path(tmp), source, jobs) as sim,
     ):
         result = _Fit(sim).run()
     digest = hashlib.sha256(csv_path.read_bytes()).hexdigest()[:12]
-    extra = [
-        f"column {c!r} is not one of tpsim's ({', '.join(COLUMNS)}): kept in the file, not read"
-        for c in extra_columns(csv_path)
-    ]
+    columns = extra_columns(csv_path)
+    extra = (
+        [
+            f"{'columns' if len(columns) > 1 else 'column'} {', '.join(map(repr, columns))} "
+            f"{'are' if len(columns) > 1 else 'is'} not tpsim's ({', '.join(COLUMNS)}): not "
+            "read, kept with each point in the report"
+        ]
+        if columns
+        else []
+    )
     return replace(
         result,
-        warnings=[*extra, *result.warnings],
+        warnings=[*extra, *oom, *result.warnings],
         profile=_profile(result, sim.calib, name, digest, folder),
     )
 
@@ -151,7 +162,7 @@ class _Fit:
     def __init__(self, sim: Simulator) -> None:
         self.sim, calib, points = sim, sim.calib, sim.points
         self.measured = np.array([p.measured_s for p in points])
-        self.lower = np.array([k.lower for k in KNOBS])
+        self.lower = np.array([k.lower(calib, points) for k in KNOBS])
         self.upper = np.array([k.upper(calib, points) for k in KNOBS])
         self.base = np.clip([k.base(calib) for k in KNOBS], self.lower, self.upper)
         self.shift = np.array([k.shift for k in KNOBS])
@@ -171,12 +182,53 @@ class _Fit:
 
     def run(self) -> Calibrated:
         sim, points = self.sim, self.sim.points
-        reasons = _structural(sim.calib, points)
-        tried = [i for i, k in enumerate(KNOBS) if k.name not in reasons]
+        dropped = _structural(sim.calib, points)  # reasons that hold whatever the fit finds
+        tried = [i for i, k in enumerate(KNOBS) if k.name not in dropped]
         u, lo, hi = self.u0[tried], self.u_lo[tried], self.u_hi[tried]
         r0 = self.residuals(tried)(u)
-        reasons |= _numerical([KNOBS[i] for i in tried], lsq.jacobian(
-            self.residuals(tried), u, r0, lo, hi, STEP))  # fmt: skip
+        jac = lsq.jacobian(self.residuals(tried), u, r0, lo, hi, STEP)
+        iterations, start = 0, dict(zip(tried, u, strict=True))
+        while True:
+            sol, active, reasons, iterations, worst = self.solve(
+                self.screen(tried, jac, dropped), start, iterations
+            )
+            if worst is None:
+                held = self.held(sol, active, reasons)
+                if held is None:
+                    return self.summary(sol, active, reasons, iterations)
+                # held at a physical bound: the base is left alone when another knob the
+                # screen had shadowed can take its place
+                retry = {**dropped, KNOBS[held].name: (
+                    f"held at its bound {self.values(sol.x, active)[held]:.4g} by these points "
+                    "(beyond what is physical), so left to the parameters after it")}  # fmt: skip
+                if not set(self.screen(tried, jac, retry)[0]) - set(active):
+                    return self.summary(sol, active, reasons, iterations)
+                dropped = retry
+                start |= {i: x for i, x in zip(active, sol.x, strict=True) if i != held}
+                continue
+            # the least determined knob leaves; the screen runs again without it, so that a
+            # knob it had shadowed (collinear with it, or past the room) may take its place
+            dropped[KNOBS[worst].name] = reasons[KNOBS[worst].name]
+            start |= {i: x for i, x in zip(active, sol.x, strict=True) if i != worst}
+
+    def held(self, sol: lsq.Solution, active: list[int], reasons: dict[str, str]) -> int | None:
+        """The first fitted knob the data hold against one of its bounds, if any."""
+        pressing = sol.pressing(self.u_lo[active], self.u_hi[active])
+        for k, i in enumerate(active):
+            if pressing[k] and KNOBS[i].name not in reasons:
+                return i
+        return None
+
+    def screen(
+        self, tried: list[int], jac: np.ndarray, dropped: dict[str, str]
+    ) -> tuple[list[int], dict[str, str]]:
+        """The knobs to fit (of ``tried``, Jacobian columns ``jac`` at the base) and why each
+        other stays at the base: ``dropped``, no point depending on it, collinear with those
+        before it, or past the room (one point more than parameters)."""
+        points = self.sim.points
+        cand = [k for k, i in enumerate(tried) if KNOBS[i].name not in dropped]
+        reasons = dict(dropped)
+        reasons |= _numerical([KNOBS[tried[k]] for k in cand], jac[:, cand])
         active = [i for i, k in enumerate(KNOBS) if k.name not in reasons]
         room = len(points) - 1  # one point more than parameters, for the leave-one-out
         for i in active[room:]:
@@ -184,47 +236,46 @@ class _Fit:
                 f"not fitted: {len(points)} points fit at most {room} "
                 f"parameter{'s' if room > 1 else ''}, taken in screening order"
             )
-        active = active[:room]
-        sol, active, iterations = self.solve(active, reasons)
-        return self.summary(sol, active, reasons, iterations)
+        return active[:room], reasons
 
     def solve(
-        self, active: list[int], reasons: dict[str, str]
-    ) -> tuple[lsq.Solution, list[int], int]:
-        """Fit the ``active`` knobs. A knob no point depends on at the optimum goes back to
-        the base (when that changes no prediction); while one is determined no better than a
-        factor e, the least determined goes back to the base and the others are refitted."""
-        x0, iterations = self.u0[active], 0
-        while True:
-            if not active:
-                why = "; ".join(f"{k}: {r}" for k, r in reasons.items())
-                raise ConfigError(f"{self.sim.source}: the points identify no parameter ({why})")
-            lo, hi = self.u_lo[active], self.u_hi[active]
-            sol = lsq.solve(self.residuals(active), x0, lo, hi, f_scale=F_SCALE, step=STEP)
-            iterations += sol.iterations
-            values = self.values(sol.x, active)
-            for k, col in enumerate(sol.jacobian.T):
-                if np.max(np.abs(col)) >= NEGLIGIBLE:
-                    continue
-                i, v = active[k], list(values)
-                v[i] = float(self.base[i])
-                if np.allclose(self.sim.predict(v), self.sim.predict(values), rtol=1e-9, atol=0):
-                    values = v
-                    reasons[KNOBS[i].name] = "no point depends on it at the fitted values"
-            kept = [k for k, i in enumerate(active) if KNOBS[i].name not in reasons]
-            sigma = _sigma(sol, kept)
-            if not kept or not np.nanmax(sigma, initial=0.0) > UNDETERMINED:
-                return sol, active, iterations
-            worst = kept[int(np.nanargmax(sigma))]
-            factor = math.exp(min(float(np.nanmax(sigma)), math.log(100)))
-            reasons[KNOBS[active[worst]].name] = (
-                "no point depends on it near where the fit took it"
-                if math.isinf(float(np.nanmax(sigma)))
-                else "not determined by these points (uncertain by a factor of "
-                f"{'more than 100' if factor >= 100 else f'{factor:.2g}'})"
-            )
-            x0 = sol.x[[k for k in kept if k != worst]]
-            active = [active[k] for k in kept if k != worst]
+        self, screened: tuple[list[int], dict[str, str]], start: dict[int, float], iterations: int
+    ) -> tuple[lsq.Solution, list[int], dict[str, str], int, int | None]:
+        """Fit the ``screened`` knobs from ``start`` (log values). A knob no point depends on
+        at the optimum goes back to the base (when that changes no prediction). Returns the
+        solution, the knobs fitted, why the others were not, the iterations so far, and the
+        knob to leave out when one is determined no better than a factor e (the least
+        determined; None when none is)."""
+        active, reasons = screened
+        if not active:
+            why = "; ".join(f"{k}: {r}" for k, r in reasons.items())
+            raise ConfigError(f"{self.sim.source}: the points identify no parameter ({why})")
+        x0 = np.array([start[i] for i in active])
+        lo, hi = self.u_lo[active], self.u_hi[active]
+        sol = lsq.solve(self.residuals(active), x0, lo, hi, f_scale=F_SCALE, step=STEP)
+        iterations += sol.iterations
+        values = self.values(sol.x, active)
+        for k, col in enumerate(sol.jacobian.T):
+            if np.max(np.abs(col)) >= NEGLIGIBLE:
+                continue
+            i, v = active[k], list(values)
+            v[i] = float(self.base[i])
+            if np.allclose(self.sim.predict(v), self.sim.predict(values), rtol=1e-9, atol=0):
+                values = v
+                reasons[KNOBS[i].name] = "no point depends on it at the fitted values"
+        kept = [k for k, i in enumerate(active) if KNOBS[i].name not in reasons]
+        sigma = _sigma(sol, kept)
+        if not kept or not np.nanmax(sigma, initial=0.0) > UNDETERMINED:
+            return sol, active, reasons, iterations, None
+        worst = active[kept[int(np.nanargmax(sigma))]]
+        factor = math.exp(min(float(np.nanmax(sigma)), math.log(100)))
+        reasons[KNOBS[worst].name] = (
+            "no point depends on it near where the fit took it"
+            if math.isinf(float(np.nanmax(sigma)))
+            else "not determined by these points (uncertain by a factor of "
+            f"{'more than 100' if factor >= 100 else f'{factor:.2g}'})"
+        )
+        return sol, active, reasons, iterations, worst
 
     def summary(
         self, sol: lsq.Solution, active: list[int], reasons: dict[str, str], iterations: int
@@ -268,6 +319,30 @@ class _Fit:
         predicted = [float(x) for x in sim.predict(values)]
         return Calibrated(sim.source, sim.base, list(sim.points), parameters, warnings,
                           predicted, loo, iterations, sim.simulations, sol.converged)  # fmt: skip
+
+
+def _runnable(
+    points: list[MeasuredPoint], base: str, source: str
+) -> tuple[list[MeasuredPoint], list[str]]:
+    """The points whose steps fit their GPUs' memory under ``base``, and the warning naming
+    the others: the engine cannot have run those as stated (it holds back sequences, or
+    preempts them, until the cache fits), so their times say nothing about the stated step."""
+    rows = [p.row for p in points if not fits(p, base)]
+    if not rows:
+        return points, []
+    listed = ", ".join(map(str, rows))
+    kept = [p for p in points if p.row not in rows]
+    if len(kept) < 2:
+        raise ConfigError(
+            f"{source}: rows {listed} do not fit in their GPUs' memory under {base}; "
+            f"{len(kept)} point{'s' if len(kept) != 1 else ''} left, at least 2 are needed"
+        )
+    return kept, [
+        f"row{'s' if len(rows) > 1 else ''} {listed}: the weights, KV cache and activations do "
+        f"not fit in the GPUs' memory under {base}, so the engine cannot have run "
+        f"{'them' if len(rows) > 1 else 'it'} as stated (it holds back or preempts "
+        "sequences); left out of the fit"
+    ]
 
 
 def _sigma(sol: lsq.Solution, kept: Sequence[int]) -> np.ndarray:
@@ -338,6 +413,8 @@ def _profile(
         what = f"{f.value:g} {f.knob.unit}" if f.knob.unit == "us" else f"x {f.value:g}"
         if f.knob.name == "step_host_scale":
             what = f"the step host pieces of {result.base} x {f.value:g}"
+        elif f.knob.name == "kernel_floor_scale":
+            what = f"the per-kernel fixed times of {result.base} x {f.value:g}"
         source = f"fitted by tpsim calibrate to {where}: {what}{f.sigma_text()}"
         entries.append((f.knob, f.value, source))
     fit, loo = (float(np.mean(np.abs(result.errors(w)))) for w in ("fitted", "loo"))

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import csv
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tpsim.calibration.bounded import ReadRefused, read_text, shorten
@@ -77,6 +77,9 @@ class MeasuredPoint:
     #: a whole request (``output_len``): the decode steps after the prefill (0: one step)
     decode_steps: int = 0
     allreduce: str = "auto"  # the engine's all-reduce (tpsim run --allreduce-algo)
+    #: the row's cells in columns that are not tpsim's (notes, a run id), in file order:
+    #: not read, echoed where the report lists the point
+    extra: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     @property
     def decode(self) -> Workload:
@@ -99,9 +102,10 @@ class MeasuredPoint:
 
 
 def extra_columns(path: Path) -> list[str]:
-    """The columns of a measurements file that are not tpsim's (notes, a run id): kept in the
-    file, not read. ``tpsim calibrate`` names them, so that a misspelt column of its own
-    (``bacth``) is seen rather than silently left at its default."""
+    """The columns of a measurements file that are not tpsim's (notes, a run id): not read,
+    kept with each point (:attr:`MeasuredPoint.extra`) and echoed where the report lists it.
+    ``tpsim calibrate`` names them once, so that a misspelt column of its own (``bacth``) is
+    seen rather than silently left at its default."""
     text = read_text(path, MAX_BYTES)
     for line in text.splitlines():
         if line.strip() and not line.lstrip().startswith("#"):
@@ -152,7 +156,9 @@ def read_points(path: Path) -> list[MeasuredPoint]:
         # columns of tpsim's own are read; others (notes, a run id) are kept in the file
         # and ignored here
         cells_of = dict(zip(header, cells, strict=True))
-        points.append(reader.point(row, {c: v for c, v in cells_of.items() if c in COLUMNS}))
+        point = reader.point(row, {c: v for c, v in cells_of.items() if c in COLUMNS})
+        extra = tuple((c, v) for c, v in cells_of.items() if c not in COLUMNS)
+        points.append(replace(point, extra=extra) if extra else point)
     if not points:
         raise ConfigError(f"{name}: a header and no measurements")
     return points

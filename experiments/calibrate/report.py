@@ -39,7 +39,7 @@ def report_text(c: Calibrated, out: Path | None = None) -> str:
         f"{'parameter':<28}{'unit':<6}{'base':>9}{'fitted':>10}{'+/- 1 sd':>10}  bounds",
     ]
     for f in c.parameters:
-        bounds = f"{f.lower:g} to {f.upper:.3g}" if f.fitted else "not identifiable: kept"
+        bounds = f"{f.lower:.3g} to {f.upper:.3g}" if f.fitted else "not identifiable: kept"
         if f.at_bound:
             bounds += " (at a bound)"
         lines.append(
@@ -61,7 +61,7 @@ def report_text(c: Calibrated, out: Path | None = None) -> str:
         p = c.points[i]
         lines.append(
             f"  {p.row:>4}{p.measured_s * 1e3:>13.4g}{c.predicted_s[i] * 1e3:>11.4g}"
-            f"{_pct(fit[i]):>8}{_pct(loo[i]):>10}  {p.label}"
+            f"{_pct(fit[i]):>8}{_pct(loo[i]):>10}  {p.label}{_extra(p.extra)}"
         )
     if out is not None:
         lines += ["", f"wrote {out}: run it with --engine {out}"]
@@ -113,10 +113,16 @@ def report_dict(c: Calibrated, out: Path | None = None) -> dict[str, Any]:
                 "error": fit[i],
                 "leave_one_out_ms": c.loo_s[i] * 1e3,
                 "leave_one_out_error": loo[i],
+                "extra": dict(p.extra),  # the cells of columns that are not tpsim's
             }
             for i, p in enumerate(c.points)
         ],
     }
+
+
+def _extra(cells: tuple[tuple[str, str], ...]) -> str:
+    """A point's cells in columns that are not tpsim's, as the report echoes them."""
+    return "".join(f" [{c}: {v}]" for c, v in cells if v)
 
 
 def _mean_abs(errors: list[float]) -> float:

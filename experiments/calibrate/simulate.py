@@ -54,6 +54,24 @@ def step_time(point: MeasuredPoint, profile: str) -> float | str:
         return str(e).splitlines()[0]
 
 
+def fits(point: MeasuredPoint, profile: str) -> bool:
+    """Whether every step the point prices (its step, or its prefill and decode step) fits
+    its GPUs' memory under the profile: weights, KV cache, activations and the runtime."""
+    options = Options(
+        engine=profile, dtype=point.dtype, allow_oom=True, allreduce_algo=point.allreduce
+    )
+    steps = [point.workload, point.decode] if point.decode_steps else [point.workload]
+    try:
+        return all(
+            simulate(point.spec, point.graph, Layout(point.tp), w, options).summary["memory"][
+                "fits"
+            ]
+            for w in steps
+        )
+    except INPUT_ERRORS:
+        return True  # refused for another reason, which the fit names
+
+
 def _worker_step_time(task: tuple[int, str]) -> float | str:
     return step_time(_WORKER_POINTS[task[0]], task[1])
 
@@ -113,4 +131,4 @@ class Simulator:
         return self.cache[key]
 
 
-__all__ = ["Simulator", "step_time"]
+__all__ = ["Simulator", "fits", "step_time"]

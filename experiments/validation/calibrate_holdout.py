@@ -146,7 +146,10 @@ def run(out: Path, jobs: int = 1, only: Sequence[str] = ()) -> Iterator[str]:
             continue
         done = holdout(h, out, jobs)
         fit, result = done.fit, done.result
-        yield f"{h.name}: fitted on {len(fit)} points (TP {fit[0].tp}) to {h.base}"
+        yield f"{h.name}: fitted on {len(result.points)} points (TP {fit[0].tp}) to {h.base}"
+        for w in result.warnings:
+            if w.endswith("left out of the fit"):
+                yield f"  {w}"
         for f in result.parameters:
             if not f.reason:
                 yield f"  {f.knob.name:<28} {f.base:>10.4g} -> {f.value:.4g}{f.sigma_text()}"

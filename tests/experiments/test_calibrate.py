@@ -151,7 +151,9 @@ def test_points_at_one_tp_degree_leave_the_collective_latency_at_the_base(
     assert main(["calibrate", str(csv), "--engine", "vllm-v0", "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "collective_latency_us: every point is at TP 2: a latency per collective cannot " in text
-    assert "collective_latency_us" not in yaml.safe_load(out.read_text())["overrides"]["engine"]
+    assert "collective_latency_us" not in yaml.safe_load(out.read_text())["overrides"].get(
+        "engine", {}
+    )
 
 
 def test_a_request_is_its_prefill_and_its_decode_steps_at_their_mean_context(
@@ -228,13 +230,19 @@ def test_two_points_fit_one_parameter_and_say_which_they_leave(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     csv, out = tmp_path / "m.csv", tmp_path / "p.yaml"
-    csv.write_text(GOOD)  # two points; HBM efficiency and host time per step both matter
+    # two points of a host-bound 8B model (TP 1 and 2 within 1%): the kernel floors and the
+    # HBM, screened first, would have to pass their physical bounds, so each leaves the fit
+    # to the parameter after it: the host time per step
+    csv.write_text(GOOD)
     assert main(["calibrate", str(csv), "--engine", "vllm-v0", "--out", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "step_host_scale: not fitted: 2 points fit at most 1 parameter, taken in" in text
+    for knob in ("kernel_floor_scale", "hbm_efficiency_scale"):
+        assert f"{knob}: held at its bound " in text
+    assert "collective_latency_us: not fitted: 2 points fit at most 1 parameter, taken in" in text
+    assert "push it beyond what is physical" not in text  # no knob fitted at a bound
     doc = yaml.safe_load(out.read_text())
-    assert list(doc["overrides"]) == ["kernels"]  # the HBM scale alone, first screened
-    assert list(doc["overrides"]["kernels"]) == ["hbm_efficiency_scale"]
+    assert list(doc["overrides"]) == ["engine"]  # the host time per step alone
+    assert list(doc["overrides"]["engine"]) == ["step_host_us"]
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,7 @@
-"""``tpsim calibrate`` on the published serving measurements (issue #13): fitted on each
-file's smallest TP degree, the fitted profile predicts the rest. LMDeploy and vLLM 2023 are
-predicted within 15%; TGI, whose steps beyond TP 1 are host-bound, cannot be from its GPU-bound
-TP 1 points, and the report says so."""
+"""``tpsim calibrate`` on the published serving measurements (issues #13, #26): fitted on
+each file's smallest TP degree, the fitted profile predicts the rest. LMDeploy and vLLM 2023
+are predicted within 15%; TGI, whose steps beyond TP 1 are host-bound, cannot be from its
+GPU-bound TP 1 points, and the report says so."""
 
 from __future__ import annotations
 
@@ -41,10 +41,16 @@ def test_held_out_predictions(tmp_path: Path, only: tuple[str, ...]) -> None:
     err = _held_out_errors(lines)
     assert set(err) == set(only)
     if "vllm-2023" in err:  # fitted on 33B at TP 2, predicting 70B at TP 4
-        assert err["vllm-2023"] < 0.15 and err["tgi"] > 0.15
+        assert err["vllm-2023"] < 0.15
+        # TP 1 hides TGI's host time behind the weight read: the fit cannot see it, and the
+        # host-bound TP 2 and 4 come out far too fast (the registry's expected miss)
+        assert err["tgi"] > 0.5
         assert (tmp_path / "tgi-v1-unfitted.yaml").is_file()
     else:  # fitted on 7B and 13B at TP 1, predicting 70B at TP 4
         assert err["lmdeploy"] < 0.15
+        # the 7B and 13B steps at batch 64 and long contexts cannot fit in 80 GB: left out
+        assert any(line.startswith("lmdeploy: fitted on 41 points (TP 1)") for line in lines)
+        assert any(line.startswith("  rows 24, 25, 43, 44, 47, 48, 49: ") for line in lines)
     for name in only:
         assert (tmp_path / f"{name}.yaml").read_text().startswith("name: ")
         assert (tmp_path / f"{name}-held.csv").is_file()
