@@ -24,7 +24,7 @@ M70 = "llama-3.1-70b"
 def test_the_floor_knob_scales_every_fixed_time_and_the_row_latency(tmp_path: Path) -> None:
     base = profile("vllm")  # _kernels: ampere 1, hopper 0.75
     scales = FLOOR.entry(base, 0.5)
-    assert scales == {"default": 0.5, "ampere": 0.5, "hopper": 0.375}
+    assert scales == {"default": 0.5, "ampere": 0.5, "hopper": 0.375, "blackwell": 0.375}
     path = tmp_path / "half.yaml"
     path.write_text(yaml.safe_dump({"name": "half", "about": "t", "extends": "vllm", "overrides": {
         "kernels": {"latency_scale": {"value": scales, "source": "test"}}}}))  # fmt: skip
