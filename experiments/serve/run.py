@@ -54,7 +54,7 @@ def kv_blocks(timer: IterationTimer, spec: SchedulerSpec) -> KVCache:
     plan = timer.plan
     model, tp, gpu, options = plan.model, plan.layout.tp, plan.gpu, plan.options
     t = spec.max_num_batched_tokens
-    mem = memory_per_gpu(model, tp, Workload(1, "prefill", t, t), options, gpu)
+    mem = memory_per_gpu(model, tp, Workload(1, "prefill", t, t), options, gpu, plan.experts)
     logits = spec.max_num_seqs * model.vocab_size * 4
     runtime = plan.calib.memory.runtime_bytes
     used = mem.weights_bytes_per_gpu + mem.activation_bytes_per_gpu + logits
@@ -86,6 +86,7 @@ class ServeSetup:
     options: Options = Options()  # noqa: RUF009 (frozen, so one shared default is safe)
     exact: bool = False
     overrides: tuple[tuple[str, Any], ...] = ()  # SchedulerSpec fields set on the CLI
+    ep: int = 1  # expert-parallel ranks of the MoE layers, inside each TP group
 
 
 @dataclass(frozen=True)
@@ -200,15 +201,20 @@ def serve(
     (its prompt's own prefix groups, when it has them, win)."""
     wall = time.perf_counter()
     opts = setup.options
-    layout = Layout(setup.tp, setup.gpus_per_node, 1, setup.dp)
+    layout = Layout(setup.tp, setup.gpus_per_node, 1, setup.dp, ep=setup.ep)
     resolve(
         setup.model, setup.topology, layout, Workload(1, "decode", 1, 1), opts, nodes=setup.nodes
     )  # fmt: skip  (refuses a layout the topology cannot hold)
     it = iterations or IterationTimer(setup.model, setup.topology, setup.tp, opts,
                                       nodes=setup.nodes, gpus_per_node=setup.gpus_per_node,
-                                      exact=setup.exact)  # fmt: skip
-    if it.plan.options != opts or it.plan.layout.tp != setup.tp or it.exact != setup.exact:
-        raise ValueError("iterations: a timer of another setup (tp, options or exact differ)")
+                                      exact=setup.exact, ep=setup.ep)  # fmt: skip
+    if (it.plan.options, it.plan.layout.tp, it.plan.layout.ep, it.exact) != (
+        opts,
+        setup.tp,
+        setup.ep,
+        setup.exact,
+    ):
+        raise ValueError("iterations: a timer of another setup (tp, ep, options or exact differ)")
     model = it.model
     simulated_before = it.simulated
     spec = scheduler_spec(setup, it.plan.gpu.hbm_bytes)

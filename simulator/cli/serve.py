@@ -22,7 +22,8 @@ MAX_REQUESTS = 1_000_000
 #: The options of ``run`` that ``serve`` takes as they are (RUN_OPTIONS, not copied).
 RUN_FLAGS = (
     "model", "topology", "nodes", "nic_gbps", "nics_per_node", "gpus_per_node", "tp", "pp",
-    "dp", "dtype", "kv_dtype", "launch", "allreduce_algo", "ideal", "engine", "kernel_table",
+    "dp", "ep", "attention_dp", "expert_skew", "dtype", "kv_dtype", "launch", "allreduce_algo",
+    "ideal", "engine", "kernel_table",
 )  # fmt: skip
 ARRIVALS = ("poisson", "constant", "gamma")
 #: Request lengths when not given: the one prompt default of every command (the Workload's),
@@ -130,6 +131,12 @@ def _checks(a: argparse.Namespace) -> None:
     if a.pp != 1:
         raise ConfigError(f"pp={a.pp}: tpsim serve runs TP groups and DP replicas "
                           "(pipeline-parallel serving is not modelled yet)")  # fmt: skip
+    if a.attention_dp != 1:
+        raise ConfigError(
+            f"attention_dp={a.attention_dp}: tpsim serve does not model attention data "
+            "parallelism yet (each group's scheduler with its own batch, all joined every "
+            "iteration by the MoE all-to-all); use --dp or --ep"
+        )
     check_nodes(a.nodes)
 
 
@@ -147,11 +154,11 @@ def _serve(a: argparse.Namespace) -> int:
         check_folder(a.plots, "--plots")
     options = Options(launch=a.launch, allreduce_algo=a.allreduce_algo, dtype=a.dtype,
                       kv_dtype=a.kv_dtype, ideal=a.ideal, kernel_table=a.kernel_table,
-                      engine=a.engine)  # fmt: skip
+                      engine=a.engine, expert_skew=a.expert_skew)  # fmt: skip
     overrides = tuple((name, getattr(a, name)) for name, _, _ in SCHEDULER_FLAGS
                       if getattr(a, name) is not None)  # fmt: skip
     setup = ServeSetup(a.model, run_topology(a), a.tp, a.dp, a.nodes, a.gpus_per_node,
-                       options, a.exact, overrides)  # fmt: skip
+                       options, a.exact, overrides, ep=a.ep)  # fmt: skip
     prefix = (a.prefix_len, a.prefix_groups)
     prompt = parse_lengths("--prompt-len", a.prompt_len or str(PROMPT_DEFAULT))
     output = parse_lengths("--output-len", a.output_len or str(OUTPUT_DEFAULT))
@@ -174,7 +181,9 @@ def _serve(a: argparse.Namespace) -> int:
                        count=count, until_s=a.duration, prefix=prefix)  # fmt: skip
         what = f"closed loop, concurrency {a.concurrency}"
     s = result.summary(a.slo_ttft_ms, a.slo_tpot_ms)
-    layout = f"tp {a.tp}" + (f" x dp {a.dp}" if a.dp > 1 else "")
+    layout = (
+        f"tp {a.tp}" + (f" x dp {a.dp}" if a.dp > 1 else "") + (f", ep {a.ep}" if a.ep > 1 else "")
+    )
     setup_line = f"{result.model_name} on {a.topology}, {layout}, engine {a.engine}; {what}"
     if a.out is not None:
         from tpsim.outputs.export import write_text
