@@ -6,9 +6,9 @@ candidate; a mixture-of-experts model adds, per layout, its experts split over t
 groups of a replica sharing expert-parallel MoE layers, ``ep = tp * attention_dp``).
 Obviously dominated ones are left out (more pipeline stages than 8, or a TP group that
 crosses hosts while stages or replicas could keep it inside one). For each, the
-largest power-of-2 batch per replica that fits (up to ``batch_max``) is simulated as one
-decode step (TPOT; the pipeline runs ``pp`` micro-batches), halved until the TPOT SLO
-holds, and one request's prefill of ``prompt_len`` tokens gives the TTFT. Layouts are
+largest power-of-2 batch per replica that fits in memory (or up to ``batch_max``) is
+simulated as one decode step (TPOT; the pipeline runs ``pp`` micro-batches), halved until
+the TPOT SLO holds, and one request's prefill of ``prompt_len`` tokens gives the TTFT. Layouts are
 simulated in parallel (one process per layout). Ranked: SLOs met first, then total
 tokens/s, then TPOT.
 """
@@ -34,6 +34,8 @@ from tpsim.topologies.io import get_topology
 from tqdm import tqdm
 
 MAX_PP = 8
+#: The largest batch per replica tried when memory alone decides (no engine runs more).
+BATCH_LIMIT = 1 << 14
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,7 @@ class PlanRequest:
     topology: str
     nodes: int = 1
     gpus: int = 0  # 0: every GPU of the nodes
-    batch_max: int = 64
+    batch_max: int = 0  # 0: what memory allows (bounded by the TPOT SLO)
     prompt_len: int = 1024
     context_len: int = 2048
     slo_ttft_ms: float | None = None
@@ -122,7 +124,8 @@ def layouts(req: PlanRequest) -> list[Candidate]:
 
 
 def fitting_batches(req: PlanRequest, tp: int, pp: int, ep: int = 1, adp: int = 1) -> list[int]:
-    """Powers of 2 up to ``batch_max`` whose decode and prefill fit every stage."""
+    """Powers of 2 (up to ``batch_max``, or :data:`BATCH_LIMIT` when 0) whose decode and
+    prefill fit every stage."""
     spec = get_model(req.model)
     xs = expert_split(spec, tp, adp, ep, tp * adp // ep) if spec.is_moe else None
     graph = get_topology(req.topology, 1)
@@ -130,7 +133,7 @@ def fitting_batches(req: PlanRequest, tp: int, pp: int, ep: int = 1, adp: int = 
     opts = Options(ideal=req.ideal, engine=req.engine)
     stages = stage_layers(spec.num_layers, pp)
     out, b = [], 1
-    while b <= req.batch_max:
+    while b <= (req.batch_max or BATCH_LIMIT):
         w = Workload(b, "decode", req.prompt_len, req.context_len)
         fits = all(
             memory_per_stage(spec, tp, w, opts, gpu, layers=r, first=s == 0,
