@@ -71,6 +71,15 @@ class PlanRow:
     usd_per_mtok: float | None
     ep: int = 1  # expert-parallel ranks (MoE)
     attention_dp: int = 1  # attention data-parallel groups per replica (MoE)
+    #: what stopped the batch from doubling: "memory", "TPOT SLO", "--batch-max"
+    batch_limit: str = ""
+    #: the decode step's critical path by category (seconds)
+    breakdown: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def in_flight(self) -> int:
+        """Sequences decoding at once over all replicas and attention groups."""
+        return self.batch * self.dp * self.attention_dp
 
     @property
     def label(self) -> str:
@@ -173,6 +182,13 @@ def evaluate(
         tpot_ok = req.slo_tpot_ms is None or tpot * 1e3 <= req.slo_tpot_ms
         if tpot_ok or b == batches[0]:
             break
+    if b < batches[-1]:
+        limit = "TPOT SLO"
+    elif req.batch_max and b * 2 > req.batch_max:
+        limit = "--batch-max"
+    else:
+        limit = "memory" if b * 2 <= BATCH_LIMIT else "the planner's limit"
+    parts = tuple((k, v) for k, v in s.breakdown.to_dict().items() if v is not None)
     gpus = tp * adp * pp * dp
     rate = s.tokens_per_s
     usd = None
@@ -181,6 +197,7 @@ def evaluate(
     return PlanRow(
         tp, pp, dp, b, ttft, tpot, rate, rate / gpus, _headroom(s), s.regime,
         req.slo_ttft_ms is None or ttft * 1e3 <= req.slo_ttft_ms, tpot_ok, usd, ep, adp,
+        limit, parts,
     )  # fmt: skip
 
 
@@ -267,26 +284,34 @@ def _why(best: PlanRow, other: PlanRow) -> str:
     if best.slo_ok and not other.slo_ok:
         return f"the runner-up misses an SLO ({'TPOT' if not other.tpot_ok else 'TTFT'})"
     reasons = []
-    if best.dp > other.dp:
-        reasons.append("independent replicas need no communication between them")
-    if best.ep > other.ep:
+    sb, so = best.in_flight, other.in_flight
+    if sb > so:
         reasons.append(
-            f"its experts are spread over more GPUs (EP {best.ep} against {other.ep}), so each "
-            "GPU reads fewer expert weights per step"
+            f"it decodes {sb} sequences at once ({best.batch} per replica, limited by "
+            f"{best.batch_limit}) against {so} ({other.batch}, limited by {other.batch_limit})"
         )
-    if best.attention_dp > other.attention_dp:
-        reasons.append(
-            f"its {best.attention_dp} attention data-parallel groups run "
-            f"{best.batch * best.attention_dp} sequences per MoE step"
-        )
-    if best.pp < other.pp:
-        reasons.append("fewer pipeline stages leave less bubble")
-    if best.tp < other.tp:
-        reasons.append("smaller TP groups spend less time in all-reduces")
-    if best.batch > other.batch:
-        reasons.append("more memory headroom lets it run a larger batch")
+    if best.tpot_s < other.tpot_s:
+        mine, theirs = dict(best.breakdown), dict(other.breakdown)
+        diffs = {k: theirs.get(k, 0.0) - v for k, v in mine.items()}
+        k = max(diffs, key=lambda c: (diffs[c], c))
+        what = f"{diffs[k] * 1e3:.1f} ms less {_SPENT.get(k, k)}" if diffs[k] > 0 else ""
+        same = " at the same sequences in flight" if sb == so else ""
+        step = f"its decode step is {best.tpot_s * 1e3:.1f} ms against {other.tpot_s * 1e3:.1f} ms"
+        reasons.append(step + same + (f", {what}" if what else ""))
     reason = "; ".join(reasons) or f"its step is {best.regime}"
     return f"it gives {ratio:.2f}x the runner-up's tokens/s ({reason})"
+
+
+#: How each breakdown category reads after "less".
+_SPENT = {
+    "communication": "in communication (all-reduces, sends)",
+    "memory": "reading memory",
+    "compute": "computing",
+    "bubble": "in pipeline bubbles",
+    "host": "on the host",
+    "launch_overhead": "launching kernels",
+    "idle": "idle",
+}
 
 
 def short_label(r: PlanRow) -> str:

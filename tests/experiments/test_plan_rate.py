@@ -88,3 +88,23 @@ def test_disaggregated_units_sit_beside_aggregated() -> None:
     assert all((p + d) * tp <= 8 for tp, _, p, d in us if p)
     moe = units(RateRequest("qwen3-30b-a3b", "dgx-h100", rate=1, disaggregated=False))
     assert (2, 2, 0, 1) in moe and (2, 1, 0, 1) in moe  # experts split over the group too
+
+
+def test_static_plan_batches_are_limited_by_memory_or_the_slo() -> None:
+    """No fixed cap: each layout's batch is the largest power of 2 that fits, halved only
+    for the TPOT SLO, and the verdict's reason is what the rows show."""
+    from tpsim.experiments.plan import PlanRequest, fitting_batches, plan, recommendation
+
+    req = PlanRequest("llama-3.1-8b", "dgx-h100", gpus=2, slo_tpot_ms=30)
+    rows = plan(req, jobs=1)
+    assert max(r.batch for r in rows) > 64
+    for r in rows:
+        fits = fitting_batches(req, r.tp, r.pp, r.ep, r.attention_dp)
+        assert r.batch_limit == ("memory" if r.batch == fits[-1] else "TPOT SLO")
+        assert r.tpot_ok
+    best, second = rows[0], rows[1]
+    text = recommendation(rows)
+    if best.in_flight > second.in_flight:
+        assert f"limited by {best.batch_limit}" in text
+    else:
+        assert best.tpot_s < second.tpot_s and "decode step is" in text
