@@ -118,7 +118,9 @@ def serving_capacity(out: Path | None = None, *, jobs: int = 1) -> Study:
         w.writerows(rows)
         write_text(out / f"{NAME}.csv", buf.getvalue())
         write_json(out / f"{NAME}.json", summary, indent=2)
-    return Study(NAME, lines, summary, rows, [])
+    # its rows are serving runs, not sweep rows: in its CSV, not in Study.rows (whose
+    # assumption lines read sweep rows)
+    return Study(NAME, lines, summary, [], [])
 
 
 STUDY = StudyEntry(
