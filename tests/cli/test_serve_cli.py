@@ -84,6 +84,13 @@ def test_saturation_is_said(capsys: pytest.CaptureFixture[str]) -> None:
     assert rc == 0 and "SATURATED" in out
 
 
+def test_expert_parallel(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = run(["serve", "--model", "qwen3-30b-a3b", "--topology", "dgx-h100", "--tp", "2",
+                      "--ep", "2", "--rate", "5", "--requests", "20", "--output-len", "20"],
+                     capsys)  # fmt: skip
+    assert rc == 0 and "tp 2, ep 2, engine vllm" in out
+
+
 def test_disaggregated(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, _ = run([*BASE, "--prefill-tp", "1", "--decode-tp", "2", "--decode-workers", "2",
                       "--rate", "10", *SMALL, "--json"], capsys)  # fmt: skip
