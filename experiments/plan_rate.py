@@ -9,7 +9,8 @@ split over the group, ``ep = tp``) or a disaggregated group of prefill and decod
 ``R`` needs ``ceil(R / r_max)`` of them. ``r_max`` is the largest Poisson rate (or closed-loop
 concurrency) at which a short seeded run of ``requests`` requests keeps the SLO percentile
 (p99 by default) of TTFT and TPOT within the SLOs and does not saturate: the rate is
-doubled from 1 req/s until a run fails, then bisected to ``REL_TOL``. The batch is what the
+doubled from 1 req/s until a run fails (halved down to :data:`MIN_RATE` when 1 req/s already
+fails), then bisected to ``REL_TOL``. The batch is what the
 engine's scheduler runs at that rate: bounded by its KV cache (memory) and by the SLOs, never
 by a fixed cap. Pipeline stages and attention data parallelism are not candidates: ``tpsim
 serve`` does not run them yet.
@@ -75,13 +76,13 @@ class RateRow:
     unit_gpus: int
     max_load: float  # req/s (or clients) one unit sustains under the SLOs; 0: none
     limit: str  # what fails just above max_load
-    ttft_ms: float  # the SLO percentile at max_load (at the lowest load tried when 0)
+    ttft_ms: float  # the SLO percentile at max_load (at the lowest load tried when none)
     tpot_ms: float
     mean_batch: float  # sequences per decode iteration at max_load
     units: int  # units the requested traffic needs (0 when none meets the SLOs)
     gpus: int
     usd_per_mtok: float | None  # per million output tokens at the requested traffic
-    miss: float  # worst SLO ratio at the lowest load (<= 1: met)
+    miss: float  # worst SLO ratio at the load shown (<= 1: met)
 
     @property
     def ok(self) -> bool:
@@ -167,35 +168,42 @@ def _batch(r: ServeResult) -> float:
 
 def evaluate(req: RateRequest, tp: int, ep: int, p: int, d: int) -> RateRow | None:
     """The unit's largest sustainable load, and what the requested traffic needs of it."""
+    closed = req.concurrency is not None
     try:
         prober = _Prober(req, _setup(req, tp, ep, p, d))
-        closed = req.concurrency is not None
-        lo_load = 1.0 if closed else MIN_RATE
-        first = prober.run(lo_load)
+        first = prober.run(1.0)  # 1 req/s, or one client
     except ConfigError:  # does not fit (memory, GPUs): not a candidate
         return None
-    fail, ttft, tpot, miss = prober.judge(first)
+    j = prober.judge(first)
     gpus_unit = tp * (p + d) if p else tp
     label = (f"TP {tp}" + (f" EP {ep}" if ep > 1 else "")) if not p else (
         f"{p}P+{d}D TP {tp}" + (f" EP {ep}" if ep > 1 else ""))  # fmt: skip
     kind = "disaggregated" if p else "aggregated"
-    if fail:
-        return RateRow(label, kind, tp, ep, p, d, gpus_unit, 0.0, fail, ttft, tpot,
-                       _batch(first), 0, 0, None, miss)  # fmt: skip
-    good_j: tuple[str, float, float, float] = (fail, ttft, tpot, miss)
-    good, good_r = lo_load, first
+    good, good_r, good_j = 0.0, first, j
     bad, bad_fail = math.inf, ""
-    load = 2.0 if closed else 1.0
-    while math.isinf(bad):  # double until a run fails
-        load = max(load, good * 2)
-        r = prober.run(load)
-        j = prober.judge(r)
-        if j[0]:
+    if j[0]:  # fails at 1: halve down to MIN_RATE (one client is the least of a closed loop)
+        bad, bad_fail, load, r = 1.0, j[0], 1.0, first
+        while not closed and load / 2 >= MIN_RATE:
+            load /= 2
+            r = prober.run(load)
+            j = prober.judge(r)
+            if not j[0]:
+                good, good_r, good_j = load, r, j
+                break
             bad, bad_fail = load, j[0]
-        else:
-            good, good_r, good_j = load, r, j
-        if load > 1e6:
-            break
+        if not good:
+            return RateRow(label, kind, tp, ep, p, d, gpus_unit, 0.0, j[0], j[1], j[2],
+                           _batch(r), 0, 0, None, j[3])  # fmt: skip
+    else:
+        good, load = 1.0, 1.0
+        while math.isinf(bad) and load < 1e6:  # double until a run fails
+            load *= 2
+            r = prober.run(load)
+            j = prober.judge(r)
+            if j[0]:
+                bad, bad_fail = load, j[0]
+            else:
+                good, good_r, good_j = load, r, j
     while not math.isinf(bad) and (bad - good) > REL_TOL * bad and (not closed or bad - good > 1):
         mid = (good + bad) / 2 if not closed else float((int(good) + int(bad)) // 2)
         r = prober.run(mid)
@@ -204,6 +212,7 @@ def evaluate(req: RateRequest, tp: int, ep: int, p: int, d: int) -> RateRow | No
             bad, bad_fail = mid, j[0]
         else:
             good, good_r, good_j = mid, r, j
+    miss = good_j[3]
     want = req.rate if req.rate is not None else float(req.concurrency or 0)
     n = math.ceil(want / good - 1e-12)
     usd = None
@@ -262,7 +271,9 @@ def _what(req: RateRequest) -> str:
 
 
 def _load(req: RateRequest, x: float) -> str:
-    return f"{x:.2f} req/s" if req.rate is not None else f"{x:.0f} clients"
+    if req.rate is None:
+        return f"{x:.0f} clients"
+    return f"{x:.2f} req/s" if x >= 1 else f"{x:.3g} req/s"
 
 
 def table(rows: list[RateRow], req: RateRequest) -> str:
@@ -288,6 +299,15 @@ def table(rows: list[RateRow], req: RateRequest) -> str:
     return "\n".join(lines)
 
 
+def _limit_text(limit: str) -> str:
+    """What fails above a unit's load, in words."""
+    if limit == "saturation":
+        return "its queue grows without bound"
+    if limit == "none found":
+        return "nothing failed up to the highest load tried"
+    return f"its {limit} exceeds the SLO"
+
+
 def verdict(rows: list[RateRow], req: RateRequest) -> str:
     best = rows[0]
     q = f"p{req.percentile:g}"
@@ -301,7 +321,7 @@ def verdict(rows: list[RateRow], req: RateRequest) -> str:
     what = (f"Recommended: {best.units} x {best.label} ({best.kind}), {best.gpus} GPUs for "
             f"{_what(req)}{cost}: one unit of {best.unit_gpus} GPUs sustains "
             f"{_load(req, best.max_load)} under the SLOs (batch {best.mean_batch:.0f}), "
-            f"beyond which its {best.limit} fails")  # fmt: skip
+            f"beyond which {_limit_text(best.limit)}")  # fmt: skip
     others = [r for r in rows[1:] if r.ok]
     if not others:
         return what + "; no other unit meets the SLOs."
@@ -311,11 +331,11 @@ def verdict(rows: list[RateRow], req: RateRequest) -> str:
     if best.gpus < second.gpus:
         why = (f"it sustains {_load(req, per_best)} per GPU against "
                f"{_load(req, per_second)} for the runner-up, {second.label}, which needs "
-               f"{second.gpus} GPUs (limited by its {second.limit})")  # fmt: skip
+               f"{second.gpus} GPUs (beyond its load {_limit_text(second.limit)})")  # fmt: skip
     else:
         why = (f"the runner-up, {second.label}, needs as many GPUs ({second.gpus}) but "
                f"sustains less per GPU ({_load(req, per_second)} against "
-               f"{_load(req, per_best)}; limited by its {second.limit})")  # fmt: skip
+               f"{_load(req, per_best)}; beyond its load {_limit_text(second.limit)})")  # fmt: skip
     return f"{what}; {why}."
 
 

@@ -99,6 +99,11 @@ def _plan_traffic(a: argparse.Namespace) -> int:
         raise ConfigError(f"--rate={a.rate}: must be positive")
     if a.concurrency is not None and not 1 <= a.concurrency <= 1_000_000:
         raise ConfigError(f"--concurrency={a.concurrency}: must be from 1 to 1000000")
+    if a.concurrency is not None and a.slo_ttft_ms is None and a.slo_tpot_ms is None:
+        raise ConfigError(
+            f"--concurrency={a.concurrency}: a closed loop never saturates; give "
+            "--slo-ttft-ms or --slo-tpot-ms to bound each unit's clients"
+        )
     if not 0 < a.slo_percentile <= 100:
         raise ConfigError(f"--slo-percentile={a.slo_percentile}: must be above 0, at most 100")
     if not 20 <= a.requests <= 100_000:

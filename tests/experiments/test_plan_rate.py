@@ -72,6 +72,7 @@ def test_cli_concurrency_json_and_verdict(capsys: pytest.CaptureFixture[str]) ->
     (["--rate", "1", "--requests", "5"], "--requests=5"),
     (["--rate", "1", "--batch-max", "8"], "--batch-max=8"),
     (["--rate", "1", "--prompt-len", "4096"], "--output-len"),
+    (["--concurrency", "8"], "never saturates"),
 ])  # fmt: skip
 def test_bad_values(args: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
     rc = main(["plan", "--model", "llama-3.1-8b", "--topology", "dgx-h100", *args])
