@@ -15,6 +15,7 @@ tokens/s, then TPOT.
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -75,6 +76,8 @@ class PlanRow:
     batch_limit: str = ""
     #: the decode step's critical path by category (seconds)
     breakdown: tuple[tuple[str, float], ...] = ()
+    #: the larger of TTFT and TPOT over their SLOs (<= 1: both met; 0: no SLO given)
+    miss: float = 0.0
 
     @property
     def in_flight(self) -> int:
@@ -197,7 +200,8 @@ def evaluate(
     return PlanRow(
         tp, pp, dp, b, ttft, tpot, rate, rate / gpus, _headroom(s), s.regime,
         req.slo_ttft_ms is None or ttft * 1e3 <= req.slo_ttft_ms, tpot_ok, usd, ep, adp,
-        limit, parts,
+        limit, parts, max(ttft * 1e3 / (req.slo_ttft_ms or math.inf),
+                          tpot * 1e3 / (req.slo_tpot_ms or math.inf)),
     )  # fmt: skip
 
 
@@ -229,10 +233,12 @@ def plan(req: PlanRequest, jobs: int = 0) -> list[PlanRow]:
     found = [r for r in rows if r is not None]
     if not found:
         raise ConfigError(f"model={req.model}: no layout fits in memory on these GPUs")
+    # those meeting the SLOs by tokens/s; the others by how close they come
     return sorted(
         found,
-        key=lambda r: (not r.slo_ok, -r.tokens_per_s, r.tpot_s, r.tp, r.pp, r.ep, r.attention_dp),
-    )
+        key=lambda r: (not r.slo_ok, 0.0 if r.slo_ok else r.miss, -r.tokens_per_s, r.tpot_s,
+                       r.tp, r.pp, r.ep, r.attention_dp),
+    )  # fmt: skip
 
 
 def table(rows: list[PlanRow], req: PlanRequest) -> str:
@@ -263,11 +269,18 @@ def table(rows: list[PlanRow], req: PlanRequest) -> str:
 
 def recommendation(rows: list[PlanRow]) -> str:
     best = rows[0]
+    if not best.slo_ok:
+        return (
+            f"No layout meets the SLOs. The closest is {best.label} at batch {best.batch} per "
+            f"replica: TTFT {best.ttft_s * 1e3:.1f} ms and TPOT {best.tpot_s * 1e3:.1f} ms, "
+            f"{best.miss:.2f}x the SLO it misses most ({best.tokens_per_s:,.0f} tokens/s); "
+            "relax the SLOs, or add GPUs."
+        )
     what = (
         f"Recommended: {best.label} at batch {best.batch} per replica, "
         f"{best.tokens_per_s:,.0f} tokens/s in total ({best.tokens_per_s_per_gpu:,.1f} per GPU) "
         f"at TPOT {best.tpot_s * 1e3:.1f} ms and TTFT {best.ttft_s * 1e3:.1f} ms"
-        + (", meeting the SLOs" if best.slo_ok else ", though no layout meets the SLOs")
+        + ", meeting the SLOs"
     )
     if len(rows) < 2:
         return what + "."

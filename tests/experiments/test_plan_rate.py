@@ -109,3 +109,14 @@ def test_static_plan_batches_are_limited_by_memory_or_the_slo() -> None:
         assert f"limited by {best.batch_limit}" in text
     else:
         assert best.tpot_s < second.tpot_s and "decode step is" in text
+
+
+def test_static_plan_with_no_layout_meeting_the_slos_names_the_closest() -> None:
+    from tpsim.experiments.plan import PlanRequest, plan, recommendation
+
+    rows = plan(PlanRequest("llama-3.1-8b", "dgx-h100", gpus=2, slo_tpot_ms=30, slo_ttft_ms=5),
+                jobs=1)  # fmt: skip
+    assert not any(r.slo_ok for r in rows)
+    assert rows[0].miss == min(r.miss for r in rows) > 1
+    text = recommendation(rows)
+    assert text.startswith("No layout meets the SLOs. The closest is " + rows[0].label)
