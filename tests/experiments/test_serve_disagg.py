@@ -3,6 +3,8 @@ decode worker's over the routed links, TTFT includes the move, transfers share l
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from tpsim.core.config import ConfigError
 from tpsim.core.lowering.mixed import MixedStep
@@ -88,3 +90,17 @@ def test_a_loaded_run_keeps_littles_law_and_every_request() -> None:
 def test_too_many_gpus_are_refused() -> None:
     with pytest.raises(ConfigError, match="prefill_workers=4"):
         one_request(Disagg(2, 4, 2, 1))
+
+
+def test_same_seed_same_bytes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tpsim.cli import main
+
+    outs = []
+    for k in range(2):
+        f = tmp_path / f"r{k}.jsonl"
+        assert main(["serve", "--model", MODEL, "--topology", "dgx-h100", "--tp", "1",
+                     "--prefill-workers", "2", "--decode-tp", "2", "--rate", "12",
+                     "--requests", "60", "--prompt-len", "uniform:100-3000", "--seed", "5",
+                     "--out", str(f)]) == 0  # fmt: skip
+        outs.append((capsys.readouterr().out.split("\nwrote")[0], f.read_bytes()))
+    assert outs[0] == outs[1]
