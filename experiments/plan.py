@@ -6,17 +6,19 @@ candidate; a mixture-of-experts model adds, per layout, its experts split over t
 groups of a replica sharing expert-parallel MoE layers, ``ep = tp * attention_dp``).
 Obviously dominated ones are left out (more pipeline stages than 8, or a TP group that
 crosses hosts while stages or replicas could keep it inside one). For each, the
-largest power-of-2 batch per replica that fits in memory (or up to ``batch_max``) is
-simulated as one decode step (TPOT; the pipeline runs ``pp`` micro-batches), halved until
-the TPOT SLO holds, and one request's prefill of ``prompt_len`` tokens gives the TTFT. Layouts are
-simulated in parallel (one process per layout). Ranked: SLOs met first, then total
-tokens/s, then TPOT.
+largest batch per replica that fits in memory (or ``batch_max``) is simulated as one
+decode step (TPOT; the pipeline runs ``pp`` micro-batches), halved until the TPOT SLO
+holds and then grown back by bisection to within 1/8 of the largest that holds it, and
+one request's prefill of ``prompt_len`` tokens gives the TTFT. Layouts are simulated in
+parallel (one process per layout). Ranked: SLOs met first, then total tokens/s, then
+TPOT; when none meets them, by how close each comes.
 """
 
 from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -135,27 +137,45 @@ def layouts(req: PlanRequest) -> list[Candidate]:
     return out
 
 
-def fitting_batches(req: PlanRequest, tp: int, pp: int, ep: int = 1, adp: int = 1) -> list[int]:
-    """Powers of 2 (up to ``batch_max``, or :data:`BATCH_LIMIT` when 0) whose decode and
-    prefill fit every stage."""
+def _fits(req: PlanRequest, tp: int, pp: int, ep: int = 1, adp: int = 1) -> Callable[[int], bool]:
+    """Whether a batch's decode and prefill fit every stage of the layout."""
     spec = get_model(req.model)
     xs = expert_split(spec, tp, adp, ep, tp * adp // ep) if spec.is_moe else None
     graph = get_topology(req.topology, 1)
     gpu = next(d["gpu"] for _, d in graph.nodes(data=True) if d.get("kind") == "gpu")
     opts = Options(ideal=req.ideal, engine=req.engine)
     stages = stage_layers(spec.num_layers, pp)
-    out, b = [], 1
-    while b <= (req.batch_max or BATCH_LIMIT):
+
+    def fits(b: int) -> bool:
         w = Workload(b, "decode", req.prompt_len, req.context_len)
-        fits = all(
+        return all(
             memory_per_stage(spec, tp, w, opts, gpu, layers=r, first=s == 0,
                              last=s == pp - 1, micro_batches=min(pp, b), experts=xs).fits
             for s, r in enumerate(stages)
         )  # fmt: skip
-        if not fits:
-            break
+
+    return fits
+
+
+def fitting_batches(req: PlanRequest, tp: int, pp: int, ep: int = 1, adp: int = 1) -> list[int]:
+    """Powers of 2 (up to ``batch_max``, or :data:`BATCH_LIMIT` when 0) whose decode and
+    prefill fit every stage, then the largest batch that fits (memory, or the cap) when it
+    is not a power of 2."""
+    fits = _fits(req, tp, pp, ep, adp)
+    cap = req.batch_max or BATCH_LIMIT
+    out, b = [], 1
+    while b <= cap and fits(b):
         out.append(b)
         b *= 2
+    if out and out[-1] < cap:  # the largest that fits, between the last power and the next
+        lo, hi = out[-1], min(2 * out[-1], cap + 1)  # lo fits, hi does not (or is past cap)
+        if hi == cap + 1 and fits(cap):
+            lo = cap
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+        if lo > out[-1]:
+            out.append(lo)
     return out
 
 
@@ -176,21 +196,38 @@ def evaluate(
                        Workload(1, "prefill", req.prompt_len, req.context_len), opts,
                        nodes=req.nodes).typed  # fmt: skip
     ttft = prefill.latency_s
-    for b in reversed(batches):
+
+    def step(b: int) -> Summary:
         lay = Layout(tp, pp=pp, dp=dp, micro_batches=min(pp, b), ep=ep, attention_dp=adp)
-        s = simulate(req.model, req.topology, lay,
-                     Workload(b, "decode", req.prompt_len, req.context_len), opts,
-                     nodes=req.nodes).typed  # fmt: skip
-        tpot = s.latency_s
-        tpot_ok = req.slo_tpot_ms is None or tpot * 1e3 <= req.slo_tpot_ms
-        if tpot_ok or b == batches[0]:
+        return simulate(req.model, req.topology, lay,
+                        Workload(b, "decode", req.prompt_len, req.context_len), opts,
+                        nodes=req.nodes).typed  # fmt: skip
+
+    def ok(summary: Summary) -> bool:
+        return req.slo_tpot_ms is None or summary.latency_s * 1e3 <= req.slo_tpot_ms
+
+    above = 0  # the smallest batch known to miss the TPOT SLO
+    for b in reversed(batches):
+        s = step(b)
+        if ok(s) or b == batches[0]:
             break
-    if b < batches[-1]:
+        above = b
+    # between the batch meeting the SLO and the next one tried (missing it): to 1/8 of it
+    while ok(s) and above and above - b > max(1, b // 8):
+        mid = (b + above) // 2
+        m = step(mid)
+        if ok(m):
+            b, s = mid, m
+        else:
+            above = mid
+    tpot, tpot_ok = s.latency_s, ok(s)
+    cap = req.batch_max or BATCH_LIMIT
+    if above:
         limit = "TPOT SLO"
-    elif req.batch_max and b * 2 > req.batch_max:
-        limit = "--batch-max"
+    elif b == cap:
+        limit = "--batch-max" if req.batch_max else "the planner's limit"
     else:
-        limit = "memory" if b * 2 <= BATCH_LIMIT else "the planner's limit"
+        limit = "memory"
     parts = tuple((k, v) for k, v in s.breakdown.to_dict().items() if v is not None)
     gpus = tp * adp * pp * dp
     rate = s.tokens_per_s
