@@ -7,7 +7,8 @@ A unit is one engine instance of a TP group (aggregated; a MoE model also with i
 split over the group, ``ep = tp``) or a disaggregated group of prefill and decode workers
 (``xP + yD``, each worker a TP group). Units are independent (a request goes to one), so
 ``R`` needs ``ceil(R / r_max)`` of them. ``r_max`` is the largest Poisson rate (or closed-loop
-concurrency) at which a short seeded run of ``requests`` requests keeps the SLO percentile
+concurrency) at which a short seeded run of ``requests`` requests (more at high rates:
+:data:`WINDOW`) keeps the SLO percentile
 (p99 by default) of TTFT and TPOT within the SLOs and does not saturate: the rate is
 doubled from 1 req/s until a run fails (halved down to :data:`MIN_RATE` when 1 req/s already
 fails), then bisected to ``REL_TOL``. The batch is what the
@@ -41,6 +42,10 @@ from tqdm import tqdm
 REL_TOL = 0.05
 #: The lowest rate tried (req/s): a unit failing there meets the SLOs at no load.
 MIN_RATE = 1 / 64
+#: A run at rate R sends at least R x WINDOW x (a request's latency at 1 req/s) requests:
+#: their arrivals span WINDOW lifetimes, so the queue can show whether it keeps up.
+WINDOW = 10
+MAX_PROBE_REQUESTS = 20_000
 #: Disaggregated prefill:decode worker ratios tried.
 RATIOS = ((1, 1), (1, 2), (2, 1), (1, 3), (3, 1))
 
@@ -125,17 +130,33 @@ class _Prober:
         self.prompt = parse_lengths("--prompt-len", str(req.prompt_len))
         self.output = parse_lengths("--output-len", str(req.output_len))
         self.timer: IterationTimer | None = None
+        self.latency_s = 0.0  # a request's mean latency at the first load run
+
+    def count(self, load: float) -> int:
+        """Requests of a run at ``load``: ``requests``, or more where that many would arrive
+        within :data:`WINDOW` request lifetimes (a burst, not a steady state), or would give
+        each closed-loop client fewer than :data:`WINDOW` requests; at most
+        :data:`MAX_PROBE_REQUESTS`."""
+        n = self.req.requests
+        if self.req.rate is not None:
+            n = max(n, math.ceil(load * WINDOW * self.latency_s))
+        else:
+            n = max(n, int(load) * WINDOW)
+        return min(n, MAX_PROBE_REQUESTS)
 
     def run(self, load: float) -> ServeResult:
         req = self.req
+        n = self.count(load)
         if req.rate is not None:
-            times = arrival_times(streams(req.seed)[0], load, "poisson", 1.0, requests=req.requests)
+            times = arrival_times(streams(req.seed)[0], load, "poisson", 1.0, requests=n)
             reqs = synthetic(req.seed, self.prompt, self.output, count=len(times), arrival_s=times)
             r = serve(self.setup, requests=reqs, iterations=self.timer)
         else:
             r = serve(self.setup, lengths=(req.seed, self.prompt, self.output),
-                      concurrency=int(load), count=req.requests, iterations=self.timer)  # fmt: skip
+                      concurrency=int(load), count=n, iterations=self.timer)  # fmt: skip
         self.timer = r.timer
+        if not self.latency_s and r.requests:
+            self.latency_s = float(np.mean([x.done_s - x.arrival_s for x in r.requests]))
         return r
 
     def judge(self, r: ServeResult) -> tuple[str, float, float, float]:
@@ -299,6 +320,10 @@ def table(rows: list[RateRow], req: RateRequest) -> str:
     return "\n".join(lines)
 
 
+def _gpus(n: int) -> str:
+    return f"{n} GPU" + ("s" if n != 1 else "")
+
+
 def _limit_text(limit: str) -> str:
     """What fails above a unit's load, in words."""
     if limit == "saturation":
@@ -314,12 +339,12 @@ def verdict(rows: list[RateRow], req: RateRequest) -> str:
     if not best.ok:
         return (f"No unit meets the SLOs even at the lowest load tried "
                 f"({_load(req, MIN_RATE if req.rate is not None else 1)}): the closest is "
-                f"{best.label} ({best.unit_gpus} GPUs), {q} TTFT {best.ttft_ms:.1f} ms and "
+                f"{best.label} ({_gpus(best.unit_gpus)}), {q} TTFT {best.ttft_ms:.1f} ms and "
                 f"{q} TPOT {best.tpot_ms:.2f} ms, {best.miss:.2f}x the tighter SLO; "
                 "relax the SLOs, shorten the prompts or use faster GPUs.")  # fmt: skip
     cost = f" (${best.usd_per_mtok:.3f} per million output tokens)" if best.usd_per_mtok else ""
-    what = (f"Recommended: {best.units} x {best.label} ({best.kind}), {best.gpus} GPUs for "
-            f"{_what(req)}{cost}: one unit of {best.unit_gpus} GPUs sustains "
+    what = (f"Recommended: {best.units} x {best.label} ({best.kind}), {_gpus(best.gpus)} for "
+            f"{_what(req)}{cost}: one unit of {_gpus(best.unit_gpus)} sustains "
             f"{_load(req, best.max_load)} under the SLOs (batch {best.mean_batch:.0f}), "
             f"beyond which {_limit_text(best.limit)}")  # fmt: skip
     others = [r for r in rows[1:] if r.ok]
@@ -329,9 +354,9 @@ def verdict(rows: list[RateRow], req: RateRequest) -> str:
     per_best = best.max_load / best.unit_gpus
     per_second = second.max_load / second.unit_gpus
     if best.gpus < second.gpus:
-        why = (f"it sustains {_load(req, per_best)} per GPU against "
-               f"{_load(req, per_second)} for the runner-up, {second.label}, which needs "
-               f"{second.gpus} GPUs (beyond its load {_limit_text(second.limit)})")  # fmt: skip
+        why = (f"the runner-up, {second.label}, needs {_gpus(second.gpus)} "
+               f"({_load(req, second.max_load)} per unit of {_gpus(second.unit_gpus)}; beyond "
+               f"that {_limit_text(second.limit)})")  # fmt: skip
     else:
         why = (f"the runner-up, {second.label}, needs as many GPUs ({second.gpus}) but "
                f"sustains less per GPU ({_load(req, per_second)} against "

@@ -25,6 +25,8 @@ def test_the_rate_found_is_the_edge(tp1: tuple[RateRequest, object]) -> None:
     req, row = tp1
     assert row is not None and row.ok and row.limit in ("p99 TTFT", "p99 TPOT", "saturation")
     prober = _Prober(req, _setup(req, 1, 1, 0, 1))
+    prober.run(1.0)  # as the search does first: its latency sizes the later runs
+    assert prober.count(row.max_load * 1.1) >= row.max_load * 1.1 * 10 * prober.latency_s
     assert prober.judge(prober.run(row.max_load))[0] == ""
     assert prober.judge(prober.run(row.max_load * 1.1))[0] != ""
     assert row.units == math.ceil(30 / row.max_load) and row.gpus == row.units * 1
@@ -62,7 +64,8 @@ def test_cli_concurrency_json_and_verdict(capsys: pytest.CaptureFixture[str]) ->
     assert ok and all(u["units"] == math.ceil(64 / u["max_load"]) for u in ok)
     assert main([*base, "--rate", "10", "--gpu-hour-usd", "2"]) == 0
     out = capsys.readouterr().out
-    assert "Recommended:" in out and " GPUs for 10 req/s" in out and "$/Mtok" in out
+    assert "Recommended:" in out and "$/Mtok" in out
+    assert " GPU for 10 req/s" in out or " GPUs for 10 req/s" in out
 
 
 @pytest.mark.parametrize(("args", "needle"), [
