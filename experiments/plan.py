@@ -6,16 +6,19 @@ candidate; a mixture-of-experts model adds, per layout, its experts split over t
 groups of a replica sharing expert-parallel MoE layers, ``ep = tp * attention_dp``).
 Obviously dominated ones are left out (more pipeline stages than 8, or a TP group that
 crosses hosts while stages or replicas could keep it inside one). For each, the
-largest power-of-2 batch per replica that fits (up to ``batch_max``) is simulated as one
+largest batch per replica that fits in memory (or ``batch_max``) is simulated as one
 decode step (TPOT; the pipeline runs ``pp`` micro-batches), halved until the TPOT SLO
-holds, and one request's prefill of ``prompt_len`` tokens gives the TTFT. Layouts are
-simulated in parallel (one process per layout). Ranked: SLOs met first, then total
-tokens/s, then TPOT.
+holds and then grown back by bisection to within 1/8 of the largest that holds it, and
+one request's prefill of ``prompt_len`` tokens gives the TTFT. Layouts are simulated in
+parallel (one process per layout). Ranked: SLOs met first, then total tokens/s, then
+TPOT; when none meets them, by how close each comes.
 """
 
 from __future__ import annotations
 
+import math
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +37,8 @@ from tpsim.topologies.io import get_topology
 from tqdm import tqdm
 
 MAX_PP = 8
+#: The largest batch per replica tried when memory alone decides (no engine runs more).
+BATCH_LIMIT = 1 << 14
 
 
 @dataclass(frozen=True)
@@ -42,7 +47,7 @@ class PlanRequest:
     topology: str
     nodes: int = 1
     gpus: int = 0  # 0: every GPU of the nodes
-    batch_max: int = 64
+    batch_max: int = 0  # 0: what memory allows (bounded by the TPOT SLO)
     prompt_len: int = 1024
     context_len: int = 2048
     slo_ttft_ms: float | None = None
@@ -69,6 +74,17 @@ class PlanRow:
     usd_per_mtok: float | None
     ep: int = 1  # expert-parallel ranks (MoE)
     attention_dp: int = 1  # attention data-parallel groups per replica (MoE)
+    #: what stopped the batch from doubling: "memory", "TPOT SLO", "--batch-max"
+    batch_limit: str = ""
+    #: the decode step's critical path by category (seconds)
+    breakdown: tuple[tuple[str, float], ...] = ()
+    #: the larger of TTFT and TPOT over their SLOs (<= 1: both met; 0: no SLO given)
+    miss: float = 0.0
+
+    @property
+    def in_flight(self) -> int:
+        """Sequences decoding at once over all replicas and attention groups."""
+        return self.batch * self.dp * self.attention_dp
 
     @property
     def label(self) -> str:
@@ -121,26 +137,45 @@ def layouts(req: PlanRequest) -> list[Candidate]:
     return out
 
 
-def fitting_batches(req: PlanRequest, tp: int, pp: int, ep: int = 1, adp: int = 1) -> list[int]:
-    """Powers of 2 up to ``batch_max`` whose decode and prefill fit every stage."""
+def _fits(req: PlanRequest, tp: int, pp: int, ep: int = 1, adp: int = 1) -> Callable[[int], bool]:
+    """Whether a batch's decode and prefill fit every stage of the layout."""
     spec = get_model(req.model)
     xs = expert_split(spec, tp, adp, ep, tp * adp // ep) if spec.is_moe else None
     graph = get_topology(req.topology, 1)
     gpu = next(d["gpu"] for _, d in graph.nodes(data=True) if d.get("kind") == "gpu")
     opts = Options(ideal=req.ideal, engine=req.engine)
     stages = stage_layers(spec.num_layers, pp)
-    out, b = [], 1
-    while b <= req.batch_max:
+
+    def fits(b: int) -> bool:
         w = Workload(b, "decode", req.prompt_len, req.context_len)
-        fits = all(
+        return all(
             memory_per_stage(spec, tp, w, opts, gpu, layers=r, first=s == 0,
                              last=s == pp - 1, micro_batches=min(pp, b), experts=xs).fits
             for s, r in enumerate(stages)
         )  # fmt: skip
-        if not fits:
-            break
+
+    return fits
+
+
+def fitting_batches(req: PlanRequest, tp: int, pp: int, ep: int = 1, adp: int = 1) -> list[int]:
+    """Powers of 2 (up to ``batch_max``, or :data:`BATCH_LIMIT` when 0) whose decode and
+    prefill fit every stage, then the largest batch that fits (memory, or the cap) when it
+    is not a power of 2."""
+    fits = _fits(req, tp, pp, ep, adp)
+    cap = req.batch_max or BATCH_LIMIT
+    out, b = [], 1
+    while b <= cap and fits(b):
         out.append(b)
         b *= 2
+    if out and out[-1] < cap:  # the largest that fits, between the last power and the next
+        lo, hi = out[-1], min(2 * out[-1], cap + 1)  # lo fits, hi does not (or is past cap)
+        if hi == cap + 1 and fits(cap):
+            lo = cap
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+        if lo > out[-1]:
+            out.append(lo)
     return out
 
 
@@ -161,15 +196,39 @@ def evaluate(
                        Workload(1, "prefill", req.prompt_len, req.context_len), opts,
                        nodes=req.nodes).typed  # fmt: skip
     ttft = prefill.latency_s
-    for b in reversed(batches):
+
+    def step(b: int) -> Summary:
         lay = Layout(tp, pp=pp, dp=dp, micro_batches=min(pp, b), ep=ep, attention_dp=adp)
-        s = simulate(req.model, req.topology, lay,
-                     Workload(b, "decode", req.prompt_len, req.context_len), opts,
-                     nodes=req.nodes).typed  # fmt: skip
-        tpot = s.latency_s
-        tpot_ok = req.slo_tpot_ms is None or tpot * 1e3 <= req.slo_tpot_ms
-        if tpot_ok or b == batches[0]:
+        return simulate(req.model, req.topology, lay,
+                        Workload(b, "decode", req.prompt_len, req.context_len), opts,
+                        nodes=req.nodes).typed  # fmt: skip
+
+    def ok(summary: Summary) -> bool:
+        return req.slo_tpot_ms is None or summary.latency_s * 1e3 <= req.slo_tpot_ms
+
+    above = 0  # the smallest batch known to miss the TPOT SLO
+    for b in reversed(batches):
+        s = step(b)
+        if ok(s) or b == batches[0]:
             break
+        above = b
+    # between the batch meeting the SLO and the next one tried (missing it): to 1/8 of it
+    while ok(s) and above and above - b > max(1, b // 8):
+        mid = (b + above) // 2
+        m = step(mid)
+        if ok(m):
+            b, s = mid, m
+        else:
+            above = mid
+    tpot, tpot_ok = s.latency_s, ok(s)
+    cap = req.batch_max or BATCH_LIMIT
+    if above:
+        limit = "TPOT SLO"
+    elif b == cap:
+        limit = "--batch-max" if req.batch_max else "the planner's limit"
+    else:
+        limit = "memory"
+    parts = tuple((k, v) for k, v in s.breakdown.to_dict().items() if v is not None)
     gpus = tp * adp * pp * dp
     rate = s.tokens_per_s
     usd = None
@@ -178,6 +237,8 @@ def evaluate(
     return PlanRow(
         tp, pp, dp, b, ttft, tpot, rate, rate / gpus, _headroom(s), s.regime,
         req.slo_ttft_ms is None or ttft * 1e3 <= req.slo_ttft_ms, tpot_ok, usd, ep, adp,
+        limit, parts, max(ttft * 1e3 / (req.slo_ttft_ms or math.inf),
+                          tpot * 1e3 / (req.slo_tpot_ms or math.inf)),
     )  # fmt: skip
 
 
@@ -209,10 +270,12 @@ def plan(req: PlanRequest, jobs: int = 0) -> list[PlanRow]:
     found = [r for r in rows if r is not None]
     if not found:
         raise ConfigError(f"model={req.model}: no layout fits in memory on these GPUs")
+    # those meeting the SLOs by tokens/s; the others by how close they come
     return sorted(
         found,
-        key=lambda r: (not r.slo_ok, -r.tokens_per_s, r.tpot_s, r.tp, r.pp, r.ep, r.attention_dp),
-    )
+        key=lambda r: (not r.slo_ok, 0.0 if r.slo_ok else r.miss, -r.tokens_per_s, r.tpot_s,
+                       r.tp, r.pp, r.ep, r.attention_dp),
+    )  # fmt: skip
 
 
 def table(rows: list[PlanRow], req: PlanRequest) -> str:
@@ -243,11 +306,18 @@ def table(rows: list[PlanRow], req: PlanRequest) -> str:
 
 def recommendation(rows: list[PlanRow]) -> str:
     best = rows[0]
+    if not best.slo_ok:
+        return (
+            f"No layout meets the SLOs. The closest is {best.label} at batch {best.batch} per "
+            f"replica: TTFT {best.ttft_s * 1e3:.1f} ms and TPOT {best.tpot_s * 1e3:.1f} ms, "
+            f"{best.miss:.2f}x the SLO it misses most ({best.tokens_per_s:,.0f} tokens/s); "
+            "relax the SLOs, or add GPUs."
+        )
     what = (
         f"Recommended: {best.label} at batch {best.batch} per replica, "
         f"{best.tokens_per_s:,.0f} tokens/s in total ({best.tokens_per_s_per_gpu:,.1f} per GPU) "
         f"at TPOT {best.tpot_s * 1e3:.1f} ms and TTFT {best.ttft_s * 1e3:.1f} ms"
-        + (", meeting the SLOs" if best.slo_ok else ", though no layout meets the SLOs")
+        + ", meeting the SLOs"
     )
     if len(rows) < 2:
         return what + "."
@@ -264,26 +334,34 @@ def _why(best: PlanRow, other: PlanRow) -> str:
     if best.slo_ok and not other.slo_ok:
         return f"the runner-up misses an SLO ({'TPOT' if not other.tpot_ok else 'TTFT'})"
     reasons = []
-    if best.dp > other.dp:
-        reasons.append("independent replicas need no communication between them")
-    if best.ep > other.ep:
+    sb, so = best.in_flight, other.in_flight
+    if sb > so:
         reasons.append(
-            f"its experts are spread over more GPUs (EP {best.ep} against {other.ep}), so each "
-            "GPU reads fewer expert weights per step"
+            f"it decodes {sb} sequences at once ({best.batch} per replica, limited by "
+            f"{best.batch_limit}) against {so} ({other.batch}, limited by {other.batch_limit})"
         )
-    if best.attention_dp > other.attention_dp:
-        reasons.append(
-            f"its {best.attention_dp} attention data-parallel groups run "
-            f"{best.batch * best.attention_dp} sequences per MoE step"
-        )
-    if best.pp < other.pp:
-        reasons.append("fewer pipeline stages leave less bubble")
-    if best.tp < other.tp:
-        reasons.append("smaller TP groups spend less time in all-reduces")
-    if best.batch > other.batch:
-        reasons.append("more memory headroom lets it run a larger batch")
+    if best.tpot_s < other.tpot_s:
+        mine, theirs = dict(best.breakdown), dict(other.breakdown)
+        diffs = {k: theirs.get(k, 0.0) - v for k, v in mine.items()}
+        k = max(diffs, key=lambda c: (diffs[c], c))
+        what = f"{diffs[k] * 1e3:.1f} ms less {_SPENT.get(k, k)}" if diffs[k] > 0 else ""
+        same = " at the same sequences in flight" if sb == so else ""
+        step = f"its decode step is {best.tpot_s * 1e3:.1f} ms against {other.tpot_s * 1e3:.1f} ms"
+        reasons.append(step + same + (f", {what}" if what else ""))
     reason = "; ".join(reasons) or f"its step is {best.regime}"
     return f"it gives {ratio:.2f}x the runner-up's tokens/s ({reason})"
+
+
+#: How each breakdown category reads after "less".
+_SPENT = {
+    "communication": "in communication (all-reduces, sends)",
+    "memory": "reading memory",
+    "compute": "computing",
+    "bubble": "in pipeline bubbles",
+    "host": "on the host",
+    "launch_overhead": "launching kernels",
+    "idle": "idle",
+}
 
 
 def short_label(r: PlanRow) -> str:

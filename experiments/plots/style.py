@@ -51,3 +51,23 @@ TITLE_PT = 13.0
 LABEL_PT = 11.0  # axis titles, lane names, legend, layer labels
 TICK_PT = 10.0
 BAR_NAME_PT = 9.0  # op names written inside bars
+
+#: The style sheet of the HTML reports (tpsim report, tpsim report --serve).
+REPORT_CSS = """
+*, *::before, *::after { box-sizing: border-box; }
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222;
+  padding: 0 1.5em; line-height: 1.4; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 1.6em; }
+.verdict { font-size: 1.1em; background: #f3f6fa; border-left: 4px solid #0072B2;
+  padding: .8em 1em; }
+.scroll { overflow-x: auto; }
+table { border-collapse: collapse; }
+table td, table th { padding: .25em .8em; text-align: left; border-bottom: 1px solid #ddd;
+  vertical-align: top; }
+table.side td { text-align: right; font-variant-numeric: tabular-nums; }
+table.side tr.section th { padding-top: .8em; border-bottom: 1px solid #999; }
+table.side th.sub { padding-left: 1.6em; font-weight: normal; }
+table.facts th { white-space: nowrap; }
+code { font-size: .9em; overflow-wrap: anywhere; }
+.note { color: #666; font-size: .9em; }
+"""

@@ -266,7 +266,7 @@ class EngineInstance:
             r = self.waiting[0]
             keys = self._cached_prefix(r)
             hit = len(keys) * spec.block_size
-            n = r.tokens - hit
+            n = r.tokens - hit - r.computed  # computed: a KV cache that came with it
             if not spec.chunked_prefill and n > budget:
                 break
             n = min(n, budget)

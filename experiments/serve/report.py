@@ -61,6 +61,19 @@ def text(s: dict[str, Any], result: ServeResult, setup_line: str) -> str:
             "KV cache per instance (tokens):",
             f"{kv.tokens} ({kv.blocks} blocks of {kv.block_size})",
         ),
+    ]
+    if result.prefill_kv is not None:
+        pk = result.prefill_kv
+        out[-1] = _line("KV cache per decode worker (tokens):",
+                        f"{kv.tokens} ({kv.blocks} blocks of {kv.block_size})")  # fmt: skip
+        out += [
+            _line("KV cache per prefill worker (tokens):", f"{pk.tokens}"),
+            _line(
+                "KV transfers / mean MB per GPU:",
+                f"{s['kv_transfers']} / {s['mean_kv_transfer_mb']:.1f}",
+            ),
+        ]
+    out += [
         _line("Preemptions:", f"{result.preemptions}"),
         _line("Iterations:", f"{result.iterations}"),
         _line("Mean requests in system:", f"{s['mean_in_system']:.2f}"),

@@ -20,10 +20,12 @@ from tpsim.calibration.scheduler import SchedulerSpec, scheduler
 from tpsim.core.config import Layout, Options, Workload, dtype_bytes, precision
 from tpsim.core.engine.serving import run_loop
 from tpsim.core.errors import ConfigError
+from tpsim.core.kv_transfer import KVRoutes, Pool
 from tpsim.core.memory import memory_per_gpu
 from tpsim.core.plan import resolve
 from tpsim.core.step_timer import IterationTimer
 from tpsim.experiments.serve import metrics
+from tpsim.experiments.serve.disagg import Disagg, DisaggServers
 from tpsim.experiments.serve.engine import EngineInstance, Request, StepRecord
 from tpsim.experiments.serve.workload import MAX_REQUESTS, Lengths, Requests, streams
 from tpsim.models.spec import ModelSpec
@@ -54,7 +56,7 @@ def kv_blocks(timer: IterationTimer, spec: SchedulerSpec) -> KVCache:
     plan = timer.plan
     model, tp, gpu, options = plan.model, plan.layout.tp, plan.gpu, plan.options
     t = spec.max_num_batched_tokens
-    mem = memory_per_gpu(model, tp, Workload(1, "prefill", t, t), options, gpu)
+    mem = memory_per_gpu(model, tp, Workload(1, "prefill", t, t), options, gpu, plan.experts)
     logits = spec.max_num_seqs * model.vocab_size * 4
     runtime = plan.calib.memory.runtime_bytes
     used = mem.weights_bytes_per_gpu + mem.activation_bytes_per_gpu + logits
@@ -86,6 +88,8 @@ class ServeSetup:
     options: Options = Options()  # noqa: RUF009 (frozen, so one shared default is safe)
     exact: bool = False
     overrides: tuple[tuple[str, Any], ...] = ()  # SchedulerSpec fields set on the CLI
+    ep: int = 1  # expert-parallel ranks of the MoE layers, inside each TP group
+    disagg: Disagg | None = None  # prefill and decode pools (then tp and dp are unused)
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,11 @@ class ServeResult:
     closed_loop: bool
     model_name: str
     timer: IterationTimer | None = None  # the iteration timer, to pass to the next run
+    #: disaggregated runs: the prefill pool's scheduler and KV cache (``spec`` and ``kv``
+    #: are the decode pool's), and the bytes each KV transfer moved to each decode GPU
+    prefill_spec: SchedulerSpec | None = None
+    prefill_kv: KVCache | None = None
+    transfer_bytes: tuple[float, ...] = ()
 
     def summary(
         self, slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None
@@ -127,6 +136,12 @@ class ServeResult:
         out["iterations"] = self.iterations
         out["kv_cache_blocks"] = self.kv.blocks
         out["kv_cache_tokens"] = self.kv.tokens
+        if self.prefill_kv is not None:
+            out["prefill_kv_cache_tokens"] = self.prefill_kv.tokens
+            out["kv_transfers"] = len(self.transfer_bytes)
+            out["mean_kv_transfer_mb"] = (
+                float(np.mean(self.transfer_bytes)) / 1e6 if self.transfer_bytes else 0.0
+            )
         return out
 
 
@@ -200,20 +215,39 @@ def serve(
     (its prompt's own prefix groups, when it has them, win)."""
     wall = time.perf_counter()
     opts = setup.options
-    layout = Layout(setup.tp, setup.gpus_per_node, 1, setup.dp)
-    resolve(
-        setup.model, setup.topology, layout, Workload(1, "decode", 1, 1), opts, nodes=setup.nodes
-    )  # fmt: skip  (refuses a layout the topology cannot hold)
-    it = iterations or IterationTimer(setup.model, setup.topology, setup.tp, opts,
-                                      nodes=setup.nodes, gpus_per_node=setup.gpus_per_node,
-                                      exact=setup.exact)  # fmt: skip
-    if it.plan.options != opts or it.plan.layout.tp != setup.tp or it.exact != setup.exact:
-        raise ValueError("iterations: a timer of another setup (tp, options or exact differ)")
+    d = setup.disagg
+    if d is None:
+        layout = Layout(setup.tp, setup.gpus_per_node, 1, setup.dp, ep=setup.ep)
+        resolve(
+            setup.model,
+            setup.topology,
+            layout,
+            Workload(1, "decode", 1, 1),
+            opts,
+            nodes=setup.nodes,
+        )  # fmt: skip  (refuses a layout the topology cannot hold)
+    it = iterations or _timer(setup, setup.tp if d is None else d.decode_tp)
+    if (it.plan.options, it.plan.layout.tp, it.plan.layout.ep, it.exact) != (
+        opts,
+        setup.tp if d is None else d.decode_tp,
+        setup.ep,
+        setup.exact,
+    ):
+        raise ValueError("iterations: a timer of another setup (tp, ep, options or exact differ)")
     model = it.model
     simulated_before = it.simulated
     spec = scheduler_spec(setup, it.plan.gpu.hbm_bytes)
     kv = kv_blocks(it, spec)
+    p_it, p_kv = it, kv
+    if d is not None:
+        if spec.policy == "static":
+            raise ConfigError(f"engine={spec.engine}: static batching has no disaggregated "
+                              "prefill and decode")  # fmt: skip
+        p_it = it if d.prefill_tp == d.decode_tp else _timer(setup, d.prefill_tp)
+        p_kv = kv_blocks(p_it, spec)
     closed = requests is None or not requests.arrival_s
+    smallest = min(kv.tokens, p_kv.tokens)
+    fits_kv = kv if kv.tokens == smallest else p_kv
 
     def shared(i: int) -> tuple[int, int]:
         tokens, groups = prefix
@@ -221,7 +255,7 @@ def serve(
 
     if requests is not None:
         for i, (p, o) in enumerate(zip(requests.prompt, requests.output, strict=True)):
-            check_fits(spec, kv, model, p, o, f"request {i}")
+            check_fits(spec, fits_kv, model, p, o, f"request {i}")
 
         def lookup(i: int) -> tuple[int, int, int, int]:
             if requests.group:
@@ -233,24 +267,38 @@ def serve(
 
         def lookup(i: int) -> tuple[int, int, int, int]:
             p, o = draw(i)
-            check_fits(spec, kv, model, p, o, f"request {i}")
+            check_fits(spec, fits_kv, model, p, o, f"request {i}")
             return p, o, *shared(i)
 
-    step_time = timer or it.seconds
-    engines = [EngineInstance(spec, kv.blocks, step_time, lookup) for _ in range(setup.dp)]
+    handoff, capacities, pools = None, [], None
+    if d is None:
+        step_time = timer or it.seconds
+        engines = [EngineInstance(spec, kv.blocks, step_time, lookup) for _ in range(setup.dp)]
 
-    def route(i: int, now: float) -> int:
-        return min(range(len(engines)), key=lambda k: (engines[k].in_system, k))
+        def route(i: int, now: float) -> int:
+            return min(range(len(engines)), key=lambda k: (engines[k].in_system, k))
+    else:
+        plan = it.plan
+        kv_routes = KVRoutes(plan.routes, plan.gpu, plan.calib, Pool(d.prefill_tp,
+                             d.prefill_workers), Pool(d.decode_tp, d.decode_workers),
+                             setup.gpus_per_node)  # fmt: skip
+        pools = DisaggServers(d, kv_routes, (spec, spec), (p_kv.blocks, kv.blocks),
+                              (timer or p_it.seconds, timer or it.seconds), lookup,
+                              kv.bytes_per_token)  # fmt: skip
+        engines = pools.servers
+        route, handoff, capacities = pools.route, pools.handoff, kv_routes.capacities
 
     if requests is not None and requests.arrival_s:
-        loop = run_loop(engines, route, arrivals_s=requests.arrival_s)
+        loop = run_loop(engines, route, arrivals_s=requests.arrival_s, handoff=handoff,
+                        capacities=capacities)  # fmt: skip
     else:
         n = count or (len(requests) if requests is not None else 0)
         if requests is not None:
             n = min(n, len(requests)) if n else len(requests)
-        loop = run_loop(engines, route, concurrency=concurrency,
-                        requests=n or MAX_REQUESTS, until_s=until_s)  # fmt: skip
+        loop = run_loop(engines, route, concurrency=concurrency, requests=n or MAX_REQUESTS,
+                        until_s=until_s, handoff=handoff, capacities=capacities)  # fmt: skip
     finished = sorted((r for e in engines for r in e.finished), key=lambda r: r.id)
+    simulated = it.simulated + (p_it.simulated if p_it is not it else 0)
     return ServeResult(
         requests=tuple(finished),
         steps=tuple(tuple(e.steps) for e in engines),
@@ -261,12 +309,21 @@ def serve(
         kv=kv,
         preemptions=sum(e.preemptions for e in engines),
         iterations=sum(e.step_count for e in engines),
-        simulated_steps=it.simulated - simulated_before,
+        simulated_steps=simulated - simulated_before,
         wall_s=time.perf_counter() - wall,
         closed_loop=closed,
         model_name=model.name,
         timer=it,
+        prefill_spec=spec if d is not None else None,
+        prefill_kv=p_kv if d is not None else None,
+        transfer_bytes=tuple(pools.transfers) if pools is not None else (),
     )
+
+
+def _timer(setup: ServeSetup, tp: int) -> IterationTimer:
+    return IterationTimer(setup.model, setup.topology, tp, setup.options, nodes=setup.nodes,
+                          gpus_per_node=setup.gpus_per_node, exact=setup.exact,
+                          ep=setup.ep)  # fmt: skip
 
 
 __all__ = ["KVCache", "ServeResult", "ServeSetup", "kv_blocks", "serve"]

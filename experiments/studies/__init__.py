@@ -16,7 +16,11 @@ to ``STUDY_NAMES`` in tpsim.cli.studies, which ``--help`` reads without importin
   nodes with 4 GPUs each;
 - ``launch_overhead``: eager against CUDA graphs against torch.compile, across model sizes;
 - ``engines``: one model on the ideal engine and on vLLM V0 and V1 across TP;
-- ``tp_vs_pp_vs_dp``: all-TP across nodes against TP x PP and replicas on the same GPUs.
+- ``tp_vs_pp_vs_dp``: all-TP across nodes against TP x PP and replicas on the same GPUs;
+- ``moe_tp_vs_ep``: a MoE model's experts tensor-parallel, expert-parallel, or under
+  attention data parallelism;
+- ``serving_capacity``: Llama-3.1-70B served on 8 and 16 H100s, TTFT and TPOT against
+  request rate in four layouts (``tpsim serve``).
 """
 
 from __future__ import annotations

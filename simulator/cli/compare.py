@@ -126,6 +126,8 @@ def add_compare_parser(sub: Any, run: argparse.ArgumentParser) -> None:
     rep.add_argument("results", nargs="?", type=Path, help="a sweep results file (.csv or .jsonl)")
     _add_run_lists(rep, run, required=False)
     _add_load(rep)
+    rep.add_argument("--serve", help="serving runs instead: the per-request files of "
+                     "tpsim serve --out (.jsonl), comma-separated to compare them")  # fmt: skip
     rep.add_argument("--out", type=Path, required=True, help="the HTML file to write")
 
 
@@ -376,6 +378,8 @@ def _report(a: argparse.Namespace) -> int:
     from tpsim.outputs.export import write_text
 
     check_output(a.out, "--out", (".html", ".htm"), a)
+    if a.serve is not None:
+        return _report_serve(a)
     if a.results is None and a.model is None:
         raise ConfigError("report: give a results file, or run's flags (--model, --topology, --tp)")
     rows = read_rows(a.results) if a.results is not None else []
@@ -401,6 +405,29 @@ def _report(a: argparse.Namespace) -> int:
             version=tpsim_version(),
         ),
     )
+    print(f"wrote {a.out}")
+    return 0
+
+
+def _report_serve(a: argparse.Namespace) -> int:
+    """``tpsim report --serve A.jsonl[,B.jsonl]``: serving runs on one page."""
+    import shlex
+
+    from tpsim.experiments.plots.serve_html import serve_report
+    from tpsim.experiments.serve.requests_file import read_requests
+    from tpsim.outputs.export import write_text
+
+    if a.results is not None or a.model is not None:
+        what = str(a.results) if a.results is not None else f"--model={a.model}"
+        raise ConfigError(f"--serve={a.serve}: serving runs are reported alone ({what} given)")
+    files = [f.strip() for f in str(a.serve).split(",")]
+    if not all(files):
+        raise ConfigError(f"--serve={a.serve!r}: an empty file name in the list")
+    if len(files) > 8:
+        raise ConfigError(f"--serve={a.serve}: {len(files)} runs, at most 8")
+    runs = [(Path(f).stem, read_requests(f)) for f in files]
+    command = shlex.join(["tpsim", "report", "--serve", str(a.serve), "--out", str(a.out)])
+    write_text(a.out, serve_report(runs, command=command, version=tpsim_version()))
     print(f"wrote {a.out}")
     return 0
 

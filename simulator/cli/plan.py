@@ -16,12 +16,14 @@ from tpsim.core.errors import ConfigError
 
 
 def add_plan_parser(sub: Any) -> None:
-    p = sub.add_parser("plan", help="rank TP x PP x DP layouts of the GPUs for a model")
+    p = sub.add_parser("plan", help="rank TP x PP x DP layouts of the GPUs for a model; with "
+                       "--rate or --concurrency, the GPUs a traffic needs")  # fmt: skip
     p.add_argument("--model", required=True)
     p.add_argument("--topology", required=True)
     p.add_argument("--nodes", type=int, default=1)
     p.add_argument("--gpus", type=int, default=0, help="GPUs to use (default: all)")
-    p.add_argument("--batch-max", type=int, default=64, help="largest batch per replica")
+    p.add_argument("--batch-max", type=int, default=0, help="largest batch per replica "
+                   "(default: what memory allows, bounded by the TPOT SLO)")  # fmt: skip
     # one default context everywhere: the Workload's, as run, sweep and check-claim use
     p.add_argument("--prompt-len", type=tokens("--prompt-len"), default=Workload.prompt_len)
     p.add_argument("--context-len", type=tokens("--context-len"), default=Workload.context_len)
@@ -34,6 +36,18 @@ def add_plan_parser(sub: Any) -> None:
         "--jobs", type=int, help="worker processes, 1 to 64 (default: the CPUs, at most 8)"
     )
     p.add_argument("--json", action="store_true")
+    t = p.add_argument_group("under traffic (tpsim serve's simulation; one of these)")
+    t.add_argument("--rate", type=number(0, 1e6), help="requests/s to serve (Poisson): "
+                   "the units and GPUs it needs")  # fmt: skip
+    t.add_argument("--concurrency", type=int, help="concurrent clients to serve (closed loop)")
+    t.add_argument("--output-len", type=tokens("--output-len"), help="output tokens per "
+                   "request (default: --context-len minus --prompt-len)")  # fmt: skip
+    t.add_argument("--slo-percentile", type=number(0, 100), default=99.0, help="the "
+                   "percentile of TTFT and TPOT held to the SLOs (default 99)")  # fmt: skip
+    t.add_argument("--requests", type=int, default=300, help="requests per simulated run "
+                   "(default 300)")  # fmt: skip
+    t.add_argument("--seed", type=int, default=0, help="seed of the runs' draws")
+    t.add_argument("--no-disaggregated", action="store_true", help="aggregated units only")
     p.add_argument("--plots", type=Path, help="folder for the Pareto plot (plan_pareto.png)")
 
 
@@ -45,12 +59,14 @@ def _plan(a: argparse.Namespace) -> int:
         raise ConfigError(f"--gpus={a.gpus}: must be 0 (all) or more")
     if a.jobs is not None and not 1 <= a.jobs <= 64:
         raise ConfigError(f"--jobs={a.jobs}: must be between 1 and 64")
-    if a.batch_max < 1:
-        raise ConfigError(f"--batch-max={a.batch_max}: must be at least 1")
+    if a.batch_max < 0:
+        raise ConfigError(f"--batch-max={a.batch_max}: must be at least 1 (0: memory decides)")
     for flag in ("slo_ttft_ms", "slo_tpot_ms", "gpu_hour_usd"):
         v = getattr(a, flag)
         if v is not None and not v > 0:
             raise ConfigError(f"--{flag.replace('_', '-')}={v}: must be positive")
+    if a.rate is not None or a.concurrency is not None:
+        return _plan_traffic(a)
     req = PlanRequest(a.model, a.topology, a.nodes, a.gpus, a.batch_max, a.prompt_len,
                       a.context_len, a.slo_ttft_ms, a.slo_tpot_ms, a.gpu_hour_usd, a.engine,
                       a.ideal)  # fmt: skip
@@ -71,6 +87,45 @@ def _plan(a: argparse.Namespace) -> int:
         path = plot_front(rows, req, a.plots)
         if not a.json:
             print(f"wrote {path}")
+    return 0
+
+
+def _plan_traffic(a: argparse.Namespace) -> int:
+    from tpsim.experiments.plan_rate import RateRequest, plan_rate, table, to_dicts
+
+    if a.rate is not None and a.concurrency is not None:
+        raise ConfigError(f"--concurrency={a.concurrency}: give --rate or --concurrency, not both")
+    if a.rate is not None and not a.rate > 0:
+        raise ConfigError(f"--rate={a.rate}: must be positive")
+    if a.concurrency is not None and not 1 <= a.concurrency <= 1_000_000:
+        raise ConfigError(f"--concurrency={a.concurrency}: must be from 1 to 1000000")
+    if a.concurrency is not None and a.slo_ttft_ms is None and a.slo_tpot_ms is None:
+        raise ConfigError(
+            f"--concurrency={a.concurrency}: a closed loop never saturates; give "
+            "--slo-ttft-ms or --slo-tpot-ms to bound each unit's clients"
+        )
+    if not 0 < a.slo_percentile <= 100:
+        raise ConfigError(f"--slo-percentile={a.slo_percentile}: must be above 0, at most 100")
+    if not 20 <= a.requests <= 100_000:
+        raise ConfigError(f"--requests={a.requests}: must be from 20 to 100000")
+    if not 0 <= a.seed < 2**63:
+        raise ConfigError(f"--seed={a.seed}: must be a whole number from 0 to 2**63 - 1")
+    for flag in ("gpus", "batch_max", "plots"):
+        if getattr(a, flag):
+            raise ConfigError(f"--{flag.replace('_', '-')}={getattr(a, flag)}: applies to "
+                              "the static plan (without --rate or --concurrency)")  # fmt: skip
+    output = a.output_len if a.output_len is not None else a.context_len - a.prompt_len
+    if output < 1:
+        raise ConfigError(f"--output-len={output}: must be at least 1 (give --output-len)")
+    req = RateRequest(a.model, a.topology, a.nodes, a.rate, a.concurrency, a.prompt_len,
+                      output, a.slo_ttft_ms, a.slo_tpot_ms, a.slo_percentile, a.gpu_hour_usd,
+                      a.engine, a.ideal, a.requests, a.seed,
+                      not a.no_disaggregated)  # fmt: skip
+    rows = plan_rate(req, a.jobs or 0)
+    if a.json:
+        print(json.dumps({"units": to_dicts(rows)}, indent=2))
+    else:
+        print(table(rows, req))
     return 0
 
 

@@ -22,7 +22,8 @@ MAX_REQUESTS = 1_000_000
 #: The options of ``run`` that ``serve`` takes as they are (RUN_OPTIONS, not copied).
 RUN_FLAGS = (
     "model", "topology", "nodes", "nic_gbps", "nics_per_node", "gpus_per_node", "tp", "pp",
-    "dp", "dtype", "kv_dtype", "launch", "allreduce_algo", "ideal", "engine", "kernel_table",
+    "dp", "ep", "attention_dp", "expert_skew", "dtype", "kv_dtype", "launch", "allreduce_algo",
+    "ideal", "engine", "kernel_table",
 )  # fmt: skip
 ARRIVALS = ("poisson", "constant", "gamma")
 #: Request lengths when not given: the one prompt default of every command (the Workload's),
@@ -68,6 +69,11 @@ def add_serve_parser(sub: Any) -> argparse.ArgumentParser:
                    "(i mod groups)-th: the prefix cache finds them")  # fmt: skip
     w.add_argument("--prefix-groups", type=int, default=1, help="how many shared prompts")
     w.add_argument("--seed", type=int, default=0, help="seed of every random draw")
+    g = p.add_argument_group("disaggregated prefill and decode (any of these: two pools)")
+    for pool in ("prefill", "decode"):
+        g.add_argument(f"--{pool}-tp", type=int, help=f"TP of each {pool} worker "
+                       "(default: --tp)")  # fmt: skip
+        g.add_argument(f"--{pool}-workers", type=int, help=f"{pool} workers (default 1)")
     s = p.add_argument_group("engine scheduler")
     for name, kind, text in SCHEDULER_FLAGS:
         s.add_argument("--" + name.replace("_", "-"), type=kind, help=text)
@@ -130,7 +136,23 @@ def _checks(a: argparse.Namespace) -> None:
     if a.pp != 1:
         raise ConfigError(f"pp={a.pp}: tpsim serve runs TP groups and DP replicas "
                           "(pipeline-parallel serving is not modelled yet)")  # fmt: skip
+    for flag in ("prefill_tp", "prefill_workers", "decode_tp", "decode_workers"):
+        _positive("--" + flag.replace("_", "-"), getattr(a, flag), whole=True, upper=4096)
+    if _disaggregated(a) and a.dp != 1:
+        raise ConfigError(f"dp={a.dp}: with disaggregated pools give --prefill-workers and "
+                          "--decode-workers instead")  # fmt: skip
+    if a.attention_dp != 1:
+        raise ConfigError(
+            f"attention_dp={a.attention_dp}: tpsim serve does not model attention data "
+            "parallelism yet (each group's scheduler with its own batch, all joined every "
+            "iteration by the MoE all-to-all); use --dp or --ep"
+        )
     check_nodes(a.nodes)
+
+
+def _disaggregated(a: argparse.Namespace) -> bool:
+    pools = ("prefill_tp", "prefill_workers", "decode_tp", "decode_workers")
+    return any(getattr(a, f) is not None for f in pools)
 
 
 def _serve(a: argparse.Namespace) -> int:
@@ -147,11 +169,18 @@ def _serve(a: argparse.Namespace) -> int:
         check_folder(a.plots, "--plots")
     options = Options(launch=a.launch, allreduce_algo=a.allreduce_algo, dtype=a.dtype,
                       kv_dtype=a.kv_dtype, ideal=a.ideal, kernel_table=a.kernel_table,
-                      engine=a.engine)  # fmt: skip
+                      engine=a.engine, expert_skew=a.expert_skew)  # fmt: skip
     overrides = tuple((name, getattr(a, name)) for name, _, _ in SCHEDULER_FLAGS
                       if getattr(a, name) is not None)  # fmt: skip
-    setup = ServeSetup(a.model, run_topology(a), a.tp, a.dp, a.nodes, a.gpus_per_node,
-                       options, a.exact, overrides)  # fmt: skip
+    disagg = None
+    if _disaggregated(a):
+        from tpsim.experiments.serve.disagg import Disagg
+
+        disagg = Disagg(a.prefill_tp or a.tp, a.prefill_workers or 1, a.decode_tp or a.tp,
+                        a.decode_workers or 1)  # fmt: skip
+    setup = ServeSetup(a.model, run_topology(a), disagg.decode_tp if disagg else a.tp, a.dp,
+                       a.nodes, a.gpus_per_node, options, a.exact, overrides, ep=a.ep,
+                       disagg=disagg)  # fmt: skip
     prefix = (a.prefix_len, a.prefix_groups)
     prompt = parse_lengths("--prompt-len", a.prompt_len or str(PROMPT_DEFAULT))
     output = parse_lengths("--output-len", a.output_len or str(OUTPUT_DEFAULT))
@@ -175,6 +204,9 @@ def _serve(a: argparse.Namespace) -> int:
         what = f"closed loop, concurrency {a.concurrency}"
     s = result.summary(a.slo_ttft_ms, a.slo_tpot_ms)
     layout = f"tp {a.tp}" + (f" x dp {a.dp}" if a.dp > 1 else "")
+    if disagg is not None:
+        layout = disagg.label()
+    layout += f", ep {a.ep}" if a.ep > 1 else ""
     setup_line = f"{result.model_name} on {a.topology}, {layout}, engine {a.engine}; {what}"
     if a.out is not None:
         from tpsim.outputs.export import write_text

@@ -32,6 +32,7 @@ STUDY_NAMES = (
     "engines",
     "tp_vs_pp_vs_dp",
     "moe_tp_vs_ep",
+    "serving_capacity",
 )
 
 

@@ -112,8 +112,9 @@ class IterationTimer:
         nodes: int = 1,
         gpus_per_node: int = 0,
         exact: bool = False,
+        ep: int = 1,
     ) -> None:
-        layout = Layout(tp, gpus_per_node)
+        layout = Layout(tp, gpus_per_node, ep=ep)
         self.plan: RunPlan = resolve(
             model, topology, layout, Workload(1, "decode", 1, 1), options, nodes=nodes
         )
@@ -122,6 +123,7 @@ class IterationTimer:
         self._base: dict[tuple[int, int, bool], float] = {}
         spec = self.plan.model
         alike = all(spec.is_moe_layer(i) == spec.is_moe_layer(0) for i in range(spec.num_layers))
+        alike = alike and len(self.plan.experts.histogram) <= 1  # per-layer routing differs
         self._short = (
             tuple((n, _first_layers(spec, n)) for n in SHORT_LAYERS)
             if alike and spec.num_layers > 2 * SHORT_LAYERS[-1]
@@ -147,7 +149,8 @@ class IterationTimer:
     def _records(self, model: ModelSpec, step: MixedStep, no_attention: bool) -> list[Record]:
         plan = self.plan
         programs = lower_mixed(model, plan.layout.tp, step, plan.options, plan.hardware,
-                               plan.table, no_attention=no_attention)  # fmt: skip
+                               plan.table, no_attention=no_attention,
+                               experts=plan.experts)  # fmt: skip
         assert isinstance(plan.comms, Comms)
         # the host jitter of tpsim run's steps (tpsim.core.engine.jitter): the same ranks wait
         jitter = HostJitter(plan.calib.engine.host_jitter_cv, plan.layout.tp,

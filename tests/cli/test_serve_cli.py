@@ -84,6 +84,23 @@ def test_saturation_is_said(capsys: pytest.CaptureFixture[str]) -> None:
     assert rc == 0 and "SATURATED" in out
 
 
+def test_expert_parallel(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = run(["serve", "--model", "qwen3-30b-a3b", "--topology", "dgx-h100", "--tp", "2",
+                      "--ep", "2", "--rate", "5", "--requests", "20", "--output-len", "20"],
+                     capsys)  # fmt: skip
+    assert rc == 0 and "tp 2, ep 2, engine vllm" in out
+
+
+def test_disaggregated(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = run([*BASE, "--prefill-tp", "1", "--decode-tp", "2", "--decode-workers", "2",
+                      "--rate", "10", *SMALL, "--json"], capsys)  # fmt: skip
+    assert rc == 0
+    j = json.loads(out)
+    assert j["completed"] == 40 and j["kv_transfers"] == 40  # every output is 5-60 tokens
+    rc, out, _ = run([*BASE, "--prefill-workers", "1", "--rate", "10", *SMALL], capsys)
+    assert rc == 0 and "1P (tp 1) + 1D (tp 1)" in out and "KV transfers" in out
+
+
 BAD = [
     (["--rate", "0"], "--rate=0"),
     (["--rate", "nan"], "--rate=nan"),
@@ -102,6 +119,14 @@ BAD = [
     (["--trace", "/no/such.csv"], "--trace=/no/such.csv"),
     (["--rate", "1", "--pp", "2"], "pp=2"),
     (["--rate", "1", "--dp", "16"], "dp"),
+    (["--rate", "1", "--attention-dp", "2"], "attention_dp=2"),
+    (["--rate", "1", "--prefill-workers", "0"], "--prefill-workers=0"),
+    (["--rate", "1", "--decode-tp", "-2"], "--decode-tp=-2"),
+    (["--rate", "1", "--prefill-workers", "2", "--dp", "2"], "dp=2"),
+    (["--rate", "1", "--prefill-workers", "5", "--decode-workers", "4"], "prefill_workers=5"),
+    (["--rate", "1", "--decode-tp", "2", "--engine", "fastertransformer"], "static"),
+    (["--rate", "1", "--ep", "2"], "ep=2"),
+    (["--rate", "1", "--ep", "3"], "ep=3"),
     (["--rate", "1", "--max-num-seqs", "0"], "--max-num-seqs=0"),
     (["--rate", "1", "--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization=1.5"),
     (["--rate", "1", "--gpu-memory-utilization", "0.1"], "KV cache"),

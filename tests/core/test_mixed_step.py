@@ -122,3 +122,18 @@ def test_latent_attention_runs_both_forms_in_one_iteration() -> None:
     both = t.exact_seconds(mixed)
     assert max(decode.summary["latency_s"], prefill.summary["latency_s"]) < both
     assert t.seconds(mixed) == pytest.approx(both, rel=0.01)
+
+
+@pytest.mark.parametrize("skew", [0.0, 2.0])
+def test_expert_parallel_decode_is_the_decode_pass(skew: float) -> None:
+    """--ep reaches the iteration: a MoE model at TP 2 x EP 2 times its decode step as tpsim
+    run does (uneven expert ranks included), and differently from EP 1."""
+    model, opts = "qwen3-30b-a3b", Options(expert_skew=skew)
+    ep2 = IterationTimer(model, TOPO, 2, opts, ep=2)
+    step = MixedStep.of((1024,) * 32, ())
+    ran = simulate(model, TOPO, Layout(2, ep=2), Workload(32, "decode", 512, 1024), opts)
+    assert ep2.exact_seconds(step) == pytest.approx(ran.summary["latency_s"], rel=1e-12)
+    ep1 = IterationTimer(model, TOPO, 2, opts)
+    assert ep1.exact_seconds(step) != ep2.exact_seconds(step)
+    mixed = MixedStep.of((800,) * 20, ((300, 100),))
+    assert ep2.seconds(mixed) == pytest.approx(ep2.exact_seconds(mixed), rel=0.01)

@@ -89,6 +89,7 @@ def test_study_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         "engines",
         "tp_vs_pp_vs_dp",
         "moe_tp_vs_ep",
+        "serving_capacity",
     }
     assert main(["study", "worked_examples", "--out", str(tmp_path), "--json"]) == 0
     j = json.loads(capsys.readouterr().out)
@@ -109,6 +110,28 @@ def test_engines_study_shows_where_the_engine_sets_the_limit(tmp_path: Path) -> 
     assert gain["llama-3.1-70b vllm"] > 1.25
     assert (tmp_path / "engines.png").stat().st_size > 10_000
     assert (tmp_path / "engines.csv").read_text().count("\n") == 25  # header + 24 points
+
+
+@pytest.mark.slow
+def test_serving_capacity_study(tmp_path: Path) -> None:
+    from tpsim.experiments.studies.serving_capacity import serving_capacity
+
+    s = serving_capacity(tmp_path).summary
+    for g, dp in (("8", 1), ("16", 2)):
+        tp8, tp4, tp2 = (
+            f"{g} TP 8" + (f" x DP {dp}" if dp > 1 else ""),
+            f"{g} TP 4 x DP {2 * dp}",
+            f"{g} TP 2 x DP {4 * dp}",
+        )
+        # a wider TP group decodes faster at no load
+        assert s["idle_tpot_ms"][tp8] < s["idle_tpot_ms"][tp4] < s["idle_tpot_ms"][tp2]
+        # TP 2 holds 70B's weights with room for ~25K tokens of KV cache: it saturates first
+        assert all(s["saturates_at"][tp2] <= (v or 1e9) for k, v in s["saturates_at"].items()
+                   if k.startswith(g + " "))  # fmt: skip
+        # the disaggregated pair keeps its decode step flat while its one prefill worker queues
+        assert s["sustains"][f"{g} 1P+1D (TP {4 * dp} each)"] < s["sustains"][tp4]
+    assert s["best_within_slo"]["8"] == ["TP 4 x DP 2"]  # faster steps than TP 2, 2 queues
+    assert (tmp_path / "serving_capacity.csv").read_text().startswith("gpus,layout,rate")
 
 
 def test_study_names_are_the_discovered_registry() -> None:

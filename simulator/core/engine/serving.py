@@ -7,6 +7,12 @@ to run) and ``finish`` (the iteration ended now: the requests it completed). Req
 from an open loop (given arrival times) or a closed loop (``concurrency`` clients, each
 sending its next request when its last one completes, as ``vllm bench serve
 --max-concurrency`` and aiperf do); ``route`` picks a server for each request.
+
+Disaggregated serving hands a request from one server to another: when ``handoff`` is
+given, a request a server finishes may instead go on to another server after a transfer
+(flows over a :class:`~tpsim.core.engine.flows.FlowNetwork` of the given link capacities,
+each after its wire latency: transfers sharing a link share its bandwidth); the request is
+admitted there once every flow has arrived.
 """
 
 from __future__ import annotations
@@ -16,6 +22,12 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import simpy
+from tpsim.core.engine.flows import FlowNetwork
+
+#: A transfer's flows: (links, bytes, wire latency in seconds) each.
+Flows = Sequence[tuple[tuple[int, ...], float, float]]
+#: Where a finished request goes next: (the server, the flows moving it), or None: done.
+Handoff = Callable[[int, int, float], "tuple[int, Flows] | None"]
 
 
 class Server(Protocol):
@@ -58,6 +70,8 @@ def run_loop(
     concurrency: int = 0,
     requests: int = 0,
     until_s: float | None = None,
+    handoff: Handoff | None = None,
+    capacities: Sequence[float] = (),
 ) -> LoopResult:
     """Run requests ``0 .. n-1`` through ``servers`` until every one has finished.
 
@@ -65,6 +79,10 @@ def run_loop(
     (``concurrency`` > 0): ``concurrency`` clients send requests ``0, 1, ...`` back to back
     until ``requests`` have been sent, or until ``until_s`` when given (then no new request
     starts after it). Every request sent is run to completion.
+
+    ``handoff(request, server, now)``: for each request ``server`` finishes, the server it
+    goes on to and the flows that move it there (over links of ``capacities``, B/s), or
+    None when it is done.
     """
     env = _Counter()
     wake = [env.event() for _ in servers]
@@ -84,9 +102,28 @@ def run_loop(
         k = route(i, now)
         done[i] = env.event()
         servers[k].admit(i, now)
+        poke(k)
+        return done[i]
+
+    net = FlowNetwork(env, capacities) if handoff is not None else None
+
+    def poke(k: int) -> None:
         if not wake[k].triggered:
             wake[k].succeed()
-        return done[i]
+
+    def flow(
+        links: tuple[int, ...], nbytes: float, latency: float
+    ) -> simpy.events.ProcessGenerator:
+        assert net is not None
+        if latency > 0:
+            yield env.timeout(latency)
+        yield net.send(links, nbytes)
+
+    def move(i: int, src: int, dst: int, flows: Flows) -> simpy.events.ProcessGenerator:
+        yield env.all_of([env.process(flow(*f)) for f in flows])
+        servers[dst].admit(i, env.now)
+        poke(dst)
+        poke(src)  # what the request held there is free now
 
     def serve(k: int) -> simpy.events.ProcessGenerator:
         server = servers[k]
@@ -98,6 +135,10 @@ def run_loop(
                 continue
             yield env.timeout(seconds)
             for i in server.finish(env.now):
+                nxt = handoff(i, k, env.now) if handoff is not None else None
+                if nxt is not None:
+                    env.process(move(i, k, *nxt))
+                    continue
                 change(-1)
                 done.pop(i).succeed()
 
@@ -141,4 +182,4 @@ def run_loop(
     return LoopResult(tuple(sent), env.now, env.events, count[2])
 
 
-__all__ = ["LoopResult", "Server", "run_loop"]
+__all__ = ["Flows", "Handoff", "LoopResult", "Server", "run_loop"]

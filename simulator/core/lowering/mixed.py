@@ -26,9 +26,10 @@ from tpsim.core.kernels.costs import Hardware, KernelCost
 from tpsim.core.kernels.kernel_table import KernelTable
 from tpsim.core.kernels.pricing import Pricing
 from tpsim.core.lowering import host
+from tpsim.core.lowering.experts import ExpertSplit
 from tpsim.core.lowering.lower import _Slice, start_step
 from tpsim.core.lowering.mla import mixed_attention
-from tpsim.core.program import Programs
+from tpsim.core.program import Program, Programs
 from tpsim.models.spec import ModelSpec
 
 
@@ -138,15 +139,38 @@ def lower_mixed(
     table: KernelTable | None = None,
     *,
     no_attention: bool = False,
+    experts: ExpertSplit | None = None,
 ) -> Programs:
     """The programs of a ``tp``-way group running iteration ``step``: the block structure of
     :func:`tpsim.core.lowering.lower.lower` (one pass, one slice: serving engines run no
     micro-batch overlap), every token through the linear layers together, attention priced
-    per part (:class:`MixedPricing`)."""
+    per part (:class:`MixedPricing`). MoE layers split as ``experts`` says (default: the
+    experts' width split ``tp`` ways); expert-parallel ranks of different loads (a skew)
+    get one program each, as :func:`tpsim.core.lowering.lower.lower` gives them."""
     if options.overlap == "microbatch":
         raise ConfigError("overlap=microbatch: a serving iteration runs as one batch")
+    if experts is None or not experts.uneven:
+        one = _mixed_program(model, tp, step, options, hw, table, no_attention, experts, 0)
+        return Programs.same(one, experts.group if experts else tp)
+    per_ep = [_mixed_program(model, tp, step, options, hw, table, no_attention, experts, e)
+              for e in range(experts.ep)]  # fmt: skip
+    return Programs(tuple(per_ep[experts.ep_rank(r)] for r in range(experts.group)))
+
+
+def _mixed_program(
+    model: ModelSpec,
+    tp: int,
+    step: MixedStep,
+    options: Options,
+    hw: Hardware,
+    table: KernelTable | None,
+    no_attention: bool,
+    experts: ExpertSplit | None,
+    ep_rank: int,
+) -> Program:
+    """One rank's program of iteration ``step`` (expert-parallel rank ``ep_rank``)."""
     engine = options.calibration.engine
-    lo, build, mode = start_step(model, tp, step, options, hw, table)
+    lo, build, mode = start_step(model, tp, step, options, hw, table, 0, experts, ep_rank)
     lo.price = MixedPricing.around(lo.price, step, no_attention, model)
     mb = _Slice(0, step.batch, step.tokens)
     lo.embedding(mb)
@@ -158,7 +182,7 @@ def lower_mixed(
         lo.close_layer(mb, layer)
     lo.head(mb)
     host.after_step(build, engine, step.batch, model.num_layers)
-    return Programs.same(build.program(), tp)
+    return build.program()
 
 
 __all__ = ["MixedPricing", "MixedStep", "attention_seconds", "lower_mixed"]

@@ -1,0 +1,371 @@
+"""Capacity planning under traffic (``tpsim plan --rate R`` / ``--concurrency C``): for each
+serving unit that fits, the most traffic one unit sustains under the SLOs, found by
+simulation with ``tpsim serve``'s machinery, then how many units and GPUs the requested
+traffic needs.
+
+A unit is one engine instance of a TP group (aggregated; a MoE model also with its experts
+split over the group, ``ep = tp``) or a disaggregated group of prefill and decode workers
+(``xP + yD``, each worker a TP group). Units are independent (a request goes to one), so
+``R`` needs ``ceil(R / r_max)`` of them. ``r_max`` is the largest Poisson rate (or closed-loop
+concurrency) at which a short seeded run of ``requests`` requests (more at high rates:
+:data:`WINDOW`) keeps the SLO percentile
+(p99 by default) of TTFT and TPOT within the SLOs and does not saturate: the rate is
+doubled from 1 req/s until a run fails (halved down to :data:`MIN_RATE` when 1 req/s already
+fails), then bisected to ``REL_TOL``. The batch is what the
+engine's scheduler runs at that rate: bounded by its KV cache (memory) and by the SLOs, never
+by a fixed cap. Pipeline stages and attention data parallelism are not candidates: ``tpsim
+serve`` does not run them yet.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+from tpsim.core.config import Options, tp_problem
+from tpsim.core.errors import ConfigError
+from tpsim.core.step_timer import IterationTimer
+from tpsim.experiments.serve.disagg import Disagg
+from tpsim.experiments.serve.metrics import per_request
+from tpsim.experiments.serve.run import ServeResult, ServeSetup, serve
+from tpsim.experiments.serve.workload import arrival_times, parse_lengths, streams, synthetic
+from tpsim.experiments.sweep.pool import map_in_workers
+from tpsim.experiments.sweep.run import default_jobs
+from tpsim.models.catalog import get_model
+from tpsim.topologies.io import get_topology
+from tqdm import tqdm
+
+#: Bisection stops when the bracket is this narrow (relative to its upper end).
+REL_TOL = 0.05
+#: The lowest rate tried (req/s): a unit failing there meets the SLOs at no load.
+MIN_RATE = 1 / 64
+#: A run at rate R sends at least R x WINDOW x (a request's latency at 1 req/s) requests:
+#: their arrivals span WINDOW lifetimes, so the queue can show whether it keeps up.
+WINDOW = 10
+MAX_PROBE_REQUESTS = 20_000
+#: Disaggregated prefill:decode worker ratios tried.
+RATIOS = ((1, 1), (1, 2), (2, 1), (1, 3), (3, 1))
+
+
+@dataclass(frozen=True)
+class RateRequest:
+    model: str
+    topology: str
+    nodes: int = 1
+    rate: float | None = None  # requests/s to serve (open loop), or
+    concurrency: int | None = None  # clients to serve (closed loop)
+    prompt_len: int = 1024
+    output_len: int = 1024
+    slo_ttft_ms: float | None = None
+    slo_tpot_ms: float | None = None
+    percentile: float = 99.0
+    gpu_hour_usd: float | None = None
+    engine: str = "vllm"
+    ideal: bool = False
+    requests: int = 300  # per probe run
+    seed: int = 0
+    disaggregated: bool = True  # also try xP + yD units
+
+
+@dataclass(frozen=True)
+class RateRow:
+    label: str
+    kind: str  # "aggregated" or "disaggregated"
+    tp: int
+    ep: int
+    prefill_workers: int  # 0: aggregated
+    decode_workers: int
+    unit_gpus: int
+    max_load: float  # req/s (or clients) one unit sustains under the SLOs; 0: none
+    limit: str  # what fails just above max_load
+    ttft_ms: float  # the SLO percentile at max_load (at the lowest load tried when none)
+    tpot_ms: float
+    mean_batch: float  # sequences per decode iteration at max_load
+    units: int  # units the requested traffic needs (0 when none meets the SLOs)
+    gpus: int
+    usd_per_mtok: float | None  # per million output tokens at the requested traffic
+    miss: float  # worst SLO ratio at the load shown (<= 1: met)
+
+    @property
+    def ok(self) -> bool:
+        return self.max_load > 0
+
+
+def units(req: RateRequest) -> list[tuple[int, int, int, int]]:
+    """(tp, ep, prefill workers, decode workers) of the units to try: TP groups inside one
+    host (and the whole topology's GPUs when that is one group), MoE experts split over
+    the group too; disaggregated groups of the same TP in :data:`RATIOS` that fit."""
+    spec = get_model(req.model)
+    graph = get_topology(req.topology, req.nodes)
+    total = sum(1 for _, k in graph.nodes(data="kind") if k == "gpu")
+    per_host = int(graph.graph.get("gpus_per_host", total)) or total
+    out: list[tuple[int, int, int, int]] = []
+    tps = [t for t in range(1, per_host + 1) if per_host % t == 0]
+    for tp in tps:
+        if tp_problem(tp, spec.num_heads, spec.num_kv_heads):
+            continue
+        eps = [1] + ([tp] if spec.num_experts and tp > 1 and spec.num_experts % tp == 0 else [])
+        for ep in eps:
+            out.append((tp, ep, 0, 1))
+            if req.disaggregated:
+                out += [(tp, ep, p, d) for p, d in RATIOS if (p + d) * tp <= total]
+    return out
+
+
+def _setup(req: RateRequest, tp: int, ep: int, p: int, d: int) -> ServeSetup:
+    opts = Options(ideal=req.ideal, engine=req.engine)
+    disagg = Disagg(tp, p, tp, d) if p else None
+    return ServeSetup(req.model, req.topology, tp, nodes=req.nodes, options=opts, ep=ep,
+                      disagg=disagg)  # fmt: skip
+
+
+class _Prober:
+    """Runs one unit at a load and judges it against the SLOs (the iteration timer kept)."""
+
+    def __init__(self, req: RateRequest, setup: ServeSetup) -> None:
+        self.req, self.setup = req, setup
+        self.prompt = parse_lengths("--prompt-len", str(req.prompt_len))
+        self.output = parse_lengths("--output-len", str(req.output_len))
+        self.timer: IterationTimer | None = None
+        self.latency_s = 0.0  # a request's mean latency at the first load run
+
+    def count(self, load: float) -> int:
+        """Requests of a run at ``load``: ``requests``, or more where that many would arrive
+        within :data:`WINDOW` request lifetimes (a burst, not a steady state), or would give
+        each closed-loop client fewer than :data:`WINDOW` requests; at most
+        :data:`MAX_PROBE_REQUESTS`."""
+        n = self.req.requests
+        if self.req.rate is not None:
+            n = max(n, math.ceil(load * WINDOW * self.latency_s))
+        else:
+            n = max(n, int(load) * WINDOW)
+        return min(n, MAX_PROBE_REQUESTS)
+
+    def run(self, load: float) -> ServeResult:
+        req = self.req
+        n = self.count(load)
+        if req.rate is not None:
+            times = arrival_times(streams(req.seed)[0], load, "poisson", 1.0, requests=n)
+            reqs = synthetic(req.seed, self.prompt, self.output, count=len(times), arrival_s=times)
+            r = serve(self.setup, requests=reqs, iterations=self.timer)
+        else:
+            r = serve(self.setup, lengths=(req.seed, self.prompt, self.output),
+                      concurrency=int(load), count=n, iterations=self.timer)  # fmt: skip
+        self.timer = r.timer
+        if not self.latency_s and r.requests:
+            self.latency_s = float(np.mean([x.done_s - x.arrival_s for x in r.requests]))
+        return r
+
+    def judge(self, r: ServeResult) -> tuple[str, float, float, float]:
+        """(what fails, or "" when it passes; TTFT and TPOT at the percentile, ms; the
+        worst ratio to an SLO)."""
+        req = self.req
+        v = per_request(r.requests)
+        q = req.percentile
+        ttft = float(np.percentile(v["ttft"], q)) * 1e3 if len(v["ttft"]) else 0.0
+        tpot = float(np.percentile(v["tpot"], q)) * 1e3 if len(v["tpot"]) else 0.0
+        ratios = [0.0]
+        fail = ""
+        if req.slo_tpot_ms is not None:
+            ratios.append(tpot / req.slo_tpot_ms)
+            if tpot > req.slo_tpot_ms:
+                fail = f"p{q:g} TPOT"
+        if req.slo_ttft_ms is not None:
+            ratios.append(ttft / req.slo_ttft_ms)
+            if ttft > req.slo_ttft_ms:
+                fail = f"p{q:g} TTFT"
+        if not fail and r.summary()["saturated"]:
+            fail = "saturation"
+        return fail, ttft, tpot, max(ratios)
+
+
+def _batch(r: ServeResult) -> float:
+    steps = [s.running for e in r.steps for s in e]
+    return float(np.mean(steps)) if steps else 0.0
+
+
+def evaluate(req: RateRequest, tp: int, ep: int, p: int, d: int) -> RateRow | None:
+    """The unit's largest sustainable load, and what the requested traffic needs of it."""
+    closed = req.concurrency is not None
+    try:
+        prober = _Prober(req, _setup(req, tp, ep, p, d))
+        first = prober.run(1.0)  # 1 req/s, or one client
+    except ConfigError:  # does not fit (memory, GPUs): not a candidate
+        return None
+    j = prober.judge(first)
+    gpus_unit = tp * (p + d) if p else tp
+    label = (f"TP {tp}" + (f" EP {ep}" if ep > 1 else "")) if not p else (
+        f"{p}P+{d}D TP {tp}" + (f" EP {ep}" if ep > 1 else ""))  # fmt: skip
+    kind = "disaggregated" if p else "aggregated"
+    good, good_r, good_j = 0.0, first, j
+    bad, bad_fail = math.inf, ""
+    if j[0]:  # fails at 1: halve down to MIN_RATE (one client is the least of a closed loop)
+        bad, bad_fail, load, r = 1.0, j[0], 1.0, first
+        while not closed and load / 2 >= MIN_RATE:
+            load /= 2
+            r = prober.run(load)
+            j = prober.judge(r)
+            if not j[0]:
+                good, good_r, good_j = load, r, j
+                break
+            bad, bad_fail = load, j[0]
+        if not good:
+            return RateRow(label, kind, tp, ep, p, d, gpus_unit, 0.0, j[0], j[1], j[2],
+                           _batch(r), 0, 0, None, j[3])  # fmt: skip
+    else:
+        good, load = 1.0, 1.0
+        while math.isinf(bad) and load < 1e6:  # double until a run fails
+            load *= 2
+            r = prober.run(load)
+            j = prober.judge(r)
+            if j[0]:
+                bad, bad_fail = load, j[0]
+            else:
+                good, good_r, good_j = load, r, j
+    while not math.isinf(bad) and (bad - good) > REL_TOL * bad and (not closed or bad - good > 1):
+        mid = (good + bad) / 2 if not closed else float((int(good) + int(bad)) // 2)
+        r = prober.run(mid)
+        j = prober.judge(r)
+        if j[0]:
+            bad, bad_fail = mid, j[0]
+        else:
+            good, good_r, good_j = mid, r, j
+    miss = good_j[3]
+    want = req.rate if req.rate is not None else float(req.concurrency or 0)
+    n = math.ceil(want / good - 1e-12)
+    usd = None
+    if req.gpu_hour_usd is not None:
+        out_per_s = _output_rate(req, good_r, n)
+        usd = n * gpus_unit * req.gpu_hour_usd / 3600 / out_per_s * 1e6 if out_per_s else None
+    return RateRow(label, kind, tp, ep, p, d, gpus_unit, good, bad_fail or "none found",
+                   good_j[1], good_j[2], _batch(good_r), n, n * gpus_unit, usd, miss)  # fmt: skip
+
+
+def _output_rate(req: RateRequest, r: ServeResult, n: int) -> float:
+    """Output tokens/s the requested traffic produces (open loop: the rate times the output
+    length; closed loop: ``n`` units each as its probe measured)."""
+    if req.rate is not None:
+        return req.rate * req.output_len
+    return n * float(r.summary()["output_throughput"])
+
+
+def _evaluate(args: tuple[RateRequest, int, int, int, int]) -> RateRow | None:
+    return evaluate(*args)
+
+
+def plan_rate(req: RateRequest, jobs: int = 0) -> list[RateRow]:
+    """Every unit evaluated, ranked: meeting the SLOs first, then the fewest GPUs, the most
+    load per GPU; the others by how close they come."""
+    cands = units(req)
+    if not cands:
+        raise ConfigError(f"model={req.model}: no TP group splits it on {req.topology}")
+    args = [(req, *c) for c in cands]
+    jobs = min(jobs or default_jobs(), len(args))
+    with tqdm(total=len(args), unit="unit", file=sys.stderr, disable=None,
+              dynamic_ncols=True) as bar:  # fmt: skip
+        if jobs <= 1:
+            rows = []
+            for a in args:
+                rows.append(_evaluate(a))
+                bar.update()
+        else:
+            rows = map_in_workers(_evaluate, args, jobs, done=bar.update)
+    found = [r for r in rows if r is not None]
+    if not found:
+        raise ConfigError(f"model={req.model}: no serving unit fits in memory on these GPUs")
+
+    def rank(r: RateRow) -> tuple[Any, ...]:
+        if r.ok:
+            return (0, r.gpus, -r.max_load / r.unit_gpus, r.unit_gpus, r.label)
+        return (1, r.miss, 0.0, r.unit_gpus, r.label)
+
+    return sorted(found, key=rank)
+
+
+def _what(req: RateRequest) -> str:
+    if req.rate is not None:
+        return f"{req.rate:g} req/s"
+    return f"{req.concurrency} concurrent clients"
+
+
+def _load(req: RateRequest, x: float) -> str:
+    if req.rate is None:
+        return f"{x:.0f} clients"
+    return f"{x:.2f} req/s" if x >= 1 else f"{x:.3g} req/s"
+
+
+def table(rows: list[RateRow], req: RateRequest) -> str:
+    """The ranked units (aggregated and disaggregated side by side), then the verdict."""
+    q = f"p{req.percentile:g}"
+    unit = "req/s" if req.rate is not None else "clients"
+    width = max(16, *(len(r.label) for r in rows))
+    head = (f"{'#':>2}  {'unit':<{width}} {'kind':<13} {'GPUs':>4} {'max ' + unit:>12} "
+            f"{q + ' TTFT ms':>13} {q + ' TPOT ms':>13} {'batch':>6} {'limit':<12} "
+            f"{'units':>5} {'GPUs':>5}")  # fmt: skip
+    if req.gpu_hour_usd is not None:
+        head += "   $/Mtok"
+    lines = [head]
+    for k, r in enumerate(rows, 1):
+        line = (f"{k:>2}  {r.label:<{width}} {r.kind:<13} {r.unit_gpus:>4} "
+                f"{r.max_load:>12.2f} {r.ttft_ms:>13.1f} {r.tpot_ms:>13.2f} "
+                f"{r.mean_batch:>6.1f} {r.limit:<12} {r.units or '-':>5} "
+                f"{r.gpus or '-':>5}")  # fmt: skip
+        if req.gpu_hour_usd is not None:
+            line += f"  {r.usd_per_mtok:>7.3f}" if r.usd_per_mtok is not None else "        -"
+        lines.append(line)
+    lines += ["", verdict(rows, req)]
+    return "\n".join(lines)
+
+
+def _gpus(n: int) -> str:
+    return f"{n} GPU" + ("s" if n != 1 else "")
+
+
+def _limit_text(limit: str) -> str:
+    """What fails above a unit's load, in words."""
+    if limit == "saturation":
+        return "its queue grows without bound"
+    if limit == "none found":
+        return "nothing failed up to the highest load tried"
+    return f"its {limit} exceeds the SLO"
+
+
+def verdict(rows: list[RateRow], req: RateRequest) -> str:
+    best = rows[0]
+    q = f"p{req.percentile:g}"
+    if not best.ok:
+        return (f"No unit meets the SLOs even at the lowest load tried "
+                f"({_load(req, MIN_RATE if req.rate is not None else 1)}): the closest is "
+                f"{best.label} ({_gpus(best.unit_gpus)}), {q} TTFT {best.ttft_ms:.1f} ms and "
+                f"{q} TPOT {best.tpot_ms:.2f} ms, {best.miss:.2f}x the tighter SLO; "
+                "relax the SLOs, shorten the prompts or use faster GPUs.")  # fmt: skip
+    cost = f" (${best.usd_per_mtok:.3f} per million output tokens)" if best.usd_per_mtok else ""
+    what = (f"Recommended: {best.units} x {best.label} ({best.kind}), {_gpus(best.gpus)} for "
+            f"{_what(req)}{cost}: one unit of {_gpus(best.unit_gpus)} sustains "
+            f"{_load(req, best.max_load)} under the SLOs (batch {best.mean_batch:.0f}), "
+            f"beyond which {_limit_text(best.limit)}")  # fmt: skip
+    others = [r for r in rows[1:] if r.ok]
+    if not others:
+        return what + "; no other unit meets the SLOs."
+    second = others[0]
+    per_best = best.max_load / best.unit_gpus
+    per_second = second.max_load / second.unit_gpus
+    if best.gpus < second.gpus:
+        why = (f"the runner-up, {second.label}, needs {_gpus(second.gpus)} "
+               f"({_load(req, second.max_load)} per unit of {_gpus(second.unit_gpus)}; beyond "
+               f"that {_limit_text(second.limit)})")  # fmt: skip
+    else:
+        why = (f"the runner-up, {second.label}, needs as many GPUs ({second.gpus}) but "
+               f"sustains less per GPU ({_load(req, per_second)} against "
+               f"{_load(req, per_best)}; beyond its load {_limit_text(second.limit)})")  # fmt: skip
+    return f"{what}; {why}."
+
+
+def to_dicts(rows: list[RateRow]) -> list[dict[str, Any]]:
+    return [asdict(r) for r in rows]
+
+
+__all__ = ["RateRequest", "RateRow", "evaluate", "plan_rate", "table", "to_dicts", "units"]

@@ -1,0 +1,136 @@
+"""tpsim plan --rate / --concurrency: the most traffic a serving unit sustains under the SLOs,
+found by simulation, and the units and GPUs a requested traffic needs."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from tpsim.cli import main
+from tpsim.experiments.plan_rate import RateRequest, _Prober, _setup, evaluate, verdict
+
+SMALL = dict(prompt_len=512, output_len=32, requests=60, slo_ttft_ms=200.0, slo_tpot_ms=15.0)
+
+
+@pytest.fixture(scope="module")
+def tp1() -> tuple[RateRequest, object]:
+    req = RateRequest("llama-3.1-8b", "dgx-h100", rate=30, **SMALL)  # type: ignore[arg-type]
+    return req, evaluate(req, 1, 1, 0, 1)
+
+
+def test_the_rate_found_is_the_edge(tp1: tuple[RateRequest, object]) -> None:
+    """At the rate found the unit meets the SLOs; 10 % above it, it does not (the bisection's
+    bracket), and the requested rate needs ceil(R / max) units."""
+    req, row = tp1
+    assert row is not None and row.ok and row.limit in ("p99 TTFT", "p99 TPOT", "saturation")
+    prober = _Prober(req, _setup(req, 1, 1, 0, 1))
+    prober.run(1.0)  # as the search does first: its latency sizes the later runs
+    assert prober.count(row.max_load * 1.1) >= row.max_load * 1.1 * 10 * prober.latency_s
+    assert prober.judge(prober.run(row.max_load))[0] == ""
+    assert prober.judge(prober.run(row.max_load * 1.1))[0] != ""
+    assert row.units == math.ceil(30 / row.max_load) and row.gpus == row.units * 1
+    assert row.ttft_ms <= 200 and row.tpot_ms <= 15
+
+
+def test_a_tighter_slo_sustains_less(tp1: tuple[RateRequest, object]) -> None:
+    _, row = tp1
+    tight = RateRequest(
+        "llama-3.1-8b", "dgx-h100", rate=30, **{**SMALL, "slo_tpot_ms": row.tpot_ms * 0.9}
+    )  # type: ignore[arg-type]
+    t = evaluate(tight, 1, 1, 0, 1)
+    assert t is not None and t.max_load < row.max_load
+
+
+def test_an_impossible_slo_says_so_and_shows_the_closest() -> None:
+    req = RateRequest(
+        "llama-3.1-8b", "dgx-h100", rate=5, disaggregated=False, **{**SMALL, "slo_ttft_ms": 0.5}
+    )  # type: ignore[arg-type]
+    rows = [r for r in (evaluate(req, t, 1, 0, 1) for t in (1, 2)) if r is not None]
+    assert all(not r.ok and r.miss > 1 for r in rows)
+    rows.sort(key=lambda r: r.miss)
+    text = verdict(rows, req)
+    assert text.startswith("No unit meets the SLOs") and rows[0].label in text
+
+
+def test_cli_concurrency_json_and_verdict(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["plan", "--model", "llama-3.1-8b", "--topology", "dgx-h100", "--prompt-len", "512",
+            "--output-len", "16", "--requests", "40", "--slo-tpot-ms", "12", "--jobs", "1",
+            "--no-disaggregated"]  # fmt: skip
+    assert main([*base, "--concurrency", "64", "--nodes", "1", "--json"]) == 0
+    units = json.loads(capsys.readouterr().out)["units"]
+    assert {u["tp"] for u in units} == {1, 2, 4, 8}
+    ok = [u for u in units if u["max_load"] > 0]
+    assert ok and all(u["units"] == math.ceil(64 / u["max_load"]) for u in ok)
+    assert main([*base, "--rate", "10", "--gpu-hour-usd", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "Recommended:" in out and "$/Mtok" in out
+    assert " GPU for 10 req/s" in out or " GPUs for 10 req/s" in out
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--rate", "0"], "--rate"),
+    (["--rate", "1", "--concurrency", "2"], "--concurrency=2"),
+    (["--rate", "1", "--slo-percentile", "0"], "--slo-percentile"),
+    (["--rate", "1", "--requests", "5"], "--requests=5"),
+    (["--rate", "1", "--batch-max", "8"], "--batch-max=8"),
+    (["--rate", "1", "--prompt-len", "4096"], "--output-len"),
+    (["--concurrency", "8"], "never saturates"),
+])  # fmt: skip
+def test_bad_values(args: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["plan", "--model", "llama-3.1-8b", "--topology", "dgx-h100", *args])
+    out, err = capsys.readouterr()
+    assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1 and needle in err
+
+
+def test_disaggregated_units_sit_beside_aggregated() -> None:
+    req = RateRequest("llama-3.1-8b", "dgx-h100", rate=20, **SMALL)  # type: ignore[arg-type]
+    from tpsim.experiments.plan_rate import units
+
+    us = units(req)
+    assert (1, 1, 0, 1) in us and (1, 1, 1, 1) in us and (4, 1, 1, 1) in us
+    assert all((p + d) * tp <= 8 for tp, _, p, d in us if p)
+    moe = units(RateRequest("qwen3-30b-a3b", "dgx-h100", rate=1, disaggregated=False))
+    assert (2, 2, 0, 1) in moe and (2, 1, 0, 1) in moe  # experts split over the group too
+
+
+def test_static_plan_batches_are_limited_by_memory_or_the_slo() -> None:
+    """No fixed cap: each layout's batch is the largest that fits in memory, or, where that
+    misses the TPOT SLO, within 1/8 of the largest meeting it; the verdict's reason is what
+    the rows show."""
+    from tpsim.core.api import simulate
+    from tpsim.core.config import Layout, Workload
+    from tpsim.experiments.plan import PlanRequest, _fits, plan, recommendation
+
+    req = PlanRequest("llama-3.1-8b", "dgx-h100", gpus=2, slo_tpot_ms=30)
+    rows = plan(req, jobs=1)
+    assert max(r.batch for r in rows) > 64
+    for r in rows:
+        fits = _fits(req, r.tp, r.pp)
+        assert r.tpot_ok and fits(r.batch)
+        assert r.batch_limit in ("memory", "TPOT SLO")
+        if r.batch_limit == "memory":
+            assert not fits(r.batch + 1)
+        else:  # a batch 1/8 larger (or more) misses the SLO
+            b = r.batch + max(1, r.batch // 8) + 1
+            if fits(b):
+                lay = Layout(r.tp, pp=r.pp, dp=r.dp, micro_batches=min(r.pp, b))
+                w = Workload(b, "decode", req.prompt_len, req.context_len)
+                assert simulate(req.model, req.topology, lay, w).typed.latency_s * 1e3 > 30
+    best, second = rows[0], rows[1]
+    text = recommendation(rows)
+    if best.in_flight > second.in_flight:
+        assert f"limited by {best.batch_limit}" in text
+    else:
+        assert best.tpot_s < second.tpot_s and "decode step is" in text
+
+
+def test_static_plan_with_no_layout_meeting_the_slos_names_the_closest() -> None:
+    from tpsim.experiments.plan import PlanRequest, plan, recommendation
+
+    rows = plan(PlanRequest("llama-3.1-8b", "dgx-h100", gpus=2, slo_tpot_ms=30, slo_ttft_ms=5),
+                jobs=1)  # fmt: skip
+    assert not any(r.slo_ok for r in rows)
+    assert rows[0].miss == min(r.miss for r in rows) > 1
+    text = recommendation(rows)
+    assert text.startswith("No layout meets the SLOs. The closest is " + rows[0].label)
