@@ -26,10 +26,17 @@ pytest.register_assert_rewrite("hostile_corpus")
 SLOW_FIXTURES = frozenset({"demo_run", "tpsim_wheel", "tpsim_tree", "kill_reference"})
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+    # benchmarks (whole studies and the full validation run: minutes each) stay out of the
+    # suite unless asked for by marker (pytest -m benchmark), so plain pytest fits CI's budget
+    if "benchmark" not in (config.getoption("markexpr") or ""):
+        kept = [i for i in items if i.get_closest_marker("benchmark") is None]
+        if len(kept) < len(items):
+            config.hook.pytest_deselected(items=[i for i in items if i not in kept])
+            items[:] = kept
 
 
 @pytest.fixture(scope="session")

@@ -112,7 +112,7 @@ def test_engines_study_shows_where_the_engine_sets_the_limit(tmp_path: Path) -> 
     assert (tmp_path / "engines.csv").read_text().count("\n") == 25  # header + 24 points
 
 
-@pytest.mark.slow
+@pytest.mark.benchmark  # about a minute of serving runs
 def test_serving_capacity_study(tmp_path: Path) -> None:
     from tpsim.experiments.studies.serving_capacity import serving_capacity
 

@@ -108,7 +108,7 @@ def test_the_docs_page_names_every_entry() -> None:
     assert all(f"### {v.name}\n" in text for v in VALIDATIONS)
 
 
-@pytest.mark.slow
+@pytest.mark.benchmark  # about 2 min: every entry; the quick ones run in the suite
 def test_the_full_run_holds_every_bound(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "validation.md"
     assert main(["validate", "--out", str(out)]) == 0
