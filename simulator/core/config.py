@@ -203,7 +203,7 @@ class Options:
     fused: bool = True  # fused residual-add + RMSNorm kernels, as vLLM runs them
     kernel_table: str | None = None  # measured kernel times (tpsim.core.kernels.kernel_table)
     sequence_parallel: bool = False  # reduce-scatter + all-gather replace each all-reduce
-    overlap_chunks: int = 0  # chunks of a row-parallel GEMM with --overlap chunked; 0: tp
+    overlap_chunks: int = 0  # chunks of a row-parallel GEMM with --overlap chunked; 0: min(tp, 4)
     launch_skew_s: float = 0.0  # the last rank's host thread starts this much later
     #: seed of the order in which host jitter's factors go to the ranks (the engine
     #: profile's host_jitter_cv: tpsim.core.engine.jitter)

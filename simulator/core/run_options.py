@@ -432,7 +432,7 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
         "overlap_chunks",
         "int",
         "options",
-        "pieces per GEMM with --overlap chunked (default: the TP degree)",
+        "pieces per GEMM with --overlap chunked (default: the TP degree, at most 4)",
         int_check("overlap_chunks", 0, 64),
         sweepable=False,
     ),

@@ -78,7 +78,9 @@ class _Megatron(LatentAttention):
         self.sp = options.sequence_parallel and tp > 1
         self.chunks = 1
         if options.overlap == "chunked":
-            self.chunks = options.overlap_chunks or tp
+            # default: the TP degree, at most 4 pieces (each piece is its own NCCL call and
+            # pays the protocol's pipeline fill again: finer pieces lose what they overlap)
+            self.chunks = options.overlap_chunks or min(tp, 4)
         # all-reduces up to this size also add the residual and normalise (TensorRT-LLM)
         self.ar_norm_max = 0
         if (engine.allreduce_fusion == "residual_rms_norm" and self.fuse and not self.sp
