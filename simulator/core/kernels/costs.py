@@ -189,6 +189,15 @@ class KernelCost:
     category: str  # "compute" if the FLOP term binds, else "memory"
     measured: bool = False  # seconds from a kernel table, not the model
 
+    @classmethod
+    def of_parts(cls, parts: list[KernelCost]) -> KernelCost:
+        """Kernels run one after the other as one cost: their times, FLOPs and bytes added,
+        compute-bound when the compute-bound parts take most of the time."""
+        seconds = sum(p.seconds for p in parts)
+        compute = sum(p.seconds for p in parts if p.category == "compute")
+        return cls(seconds, sum(p.flops for p in parts), sum(p.bytes for p in parts),
+                   "compute" if 2 * compute > seconds else "memory")  # fmt: skip
+
 
 def _priced(
     t_compute: float,

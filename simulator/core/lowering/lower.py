@@ -351,15 +351,13 @@ class _Megatron(LatentAttention):
             }
         else:
             out_b, back_b, extra = round(d * b), round(d * b), {}
-        for site, row_b, phase in (
-            ("moe_dispatch", out_b, "dispatch"),
-            ("moe_combine", back_b, "combine"),
-        ):
-            if phase == "combine":
-                load = xs.load(xs.routed_tokens(mb.tokens), self.ep_rank, layer)
-                self.routed_experts(mb, layer, load.pairs, load.experts_read)
-            self.build.collective(mb.index, "all_to_all", site, layer, pairs_out * row_b,
-                                  span=xs.attention_dp, phase=phase, **extra)  # fmt: skip
+        span = xs.attention_dp
+        self.build.collective(mb.index, "all_to_all", "moe_dispatch", layer, pairs_out * out_b,
+                              span=span, phase="dispatch", **extra)  # fmt: skip
+        load = xs.load(xs.routed_tokens(mb.tokens), self.ep_rank, layer)
+        self.routed_experts(mb, layer, load.pairs, load.experts_read)
+        self.build.collective(mb.index, "all_to_all", "moe_combine", layer, pairs_out * back_b,
+                              span=span, phase="combine", **extra)  # fmt: skip
         self.shared_experts(mb, layer, share)
         self.weighted_sum(mb, layer, share, pairs_out + (share if self.shared else 0))
         # every rank of the attention group gets the others' tokens: [T, d] gathered

@@ -89,11 +89,7 @@ def attention_seconds(price: Pricing, step: MixedStep, heads: int, kv_heads: int
                                     act_bytes=price.act_b, kv_bytes=price.kv_b, cached=cached,
                                     window=window)
         )  # fmt: skip
-    seconds = sum(p.seconds for p in parts)
-    flops = sum(p.flops for p in parts)
-    nbytes = sum(p.bytes for p in parts)
-    compute = sum(p.seconds for p in parts if p.category == "compute")
-    return KernelCost(seconds, flops, nbytes, "compute" if 2 * compute > seconds else "memory")
+    return KernelCost.of_parts(parts)
 
 
 @dataclass(frozen=True)

@@ -78,10 +78,7 @@ def mixed_attention(price: Pricing, model: ModelSpec, heads: int, workload: Any)
                                              act_bytes=price.act_b, kv_bytes=price.kv_b,
                                              cached=cached, v_head_dim=v,
                                              cache_width=latent))  # fmt: skip
-    seconds = sum(c.seconds for c in parts)
-    compute = sum(c.seconds for c in parts if c.category == "compute")
-    return costs.KernelCost(seconds, sum(c.flops for c in parts), sum(c.bytes for c in parts),
-                            "compute" if 2 * compute > seconds else "memory")  # fmt: skip
+    return costs.KernelCost.of_parts(parts)
 
 
 class LatentAttention:
