@@ -72,3 +72,42 @@ def test_calibrate_example_prints_what_the_readme_shows(
 
     assert mask(capsys.readouterr().out) == mask(shown)
     assert Path("my-vllm.yaml").is_file()
+
+
+def _readme_examples(slow: bool) -> list:
+    from readme_outputs import examples
+
+    return [e for e in examples(README.read_text()) if e.slow == slow]
+
+
+def _shows_what_it_prints(example, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from readme_outputs import printed
+
+    monkeypatch.chdir(tmp_path)
+    assert printed(example.command) == example.shown, (
+        f"README.md shows stale output for `{example.command}`: "
+        "python tests/support/readme_outputs.py rewrites it"
+    )
+
+
+@pytest.mark.parametrize("example", _readme_examples(False), ids=lambda e: e.command[:60])
+def test_readme_shows_what_it_prints(
+    example, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each worked command's output in the README is what tpsim prints today, byte for byte."""
+    _shows_what_it_prints(example, tmp_path, monkeypatch)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("example", _readme_examples(True), ids=lambda e: e.command[:60])
+def test_readme_slow_example_shows_what_it_prints(
+    example, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _shows_what_it_prints(example, tmp_path, monkeypatch)
+
+
+def test_readme_examples_are_found() -> None:
+    """The five worked commands are read with their outputs (the parser above sees them)."""
+    fast, slow = _readme_examples(False), _readme_examples(True)
+    assert len(fast) == 4 and len(slow) == 1
+    assert all(e.shown.strip() for e in fast + slow)
