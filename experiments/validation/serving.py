@@ -55,7 +55,7 @@ class Stage:
     sim_saturated: bool
 
 
-def _h100_stage(row: dict[str, str]) -> Stage:
+def _h100_stage(row: dict[str, str], kernel_table: str | None = None) -> Stage:
     rate = float(row["rate_req_s"])
     duration = min(float(row["stage_duration_s"]), STAGE_S)
     prompt = Lengths("fixed", round(float(row["prompt_len_mean"])))
@@ -68,7 +68,7 @@ def _h100_stage(row: dict[str, str]) -> Stage:
                    shared=(int(row["system_prompt_len"]),) * len(reqs))  # fmt: skip
     overrides = (("max_num_batched_tokens", int(row["max_num_batched_tokens"])),
                  ("max_num_seqs", int(row["max_num_seqs"])))  # fmt: skip
-    options = Options(dtype="fp16", engine="vllm")
+    options = Options(dtype="fp16", engine="vllm", kernel_table=kernel_table)
     setup = ServeSetup("llama-2-7b", "dgx-h100", int(row["tp"]), options=options,
                        overrides=overrides)  # fmt: skip
     run = serve(setup, requests=reqs, iterations=_TIMERS.get(setup))
@@ -89,9 +89,11 @@ _TIMERS: dict[ServeSetup, Any] = {}
 
 
 @cache
-def h100_stages() -> tuple[Stage, ...]:
+def h100_stages(kernel_table: str | None = None) -> tuple[Stage, ...]:
+    """The H100 file's stages, the kernels modelled or, with ``kernel_table`` (``vidur-h100``:
+    Llama-2-7B's own kernels measured on an H100), priced from measured times."""
     rows = csv_rows(calibration.measured(H100))
-    return tuple(_h100_stage(r) for r in rows if r["stage"] != "summary")
+    return tuple(_h100_stage(r, kernel_table) for r in rows if r["stage"] != "summary")
 
 
 def _workstation(rows: list[dict[str, str]]) -> Stage:

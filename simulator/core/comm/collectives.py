@@ -13,6 +13,7 @@ all-to-all's is ``pairwise``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from tpsim.calibration import Protocol
@@ -80,9 +81,8 @@ def make_planner(fab: Fabric, order: Sequence[int], *, algo: str = "auto") -> Pl
     pool = algorithms.candidates(algo)
     cache: dict[CollectiveCall, Schedule] = {}
 
-    def options(call: CollectiveCall) -> list[Schedule]:
-        if call.algo:
-            return _named(call)
+    def entries(call: CollectiveCall) -> list[Algorithm]:
+        """The algorithms that may run ``call``, in listing order."""
         if choosing:
             names = [a for a in pool if call.op in a.ops and not a.explicit_only]
         else:  # the named algorithm, or the first that runs a collective it does not (ring)
@@ -97,8 +97,31 @@ def make_planner(fab: Fabric, order: Sequence[int], *, algo: str = "auto") -> Pl
             low = entry.auto_min_bytes
             if algo == "auto" and low is not None and call.nbytes < low(fab):
                 continue  # the engine's kernels run one-shot at this size
-            out.extend(entry.build(ctx, call))
+            out.append(entry)
         return out
+
+    def fastest(call: CollectiveCall) -> Schedule | None:
+        """The schedule of ``call`` that :func:`predict` says runs fastest (the first in
+        listing order of those that tie), or None if no algorithm runs it. An algorithm
+        with a lower bound (:attr:`Algorithm.bounded`) builds only the schedules whose bound
+        is below the best of the others: one above it cannot be the fastest, nor tie."""
+        found = entries(call)
+        built: dict[int, list[tuple[Schedule, float]]] = {}
+        for k, entry in enumerate(found):
+            if entry.bounded is None:
+                built[k] = [(s, predict(fab, s)) for s in entry.build(ctx, call)]
+        best = min((t for runs in built.values() for _, t in runs), default=math.inf)
+        for k, entry in enumerate(found):
+            if entry.bounded is not None:
+                runs = []
+                for bound, make in entry.bounded(ctx, call):
+                    if bound <= best:
+                        sched = make()
+                        runs.append((sched, predict(fab, sched)))
+                        best = min(best, runs[-1][1])
+                built[k] = runs
+        ranked = [run for k in sorted(built) for run in built[k]]
+        return min(ranked, key=lambda run: run[1])[0] if ranked else None
 
     def _named(call: CollectiveCall) -> list[Schedule]:
         """The call's own algorithm (an engine profile's choice for its MoE layers)."""
@@ -113,10 +136,11 @@ def make_planner(fab: Fabric, order: Sequence[int], *, algo: str = "auto") -> Pl
     def plan(call: CollectiveCall) -> Schedule:
         sched = cache.get(call)
         if sched is None:
-            found = options(call)
-            if not found:
+            named = _named(call) if call.algo else []
+            sched = min(named, key=lambda s: predict(fab, s)) if named else fastest(call)
+            if sched is None:
                 raise ConfigError(f"algo={algo}: cannot run {call.op} on this group")
-            sched = cache[call] = min(found, key=lambda s: predict(fab, s))
+            cache[call] = sched
         return sched
 
     return plan

@@ -41,6 +41,10 @@ class Context:
         return self.memo[key]
 
 
+#: A lower bound on a schedule's predicted time and how to build the schedule.
+Bounded = tuple[float, Callable[[], Schedule]]
+
+
 @dataclass(frozen=True)
 class Algorithm:
     """One collective algorithm: everything the planner, the CLI and the estimate need."""
@@ -60,6 +64,10 @@ class Algorithm:
     #: Runs only when named (``--algo``, a call's ``algo``): ``auto`` and ``nccl`` never
     #: choose it (DeepEP's kernels, which an engine runs for MoE layers only).
     explicit_only: bool = False
+    #: Per protocol, in ``build``'s order: a lower bound on the schedule's predicted time
+    #: (:func:`tpsim.core.comm.schedules.predict`) and the schedule's own builder, so that a
+    #: choosing planner builds only those that might beat the best found (None: build all).
+    bounded: Callable[[Context, CollectiveCall], list[Bounded]] | None = None
 
 
 def _discover() -> dict[str, Algorithm]:
@@ -98,4 +106,4 @@ def max_steps(choice: str, ranks: int) -> int:
     return max(a.max_steps(ranks) for a in candidates(choice))
 
 
-__all__ = ["CHOICES", "REGISTRY", "Algorithm", "Context", "candidates", "max_steps"]
+__all__ = ["CHOICES", "REGISTRY", "Algorithm", "Bounded", "Context", "candidates", "max_steps"]

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 
 from tpsim.calibration import Protocol
-from tpsim.core.comm.algorithms import Algorithm, Context
+from tpsim.core.comm.algorithms import Algorithm, Bounded, Context
 from tpsim.core.comm.fabric import Fabric
 from tpsim.core.comm.schedules import (
     best_pieces,
@@ -79,6 +80,38 @@ def tree_channels(fab: Fabric, order: Sequence[int]) -> list[list[int]]:
     return [[t for b in blocks.values() for t in b[j:] + b[:j]] for j in range(g)]
 
 
+def _shapes(
+    fab: Fabric, nbytes: int, proto: Protocol, channels: int
+) -> Callable[[int, int, bool], Send]:
+    """What a tree's send from rank ``a`` to ``b`` is but for its size (payload and wire
+    bytes zero), for the first piece or a later one: each (a, b, later) built once."""
+    frac = share(fab, proto, "tree", "all_reduce") * fab.tuning.tree_efficiency(proto.name, nbytes)
+    hosts = len(set(fab.hosts))
+    cap = fab.tuning.tree_channel_cap(proto.name, fab.gpu.scaleup_kind, hosts)
+    net_cap = cap
+    if proto.name == "LL":  # LL across hosts: the whole busbw capped (the host's proxy
+        # moves its lines); a tree's algbw is half its busbw, shared by its 2 trees a channel
+        net_cap = min(cap, fab.tuning.ll_multi_host_cap(hosts) / 2 / (2 * channels))
+    slots = fab.tuning.pipeline_slots
+    made: dict[tuple[int, int, bool], Send] = {}
+
+    def shape(a: int, b: int, later: bool) -> Send:
+        key = (a, b, later)
+        snd = made.get(key)
+        if snd is None:
+            snd = send(fab, a, b, 0, proto, share=frac, family="tree")
+            net = snd.net
+            limit = (net_cap if net else cap) * proto.wire_factor
+            if snd.cap_Bps > limit:
+                snd = replace(snd, cap_Bps=limit)
+            if net and later and slots > 1:  # overlapped with the pieces in flight before it
+                snd = replace(snd, latency_s=snd.latency_s / slots)
+            made[key] = snd
+        return snd
+
+    return shape
+
+
 def tree(
     fab: Fabric, nbytes: int, proto: Protocol, order: Sequence[int], chunks: int | None = None
 ) -> Schedule:
@@ -95,27 +128,15 @@ def tree(
         chunks = tree_chunks(fab, parts[0][0], depth, proto, order)
     nsteps = 2 * (depth + chunks - 1)
     bcast0 = depth + chunks - 1  # first broadcast step
-    frac = share(fab, proto, "tree", "all_reduce") * fab.tuning.tree_efficiency(proto.name, nbytes)
-    hosts = len(set(fab.hosts))
-    cap = fab.tuning.tree_channel_cap(proto.name, fab.gpu.scaleup_kind, hosts)
-    net_cap = cap
-    if proto.name == "LL":  # LL across hosts: the whole busbw capped (the host's proxy
-        # moves its lines); a tree's algbw is half its busbw, shared by its 2 trees a channel
-        net_cap = min(cap, fab.tuning.ll_multi_host_cap(hosts) / 2 / (2 * len(channels)))
     sends: list[list[list[Send]]] = [[[] for _ in range(nsteps)] for _ in range(p)]
     expects = [[0] * nsteps for _ in range(p)]
-
-    slots = fab.tuning.pipeline_slots
+    shape = _shapes(fab, nbytes, proto, len(channels))
+    wire_factor = proto.wire_factor
 
     def edge(a: int, b: int, size: int, piece: int) -> Send:
-        snd = send(fab, a, b, size, proto, share=frac, family="tree")
-        net = snd.net
-        limit = (net_cap if net else cap) * proto.wire_factor
-        if snd.cap_Bps > limit:
-            snd = replace(snd, cap_Bps=limit)
-        if net and piece > 0 and slots > 1:  # overlapped with the pieces in flight before it
-            snd = replace(snd, latency_s=snd.latency_s / slots)
-        return snd
+        snd = shape(a, b, piece > 0)
+        return Send(snd.links, size, size * wire_factor, snd.latency_s, snd.cap_Bps,
+                    snd.notify, snd.peer, snd.shift, snd.shifts, snd.net)  # fmt: skip
 
     for trees, halves in zip(channels, parts, strict=True):
         for t, half in zip(trees, halves, strict=True):
@@ -160,6 +181,40 @@ def _build(ctx: Context, call: CollectiveCall) -> list[Schedule]:
     return [tree(ctx.fab, call.nbytes, pr, ctx.order) for pr in ctx.protocols]
 
 
+#: Below this fraction of the bound, it is taken for a bound: what float rounding of the
+#: sums in predict could take off (far more than it can).
+BOUND_SLACK = 1e-9
+
+
+def lower_bound(fab: Fabric, nbytes: int, proto: Protocol, order: Sequence[int]) -> float:
+    """At most :func:`~tpsim.core.comm.schedules.predict` of :func:`tree` (any pieces),
+    without building it: every one of its ``2 (depth + k - 1) >= 2 depth`` steps sends, so
+    waits at least the shortest send latency; and each edge carries every piece of its
+    tree's half once up and once down, in steps of their own, each step at least as long as
+    a piece's wire bytes over its send's own rate cap."""
+    channels = [nccl_trees(fab, o) for o in tree_channels(fab, order)]
+    depth = max(d for trees in channels for t in trees for _, d in t.values())
+    half = min(min(chunk_sizes(part, 2)) for part in chunk_sizes(nbytes, len(channels)))
+    shape = _shapes(fab, nbytes, proto, len(channels))
+    edges = [(node, parent) for trees in channels for t in trees
+             for node, (parent, _) in t.items() if parent >= 0]  # fmt: skip
+    shapes = [shape(a, b, later) for a, b in edges for later in (False, True)]
+    shapes += [shape(b, a, later) for a, b in edges for later in (False, True)]
+    latency = min(s.latency_s for s in shapes)
+    wire = half * proto.wire_factor  # a later piece's send has the first's cap
+    busy = max(wire / shape(a, b, False).cap_Bps + wire / shape(b, a, False).cap_Bps
+               for a, b in edges)  # fmt: skip
+    return (proto.base("tree") + 2 * depth * latency + busy) * (1 - BOUND_SLACK)
+
+
+def _bounded(ctx: Context, call: CollectiveCall) -> list[Bounded]:
+    fab, order, nbytes = ctx.fab, ctx.order, call.nbytes
+    return [
+        (lower_bound(fab, nbytes, pr, order), partial(tree, fab, nbytes, pr, order))
+        for pr in ctx.protocols
+    ]
+
+
 ALGORITHM = Algorithm(
     name="tree",
     order=30,
@@ -168,5 +223,6 @@ ALGORITHM = Algorithm(
     ops=("all_reduce",),
     why_not=_why_not,
     build=_build,
+    bounded=_bounded,
     max_steps=lambda p: 2 * (p - 1 + MAX_PIECES - 1),
 )
