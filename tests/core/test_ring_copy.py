@@ -47,7 +47,7 @@ def _busbw(topology: str, ranks: int, n: int, op: str) -> tuple[float, str]:
 
 def test_two_a100_gather_at_the_blocks_rate_eight_near_the_links() -> None:
     """512 MiB all-gather: on 2 A100 the 24 blocks give 24 x 30.5 / 5 = 146 GB/s busbw
-    (measured 150); on 8, 24 x 30.5 x 7/23 = 223 GB/s (measured 205), under the 235 GB/s
+    (measured 150); on 8, 24 x 30.5 x 7/23 = 223 GB/s of copy (measured 205), under the 235 GB/s
     of the links."""
     two, proto = _busbw("dgx-a100", 2, 512 * MiB, "all_gather")
     assert proto in ("Simple", "LL128")
