@@ -203,6 +203,11 @@ def _collectives(d: Mapping[str, Any], ep: Mapping[str, Any] | None = None) -> C
             if "ring_block_copy_GBps" in d
             else {}
         ),
+        ring_final_receive=(
+            tuple(str(x) for x in entry(d, "ring_final_receive", w))
+            if "ring_final_receive" in d
+            else ()
+        ),
         tree_size_efficiency={
             str(proto): tuple(number(x, f"{w}.tree_size_efficiency.{proto}") for x in row)
             for proto, row in _table(

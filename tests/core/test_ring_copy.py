@@ -75,3 +75,35 @@ def test_fewer_blocks_at_a_smaller_size() -> None:
     assert c.ring_copy_cap("Simple", "nvlink3", "all_gather", 2, blocks) == pytest.approx(
         c.ring_copy_cap("Simple", "nvlink3", "all_gather", 2, 24) / 3
     )
+
+
+# ------------------------------------------------ the last receive: one more Simple hop
+def _ring_base_us(
+    topology: str, ranks: int, proto: str, nodes: int = 1, ideal: bool = False
+) -> float:
+    from tpsim.calibration import default
+    from tpsim.calibration import ideal as ideal_calibration
+    from tpsim.core.comm.group import tp_group
+    from tpsim.core.comm.schedules import ring
+    from tpsim.topologies.io import get_topology
+
+    calib = ideal_calibration() if ideal else default()
+    fab = tp_group(get_topology(topology, nodes), ranks).fabric(calib)
+    (pr,) = [p for p in fab.tuning.protocols_over(True) if p.name == proto]
+    return ring(fab, "all_gather", MiB, pr, [list(range(ranks))]).base_s * 1e6
+
+
+def test_a_simple_ring_pays_its_last_receive_as_one_more_hop() -> None:
+    """NCCL's base 8.4 us plus the final directRecv's Simple NVLink hop, 3.4 us; the p - 1
+    send steps keep their own hops in the schedule."""
+    assert _ring_base_us("dgx-h100", 2, "Simple") == pytest.approx(8.4 + 3.4)
+    assert _ring_base_us("dgx-a100", 8, "Simple") == pytest.approx(8.4 + 3.4)
+
+
+def test_ll_and_ll128_keep_nccls_step_count() -> None:
+    assert _ring_base_us("dgx-h100", 2, "LL") == pytest.approx(6.6)
+    assert _ring_base_us("dgx-h100", 2, "LL128") == pytest.approx(14.0)
+
+
+def test_no_extra_hop_across_hosts() -> None:
+    assert _ring_base_us("dgx-h100", 16, "Simple", nodes=2) == pytest.approx(8.4)

@@ -111,7 +111,21 @@ def ring(
                     sends[t][s].append(snd)
                     s += 1
     expects = [[len(orders)] * nsteps for _ in range(p)]
-    return Schedule("ring", proto.name, proto.base("ring"), steps(sends, expects))
+    base = proto.base("ring") + final_receive_s(fab, proto, orders)
+    return Schedule("ring", proto.name, base, steps(sends, expects))
+
+
+def final_receive_s(fab: Fabric, proto: Protocol, orders: Sequence[Sequence[int]]) -> float:
+    """The latency of a ring's last primitive, which NCCL's model does not count (0 where
+    the calibration does not price it, or across hosts)."""
+    if proto.name not in fab.tuning.ring_final_receive or fab.multi_host:
+        return 0.0
+    classes = {
+        fab.path(t, order[(q + 1) % len(order)]).link_class
+        for order in orders
+        for q, t in enumerate(order)
+    }
+    return max(proto.hop("ring", cls) for cls in classes)
 
 
 def ring_copy_cap(fab: Fabric, op: str, nbytes: int, proto: Protocol) -> float:
