@@ -198,6 +198,16 @@ def _collectives(d: Mapping[str, Any], ep: Mapping[str, Any] | None = None) -> C
             scale(number(x, f"{w}.ll_multi_host_max_busbw_GBps"), 9)
             for x in entry(d, "ll_multi_host_max_busbw_GBps", w)
         ),
+        ring_block_copy_Bps=(
+            _numbers(entry(d, "ring_block_copy_GBps", w), f"{w}.ring_block_copy_GBps", 9)
+            if "ring_block_copy_GBps" in d
+            else {}
+        ),
+        ring_final_receive=(
+            tuple(str(x) for x in entry(d, "ring_final_receive", w))
+            if "ring_final_receive" in d
+            else ()
+        ),
         tree_size_efficiency={
             str(proto): tuple(number(x, f"{w}.tree_size_efficiency.{proto}") for x in row)
             for proto, row in _table(

@@ -297,6 +297,12 @@ class Collectives:
     deepep: DeepEP | None = None
     #: NCCL's NVLS chunk pipeline; None: the data streams with no fill (ideal)
     nvls_pipeline: NvlsPipeline | None = None
+    #: per scale-up kind: the bytes (loads plus stores) one ring channel's thread block
+    #: moves per second under Simple; a kind not listed: no cap (the ideal calibration)
+    ring_block_copy_Bps: Mapping[str, float] = field(default_factory=dict)
+    #: protocols whose ring pays its last primitive (the final receive) as one more hop;
+    #: empty: NCCL's count of p - 1 steps per phase (the ideal calibration)
+    ring_final_receive: tuple[str, ...] = ()
 
     @property
     def custom(self) -> CustomKernel:
@@ -333,6 +339,23 @@ class Collectives:
         caps = self.tree_channel_max_Bps.get(proto, {}).get(scaleup_kind)
         return _by_scale(caps, hosts)
 
+    def ring_copy_cap(
+        self, proto: str, scaleup_kind: str, op: str, ranks: int, blocks: int
+    ) -> float:
+        """Wire B/s a ring's ``blocks`` channels let each rank send under ``proto`` (inf: no
+        cap).
+
+        Each channel is one thread block that runs NCCL's ring primitives one after the
+        other (``device/all_gather.h`` etc. runRing), each a copy from its sources to its
+        destinations; per byte a rank sends, its blocks load and store
+        :func:`ring_copy_bytes` bytes. Simple and LL128 move whole lines at the block's
+        copy rate (LL128 its 128-byte lines, flags included); LL's flag-per-8-bytes loop has
+        its own, lower cap (``max_busbw_GBps``), which this leaves alone."""
+        rate = self.ring_block_copy_Bps.get(scaleup_kind)
+        if proto not in ("Simple", "LL128") or rate is None or ranks < 2:
+            return math.inf
+        return blocks * rate / ring_copy_bytes(op, ranks)
+
     def tree_efficiency(self, proto: str, nbytes: float) -> float:
         """The tree's bandwidth efficiency for a ``nbytes`` all-reduce under ``proto``
         (NCCL's treeCorrectionFactor: trees fall short of their model at medium sizes)."""
@@ -346,6 +369,26 @@ class Collectives:
         if hosts < 2 or not caps:
             return math.inf
         return caps[0] if hosts == 2 else caps[-1]
+
+
+def ring_copy_bytes(op: str, ranks: int) -> float:
+    """Bytes a ring channel's block loads and stores per byte its rank sends, for NCCL's
+    ring primitives on ``ranks`` GPUs (non-registered buffers: through the connection's
+    buffer). A loop over one chunk per rank runs, per chunk of c bytes:
+
+    - all-gather: directCopySend (load the input, store it to the output and the next
+      rank's buffer: 3c), p - 2 directRecvCopyDirectSend (3c each), directRecv (load the
+      buffer, store the output: 2c): 3p - 1 chunks for p - 1 sent;
+    - reduce-scatter: directSend (2c), p - 2 directRecvReduceDirectSend (the buffer and the
+      input loaded, the sum stored: 3c each), directRecvReduceCopy (3c): 3p - 1 for p - 1;
+    - all-reduce: its reduce-scatter half (send, p - 2 recvReduceSend), one
+      directRecvReduceCopyDirectSend (4c), p - 2 directRecvCopyDirectSend (3c each) and
+      directRecv (2c): 6p - 4 for 2(p - 1) sent.
+    """
+    p = ranks
+    if op == "all_reduce":
+        return (3 * p - 2) / (p - 1)
+    return (3 * p - 1) / (p - 1)
 
 
 def _by_scale(caps: tuple[float, ...] | None, hosts: int) -> float:

@@ -340,9 +340,10 @@ def test_calibration_curves(curve) -> None:  # type: ignore[no-untyped-def]
     _, err = compare(curve, measured())
     # issue #14: the A100 sweep no worse than 11.5% (where #3 left it); 9.2% since the
     # -g 8 host is modelled (host-bound up to 4 MiB; between 8 and 256 MiB the measurement
-    # is slower than NCCL's own model, and no constant is fitted to close that); every
-    # single-node file within 12%
-    bound = {"dgx-a100": 0.095, "dgx-h100": 0.12}[curve.topology]
+    # is slower than NCCL's own model, and no constant is fitted to close that); 8.8% since
+    # the ring's blocks bound it (ring_block_copy_GBps) and Simple's last receive is a hop;
+    # every single-node file within 12%
+    bound = {"dgx-a100": 0.09, "dgx-h100": 0.12}[curve.topology]
     assert err < bound
 
 

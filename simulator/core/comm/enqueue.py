@@ -23,6 +23,13 @@ RING_FAMILY = ("ring", "tree", "hierarchical")
 NVLS_FAMILY = ("nvls", "nvlstree")
 
 
+def ring_channels(c: Collectives, arch: str) -> int:
+    """The ring channels NCCL builds for a GPU of ``arch`` (the most an operation runs on);
+    1 without host tuning (the ideal calibration)."""
+    cost = c.host_enqueue.get(arch) or c.host_enqueue.get("default")
+    return cost.ring_channels if cost is not None else 1
+
+
 def p2p_channels(c: Collectives, nbytes: int, ranks: int, most: int, multi_host: bool) -> int:
     """Channels an all-to-all of ``nbytes`` per rank occupies: each of the ``ranks`` peers
     (the rank itself included, as nccl-tests sends to itself) on its own parts, at most the

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 from tpsim.calibration import Protocol
+from tpsim.core.comm.enqueue import nccl_channels, ring_channels
 from tpsim.core.comm.fabric import Fabric
 from tpsim.core.schedule import Schedule, Send, Step
 
@@ -94,6 +96,7 @@ def ring(
     nsteps = len(phases) * (p - 1)
     sends: list[list[list[Send]]] = [[[] for _ in range(nsteps)] for _ in range(p)]
     frac = share(fab, proto, "ring", op)
+    copy_cap = ring_copy_cap(fab, op, nbytes, proto) / len(orders)
     for order, ring_bytes in zip(orders, chunk_sizes(nbytes, len(orders)), strict=True):
         chunks = chunk_sizes(ring_bytes, p)
         for q, t in enumerate(order):
@@ -102,10 +105,41 @@ def ring(
             for phase in phases:
                 for k in range(p - 1):
                     c = chunks[(q - k) % p] if phase == "rs" else chunks[(q + 1 - k) % p]
-                    sends[t][s].append(send(fab, t, succ, c, proto, share=frac))
+                    snd = send(fab, t, succ, c, proto, share=frac)
+                    if copy_cap < snd.cap_Bps:
+                        snd = replace(snd, cap_Bps=copy_cap)
+                    sends[t][s].append(snd)
                     s += 1
     expects = [[len(orders)] * nsteps for _ in range(p)]
-    return Schedule("ring", proto.name, proto.base("ring"), steps(sends, expects))
+    base = proto.base("ring") + final_receive_s(fab, proto, orders)
+    return Schedule("ring", proto.name, base, steps(sends, expects))
+
+
+def final_receive_s(fab: Fabric, proto: Protocol, orders: Sequence[Sequence[int]]) -> float:
+    """The latency of a ring's last primitive, which NCCL's model does not count (0 where
+    the calibration does not price it, or across hosts)."""
+    if proto.name not in fab.tuning.ring_final_receive or fab.multi_host:
+        return 0.0
+    classes = {
+        fab.path(t, order[(q + 1) % len(order)]).link_class
+        for order in orders
+        for q, t in enumerate(order)
+    }
+    return max(proto.hop("ring", cls) for cls in classes)
+
+
+def ring_copy_cap(fab: Fabric, op: str, nbytes: int, proto: Protocol) -> float:
+    """Wire B/s each rank of a ring sends at most, bound by its channels' thread blocks
+    (inf: no bound): NCCL runs the operation on the channels its size gets
+    (:func:`~tpsim.core.comm.enqueue.nccl_channels`), each block copying at the
+    calibration's per-block rate (``nccl.yaml`` ``ring_block_copy_GBps``) through the ring
+    primitives' loads and stores (:func:`~tpsim.calibration.model_collectives.ring_copy_bytes`)."""
+    c = fab.tuning
+    if not c.ring_block_copy_Bps:
+        return math.inf
+    most = ring_channels(c, fab.gpu.arch)
+    blocks = nccl_channels(c, "ring", proto.name, nbytes, fab.ranks, most, fab.multi_host)
+    return c.ring_copy_cap(proto.name, fab.gpu.scaleup_kind, op, fab.ranks, blocks)
 
 
 # ---------------------------------------------------------------------------- prediction
