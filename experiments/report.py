@@ -28,7 +28,8 @@ from tpsim.experiments.compare import (
     table_rows,
     verdict,
 )
-from tpsim.experiments.plots.gantt import NET_KIND, gantt_view
+from tpsim.experiments.plots.gantt_draw import NET_KIND
+from tpsim.experiments.plots.gantt_view import gantt_view
 from tpsim.experiments.plots.style import (
     CATEGORY_COLOURS,
     KIND_COLOURS,
