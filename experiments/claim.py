@@ -37,7 +37,7 @@ from tpsim.core.errors import ConfigError
 from tpsim.core.lowering.shard import shard
 from tpsim.core.memory import linear_params_per_gpu, memory_per_gpu
 from tpsim.models.catalog import get_model
-from tpsim.topologies.builders import TopologyGraph
+from tpsim.topologies.graph import TopologyGraph
 from tpsim.topologies.io import get_topology
 from tpsim.topologies.routing import max_inflow
 

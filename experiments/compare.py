@@ -19,7 +19,7 @@ from typing import Any
 
 from tpsim.core.config import Options
 from tpsim.outputs.text import engine_label, launch_label, regime_shares, regime_text
-from tpsim.topologies.builders import TopologyGraph
+from tpsim.topologies.graph import TopologyGraph
 
 #: Parts of the critical path, in the order the table prints them.
 PARTS = ("compute", "memory", "communication", "launch_overhead", "host", "bubble", "idle")

@@ -25,6 +25,8 @@ Mixture of experts (``num_experts`` E > 0; gated, bias-free MLPs only): every la
 
 ``dense_layers`` keep the dense MLP of width ``intermediate_size``. The defaults (E = 0)
 are the dense model.
+Its checks and counts are :class:`tpsim.models.experts.ExpertShapes`'s; the dtypes and
+their bytes per element are :mod:`tpsim.models.dtypes`'s.
 
 Multi-head latent attention (DeepSeek-V2/V3, ``kv_lora_rank`` > 0) is laid out in
 :mod:`tpsim.models.attention`. ``sliding_layers`` attend over the last ``sliding_window``
@@ -47,21 +49,9 @@ from tpsim.models.attention import (
     AttentionShapes,
 )
 from tpsim.models.attention import is_int as _is_int
-from tpsim.models.attention import short as _short
+from tpsim.models.dtypes import DTYPE_BYTES, check_dtype
 from tpsim.models.errors import ModelError
-
-#: Bytes per element of each supported dtype.
-#: The 4-bit formats carry their block scales: NVFP4 one fp8 (e4m3) scale per 16 elements
-#: (0.5 + 1/16 byte), MXFP4 one e8m0 scale per 32 (0.5 + 1/32 byte) (OCP MX spec v1.0;
-#: NVIDIA's NVFP4). ``fp4`` is NVFP4, the format of ``--dtype fp4``.
-DTYPE_BYTES: dict[str, float] = {
-    "fp32": 4,
-    "bf16": 2,
-    "fp16": 2,
-    "fp8": 1,
-    "fp4": 0.5 + 1 / 16,
-    "mxfp4": 0.5 + 1 / 32,
-}
+from tpsim.models.experts import MOE_INT_FIELDS, ExpertShapes
 
 #: Norm layers and their parameter vectors of size d per norm.
 NORM_VECTORS: dict[str, int] = {"rmsnorm": 1, "layernorm": 2}
@@ -75,17 +65,10 @@ _POSITIVE_INT_FIELDS = (
     "intermediate_size",
     "vocab_size",
 )
-#: Mixture-of-experts sizes: 0 (the default) in a dense model.
-_MOE_INT_FIELDS = (
-    "num_experts",
-    "experts_per_token",
-    "moe_intermediate_size",
-    "shared_intermediate_size",
-)
 #: Fields a dense model leaves at their default; left out of :meth:`ModelSpec.to_dict`
 #: when they are, so a dense model's summary is what it was before they existed.
 LATER_FIELDS = (
-    *_MOE_INT_FIELDS,
+    *MOE_INT_FIELDS,
     "dense_layers",
     "qk_norm",
     *ATTENTION_INT_FIELDS,
@@ -105,16 +88,8 @@ _BOOL_FIELDS = (
 )
 
 
-def check_dtype(dtype: object, field: str = "dtype") -> str:
-    """Return ``dtype`` if it is a key of DTYPE_BYTES, else raise ModelError naming ``field``."""
-    if not isinstance(dtype, str) or dtype not in DTYPE_BYTES:
-        valid = ", ".join(sorted(DTYPE_BYTES))
-        raise ModelError(f"{field}={dtype!r}: unknown dtype; valid: {valid}")
-    return dtype
-
-
 @dataclass(frozen=True)
-class ModelSpec(AttentionShapes):
+class ModelSpec(AttentionShapes, ExpertShapes):
     """Architecture of a decoder-only transformer (validated on construction)."""
 
     name: str
@@ -195,86 +170,6 @@ class ModelSpec(AttentionShapes):
                 "learned_position_embeddings is true"
             )
 
-    def _check_moe(self, where: str) -> None:
-        for field in _MOE_INT_FIELDS:
-            value = getattr(self, field)
-            if not _is_int(value) or value < 0:
-                raise ModelError(f"{field}={value!r} {where}: must be a non-negative integer")
-            if value > MAX_MODEL_DIM:
-                raise ModelError(f"{field}={value!r} {where}: must be at most {MAX_MODEL_DIM}")
-        dense = self.dense_layers
-        if not isinstance(dense, tuple) or not all(_is_int(i) for i in dense):
-            raise ModelError(f"dense_layers={dense!r} {where}: must be a tuple of layer indices")
-        if not self.num_experts:
-            for field in (*_MOE_INT_FIELDS[1:], "dense_layers", "expert_dtype"):
-                if getattr(self, field):
-                    raise ModelError(
-                        f"{field}={getattr(self, field)!r} {where}: needs num_experts > 0"
-                    )
-            return
-        k, experts = self.experts_per_token, self.num_experts
-        if not 1 <= k <= experts:
-            raise ModelError(
-                f"experts_per_token={k!r} {where}: must be from 1 to num_experts={experts}"
-            )
-        if self.moe_intermediate_size <= 0:
-            raise ModelError(
-                f"moe_intermediate_size={self.moe_intermediate_size!r} {where}: must be a "
-                "positive integer in a mixture-of-experts model"
-            )
-        if not self.gated_mlp or self.mlp_bias:
-            raise ModelError(
-                f"num_experts={experts} {where}: experts are modelled as gated, bias-free MLPs "
-                "only (gated_mlp true, mlp_bias false)"
-            )
-        if list(dense) != sorted(set(dense)) or any(not 0 <= i < self.num_layers for i in dense):
-            raise ModelError(
-                f"dense_layers={_short(dense)} {where}: must be distinct layer indices from 0 "
-                f"to {self.num_layers - 1}, in order"
-            )
-
-    # -- mixture of experts ---------------------------------------------------------------
-
-    @property
-    def is_moe(self) -> bool:
-        """Whether any layer routes its tokens to experts."""
-        return self.num_experts > 0
-
-    def is_moe_layer(self, layer: int) -> bool:
-        """Whether ``layer`` (0-based) has routed experts instead of the dense MLP."""
-        return self.num_experts > 0 and layer not in self.dense_layers
-
-    @property
-    def num_moe_layers(self) -> int:
-        return self.num_layers - len(self.dense_layers) if self.num_experts else 0
-
-    def expert_params(self) -> int:
-        """One routed expert: gate, up [d, Im] and down [Im, d]."""
-        return 3 * self.hidden_size * self.moe_intermediate_size
-
-    def router_params(self) -> int:
-        """The router of one MoE layer: [d, E]."""
-        return self.hidden_size * self.num_experts
-
-    def shared_expert_params(self) -> int:
-        """The shared experts of one MoE layer: gate, up [d, Is] and down [Is, d]."""
-        return 3 * self.hidden_size * self.shared_intermediate_size
-
-    def moe_params_per_layer(self, experts: int | None = None) -> int:
-        """The FFN of one MoE layer: router, ``experts`` routed experts (default all E) and the
-        shared experts."""
-        used = self.num_experts if experts is None else experts
-        return self.router_params() + used * self.expert_params() + self.shared_expert_params()
-
-    def experts_read(self, tokens: int) -> float:
-        """Expected distinct routed experts that ``tokens`` tokens pick in one MoE layer under
-        uniform routing: ``E * (1 - (1 - k/E) ** tokens)`` (each expert is missed by one
-        token with probability 1 - k/E). 1 token: k; many tokens: E."""
-        if not self.num_experts or tokens <= 0:
-            return 0.0
-        e, k = self.num_experts, self.experts_per_token
-        return e * (1.0 - (1.0 - k / e) ** tokens)
-
     # -- shapes ---------------------------------------------------------------------------
 
     @property
@@ -341,11 +236,6 @@ class ModelSpec(AttentionShapes):
         """Total parameter count of the model (every expert; the MTP layers apart:
         :meth:`mtp_params`)."""
         return self._params(None)
-
-    def expert_weight_params(self) -> int:
-        """Parameters of every routed expert of every layer (the MoE weights in
-        ``expert_dtype``)."""
-        return self.num_moe_layers * self.num_experts * self.expert_params()
 
     def embedding_lookup_params(self) -> int:
         """The parameters a token reads of the embedding table: one row per table (the

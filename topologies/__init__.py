@@ -7,17 +7,12 @@ if __name__ != "tpsim.topologies":  # one name per module
     raise ImportError(f"{__name__}: this folder is tpsim.topologies; import tpsim.topologies")
 
 
-from tpsim.topologies.builders import (
-    DESCRIPTIONS,
-    TOPOLOGIES,
-    TopologyGraph,
-    build,
-    join_hosts,
-    two_gpus,
-)
+from tpsim.topologies.builders import DESCRIPTIONS, TOPOLOGIES, build, two_gpus
 from tpsim.topologies.errors import TopologyError
 from tpsim.topologies.gpus import GPUS, GPUSpec, get_gpu
+from tpsim.topologies.graph import TopologyGraph
 from tpsim.topologies.io import get_topology, load_topology, save_topology, validate
+from tpsim.topologies.join import join_hosts
 from tpsim.topologies.routing import Routes, max_inflow, ring_order
 
 __all__ = [

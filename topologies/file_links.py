@@ -12,12 +12,13 @@ from __future__ import annotations
 from typing import Any
 
 from tpsim.calibration.hardware import link_figures
-from tpsim.topologies.builders import LINK_KINDS, bridge_bandwidth_Bps
 from tpsim.topologies.errors import TopologyError, show
 from tpsim.topologies.errors import did_you_mean as _hint
 from tpsim.topologies.errors import field_error as _err
 from tpsim.topologies.file_schema import MAX_FILE_ITEMS, _choice, _fields, _num, _str
 from tpsim.topologies.gpus import scale
+from tpsim.topologies.graph import LINK_KINDS
+from tpsim.topologies.link_bandwidths import bridge_bandwidth_Bps
 
 MAX_BANDWIDTH_GBPS = 1e6
 MAX_LATENCY_US = 1e6

@@ -12,11 +12,12 @@ import math
 import sys
 from typing import Any
 
-from tpsim.topologies.builders import MAX_NODES, NODE_KINDS
 from tpsim.topologies.errors import did_you_mean as _hint
 from tpsim.topologies.errors import field_error as _err
 from tpsim.topologies.errors import show
 from tpsim.topologies.gpus import GPUS, MIN_POSITIVE, GPUSpec, get_gpu, gpu_from_dict
+from tpsim.topologies.graph import NODE_KINDS
+from tpsim.topologies.join import MAX_NODES
 
 MAX_FILE_ITEMS = 100_000  # nodes, and links, in one file (a host of a multi-host join)
 NODE_FIELDS = ("id", "kind", "type", "rank", "host")

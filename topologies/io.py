@@ -18,12 +18,7 @@ from typing import Any
 
 import networkx as nx
 import yaml
-from tpsim.topologies.builders import (
-    TOPOLOGIES,
-    build,
-    join_hosts,
-    validate,  # part of this module's API
-)
+from tpsim.topologies.builders import TOPOLOGIES, build
 from tpsim.topologies.errors import TopologyError, show
 from tpsim.topologies.errors import did_you_mean as _hint
 from tpsim.topologies.errors import field_error as _err
@@ -31,6 +26,8 @@ from tpsim.topologies.file_links import _links, _p2p_pairs
 from tpsim.topologies.file_schema import _fields, _gpus, _nodes, _str
 from tpsim.topologies.file_syntax import _parse, _read_text
 from tpsim.topologies.gpus import GPUS, GPUSpec, gpu_to_dict, scale
+from tpsim.topologies.graph import validate  # part of this module's API
+from tpsim.topologies.join import join_hosts
 from tpsim.topologies.network import Network, network_from_dict
 
 __all__ = ["get_topology", "load_topology", "save_topology", "validate"]

@@ -35,8 +35,8 @@ from tpsim.core.config import (
 from tpsim.core.errors import INPUT_ERRORS, ConfigError
 from tpsim.models.catalog import get_model
 from tpsim.models.spec import ModelSpec
-from tpsim.topologies.builders import TopologyGraph
 from tpsim.topologies.gpus import GPUSpec
+from tpsim.topologies.graph import TopologyGraph
 from tpsim.topologies.io import get_topology
 
 COLUMNS = (

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from matplotlib.figure import Figure
-from tpsim.experiments.plots.gantt import save_figure
+from tpsim.experiments.plots.save import save_figure
 
 
 def scaling_plot(rows: Sequence[dict[str, Any]], path: Path) -> None:

@@ -1,7 +1,7 @@
 """Plots of layouts: the Pareto front of ``tpsim plan`` (tokens/s per GPU against TPOT).
 
 Drawn on a bare ``matplotlib.figure.Figure`` as ``plots.py`` does and written atomically
-by its :func:`~tpsim.experiments.plots.gantt.save_figure`. Labels are placed greedily so that
+by its :func:`~tpsim.experiments.plots.save.save_figure`. Labels are placed greedily so that
 none overlaps another label or a point (a leader line joins a label set further away).
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.transforms import Bbox
-from tpsim.experiments.plots.gantt import save_figure
+from tpsim.experiments.plots.save import save_figure
 
 FONT = 10
 FRONT_COLOUR = "#0072B2"  # blue (Okabe-Ito)

@@ -13,7 +13,7 @@ from matplotlib.colors import ListedColormap, to_rgb
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 from tpsim.experiments.plots import figure as shared
-from tpsim.experiments.plots.gantt import save_figure
+from tpsim.experiments.plots.save import save_figure
 from tpsim.experiments.plots.words import near_tie, regime_margin
 from tpsim.outputs.text import NEAR_TIE, is_near_tie
 

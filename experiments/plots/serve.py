@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from matplotlib.figure import Figure
-from tpsim.experiments.plots.gantt import save_figure
+from tpsim.experiments.plots.save import save_figure
 from tpsim.experiments.plots.style import LABEL_PT, LINE_COLOURS, TICK_PT, TITLE_PT
 from tpsim.experiments.serve.metrics import per_request
 

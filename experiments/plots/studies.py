@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from matplotlib.figure import Figure
-from tpsim.experiments.plots.gantt import save_figure
+from tpsim.experiments.plots.save import save_figure
 from tpsim.experiments.plots.sweep import CATEGORY_COLOURS, FONT
 
 Row = dict[str, Any]

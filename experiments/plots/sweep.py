@@ -33,8 +33,8 @@ from tpsim.experiments.plots.figure import (
     legend_outside,
     ok,
 )
-from tpsim.experiments.plots.gantt import save_figure
 from tpsim.experiments.plots.regime_map import REGIME_COLOURS, draw_regime_map, regime_map
+from tpsim.experiments.plots.save import save_figure
 
 #: The public names of ``tpsim.experiments.plots.sweep``; what every sweep figure shares
 #: lives in sweep_figure.py and the regime map in sweep_regime_map.py, re-exported here, as

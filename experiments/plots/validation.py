@@ -10,7 +10,7 @@ from typing import Any
 
 from matplotlib import colormaps
 from matplotlib.figure import Figure
-from tpsim.experiments.plots.gantt import save_figure
+from tpsim.experiments.plots.save import save_figure
 from tpsim.topologies.gpus import get_gpu
 
 Row = dict[str, Any]

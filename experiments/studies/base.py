@@ -16,7 +16,7 @@ from typing import Any
 
 from tpsim.experiments.plots.words import row_regime_text
 from tpsim.experiments.sweep.grid import GridPoint, expand
-from tpsim.experiments.sweep.results import results_text
+from tpsim.experiments.sweep.rows import results_text
 from tpsim.outputs.export import make_folder, write_json, write_text
 
 Row = dict[str, Any]

@@ -1,8 +1,10 @@
-"""The sweep results file: one row per point, CSV or JSON Lines, appended as points finish.
+"""The sweep results file as a ledger: one row per point, CSV or JSON Lines, appended as
+points finish.
 
 A row is the point's parameters (with its ``point_id``), then what the simulation gave
-(:data:`RESULT_COLUMNS`) or an ``error``. Rows hold no wall-clock figures, so the same point
-gives the same row text in every run.
+(:data:`.rows.RESULT_COLUMNS`) or an ``error`` (its columns and its line text:
+:mod:`.rows`; the file read back: :mod:`.reading`). Rows hold no wall-clock figures, so the
+same point gives the same row text in every run.
 
 The file is a ledger: a row means the point is done (a result, or an error of the point
 itself). A failure of the machinery (a worker killed, a Dask task lost) is never written;
@@ -17,72 +19,23 @@ partial last line, which :func:`open_results` cuts off when resuming.
 from __future__ import annotations
 
 import contextlib
-import csv
 import errno
 import fcntl
-import io
-import json
 import logging
-import math
 import os
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tpsim.calibration.bounded import ReadRefused, read_lines, read_text, shorten, show
+from tpsim.calibration.bounded import ReadRefused, read_text, shorten
 from tpsim.core.errors import ConfigError
-from tpsim.experiments.sweep.grid import CONTROL, LAYOUT_AXES, MOE_AXES, POINT_FIELDS
+from tpsim.experiments.sweep.reading import MAX_RESULTS_BYTES, read_rows
+from tpsim.experiments.sweep.rows import csv_header, format_row, result_format, results_text
 from tpsim.outputs.export import write_text
 
 log = logging.getLogger(__name__)
 
-BREAKDOWN = ("compute", "memory", "communication", "launch_overhead", "host", "idle")
-MEMORY = (
-    "weights_bytes_per_gpu",
-    "kv_cache_bytes_per_gpu",
-    "activation_bytes_per_gpu",
-    "total_bytes_per_gpu",
-    "capacity_bytes_per_gpu",
-)
-#: What a simulated point adds to its parameters (all empty, and ``error`` set, on failure).
-RESULT_COLUMNS: tuple[str, ...] = (
-    "gpu",
-    "hosts",
-    "latency_s",
-    "tokens_per_s",
-    "tokens_per_s_per_gpu",
-    "regime",
-    *(f"{c}_s" for c in BREAKDOWN),
-    "fits",
-    *MEMORY,
-    "collectives",
-    "comm_bytes_per_gpu",
-    "error",
-)
-#: Columns added after the first release of the file, appended so the others keep their
-#: places: the layout axes, and the pipeline bubble of the breakdown.
-APPENDED_COLUMNS: tuple[str, ...] = (*LAYOUT_AXES, "bubble_s", *MOE_AXES)
-COLUMNS: tuple[str, ...] = (
-    "point_id",
-    *(f for f in POINT_FIELDS if f not in LAYOUT_AXES and f not in MOE_AXES),
-    *RESULT_COLUMNS,
-    *APPENDED_COLUMNS,
-)
-
-INT_COLUMNS = frozenset(
-    {"nodes", "gpus_per_node", "tp", "batch", "prompt_len", "context_len", "hosts"}
-    | set(LAYOUT_AXES)
-    | {"ep", "attention_dp"}
-    | set(MEMORY)
-    | {"collectives", "comm_bytes_per_gpu"}
-)
-FLOAT_COLUMNS = frozenset(
-    {"latency_s", "tokens_per_s", "tokens_per_s_per_gpu", *(f"{c}_s" for c in BREAKDOWN)}
-    | {"bubble_s", "expert_skew"}
-)
-BOOL_COLUMNS = frozenset({"sequence_parallel", "ideal", "fits"})
-FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
 FSYNC_EVERY = 256  # rows between fsyncs (and at least every FSYNC_S seconds)
 FSYNC_S = 5.0
 #: Error texts of failures of the machinery, not of the point: what the sweep writes (older
@@ -96,187 +49,6 @@ def infrastructure_error(row: Mapping[str, Any]) -> bool:
     """A row whose error is the machinery's (a lost worker or task): the point is not done."""
     error = row.get("error")
     return isinstance(error, str) and error.startswith(INFRASTRUCTURE_ERRORS)
-
-
-def result_format(path: str | Path) -> str:
-    fmt = FORMATS.get(Path(path).suffix.lower())
-    if fmt is None:
-        raise ConfigError(f"results file {str(path)!r}: must end in .csv or .jsonl")
-    return fmt
-
-
-def full_row(values: Mapping[str, Any]) -> dict[str, Any]:
-    """Every column in order (missing ones None); non-finite floats become None."""
-    row = {c: values.get(c) for c in COLUMNS}
-    for c in FLOAT_COLUMNS:
-        v = row[c]
-        if isinstance(v, float) and not math.isfinite(v):
-            row[c] = None
-    if isinstance(row["error"], str):  # one line, whatever the message was
-        row["error"] = " ".join(CONTROL.sub(" ", row["error"]).split())
-    return row
-
-
-def _cell(v: Any) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, float):
-        return repr(v)
-    return str(v)
-
-
-def format_row(row: Mapping[str, Any], fmt: str) -> str:
-    """One row as one line of text (no newline), the same bytes for the same row."""
-    row = full_row(row)
-    if fmt == "jsonl":
-        return json.dumps(row, separators=(",", ":"), allow_nan=False)
-    buf = io.StringIO()
-    # "\r\n" as the terminator makes the writer quote a cell holding either (then cut off)
-    csv.writer(buf, lineterminator="\r\n").writerow([_cell(row[c]) for c in COLUMNS])
-    return buf.getvalue().removesuffix("\r\n")
-
-
-def csv_header() -> str:
-    return ",".join(COLUMNS)
-
-
-def _typed(raw: Mapping[str, str]) -> dict[str, Any]:
-    row: dict[str, Any] = {}
-    for c in COLUMNS:
-        v = raw.get(c, "")
-        if v == "" and c != "error":
-            row[c] = None
-        elif c in INT_COLUMNS:
-            row[c] = int(v)
-        elif c in FLOAT_COLUMNS:
-            row[c] = float(v)
-        elif c in BOOL_COLUMNS:
-            row[c] = v == "true"
-        else:
-            row[c] = v or None
-    return row
-
-
-def parse_line(line: str, fmt: str) -> dict[str, Any]:
-    """A row back from its line (ValueError if the line is not a row)."""
-    if fmt == "jsonl":
-        obj = json.loads(line)
-        if not isinstance(obj, dict):
-            raise ValueError("not a JSON object")
-        for k in LAYOUT_AXES:  # a row from before these axes (keys by name): one TP group
-            obj.setdefault(k, 1)
-        for k, default in MOE_AXES.items():
-            obj.setdefault(k, default)
-        return full_row(obj)
-    (cells,) = list(csv.reader([line]))
-    if len(cells) != len(COLUMNS):
-        raise ValueError(f"{len(cells)} fields, expected {len(COLUMNS)}")
-    return _typed(dict(zip(COLUMNS, cells, strict=True)))
-
-
-#: A results file of MAX_POINTS rows is about 200 MB; one past 512 MiB is no results file.
-MAX_RESULTS_BYTES = 512 << 20
-_SIMULATED = ("tokens_per_s", "tokens_per_s_per_gpu", "hosts", "regime")
-_POSITIVE = frozenset(
-    {"nodes", "tp", "batch", "prompt_len", "context_len", "hosts", "ep", "attention_dp"}
-    | set(LAYOUT_AXES)
-)
-#: What --resume says of a file written before the columns of APPENDED_COLUMNS existed.
-OLD_FILE = (
-    "written by an older tpsim, without the columns {missing}; start a new file "
-    "(or pass --overwrite)"
-)
-
-
-def _lines(path: Path, fmt: str) -> Iterator[tuple[int, str]]:
-    """(line number, text) of every complete line, header excluded, blank lines skipped.
-
-    Lines end at a newline only: a carriage return inside a quoted cell stays in its row."""
-    # bounded: a regular file, at most MAX_RESULTS_BYTES, UTF-8, read a line at a time (a
-    # file of 500 MB is never held whole); what follows the last newline is not a row
-    lines = read_lines(path, MAX_RESULTS_BYTES)
-    number = 0
-    while True:
-        try:
-            line = next(lines, None)
-        except ReadRefused as exc:
-            raise ConfigError(f"results file {shorten(str(path), 100)}: {exc}") from None
-        if line is None:
-            return
-        number += 1
-        line = line.removesuffix("\n").removesuffix("\r")
-        if number == 1 and fmt == "csv":
-            if line != csv_header():
-                names = line.split(",")
-                missing = [c for c in APPENDED_COLUMNS if c not in names]
-                if (
-                    names[: len(COLUMNS) - len(APPENDED_COLUMNS)]
-                    == list(COLUMNS[: len(COLUMNS) - len(APPENDED_COLUMNS)])
-                    and missing
-                ):
-                    raise ConfigError(
-                        f"results file {path}: " + OLD_FILE.format(missing=", ".join(missing))
-                    )
-                raise ConfigError(
-                    f"results file {path}: its header is not this version's columns "
-                    "(start a new file)"
-                )
-            continue
-        if line.strip():
-            yield number, line
-
-
-def _checked(row: dict[str, Any]) -> dict[str, Any]:
-    """``row`` if every cell has its column's type and a sane value (ValueError naming the
-    column otherwise): plots and --resume then never meet a NaN, a list or tp=10**30."""
-    if not isinstance(row["point_id"], str):
-        raise ValueError(f"point_id={show(row['point_id'])}: must be a string")
-    for c, v in row.items():
-        if v is None:
-            continue
-        if c in INT_COLUMNS:
-            low = 1 if c in _POSITIVE else 0
-            if isinstance(v, bool) or not isinstance(v, int) or not low <= v < 2**53:
-                raise ValueError(f"{c}={show(v)}: must be an integer in {low}..2**53")
-        elif c in FLOAT_COLUMNS:
-            ok = isinstance(v, int | float) and not isinstance(v, bool)
-            if not ok or not (math.isfinite(v) and 0 <= v < 1e30):
-                raise ValueError(f"{c}={show(v)}: must be a finite number >= 0")
-            row[c] = float(v)
-        elif c in BOOL_COLUMNS:
-            if not isinstance(v, bool):
-                raise ValueError(f"{c}={show(v)}: must be true or false")
-        elif not isinstance(v, str):
-            raise ValueError(f"{c}={show(v)}: must be a string")
-    if not row["error"] and row["fits"] is True and row["latency_s"]:  # a simulated point
-        for c in _SIMULATED:
-            if not row[c]:
-                raise ValueError(f"{c}={show(row[c])}: a simulated row needs a value above 0")
-    return row
-
-
-def stream_rows(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, row) of every whole row of a results file, in file order, read a line
-    at a time (a partial last line is ignored); every line is checked, so a damaged file is
-    refused whichever rows its reader keeps."""
-    p = Path(path)
-    fmt = result_format(p)
-    if not p.exists():
-        raise ConfigError(f"results file {path}: no such file")
-    for number, line in _lines(p, fmt):
-        try:
-            row = _checked(parse_line(line, fmt))
-        except (ValueError, KeyError, RecursionError) as exc:
-            why = shorten(str(exc)) if not isinstance(exc, RecursionError) else "nested too deeply"
-            raise ConfigError(f"results file {path}: line {number} is not a row ({why})") from None
-        yield number, row
-
-
-def read_rows(path: str | Path) -> list[dict[str, Any]]:
-    """Every whole row of a results file, in file order (a partial last line is ignored)."""
-    return [row for _, row in stream_rows(path)]
 
 
 class RowNotWritten(OSError):
@@ -443,10 +215,3 @@ def _truncate_partial_line(path: Path) -> None:
             f.truncate(keep)
             f.flush()
             os.fsync(f.fileno())
-
-
-def results_text(rows: Iterable[Mapping[str, Any]], fmt: str) -> str:
-    """A whole results file as text (a header for CSV, then one line per row)."""
-    lines = [csv_header()] if fmt == "csv" else []
-    lines += [format_row(r, fmt) for r in rows]
-    return "\n".join(lines) + "\n"

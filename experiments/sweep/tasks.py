@@ -16,7 +16,7 @@ from typing import Any
 from tpsim.core.api import simulate
 from tpsim.core.errors import INPUT_ERRORS
 from tpsim.experiments.sweep.grid import GridPoint
-from tpsim.experiments.sweep.results import BREAKDOWN, MEMORY
+from tpsim.experiments.sweep.rows import BREAKDOWN, MEMORY
 from tpsim.topologies.io import get_topology
 
 log = logging.getLogger(__name__)

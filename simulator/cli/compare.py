@@ -243,7 +243,7 @@ def _run_flags_given(a: argparse.Namespace) -> list[str]:
 def _entries_from_rows(a: argparse.Namespace) -> list[Any]:
     """Comparison entries from rows of a sweep results file (``--results F --rows ID,ID``)."""
     from tpsim.experiments.compare import Entry, assumptions, summary_from_row
-    from tpsim.experiments.sweep.results import stream_rows
+    from tpsim.experiments.sweep.reading import stream_rows
     from tpsim.topologies.io import get_topology
 
     if a.results is None or not a.rows:
@@ -373,7 +373,7 @@ def tpsim_version() -> str:
 def _report(a: argparse.Namespace) -> int:
     from tpsim.cli.paths import check_output
     from tpsim.experiments.report import Run, html_report
-    from tpsim.experiments.sweep.results import read_rows
+    from tpsim.experiments.sweep.reading import read_rows
     from tpsim.outputs import text as report
     from tpsim.outputs.export import write_text
 

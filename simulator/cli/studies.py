@@ -151,7 +151,8 @@ def _demo(a: argparse.Namespace) -> int:
 
 def _sweep(a: argparse.Namespace) -> int:
     from tpsim.experiments.sweep.grid import AXES, describe, grid_from_flags, grid_from_yaml
-    from tpsim.experiments.sweep.results import check_output, read_rows
+    from tpsim.experiments.sweep.reading import read_rows
+    from tpsim.experiments.sweep.results import check_output
     from tpsim.experiments.sweep.run import EXIT_INCOMPLETE, quiet_dask, run_sweep
 
     flags = {key: getattr(a, key) for key in AXES}
@@ -210,7 +211,7 @@ def _sweep(a: argparse.Namespace) -> int:
 def _words(results: Path) -> None:
     """The assumptions of a sweep's configurations and its regimes with their shares."""
     from tpsim.experiments.plots.words import assumption_lines, regime_summary
-    from tpsim.experiments.sweep.results import read_rows
+    from tpsim.experiments.sweep.reading import read_rows
 
     rows = read_rows(results)
     for line in assumption_lines(rows):
@@ -222,7 +223,7 @@ def _words(results: Path) -> None:
 
 def _plot_files(results: Path, out: Path, gantt: str | None) -> None:
     from tpsim.experiments.plots.figures import plot_results
-    from tpsim.experiments.sweep.results import read_rows
+    from tpsim.experiments.sweep.reading import read_rows
 
     ids = [x.strip() for x in gantt.split(",") if x.strip()] if gantt is not None else None
     for path in plot_results(read_rows(results), out, gantt_ids=ids):

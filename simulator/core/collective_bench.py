@@ -21,7 +21,7 @@ from tpsim.core.comm.enqueue import enqueue_s
 from tpsim.core.comm.group import connect, run_programs
 from tpsim.core.errors import ConfigError
 from tpsim.core.program import PHASES, CollectiveCall, Op, Program, Programs
-from tpsim.topologies.builders import TopologyGraph
+from tpsim.topologies.graph import TopologyGraph
 
 #: busbw = algbw x this factor (nccl-tests' definition).
 BUS_FACTOR = {

@@ -36,7 +36,7 @@ from hostile_corpus import (
 from tpsim.calibration import profile
 from tpsim.cli import main
 from tpsim.experiments.calibrate.knobs import extends_name
-from tpsim.experiments.sweep.results import read_rows
+from tpsim.experiments.sweep.reading import read_rows
 
 A, B = "f3d4d8c2f3a5534e", "0a1b2c3d4e5f6071"
 #: What a simulated row holds beside results_row's fields (as a sweep writes them).
@@ -86,7 +86,7 @@ def build_cases(tmp: Path) -> list[Case]:
         for ext in (".jsonl", ".csv"):
             if ext == ".csv":
                 rows = [json.loads(line) for line in text.splitlines()]
-                from tpsim.experiments.sweep.results import results_text
+                from tpsim.experiments.sweep.rows import results_text
 
                 text = results_text(rows, "csv")
             path = put(f"dupes {name}{ext}", text)

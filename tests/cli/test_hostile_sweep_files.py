@@ -152,7 +152,7 @@ def build_cases(tmp: Path) -> list[Case]:
     header = None
     for what, (path, *needle) in results.items():
         if path is None:  # a CSV with the real header and one row whose tokens_per_s is nan
-            from tpsim.experiments.sweep.results import csv_header, format_row, full_row
+            from tpsim.experiments.sweep.rows import csv_header, format_row, full_row
 
             header = csv_header()
             row = full_row(json.loads(results_row()))

@@ -21,7 +21,7 @@ from tpsim.core.lowering.lower import lower
 from tpsim.core.result import RECORD_BYTES, estimate_records, records_lower_bound
 from tpsim.models.catalog import get_model
 from tpsim.models.spec import ModelSpec
-from tpsim.topologies.builders import validate
+from tpsim.topologies.graph import validate
 from tpsim.topologies.io import get_topology
 from tpsim.topologies.routing import Routes, ring_order
 

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 from matplotlib.colors import to_rgba
 from tpsim import Layout, Options, Workload, simulate
-from tpsim.experiments.plots.gantt import LABEL_GAP_PX, MAX_BAR_NAMES, RAIL, gantt, gantt_figure
+from tpsim.experiments.plots.gantt import gantt, gantt_figure
+from tpsim.experiments.plots.gantt_draw import RAIL
+from tpsim.experiments.plots.gantt_text import LABEL_GAP_PX, MAX_BAR_NAMES
 from tpsim.outputs.text import chart_title
 
 BLACK = to_rgba("black")

@@ -14,7 +14,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from tpsim import Layout, Options, Workload, simulate
 from tpsim.cli import main
 from tpsim.experiments.plots import gantt as gantt_module
-from tpsim.experiments.plots.gantt import WIDTH_IN, gantt_figure, gantt_view
+from tpsim.experiments.plots.gantt import gantt_figure
+from tpsim.experiments.plots.gantt_draw import WIDTH_IN
+from tpsim.experiments.plots.gantt_view import gantt_view
 from tpsim.experiments.plots.style import MIN_FONT_PT
 
 DATA = Path(__file__).parents[1] / "data"

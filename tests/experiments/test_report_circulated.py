@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from tpsim.cli import main
-from tpsim.experiments.report import log_ticks, sweep_figure
+from tpsim.experiments.plots.report_charts import log_ticks, sweep_figure
 
 ARGV = [
     "--model", "llama-3.1-8b", "--topology", "dgx-h100", "--tp", "2,4", "--batch", "8",

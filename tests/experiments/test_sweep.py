@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 from tpsim.cli import main
 from tpsim.experiments.sweep.grid import GridPoint, grid_from_flags, grid_from_yaml, point_from_row
-from tpsim.experiments.sweep.results import COLUMNS, WORKER_DIED, open_results, read_rows
+from tpsim.experiments.sweep.reading import read_rows
+from tpsim.experiments.sweep.results import WORKER_DIED, open_results
+from tpsim.experiments.sweep.rows import COLUMNS
 from tpsim.experiments.sweep.run import run_point, run_sweep
 
 CHEAP = {"model": "llama-3.1-8b", "topology": "dgx-h100", "phase": "decode", "context_len": "256"}

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from tpsim.experiments.sweep.grid import grid_from_flags
-from tpsim.experiments.sweep.results import read_rows
+from tpsim.experiments.sweep.reading import read_rows
 from tpsim.experiments.sweep.run import run_sweep
 
 pytestmark = pytest.mark.slow  # a local Dask cluster

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from ctrl_c import sigint_default
 from tpsim.experiments.sweep.grid import grid_from_flags
-from tpsim.experiments.sweep.results import read_rows
+from tpsim.experiments.sweep.reading import read_rows
 
 pytestmark = pytest.mark.slow  # real sweep processes, signalled and resumed
 

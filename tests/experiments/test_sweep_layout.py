@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from tpsim.cli import main
 from tpsim.experiments.sweep.grid import grid_from_flags, grid_from_yaml, point_from_row
-from tpsim.experiments.sweep.results import COLUMNS, read_rows
+from tpsim.experiments.sweep.reading import read_rows
+from tpsim.experiments.sweep.rows import COLUMNS
 from tpsim.experiments.sweep.run import run_point
 
 BASE = {"model": "llama-3.1-8b", "topology": "dgx-h100", "context_len": "256", "batch": "4"}

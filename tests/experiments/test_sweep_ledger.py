@@ -15,7 +15,9 @@ import kill_loop
 import pytest
 from tpsim.cli import main
 from tpsim.experiments.sweep.grid import grid_from_flags
-from tpsim.experiments.sweep.results import format_row, open_results, read_rows
+from tpsim.experiments.sweep.reading import read_rows
+from tpsim.experiments.sweep.results import open_results
+from tpsim.experiments.sweep.rows import format_row
 from tpsim.experiments.sweep.run import run_point, run_sweep
 
 CHEAP = {"model": "llama-3.1-8b", "topology": "dgx-h100", "phase": "decode", "context_len": "256"}

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 from tpsim.core.records import Record
-from tpsim.experiments.plots.gantt import gantt, gantt_view
+from tpsim.experiments.plots.gantt import gantt
+from tpsim.experiments.plots.gantt_view import gantt_view
 from tpsim.outputs.export import chrome_trace, records_csv, write_json, write_text
 from tracecheck import check_trace_structure, us_to_ns
 

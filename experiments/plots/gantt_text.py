@@ -1,0 +1,123 @@
+"""The Gantt's words: text measured as Agg draws it, titles wrapped to fit, op names written
+on the bars that hold them, and the layer labels along the top."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
+
+from matplotlib.backends.backend_agg import RendererAgg
+from matplotlib.font_manager import FontProperties
+from matplotlib.transforms import blended_transform_factory
+from tpsim.core.records import Record
+from tpsim.experiments.plots.gantt_axis import GanttTimeAxis
+from tpsim.experiments.plots.gantt_view import GanttView
+from tpsim.experiments.plots.style import BAR_NAME_PT, DARK_KINDS, LABEL_PT
+
+DPI = 150  # the Gantt's resolution, at which its text is measured
+MAX_LAYER_LINES = 40  # draw layer boundaries only when fewer layers are visible
+LABEL_GAP_PX = 22  # layer labels closer than this to the previous one are left out
+MAX_BAR_NAMES = 600  # op names written on bars at most (the rest: zoom in, or the SVG's tooltips)
+
+
+@lru_cache(maxsize=4096)
+def text_px(text: str, size_pt: float, dpi: float = DPI) -> float:
+    """Width in pixels of ``text`` at ``size_pt`` as Agg draws it (deterministic)."""
+    renderer = RendererAgg(1, 1, dpi)
+    width, _, _ = renderer.get_text_width_height_descent(
+        text, FontProperties(size=size_pt), ismath=False
+    )
+    return float(width)
+
+
+def wrap(text: str, size_pt: float, width_px: float) -> str:
+    """``text``'s lines wrapped at word boundaries to fit ``width_px``."""
+    out = []
+    for line in text.split("\n"):
+        words, cur = line.split(" "), ""
+        for w in words:
+            cand = f"{cur} {w}" if cur else w
+            if cur and text_px(cand, size_pt) > width_px:
+                out.append(cur)
+                cur = w
+            else:
+                cur = cand
+        out.append(cur)
+    return "\n".join(out)
+
+
+def bar_names(
+    ax: Any, shown: Sequence[tuple[Record, int, tuple[float, float]]], per_px: float, height: float
+) -> None:
+    """Write each op's name inside its bar where the bar holds it, as Agg measures it."""
+    written = 0
+    for r, y, (x, w) in shown:
+        if r.kind in ("launch", "dispatch") or w / per_px < text_px(r.name, BAR_NAME_PT) + 4:
+            continue
+        ax.text(
+            x + w / 2,
+            y,
+            r.name,
+            fontsize=BAR_NAME_PT,
+            color="white" if r.kind in DARK_KINDS else "black",
+            ha="center",
+            va="center",
+            clip_on=True,
+        )
+        written += 1
+        if written >= MAX_BAR_NAMES:
+            break
+
+
+def layer_starts(records: Sequence[Record], rank: int, t0: float, t1: float) -> dict[int, float]:
+    """Earliest start of each layer's compute records on ``rank`` inside [t0, t1]."""
+    starts: dict[int, float] = {}
+    for r in records:
+        if r.rank == rank and r.stream == "compute" and r.start_s < starts.get(r.layer, 1e300):
+            starts[r.layer] = r.start_s
+    return {layer: t for layer, t in sorted(starts.items()) if t0 <= t <= t1}
+
+
+def layer_labels(
+    ax: Any,
+    records: Sequence[Record],
+    view: GanttView,
+    axis: GanttTimeAxis,
+    per_px: float,
+    *,
+    comparison: bool,
+) -> None:
+    """A dotted line at the start of each visible layer (outside the collapsed gap) and its
+    label above the axes ("emb", "L3", "head") where it clears the next label; none when
+    too many layers are visible, nor in a ``comparison`` (each run has its own layer times)."""
+    t0, t1, gap = view.t0_s, view.t1_s, view.gap_s
+    boundaries = layer_starts(records, 0 if 0 in view.ranks else view.ranks[0], t0, t1)
+    if gap is not None:
+        boundaries = {k: t for k, t in boundaries.items() if not gap[0] <= t < gap[1]}
+    if comparison:  # a comparison: each run has its own layer times, mark none
+        boundaries = {}
+    heads = {r.layer for r in records if r.name == "lm_head"}
+    if 0 < len(boundaries) < MAX_LAYER_LINES:
+        top = blended_transform_factory(ax.transData, ax.transAxes)
+        # Right to left, so a layer's label wins over the embedding's just before it.
+        next_label = math.inf
+        for layer, t in sorted(boundaries.items(), reverse=True):
+            x = axis.x(t)
+            ax.axvline(x, color="#888888", linewidth=0.6, linestyle=":", zorder=0)
+            text = "emb" if layer < 0 else "head" if layer in heads else f"L{layer}"
+            width = max(LABEL_GAP_PX, text_px(text, LABEL_PT) + 8)
+            if (next_label - x) / per_px < width:
+                continue  # it would touch the label after it: the line alone marks it
+            next_label = x
+            ax.text(
+                x,
+                1.01,
+                text,
+                transform=top,
+                fontsize=LABEL_PT,
+                color="#555555",
+                ha="left",
+                va="bottom",
+            )

@@ -1,0 +1,145 @@
+"""The charts of ``tpsim report`` beside its Gantts, as plotly figures: the critical path
+of each configuration by part, and a sweep's tokens/s per GPU against batch; and the one way
+their labels are written (:func:`plain`)."""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import plotly.graph_objects as go
+from tpsim.experiments.compare import PARTS, Entry
+from tpsim.experiments.plots.style import CATEGORY_COLOURS, LINE_COLOURS
+
+#: Colours per category: the PNG charts' palette (colour-blind safe).
+COLOURS = CATEGORY_COLOURS
+
+
+def plain(text: object) -> str:
+    """Text for a plotly figure, shown as it is: plotly reads a subset of HTML in every
+    label (``<a href>`` becomes a link, ``<b>`` bold), so a model or topology name from an
+    input file is escaped and can put no link or markup in a report that circulates."""
+    return html.escape(str(text), quote=False)
+
+
+def breakdown_figure(entries: Sequence[Entry]) -> go.Figure:
+    """The critical path of each configuration split into its parts, in ms (stacked)."""
+    fig = go.Figure()
+    labels = [plain(e.label) for e in entries]
+    for part in PARTS:
+        vals = [e.summary["breakdown_s"].get(part, 0.0) * 1e3 for e in entries]
+        if any(v > 0 for v in vals):
+            fig.add_trace(
+                go.Bar(
+                    name=part,
+                    orientation="h",
+                    y=labels,
+                    x=vals,
+                    marker={"color": COLOURS[part]},
+                    hovertemplate="%{y}: " + part + " %{x:.3f} ms<extra></extra>",
+                )
+            )
+    fig.update_layout(
+        barmode="stack",
+        height=120 + 50 * len(entries),
+        margin={"l": 10, "r": 20, "t": 64, "b": 50},
+        xaxis={"title": "critical path (ms)", "rangemode": "tozero", "automargin": True},
+        yaxis={"autorange": "reversed", "automargin": True},
+        legend={"orientation": "h", "x": 0, "y": 1.0, "yanchor": "bottom"},
+    )
+    return fig
+
+
+#: The fields that name a sweep's series, in the legend's order.
+SERIES_FIELDS = ("model", "topology", "nodes", "tp", "phase", "engine")
+
+
+def _series_label(row: Mapping[str, Any], fields: Sequence[str]) -> str:
+    words = {
+        "nodes": lambda v: f"x{v}",
+        "tp": lambda v: f"TP {v}",
+    }
+    return " ".join(words.get(f, str)(row.get(f)) for f in fields if row.get(f) not in (None, ""))
+
+
+def log_ticks(lo: float, hi: float) -> list[float]:
+    """Labelled ticks of a log axis from ``lo`` to ``hi``: 1, 2 and 5 times powers of ten
+    (only the powers of ten when that gives more than eight), never every minor digit."""
+    if lo <= 0 or hi <= 0:
+        return []
+    out: list[float] = []
+    for k in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1):
+        for m in (1, 2, 5):
+            v = m * 10.0**k
+            if lo / 1.2 <= v <= hi * 1.2:
+                out.append(float(f"{v:.6g}"))
+    if len(out) > 8:
+        out = [v for v in out if f"{v:.6g}".lstrip("0.").startswith("1")]
+    return out
+
+
+def sweep_figure(rows: Sequence[Mapping[str, Any]]) -> go.Figure:
+    """Tokens/s per GPU against batch, one line per configuration of a sweep (log axes).
+    The legend names only what differs between the lines; lines with the same points are
+    drawn once, named together."""
+    ok = [r for r in rows if not r.get("error") and r.get("tokens_per_s_per_gpu")]
+    fields = [f for f in SERIES_FIELDS if len({str(r.get(f, "")) for r in ok}) > 1] or ["tp"]
+    series: dict[str, list[Mapping[str, Any]]] = {}
+    for r in ok:
+        series.setdefault(_series_label(r, SERIES_FIELDS), []).append(r)
+    # one line per distinct set of points: identical series would hide each other
+    lines: dict[tuple[tuple[Any, float], ...], list[str]] = {}
+    points: dict[tuple[tuple[Any, float], ...], list[Mapping[str, Any]]] = {}
+    for key in sorted(series):
+        pts = sorted(series[key], key=lambda r: r["batch"])
+        shape = tuple((r["batch"], round(float(r["tokens_per_s_per_gpu"]), 6)) for r in pts)
+        lines.setdefault(shape, []).append(_series_label(pts[0], fields))
+        points.setdefault(shape, pts)
+    fig = go.Figure()
+    for i, (shape, names) in enumerate(lines.items()):
+        pts = points[shape]
+        name = " = ".join(names) + (" (the same points)" if len(names) > 1 else "")
+        fig.add_trace(
+            go.Scatter(
+                name=plain(name),
+                x=[r["batch"] for r in pts],
+                y=[r["tokens_per_s_per_gpu"] for r in pts],
+                mode="lines+markers",
+                line={"color": LINE_COLOURS[i % len(LINE_COLOURS)]},
+                customdata=[[plain(r.get("regime", "")), r.get("latency_s", 0) * 1e3] for r in pts],
+                hovertemplate="batch %{x}: %{y:,.1f} tokens/s per GPU<br>"
+                "%{customdata[0]}, %{customdata[1]:.3f} ms<extra>%{fullData.name}</extra>",
+            )
+        )
+    batches = sorted({float(r["batch"]) for r in ok})
+    rates = [float(r["tokens_per_s_per_gpu"]) for r in ok]
+    x_ticks = batches if len(batches) <= 10 else log_ticks(batches[0], batches[-1])
+    y_ticks = log_ticks(min(rates, default=1.0), max(rates, default=1.0))
+    shared = [
+        f"{f} {plain(ok[0].get(f))}"
+        for f in SERIES_FIELDS
+        if f not in fields and ok and ok[0].get(f) not in (None, "")
+    ]
+    fig.update_layout(
+        height=520,
+        title={"text": "; ".join(shared), "font": {"size": 13}, "x": 0, "xanchor": "left"},
+        xaxis={
+            "title": "batch",
+            "type": "log",
+            "tickvals": x_ticks,
+            "ticktext": [f"{v:g}" for v in x_ticks],
+            "automargin": True,
+        },
+        yaxis={
+            "title": "tokens/s per GPU",
+            "type": "log",
+            "tickvals": y_ticks,
+            "ticktext": [f"{v:,g}" for v in y_ticks],
+            "automargin": True,
+        },
+        legend={"orientation": "h", "x": 0, "y": -0.18, "yanchor": "top"},
+        margin={"l": 70, "r": 20, "t": 50, "b": 60},
+    )
+    return fig
