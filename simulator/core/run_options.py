@@ -41,7 +41,7 @@ from tpsim.core.config import (
 from tpsim.core.errors import ConfigError
 
 #: Hosts a run or a sweep point may join.
-MAX_NODES = 1024  # as tpsim.topologies.builders.MAX_NODES (not imported: networkx)
+MAX_NODES = 1024  # as tpsim.topologies.join.MAX_NODES (not imported: networkx)
 
 #: How the command line reads a value: ``text``, ``int``, ``float`` (within ``bounds``),
 #: ``tokens`` (4K = 4096), ``counts`` (40,40), ``choice`` (one of ``choices``), ``switch`` (a
