@@ -17,206 +17,15 @@ not an entry here.
 
 from __future__ import annotations
 
-import math
-import tempfile
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from functools import cache
-from pathlib import Path
-
 from tpsim import calibration
-from tpsim.experiments.validation import calibrate_holdout as holdouts
 from tpsim.experiments.validation import collectives as coll
 from tpsim.experiments.validation import custom_allreduce as car
-from tpsim.experiments.validation import deepep, engines, kernels
+from tpsim.experiments.validation import deepep
+from tpsim.experiments.validation import runners as run
 from tpsim.experiments.validation import serving as srv
+from tpsim.experiments.validation.entry import Comparison, Point, Validation
 
-
-@dataclass(frozen=True)
-class Point:
-    """One compared point: ``error`` is simulated / measured - 1 (for a group of points, as
-    the kernel families, that group's geomean error)."""
-
-    label: str
-    error: float
-    measured: float | None = None
-    simulated: float | None = None
-    unit: str = ""
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """What a runner returns: the points compared, the error held against the bound (the
-    geometric-mean error unless the entry's metric says otherwise) and every row."""
-
-    points: int
-    error: float
-    rows: tuple[Point, ...]
-
-    @property
-    def worst(self) -> Point:
-        """The row furthest from its measurement (in log ratio)."""
-        return max(self.rows, key=lambda p: abs(math.log1p(p.error)))
-
-
-@dataclass(frozen=True)
-class Validation:
-    """One comparison with a published measurement file."""
-
-    name: str
-    data_files: tuple[str, ...]  # under tpsim/calibration/measured
-    bound: float  # geomean error fraction the comparison is held to today
-    metric: str  # what is compared, and how
-    runner: Callable[[], Comparison] = field(compare=False)
-    quick: bool = False  # seconds, not minutes
-    target: float | None = None  # the issue's goal, where tighter than the bound
-    expected_fail: str = ""  # why tpsim misses the bound today ("" when it should meet it)
-    ceiling: float | None = None  # an expected miss beyond this is a failure all the same
-
-    def status(self, error: float) -> str:
-        """``pass``, ``FAIL`` or ``expected-miss`` for a run that found ``error``."""
-        if error <= self.bound:
-            return "pass"
-        if self.expected_fail and (self.ceiling is None or error <= self.ceiling):
-            return "expected-miss"
-        return "FAIL"
-
-
-def _from_rows(rows: Sequence[dict[str, float | str]], unit: str = "B") -> Comparison:
-    """A :mod:`.collectives` comparison (rows of bytes, measured and simulated us)."""
-    points = tuple(
-        Point(
-            f"{r['bytes']} {unit}",
-            float(r["simulated_us"]) / float(r["measured_us"]) - 1,
-            float(r["measured_us"]),
-            float(r["simulated_us"]),
-            "us",
-        )
-        for r in rows
-    )
-    pairs = [(float(r["simulated_us"]), float(r["measured_us"])) for r in rows]
-    return Comparison(len(points), coll.geomean_error(pairs), points)
-
-
-def _curve(name: str) -> Callable[[], Comparison]:
-    def run() -> Comparison:
-        (curve,) = [c for c in coll.CURVES if c.file == name]
-        rows, _ = coll.compare(curve, coll.data_dir())
-        return _from_rows(rows)
-
-    return run
-
-
-def _multinode(slug: str) -> Callable[[], Comparison]:
-    def run() -> Comparison:
-        (curve,) = [c for c in coll.MULTINODE if c.slug == slug]
-        rows, _, _ = coll.compare_multinode(curve, coll.data_dir())
-        return _from_rows(rows)
-
-    return run
-
-
-def _alltoall(slug: str, op: str = "all_to_all") -> Callable[[], Comparison]:
-    def run() -> Comparison:
-        (curve,) = [c for c in coll.ALLTOALL if c.slug == slug]
-        rows, _ = coll.compare_alltoall(curve, coll.data_dir(), op)
-        return _from_rows(rows)
-
-    return run
-
-
-def _deepep_ll(multi_node: bool) -> Callable[[], Comparison]:
-    def run() -> Comparison:
-        return _from_rows(deepep.compare_ll(multi_node))
-
-    return run
-
-
-def _deepep_normal() -> Comparison:
-    return _from_rows(deepep.compare_normal())
-
-
-def _deepep_normal_nvlink() -> Comparison:
-    return _from_rows(deepep.compare_normal_nvlink())
-
-
-def _floors(fitted: bool) -> Callable[[], Comparison]:
-    def run() -> Comparison:
-        calib = coll.floors_host(coll.data_dir())[1] if fitted else None
-        rows, _ = coll.compare_floors(coll.data_dir(), calib)
-        return _from_rows(rows, "GPUs")
-
-    return run
-
-
-def _peaks() -> Comparison:
-    want = coll.measured_peaks()
-    got = coll.peaks(want)
-    points = tuple(
-        Point(f"{algo} at 16 GiB", got[algo] / w - 1, w, got[algo], "GB/s")
-        for algo, w in want.items()
-    )
-    # busbw is the inverse of time: the same log ratio, so the same geomean error
-    err = coll.geomean_error([(w, got[a]) for a, w in want.items()])
-    return Comparison(len(points), err, points)
-
-
-def _custom(group: str) -> Callable[[], Comparison]:
-    def run() -> Comparison:
-        (g,) = [x for x in car.GROUPS if x.name == group]
-        table = car.rows(calibration.measured(car.FILE))
-        pts, err = car.compare(g, table)
-        rows = tuple(
-            Point(
-                f"{q.ranks} ranks {q.bytes} B",
-                q.error,
-                q.measured_s * 1e6,
-                q.simulated_s * 1e6,
-                "us",
-            )
-            for q in pts
-        )
-        return Comparison(len(rows), err, rows)
-
-    return run
-
-
-def _engine(file: str) -> Callable[[], Comparison]:
-    def run() -> Comparison:
-        cases = [c for c in engines.lmdeploy_cases() + engines.e2e_cases() if c.file == file]
-        sims = [engines.simulate_case(c) for c in cases]
-        rows = tuple(
-            Point(c.label, s / c.measured_s - 1, c.measured_s * 1e3, s * 1e3, "ms")
-            for c, s in zip(cases, sims, strict=True)
-        )
-        err = engines.geomean_error([(s, c.measured_s) for c, s in zip(cases, sims, strict=True)])
-        return Comparison(len(rows), err, rows)
-
-    return run
-
-
-def _serving(which: str, metric: str, kernel_table: str | None = None) -> Callable[[], Comparison]:
-    """Mean TTFT or TPOT of each stage (:mod:`.serving`); TTFT of measured-unsaturated stages.
-    ``kernel_table``: the H100 stages with their kernels priced from that table."""
-
-    def run() -> Comparison:
-        stages = srv.h100_stages(kernel_table) if which == "h100" else srv.workstation_stages()
-        if metric == "ttft":
-            stages = tuple(s for s in stages if not s.saturated)
-        pairs = [(getattr(s, f"sim_{metric}_ms"), getattr(s, f"{metric}_ms")) for s in stages]
-        rows = tuple(
-            Point(
-                s.label + (" (tpsim: saturated)" if s.sim_saturated else ""),
-                sim / m - 1,
-                m,
-                sim,
-                "ms",
-            )
-            for s, (sim, m) in zip(stages, pairs, strict=True)
-        )
-        return Comparison(len(rows), srv.geomean_error(pairs), rows)
-
-    return run
+__all__ = ["BY_NAME", "UNCOVERED", "VALIDATIONS", "Comparison", "Point", "Validation"]
 
 
 _PREFIX_MISS = (
@@ -242,38 +51,6 @@ _TABLES_MISS = (
     "attention is modelled, the chat's earlier turns are not; the low-rate stages are 5-17% "
     "fast; not diagnosed further"
 )
-
-
-def _holdout(name: str) -> Callable[[], Comparison]:
-    def run() -> Comparison:
-        (h,) = [x for x in holdouts.HOLDOUTS if x.name == name]
-        with tempfile.TemporaryDirectory(prefix="tpsim-validate-") as tmp:
-            holdouts.write_base(Path(tmp))
-            done = holdouts.holdout(h, Path(tmp))
-        rows = tuple(
-            Point(c.label, t / c.measured_s - 1, c.measured_s * 1e3, t * 1e3, "ms")
-            for c, t in done.held
-        )
-        return Comparison(len(rows), done.error, rows)
-
-    return run
-
-
-@cache
-def _kernel_prices() -> dict[str, list[float]]:
-    return kernels.prices()
-
-
-def _kernels(variant: str) -> Callable[[], Comparison]:
-    def run() -> Comparison:
-        from tpsim.experiments.calibrate.vidur_cases import FAMILIES, cases
-
-        errors = kernels.errors(_kernel_prices())[variant]
-        counts = {f: sum(1 for c in cases() if c.family == f) for f in FAMILIES}
-        rows = tuple(Point(f"{f} ({counts[f]} cases)", errors[f]) for f in FAMILIES)
-        return Comparison(sum(counts.values()), max(errors[f] for f in FAMILIES), rows)
-
-    return run
 
 
 NCCL_A100 = "nccl_allreduce_a100_8gpu.csv"
@@ -351,37 +128,37 @@ _CUSTOM = "geomean error of the time per call over the group's rows (ranks and s
 VALIDATIONS: tuple[Validation, ...] = (
     Validation("nccl-a100-8gpu", (NCCL_A100,), 0.09,
                f"nccl-tests all_reduce_perf -g 8 on one DGX A100, 32 KiB-16 GiB: {_TIME} "
-               "(launcher threads)", _curve(NCCL_A100), quick=True),
+               "(launcher threads)", run.curve(NCCL_A100), quick=True),
     Validation("nccl-h100-torch", (NCCL_H100,), 0.12,
                f"NCCL all-reduce through torch.distributed on 8x H100: {_TIME} "
-               "(launcher torch)", _curve(NCCL_H100), quick=True, target=0.10),
+               "(launcher torch)", run.curve(NCCL_H100), quick=True, target=0.10),
     Validation("nccl-h100-peaks", ("collective_peaks.csv",), 0.05,
                "all-reduce busbw at 16 GiB on one 8x H100 node, NVLS and ring (NVLS "
-               "disabled): geomean error of the peak busbw", _peaks, quick=True),
+               "disabled): geomean error of the peak busbw", run.peaks, quick=True),
     Validation("nccl-2node-h100-ib", (MULTINODE,), 0.15,
                f"nccl-tests 2 nodes x 8 H100 over InfiniBand (Nebius), 16 ranks, mpirun: "
-               f"{_TIME} (out of place)", _multinode("h100_ib"), target=0.10),
+               f"{_TIME} (out of place)", run.multinode("h100_ib"), target=0.10),
     Validation("nccl-2node-h100-a3mega", (MULTINODE,), 0.15,
                f"nccl-tests 2 nodes x 8 H100 on GCP A3 Mega (TCPXO), 16 ranks, mpirun: "
-               f"{_TIME} (out of place)", _multinode("h100_a3mega"), target=0.10,
+               f"{_TIME} (out of place)", run.multinode("h100_a3mega"), target=0.10,
                expected_fail="A3 Mega runs Google's NCCL tuner plugin (its own unpublished "
                "per-size algorithm, protocol and channels): the slow 2-64 MiB regime is not "
                "modelled (issue #14)", ceiling=0.25),
     Validation("nccl-2node-b200-ib", (MULTINODE,), 0.15,
                f"nccl-tests 2 nodes x 8 B200 over InfiniBand (Lambda), 16 ranks, mpirun: "
-               f"{_TIME} (out of place)", _multinode("b200_ib"), target=0.10),
+               f"{_TIME} (out of place)", run.multinode("b200_ib"), target=0.10),
     Validation("nccl-alltoall-a100", (SINGLE_NODE,), 0.15,
                _ALLTOALL.format(gpu="A100 SXM", topo="dgx-a100", what=_TIME + " and ranks "
                                 "(NCCL 2.27.3)"),
-               _alltoall("a100"), quick=True, expected_fail=_ALLTOALL_MISS, ceiling=0.26),
+               run.alltoall("a100"), quick=True, expected_fail=_ALLTOALL_MISS, ceiling=0.26),
     Validation("nccl-alltoall-h100", (SINGLE_NODE,), 0.15,
                _ALLTOALL.format(gpu="H100 SXM", topo="dgx-h100", what=_TIME + " and ranks "
                                 "(NCCL 2.23, 2.27.3 and 2.29.2 collections)"),
-               _alltoall("h100"), quick=True),
+               run.alltoall("h100"), quick=True),
     *(
         Validation(f"nccl-{op.replace('_', '')}-{gpu}", (SINGLE_NODE,), coll.SINGLE_NODE_BOUND,
                    _SINGLE.format(op=op, gpu=name, topo=topo, what=_TIME + " and ranks"),
-                   _alltoall(gpu, op), quick=True,
+                   run.alltoall(gpu, op), quick=True,
                    expected_fail=_SINGLE_MISS[gpu, op][0], ceiling=_SINGLE_MISS[gpu, op][1])
         for gpu, name, topo in (("a100", "A100 SXM (NCCL 2.27.3)", "dgx-a100"),
                                 ("h100", "H100 SXM (NCCL 2.23, 2.27.3, 2.29.2)", "dgx-h100"))
@@ -392,35 +169,35 @@ VALIDATIONS: tuple[Validation, ...] = (
                "times, tests/test_low_latency.py on 8 H100 SXM of one node (dgx-h100 --ranks "
                "8, --algo deepep_ll), hidden 2048-7168, top-1 to top-10 of 8-512 experts, 1-2048 "
                "tokens a rank: geomean error of the time over dispatch and combine",
-               _deepep_ll(multi_node=False), quick=True),
+               run.deepep_ll(multi_node=False), quick=True),
     Validation("deepep-ll-h100-rdma", (deepep.LL_FILE,), 0.20,
                "the same kernels over RDMA on 2, 4 and 8 nodes of 8 H100 (EP 16-64, hidden "
                "7168, top-8 of 256-288 experts, 2-256 tokens): geomean error of the time over "
-               "dispatch and combine", _deepep_ll(multi_node=True)),
+               "dispatch and combine", run.deepep_ll(multi_node=True)),
     Validation("deepep-normal-h800", (deepep.PUBLISHED_FILE,), 0.15,
                "DeepEP normal kernels across nodes (README, V1: H800, one 400 Gb/s NIC a GPU, "
                "EP 16-64, 4096 tokens, hidden 7168, top-8 of 256 in at most 4 nodes; hgx-h800 "
                "--algo deepep_normal): geomean error of the time, the measured time being "
                "DeepEP's logical RDMA bytes over its published bandwidth",
-               _deepep_normal, quick=True),
+               run.deepep_normal, quick=True),
     Validation("deepep-normal-h800-nvlink", (deepep.PUBLISHED_FILE,), 0.15,
                "DeepEP normal kernels inside one node (README, V1: 8 H800 over NVLink, 4096 "
                "tokens, hidden 7168, top-8 of 256; hgx-h800 --algo deepep_normal): geomean "
                "error of the time, the measured time being the tokens a GPU receives (its own "
                "included) over DeepEP's published NVLink bandwidth",
-               _deepep_normal_nvlink, quick=True),
+               run.deepep_normal_nvlink, quick=True),
     Validation("nccl-a100-floors", (SMALL,), 0.10,
                "one-channel all-reduce floors (8-128 B) of nccl-tests issue 123, -g N on 2 to "
                "8 GPUs of a DGX A100, priced with the shipped calibration: geomean error over "
-               "N", _floors(fitted=False), quick=True,
+               "N", run.floors(fitted=False), quick=True,
                expected_fail="the shipped per-GPU enqueue time is the -g 8 sweep's host; this "
                "DGX A100 enqueues about 25% faster (a per-host constant): 10-33% slow",
                ceiling=0.30),
     Validation("nccl-a100-floors-fitted", (SMALL,), 0.06,
                "the same floors with the per-GPU enqueue time fitted to their host (one "
-               "constant, in sample): geomean error over N", _floors(fitted=True), quick=True),
+               "constant, in sample): geomean error over N", run.floors(fitted=True), quick=True),
     *(
-        Validation(slug, (SMALL,), 0.15, f"{g.name}: {_CUSTOM}", _custom(g.name), quick=True,
+        Validation(slug, (SMALL,), 0.15, f"{g.name}: {_CUSTOM}", run.custom(g.name), quick=True,
                    expected_fail=miss)
         for slug, g, miss in zip(
             (
@@ -448,47 +225,47 @@ VALIDATIONS: tuple[Validation, ...] = (
     Validation("engine-lmdeploy", (LMDEPLOY,), 0.20,
                "LMDeploy v0.1 (TurboMind) on A100, Llama-2 7B/13B/70B: median decode step at "
                "every batch and batch-1 first tokens, profile fastertransformer: geomean error",
-               _engine("lmdeploy"), target=0.15),
+               run.engine("lmdeploy"), target=0.15),
     Validation("engine-tgi", (E2E,), 0.20,
                "TGI v1.2, CodeLlama-34B per-token latency on 1, 2, 4 A100s and H100s, profile "
                "tgi-v1 (its Python per layer fitted to the two TP 2 rows): geomean error",
-               _engine("tgi"), quick=True, target=0.15),
+               run.engine("tgi"), quick=True, target=0.15),
     Validation("engine-vllm-2023", (E2E,), 0.20,
                "vLLM Dec 2023 benchmark_latency on A100 (batch 64, 256 in, 256 out; custom "
                "all-reduce and NCCL), profile vllm-v0: geomean error of the request latency",
-               _engine("vllm-2023"), quick=True, target=0.15),
+               run.engine("vllm-2023"), quick=True, target=0.15),
     Validation("serving-h100-tpot", (srv.H100,), 0.15,
                "vLLM on one H100, Llama-2-7B fp16, constant-rate stages of 4-20 req/s "
                f"(tpsim serve, {srv.STAGE_S:g} s of each): mean TPOT ((latency - TTFT) / "
                "(tokens - 1), from the file's means), geomean error over the stages",
-               _serving("h100", "tpot"), expected_fail=_PREFIX_MISS, ceiling=0.25),
+               run.serving("h100", "tpot"), expected_fail=_PREFIX_MISS, ceiling=0.25),
     Validation("serving-h100-ttft", (srv.H100,), 0.30,
                "the same stages: mean TTFT of the stages vLLM kept up with (the reasoning "
                "stage overloaded it, requests failed: saturated, not compared), geomean error",
-               _serving("h100", "ttft"), expected_fail=_PREFIX_MISS, ceiling=2.0),
+               run.serving("h100", "ttft"), expected_fail=_PREFIX_MISS, ceiling=2.0),
     Validation("serving-h100-tpot-tables", (srv.H100, VIDUR[0]), 0.15,
                "serving-h100-tpot with Llama-2-7B's GEMMs, norms and element-wise kernels "
                "measured on an H100 (--kernel-table vidur-h100; attention stays modelled) in "
                "place of the analytic ones: the scheduler's part apart from the GEMM model's",
-               _serving("h100", "tpot", "vidur-h100"), expected_fail=_TABLES_MISS,
+               run.serving("h100", "tpot", "vidur-h100"), expected_fail=_TABLES_MISS,
                ceiling=0.25),
     Validation("serving-h100-ttft-tables", (srv.H100, VIDUR[0]), 0.30,
                "serving-h100-ttft with the measured H100 kernels (vidur-h100)",
-               _serving("h100", "ttft", "vidur-h100"), expected_fail=_TABLES_MISS, ceiling=0.40),
+               run.serving("h100", "ttft", "vidur-h100"), expected_fail=_TABLES_MISS, ceiling=0.40),
     Validation("serving-rtx4090-tpot", (srv.WORKSTATION,), 0.15,
                "vLLM 0.19 on one RTX 4090, Llama-3.1-8B, 300 ShareGPT requests at 10 req/s "
                "(tpsim serve with the mean lengths): mean TPOT; TTFT not compared (a minute: "
-               "saturated in both)", _serving("workstation", "tpot"),
+               "saturated in both)", run.serving("workstation", "tpot"),
                expected_fail=_RTX4090_MISS, ceiling=0.50),
     Validation("holdout-lmdeploy", (LMDEPLOY,), 0.15,
                "tpsim calibrate fitted on Llama-2 7B and 13B at TP 1 (fastertransformer), "
-               "predicting Llama-2-70B at TP 4: held-out geomean error", _holdout("lmdeploy")),
+               "predicting Llama-2-70B at TP 4: held-out geomean error", run.holdout("lmdeploy")),
     Validation("holdout-vllm-2023", (E2E,), 0.15,
                "tpsim calibrate fitted on Llama 33B at TP 2 (vllm-v0), predicting Llama 70B at "
-               "TP 4: held-out geomean error", _holdout("vllm-2023")),
+               "TP 4: held-out geomean error", run.holdout("vllm-2023")),
     Validation("holdout-tgi", (E2E,), 0.15,
                "tpsim calibrate fitted on TGI's TP 1 rows (tgi-v1 before its fit), predicting "
-               "TP 2 and 4: held-out geomean error", _holdout("tgi"),
+               "TP 2 and 4: held-out geomean error", run.holdout("tgi"),
                expected_fail="TGI's steps beyond TP 1 are host-bound (Python per layer, about "
                "0.55 ms): at TP 1 the 34B model's weight read (26-46 ms) hides that host time "
                "(50 or 393 us per layer move TP 1 by about 1%, TP 4 by 1.7-2.4x), so no TP 1 "
@@ -497,16 +274,16 @@ VALIDATIONS: tuple[Validation, ...] = (
                "and floors weigh more at TP 4: the fit takes the base's 63% to 77.5% (issues "
                "#13, #26)"),
     Validation("vidur-kernels-shipped", VIDUR, 0.15,
-               f"analytic kernels, shipped calibration: {_KERNEL}", _kernels("today"),
+               f"analytic kernels, shipped calibration: {_KERNEL}", run.kernel_families("today"),
                quick=True,
                expected_fail="the shipped calibration prices the best achievable kernels, not "
                "Vidur's measured ones (the refit profile _kernels is the fit to them)"),
     Validation("vidur-kernels-refit", VIDUR, 0.15,
                f"analytic kernels, the measured-kernel refit (engines/_kernels.yaml): {_KERNEL}",
-               _kernels("refit"), quick=True),
+               run.kernel_families("refit"), quick=True),
     Validation("vidur-kernels-tables", VIDUR, 0.03,
                f"the shipped kernel tables (vidur-a100, vidur-h100), in sample: {_KERNEL}",
-               _kernels("tables"), quick=True),
+               run.kernel_families("tables"), quick=True),
 )
 # fmt: on
 
