@@ -119,8 +119,18 @@ def test_commands_run(
             exec(compile(body, str(page), "exec"), {})
 
 
+#: Pages whose slow commands take minutes (whole studies; calibrate, plan over two nodes and
+#: the validation reports in the guide): a benchmark (pytest -m benchmark), out of CI's budget;
+#: the fast test still parses them, and each study has its own reduced test.
+LONG = {"docs/studies.md", "docs/guide.md"}
+SLOW_PAGES = [
+    pytest.param(p, marks=pytest.mark.benchmark) if i in LONG else p
+    for p, i in zip(PAGES, ids(PAGES), strict=True)
+]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("page", PAGES, ids=ids(PAGES))
+@pytest.mark.parametrize("page", SLOW_PAGES, ids=ids(PAGES))
 def test_slow_commands_run(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     write_files(page, tmp_path)
