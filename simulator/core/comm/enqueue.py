@@ -13,6 +13,7 @@ in use.
 from __future__ import annotations
 
 from tpsim.calibration import Collectives
+from tpsim.calibration.model_collectives import HostEnqueue
 
 #: NCCL's grouped send/receive: channels per peer by its P2P rule, one task per send and
 #: per receive (``nccl.yaml`` ``p2p``).
@@ -26,8 +27,13 @@ NVLS_FAMILY = ("nvls", "nvlstree")
 def ring_channels(c: Collectives, arch: str) -> int:
     """The ring channels NCCL builds for a GPU of ``arch`` (the most an operation runs on);
     1 without host tuning (the ideal calibration)."""
-    cost = c.host_enqueue.get(arch) or c.host_enqueue.get("default")
+    cost = _enqueue_cost(c, arch)
     return cost.ring_channels if cost is not None else 1
+
+
+def _enqueue_cost(c: Collectives, arch: str) -> HostEnqueue | None:
+    """The host enqueue costs of ``arch`` (or the default ones; None: no host costs)."""
+    return c.host_enqueue.get(arch) or c.host_enqueue.get("default")
 
 
 def p2p_channels(c: Collectives, nbytes: int, ranks: int, most: int, multi_host: bool) -> int:
@@ -83,7 +89,7 @@ def enqueue_s(
     and NCCL's plan, plus its cost per channel of the operation, plus for a grouped
     send/receive (all-to-all) its cost per task: a send and a receive per rank, itself
     included (0 under a calibration without host costs)."""
-    cost = c.host_enqueue.get(arch) or c.host_enqueue.get("default")
+    cost = _enqueue_cost(c, arch)
     if cost is None:
         return 0.0
     channels = nccl_channels(c, algorithm, protocol, nbytes, ranks, cost.ring_channels, multi_host)
