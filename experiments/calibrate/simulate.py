@@ -11,7 +11,6 @@ their start and receive only (point index, profile path).
 from __future__ import annotations
 
 import hashlib
-import multiprocessing
 import signal
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -25,6 +24,7 @@ from tpsim.core.config import Layout, Options
 from tpsim.core.errors import INPUT_ERRORS, ConfigError
 from tpsim.experiments.calibrate.knobs import KNOBS, profile_yaml
 from tpsim.experiments.calibrate.measurements import MeasuredPoint
+from tpsim.experiments.sweep import forkserver
 from tpsim.outputs.export import write_text
 
 #: The points a worker process simulates (set once, when the worker starts).
@@ -89,8 +89,7 @@ class Simulator:
         self.simulations = 0
         self.pool: ProcessPoolExecutor | None = None
         if jobs > 1 and len(self.points) > 1:
-            ctx = multiprocessing.get_context("forkserver")
-            ctx.set_forkserver_preload(["tpsim.experiments.calibrate.simulate"])
+            ctx = forkserver.context(["tpsim.experiments.calibrate.simulate"])
             self.pool = ProcessPoolExecutor(
                 min(jobs, len(self.points)), ctx, _start_worker, (self.points,)
             )

@@ -9,7 +9,6 @@ stops the pool) and end when the sweep process ends (:func:`die_with`).
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import os
 import select
 import signal
@@ -21,7 +20,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from typing import TypeVar
 
-from tpsim.experiments.sweep import tasks
+from tpsim.experiments.sweep import forkserver, tasks
 from tpsim.experiments.sweep.grid import GridPoint
 from tpsim.experiments.sweep.results import WORKER_DIED
 
@@ -72,8 +71,7 @@ def _alive(pid: int) -> bool:
 def _new_pool(workers: int) -> ProcessPoolExecutor:
     """Workers forked from a clean server process that has imported the simulator once
     (no fork of this possibly multi-threaded process, and cheap worker starts)."""
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["tpsim.experiments.sweep.run"])
+    ctx = forkserver.context(["tpsim.experiments.sweep.run"])
     return ProcessPoolExecutor(
         max_workers=workers, mp_context=ctx, initializer=_worker_init, initargs=(os.getpid(),)
     )

@@ -238,6 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _error(str(exc))
         return 2
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP (signals.Terminated)
+        signals.ignore_more()  # a second Ctrl-C as the process exits does not kill it by SIGINT
         print(f"tpsim: {signals.described(exc)}; no output written", file=sys.stderr)
         return signals.exit_code(exc)
     except BrokenPipeError:  # `tpsim list models | head -1`: the reader has what it wanted

@@ -41,6 +41,16 @@ def _raise(signum: int, frame: FrameType | None) -> None:
     raise Terminated(signum)
 
 
+def ignore_more() -> None:
+    """After the first interrupt: the signals ignored while the command exits (main thread
+    only), so a second Ctrl-C, which the terminal sends the whole process group while the
+    workers are stopped, does not end the exit by SIGINT (status -2, not 130): the
+    interpreter's own exit (joining its pools' threads) comes after :func:`main` returned."""
+    if threading.current_thread() is threading.main_thread():
+        for s in (signal.SIGINT, *HANDLED):
+            signal.signal(s, signal.SIG_IGN)
+
+
 @contextmanager
 def as_interrupts() -> Iterator[None]:
     """Within the block, SIGTERM and SIGHUP raise :class:`Terminated` (main thread only, as

@@ -116,7 +116,7 @@ def build_cases(tmp: Path) -> list[Case]:
         )
 
     # --- paths with a newline: shown escaped and whole -------------------------------------
-    nl = str(tmp / "line\nbreak")
+    nl = "../line\nbreak"  # tmp's, from the folder the cases run in (short: shown whole)
     newline_cases = [
         ("run --topology", ["run", "--model", "llama-2-7b", "--tp", "1", "--topology", nl]),
         ("run --model", ["run", "--topology", "dgx-h100", "--tp", "2", "--model", nl + ".json"]),

@@ -228,15 +228,19 @@ def test_table_overrides_the_roofline_in_a_run() -> None:
         ("# only a comment\n", r"empty"),
     ],
 )
-def test_bad_tables_name_file_row_and_field(tmp_path: Path, text: str, message: str) -> None:
-    path = write(tmp_path, text)
+def test_bad_tables_name_file_row_and_field(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, message: str
+) -> None:
+    monkeypatch.chdir(tmp_path)  # a short path: a long one is shown shortened
+    path = write(Path(), text)
     with pytest.raises(ConfigError, match=message) as err:
         load(path)
     assert path in str(err.value)
 
 
-def test_bad_table_on_the_command_line_exits_2(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
-    path = write(tmp_path, HEADER + "g,gemm,bf16,1,2,3,zero\n")
+def test_bad_table_on_the_command_line_exits_2(tmp_path: Path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.chdir(tmp_path)  # a short path: a long one is shown shortened
+    path = write(Path(), HEADER + "g,gemm,bf16,1,2,3,zero\n")
     args = ["run", "--model", "llama-3.1-8b", "--topology", "dgx-h100", "--tp", "1"]
     assert main([*args, "--kernel-table", path]) == 2
     err = capsys.readouterr().err.strip()
