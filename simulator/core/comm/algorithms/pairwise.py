@@ -43,12 +43,13 @@ def comm_channels(fab: Fabric) -> int:
     return entry.ring_channels if entry is not None else 1
 
 
-def peer_channels(fab: Fabric, nbytes: int) -> int:
-    """Channels NCCL runs one peer's transfer of ``nbytes`` on (1 without P2P tuning)."""
+def peer_channels(fab: Fabric, nbytes: int, protocol: str = "Simple") -> int:
+    """Channels NCCL runs one peer's transfer of ``nbytes`` under ``protocol`` on (its parts
+    sized by the protocol's step; 1 without P2P tuning)."""
     tun = fab.tuning.p2p
     if tun is None:
         return 1
-    return tun.channels(nbytes, fab.ranks, comm_channels(fab), fab.multi_host)
+    return tun.channels(nbytes, fab.ranks, comm_channels(fab), fab.multi_host, protocol)
 
 
 def channel_rate(fab: Fabric, proto: Protocol) -> float:
@@ -75,7 +76,7 @@ def peer_send(fab: Fabric, src: int, dst: int, nbytes: int, proto: Protocol) -> 
     rate = channel_rate(fab, proto)
     if tun is None or math.isinf(rate) or nbytes == 0:
         return base
-    n = peer_channels(fab, nbytes)
+    n = peer_channels(fab, nbytes, proto.name)
     link = fab.path(src, dst).link_class
     part = -(-nbytes // n)
     # LL's receiver consumes each flagged line as it lands: no chunk to fill
@@ -107,13 +108,20 @@ def pairwise(fab: Fabric, nbytes: int, proto: Protocol) -> Schedule:
 
 
 def p2p_protocol(ctx: Context, nbytes: int) -> Protocol:
-    """NCCL's protocol for an all-to-all of ``nbytes``: LL while the bytes to one peer are at
-    most its channels times the P2P LL threshold, else Simple; a calibration with neither
-    (the ideal one): its first."""
+    """NCCL's protocol for an all-to-all of ``nbytes`` (addP2pToPlan): LL while the bytes to
+    one peer are at most some channels times the P2P LL threshold, else Simple; which
+    channels is the calibration's ``p2p.ll_rule`` (up to NCCL 2.28 the per-peer channels,
+    from 2.29 those of Simple-sized parts); a calibration with neither protocol (the ideal
+    one): its first."""
     names = {pr.name: pr for pr in ctx.protocols}
+    tun = ctx.fab.tuning.p2p
     if "LL" in names and "Simple" in names:
-        per_peer = -(-nbytes // ctx.fab.ranks)
-        limit = peer_channels(ctx.fab, per_peer) * ctx.fab.tuning.p2p_ll_threshold
+        fab = ctx.fab
+        per_peer = -(-nbytes // fab.ranks)
+        channels = 1
+        if tun is not None:
+            channels = tun.ll_limit(per_peer, fab.ranks, comm_channels(fab), fab.multi_host)
+        limit = channels * fab.tuning.p2p_ll_threshold
         return names["LL" if per_peer <= limit else "Simple"]
     return ctx.protocols[0]
 
