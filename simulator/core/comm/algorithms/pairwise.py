@@ -8,8 +8,10 @@ block a rank keeps for itself is a local copy, not a send.
 How NCCL schedules each peer's transfer (``enqueue.cc`` addP2pToPlan, calibration
 ``nccl.yaml`` ``p2p``): it is split into parts, one per channel (a thread block), the
 channel count growing with the bytes per peer (``P2PTuning.channels``); the protocol is LL
-while the bytes are at most the channels times NCCL_P2P_LL_THRESHOLD, else Simple (LL128
-is never used for P2P). A channel's block splits its warps between the send and the
+while the bytes are at most some channels times NCCL_P2P_LL_THRESHOLD, else Simple (LL128
+is never used for P2P): up to NCCL 2.28 the per-peer channels (512 KiB a peer on a DGX),
+the LL parts then sized by the LL step; from 2.29 the channels of Simple-sized parts
+(``P2PTuning.ll_rule``). A channel's block splits its warps between the send and the
 receive, so one part moves at most at half of NCCL's per-channel Simple copy limit (LL at
 LL's share of it), and under Simple it moves in chunks (NCCL_P2P_NVL_CHUNKSIZE) through the
 connection's buffer: the sender writes a chunk into the peer's buffer, the receiver copies
