@@ -25,6 +25,7 @@ import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from tpsim.calibration import Calibration, csv_rows, default, measured
 from tpsim.core.collective_bench import collective_sweep
@@ -209,14 +210,37 @@ def read_alltoall(
     size is each rank's whole send buffer (nccl-tests' size), the time the median
     out-of-place average, NCCL the directory's version (H100 has three collections: 2.23,
     2.27.3 and 2.29.2; 2.23 has no all_reduce rows)."""
-    out: dict[int, list[tuple[int, float, str]]] = {}
+    return {
+        p: [(n, us, v) for n, us, v, _ in rows]
+        for p, rows in read_alltoall_runs(path, key, op).items()
+    }
+
+
+def read_alltoall_runs(
+    path: Path, key: str, op: str = "alltoall"
+) -> dict[int, list[tuple[int, float, str, str]]]:
+    """:func:`read_alltoall`'s rows with the NCCL each row recorded as run
+    (``nccl_version_in_rows``; the directory's where the row has none): the H100 2.27.3
+    collection recorded 2.29.2."""
+    out: dict[int, list[tuple[int, float, str, str]]] = {}
     for r in csv_rows(path):
         if r["op"] == op and r["aic_dir"].startswith(key):
             version = r["aic_dir"].rsplit("/", 1)[-1]
+            ran = r.get("nccl_version_in_rows") or version
             out.setdefault(int(r["num_gpus"]), []).append(
-                (int(r["message_bytes"]), float(r["median_us"]), version)
+                (int(r["message_bytes"]), float(r["median_us"]), version, ran)
             )
     return {p: sorted(rows) for p, rows in sorted(out.items())}
+
+
+def calibration_for_nccl(version: str) -> Calibration:
+    """The shipped calibration with NCCL ``version``'s P2P rules (``p2p.ll_rule``: the LL
+    threshold changed in 2.29)."""
+    calib = default()
+    p2p = calib.collectives.p2p
+    if p2p is None:
+        return calib
+    return replace(calib, collectives=replace(calib.collectives, p2p=p2p.for_nccl(version)))
 
 
 def compare_alltoall(
@@ -226,21 +250,25 @@ def compare_alltoall(
     count and size of ``op`` (the file names all-to-all ``alltoall``). nccl-tests ran one
     process with a thread per GPU (``-t N``), each thread enqueuing its own GPU: launcher
     ``mpi`` (no per-call host cost, one GPU per thread); NCCL's own choice (``--algo
-    nccl``), which for all-to-all is its P2P path."""
+    nccl``), which for all-to-all is its P2P path, priced with the P2P rules of the NCCL
+    each row recorded (:func:`calibration_for_nccl`)."""
     out: list[dict[str, float | str]] = []
     name = "alltoall" if op == "all_to_all" else op
-    for p, points in read_alltoall(data / SINGLE_NODE_FILE, curve.key, name).items():
-        sizes = sorted({n for n, _, _ in points})
-        rows = collective_sweep(curve.topology, p, sizes, op=op, algo="nccl", launcher="mpi")
-        by_size = dict(zip(sizes, rows, strict=True))
+    for p, points in read_alltoall_runs(data / SINGLE_NODE_FILE, curve.key, name).items():
+        by_run: dict[tuple[str, int], dict[str, Any]] = {}
+        for ran in sorted({r for *_, r in points}):
+            sizes = sorted({n for n, _, _, r in points if r == ran})
+            rows = collective_sweep(curve.topology, p, sizes, op=op, algo="nccl",
+                                    launcher="mpi", calib=calibration_for_nccl(ran))  # fmt: skip
+            by_run.update({(ran, n): row for n, row in zip(sizes, rows, strict=True)})
         out += [
             {
                 "bytes": f"{p} GPUs, NCCL {v}: {n}",
                 "measured_us": t_us,
-                "simulated_us": by_size[n]["time_s"] * 1e6,
-                "choice": f"{by_size[n]['algorithm']}/{by_size[n]['protocol']}",
+                "simulated_us": by_run[ran, n]["time_s"] * 1e6,
+                "choice": f"{by_run[ran, n]['algorithm']}/{by_run[ran, n]['protocol']}",
             }
-            for n, t_us, v in points
+            for n, t_us, v, ran in points
         ]
     pairs = [(float(o["simulated_us"]), float(o["measured_us"])) for o in out]
     return out, geomean_error(pairs)

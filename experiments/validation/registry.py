@@ -68,13 +68,18 @@ _ALLTOALL = (
     "(launcher mpi, NCCL's choice: pairwise)"
 )
 _ALLTOALL_MISS = (
-    "the A100 box's floors: NCCL's P2P model (channels per peer, chunk pipeline, LL by "
-    "bytes per channel, host tasks) lands H100 within 15% and A100 from 8 MiB within 15%, "
-    "but that A100 box runs every collective of NCCL 2.27 3.5-4 us slower than the H100 "
-    "one (all_gather 9.0 against 5.4 us, alltoall 10.5 against 6.3 at 2 GPUs), an offset of "
-    "its launch path that NCCL's tuning model, and tpsim, prices the same on both: LL sizes "
-    "25-30% fast at 2 and 4 GPUs; 1-4 MiB 15-45% fast (Ampere's P2P read mode, in which the "
-    "receiver pulls each chunk over NVLink, is not modelled) (issue #24)"
+    "the A100 box's floors and NCCL's LL speed: NCCL's P2P model (channels per peer, chunk "
+    "pipeline, host tasks, and the LL rule of the NCCL each row recorded: up to 2.28 LL up "
+    "to 512 KiB a peer in parts of at least 8 KiB, 2.29 up to 16 KiB) lands H100 within 15% "
+    "and A100 from 8 MiB within 15%. The A100 rows (2.27.3) follow the 2.28 rule: flat LL "
+    "floors while the parts stay 8 KiB, then growing with the parts, slowest at 512 KiB a "
+    "peer (8 GPUs, 4 MiB: 64 us); but that box runs every collective of NCCL 2.27 3.5-4 us "
+    "slower than the H100 one (all_gather 9.0 against 5.4 us, alltoall 10.5 against 6.3 at "
+    "2 GPUs), an offset of its launch path that NCCL's tuning model, and tpsim, prices the "
+    "same on both (sizes to 64 KiB 25-35% fast on 2 and 4 GPUs), and its LL parts of "
+    "16-128 KiB grow by 2.5-3 GB/s a channel against the 4 GB/s priced (half the ring LL "
+    "share of the Simple channel cap; H100 2.23 rows: 4.2 against 6.45), so 1-4 MiB stay "
+    "20-40% fast (issue #24)"
 )
 
 _SINGLE = (

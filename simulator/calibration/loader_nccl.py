@@ -259,7 +259,16 @@ def _p2p(d: Mapping[str, Any], w: str) -> P2PTuning:
         part_chunks_multi_host=pair("part_chunks_multi_host"),
         send_recv_split=_count(entry(d, "send_recv_split", w), f"{w}.send_recv_split"),
         task_s=_numbers(entry(d, "task_us", w), f"{w}.task_us", -6),
+        ll_step_bytes=int(number(entry(d, "ll_step_KiB", w), f"{w}.ll_step_KiB") * 1024),
+        ll_rule=_ll_rule(entry(d, "ll_rule", w), f"{w}.ll_rule"),
+        ll_parts_since=str(entry(d, "ll_parts_since", w)),
     )
+
+
+def _ll_rule(value: object, field: str) -> str:
+    if value not in ("per_peer", "parts"):
+        raise CalibrationError(f"{field}={value!r}: per_peer or parts")
+    return str(value)
 
 
 def _switch(value: object) -> bool:

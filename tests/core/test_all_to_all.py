@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 from tpsim.calibration import default as default_calibration
@@ -127,6 +128,75 @@ def test_ll_while_the_bytes_per_peer_fit_its_channels_times_the_threshold(p: int
     assert p2p_protocol(ctx, p * threshold + p).name == "Simple"
     # LL128 never runs P2P
     assert all(p2p_protocol(ctx, p * k).name != "LL128" for k in (8, 4 * KiB, 4 * MiB))
+
+
+def tuned_for(topology: str, p: int, version: str) -> Fabric:
+    """``p`` GPUs of ``topology`` priced with NCCL ``version``'s P2P rules."""
+    calib = default_calibration()
+    p2p = calib.collectives.p2p
+    assert p2p is not None
+    tuned = replace(calib, collectives=replace(calib.collectives, p2p=p2p.for_nccl(version)))
+    return tp_group(get_topology(topology), p).fabric(tuned)
+
+
+@pytest.mark.parametrize(
+    ("version", "rule"), [("2.23", "per_peer"), ("2.27.3", "per_peer"), ("2.28.9", "per_peer"),
+                          ("2.29.2", "parts"), ("2.30", "parts"), ("", "parts")],
+)  # fmt: skip
+def test_the_ll_rule_follows_the_nccl_release(version: str, rule: str) -> None:
+    # enqueue.cc addP2pToPlan: nChannelsMax x NCCL_P2P_LL_THRESHOLD up to 2.28, the parts'
+    # channels from 2.29; the shipped calibration is the current release's
+    p2p = default_calibration().collectives.p2p
+    assert p2p is not None
+    assert p2p.ll_rule == "parts"
+    assert p2p.for_nccl(version).ll_rule == rule
+
+
+@pytest.mark.parametrize(
+    ("per_peer", "p", "proto", "channels"),
+    [
+        # LL parts of at least 8 KiB: the LL buffer's step (64 KiB of 16-byte lines) / 8
+        (8 * KiB, 2, "LL", 1),
+        (64 * KiB, 2, "LL", 8),  # 8 parts of 8 KiB (Simple: one of 64 KiB)
+        (512 * KiB, 2, "LL", 16),  # nChannelsMin: 16 parts of 32 KiB
+        (512 * KiB, 8, "LL", 4),  # 4 parts of 128 KiB
+        (512 * KiB, 2, "Simple", 8),  # Simple parts of at least 64 KiB
+    ],
+)
+def test_nccl_228_sizes_parts_by_the_protocols_step(
+    per_peer: int, p: int, proto: str, channels: int
+) -> None:
+    fab = tuned_for("dgx-h100", p, "2.27.3")
+    assert peer_channels(fab, per_peer, proto) == channels
+    # NCCL 2.29 sizes every part for Simple before it picks the protocol
+    assert peer_channels(fabric("dgx-h100", p), per_peer, proto) == peer_channels(
+        fab, per_peer, "Simple"
+    )
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_nccl_228_runs_ll_up_to_the_per_peer_channels_times_the_threshold(p: int) -> None:
+    # thresholdLL = nChannelsMax (p2pnChannelsPerPeer: 32 on a DGX A100 or H100) x 16 KiB,
+    # whatever the channels the transfer then runs on; 2.29: 16 KiB for one 64 KiB part
+    threshold = default_calibration().collectives.p2p_ll_threshold
+    for version, per_peer_max in (("2.27.3", 32 * threshold), ("2.29.2", threshold)):
+        for topo in ("dgx-a100", "dgx-h100"):
+            fab = tuned_for(topo, p, version)
+            ctx = Context(fab, list(range(p)), fab.tuning.protocols_over(True), choosing=True)
+            assert p2p_protocol(ctx, p * per_peer_max).name == "LL", (version, topo)
+            assert p2p_protocol(ctx, p * per_peer_max + p).name == "Simple", (version, topo)
+
+
+def test_nccl_228_ll_parts_grow_with_the_bytes_once_every_channel_is_in_use() -> None:
+    # 2 GPUs of NCCL 2.27: 16 channels of 8 KiB LL parts at 128 KiB a peer, then the parts
+    # (and the time) grow: 16 KiB at 256 KiB, 32 KiB at 512 KiB
+    fab = tuned_for("dgx-a100", 2, "2.27.3")
+    ll = fab.tuning.protocols["LL"]
+    times = []
+    for per_peer in (128 * KiB, 256 * KiB, 512 * KiB):
+        assert peer_channels(fab, per_peer, "LL") == 16
+        times.append(predict(fab, pairwise(fab, 2 * per_peer, ll)))
+    assert times[0] < times[1] < times[2]
 
 
 def test_simple_parts_pay_one_chunk_of_fill_at_a_half_sm_channel_rate() -> None:

@@ -36,15 +36,22 @@ def _enqueue_cost(c: Collectives, arch: str) -> HostEnqueue | None:
     return c.host_enqueue.get(arch) or c.host_enqueue.get("default")
 
 
-def p2p_channels(c: Collectives, nbytes: int, ranks: int, most: int, multi_host: bool) -> int:
-    """Channels an all-to-all of ``nbytes`` per rank occupies: each of the ``ranks`` peers
-    (the rank itself included, as nccl-tests sends to itself) on its own parts, at most the
-    communicator's P2P channels; 0 without P2P tuning."""
+def p2p_channels(
+    c: Collectives,
+    nbytes: int,
+    ranks: int,
+    most: int,
+    multi_host: bool,
+    protocol: str = "Simple",
+) -> int:
+    """Channels an all-to-all of ``nbytes`` per rank under ``protocol`` occupies: each of
+    the ``ranks`` peers (the rank itself included, as nccl-tests sends to itself) on its own
+    parts, at most the communicator's P2P channels; 0 without P2P tuning."""
     if c.p2p is None:
         return 0
     per_peer = -(-nbytes // ranks)
     total = 1 << max(0, min(most, c.p2p.max_channels) - 1).bit_length()
-    return min(total, ranks * c.p2p.channels(per_peer, ranks, most, multi_host))
+    return min(total, ranks * c.p2p.channels(per_peer, ranks, most, multi_host, protocol))
 
 
 def nccl_channels(
@@ -62,7 +69,7 @@ def nccl_channels(
     schedule that is not NCCL's."""
     family = algorithm.split()[0]  # "ring x2": several rings
     if family in P2P_FAMILY:
-        return p2p_channels(c, nbytes, ranks, most, multi_host)
+        return p2p_channels(c, nbytes, ranks, most, multi_host, protocol)
     if family in NVLS_FAMILY:
         return max(1, c.nvls_channels)
     if family not in RING_FAMILY:

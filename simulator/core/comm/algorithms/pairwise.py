@@ -8,8 +8,10 @@ block a rank keeps for itself is a local copy, not a send.
 How NCCL schedules each peer's transfer (``enqueue.cc`` addP2pToPlan, calibration
 ``nccl.yaml`` ``p2p``): it is split into parts, one per channel (a thread block), the
 channel count growing with the bytes per peer (``P2PTuning.channels``); the protocol is LL
-while the bytes are at most the channels times NCCL_P2P_LL_THRESHOLD, else Simple (LL128
-is never used for P2P). A channel's block splits its warps between the send and the
+while the bytes are at most some channels times NCCL_P2P_LL_THRESHOLD, else Simple (LL128
+is never used for P2P): up to NCCL 2.28 the per-peer channels (512 KiB a peer on a DGX),
+the LL parts then sized by the LL step; from 2.29 the channels of Simple-sized parts
+(``P2PTuning.ll_rule``). A channel's block splits its warps between the send and the
 receive, so one part moves at most at half of NCCL's per-channel Simple copy limit (LL at
 LL's share of it), and under Simple it moves in chunks (NCCL_P2P_NVL_CHUNKSIZE) through the
 connection's buffer: the sender writes a chunk into the peer's buffer, the receiver copies
@@ -43,12 +45,13 @@ def comm_channels(fab: Fabric) -> int:
     return entry.ring_channels if entry is not None else 1
 
 
-def peer_channels(fab: Fabric, nbytes: int) -> int:
-    """Channels NCCL runs one peer's transfer of ``nbytes`` on (1 without P2P tuning)."""
+def peer_channels(fab: Fabric, nbytes: int, protocol: str = "Simple") -> int:
+    """Channels NCCL runs one peer's transfer of ``nbytes`` under ``protocol`` on (its parts
+    sized by the protocol's step; 1 without P2P tuning)."""
     tun = fab.tuning.p2p
     if tun is None:
         return 1
-    return tun.channels(nbytes, fab.ranks, comm_channels(fab), fab.multi_host)
+    return tun.channels(nbytes, fab.ranks, comm_channels(fab), fab.multi_host, protocol)
 
 
 def channel_rate(fab: Fabric, proto: Protocol) -> float:
@@ -75,7 +78,7 @@ def peer_send(fab: Fabric, src: int, dst: int, nbytes: int, proto: Protocol) -> 
     rate = channel_rate(fab, proto)
     if tun is None or math.isinf(rate) or nbytes == 0:
         return base
-    n = peer_channels(fab, nbytes)
+    n = peer_channels(fab, nbytes, proto.name)
     link = fab.path(src, dst).link_class
     part = -(-nbytes // n)
     # LL's receiver consumes each flagged line as it lands: no chunk to fill
@@ -107,13 +110,20 @@ def pairwise(fab: Fabric, nbytes: int, proto: Protocol) -> Schedule:
 
 
 def p2p_protocol(ctx: Context, nbytes: int) -> Protocol:
-    """NCCL's protocol for an all-to-all of ``nbytes``: LL while the bytes to one peer are at
-    most its channels times the P2P LL threshold, else Simple; a calibration with neither
-    (the ideal one): its first."""
+    """NCCL's protocol for an all-to-all of ``nbytes`` (addP2pToPlan): LL while the bytes to
+    one peer are at most some channels times the P2P LL threshold, else Simple; which
+    channels is the calibration's ``p2p.ll_rule`` (up to NCCL 2.28 the per-peer channels,
+    from 2.29 those of Simple-sized parts); a calibration with neither protocol (the ideal
+    one): its first."""
     names = {pr.name: pr for pr in ctx.protocols}
+    tun = ctx.fab.tuning.p2p
     if "LL" in names and "Simple" in names:
-        per_peer = -(-nbytes // ctx.fab.ranks)
-        limit = peer_channels(ctx.fab, per_peer) * ctx.fab.tuning.p2p_ll_threshold
+        fab = ctx.fab
+        per_peer = -(-nbytes // fab.ranks)
+        channels = 1
+        if tun is not None:
+            channels = tun.ll_limit(per_peer, fab.ranks, comm_channels(fab), fab.multi_host)
+        limit = channels * fab.tuning.p2p_ll_threshold
         return names["LL" if per_peer <= limit else "Simple"]
     return ctx.protocols[0]
 
