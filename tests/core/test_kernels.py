@@ -106,9 +106,13 @@ def test_a_small_tile_is_slower_per_flop_by_its_l2_feed() -> None:
     assert tile_seconds(2 * m, 2 * n, k, big, feed=_feed(A100), **kw) == pytest.approx(4 * math_s)
 
 
-# Llama-2-7B's gate/up on one H100 (N = 2 x 11008, K = 4096); 544 rows are 5 rows of
-# 128-row tiles, which pushed 128x256 (86 column tiles) from 3 to 4 waves (+33%).
-MARGIN = 0.11  # 128x128 at 544 rows: 7 waves of half a tile against 512's 3 of a whole one
+# Llama-2-7B's gate/up on one GPU from 512 to 544 rows (5 rows of 128-row tiles), ideally
+# +6.25%: on H100, 128x256's 86 column tiles went from 3 to 4 waves (+33%); the library now
+# takes 128x128 (7 waves of half a tile against 3 of a whole one: +16.7%). The margin is
+# that quantisation step, not a fit: real kernels are not linear either. (The down
+# projection, N = 4096, still doubles there on H100: 64 tiles split K over one wave, 80
+# cannot, and no candidate tile evens that out.)
+MARGIN = 0.11
 
 
 @pytest.mark.parametrize(("hw", "n"), [(H100, 22016), (A100, 22016), (A100, 28672)])
