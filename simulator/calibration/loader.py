@@ -37,13 +37,8 @@ from tpsim.calibration.model_kernels import Kernels, TileShape
 
 def _kernels(d: Mapping[str, Any]) -> Kernels:
     w = "kernels.yaml"
-    tiles = {}
-    for arch, shape in _table(entry(d, "tiles", w), f"{w}.tiles").items():
-        if not (
-            isinstance(shape, list) and len(shape) == 3 and all(isinstance(x, int) for x in shape)
-        ):
-            raise CalibrationError(f"{w}.tiles.{arch}={shape!r}: must be [tile_m, tile_n, mma_m]")
-        tiles[str(arch)] = TileShape(*shape)
+    tiles = {str(arch): _tile_candidates(shapes, f"{w}.tiles.{arch}")
+             for arch, shapes in _table(entry(d, "tiles", w), f"{w}.tiles").items()}  # fmt: skip
     if "default" not in tiles:
         raise CalibrationError(f"{w}.tiles: needs a 'default' tile")
 
@@ -86,10 +81,39 @@ def _kernels(d: Mapping[str, Any]) -> Kernels:
         ),
         l2_gain=share("l2_gain"),
         latency_scale=_numbers(entry(d, "latency_scale", w), f"{w}.latency_scale"),
+        l2_bytes_per_flop=_l2_feed(entry(d, "l2_bytes_per_flop", w), f"{w}.l2_bytes_per_flop"),
         matmul_efficiency_scale=_scale(d, "matmul_efficiency_scale", w),
         attention_efficiency_scale=_scale(d, "attention_efficiency_scale", w),
         hbm_efficiency_scale=_scale(d, "hbm_efficiency_scale", w),
     )
+
+
+def _tile_candidates(shapes: Any, where: str) -> tuple[TileShape, ...]:
+    """An architecture's GEMM tiles: a list of ``[tile_m, tile_n, mma_m]`` or ``[tile_m,
+    tile_n, mma_m, cluster_m, cluster_n]``, the first the reference tile."""
+    bad = f"{where}={shapes!r}: must be a list of [tile_m, tile_n, mma_m(, cluster_m, cluster_n)]"
+    if not isinstance(shapes, list) or not shapes:
+        raise CalibrationError(bad)
+    out = []
+    for shape in shapes:
+        if not (
+            isinstance(shape, list)
+            and len(shape) in (3, 5)
+            and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in shape)
+        ):
+            raise CalibrationError(bad)
+        if shape[2] > shape[0]:
+            raise CalibrationError(f"{where}: {shape!r} has mma_m above tile_m")
+        out.append(TileShape(*shape))
+    return tuple(out)
+
+
+def _l2_feed(value: Any, where: str) -> dict[str, float]:
+    feeds = _numbers(value, where)
+    for arch, x in feeds.items():
+        if not x > 0:
+            raise CalibrationError(f"{where}.{arch}={x!r}: must be positive")
+    return feeds
 
 
 def _scale(d: Mapping[str, Any], key: str, where: str) -> float:

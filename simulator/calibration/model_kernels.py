@@ -12,11 +12,16 @@ from dataclasses import dataclass, field, replace
 
 @dataclass(frozen=True, slots=True)
 class TileShape:
-    """Output tile of one GEMM CTA, and the smallest tile height the tensor-core MMA allows."""
+    """Output tile of one GEMM kernel's CTA, the smallest tile height the tensor-core MMA
+    allows, and the thread-block cluster the operand tiles are multicast over (Hopper TMA
+    multicast: ``cluster_m`` CTAs along M share one B tile, ``cluster_n`` along N one A tile;
+    1 x 1 before Hopper)."""
 
     m: int
     n: int
     mma_m: int
+    cluster_m: int = 1
+    cluster_n: int = 1
 
 
 @dataclass(frozen=True)
@@ -27,7 +32,9 @@ class Kernels:
     attention_fp8_efficiency: float  # FlashAttention-3's fraction of the fp8 peak
     attention_block_m: int  # query rows per attention CTA
     split_k_min: int  # smallest K slice a split-K GEMM gives one CTA
-    tiles: Mapping[str, TileShape]  # by GPU architecture; "default" for any other
+    #: By GPU architecture ("default" for any other): the GEMM kernels the library chooses
+    #: among per shape, the first the one the GPU's best matmul rate was measured with.
+    tiles: Mapping[str, tuple[TileShape, ...]]
     #: Tile and wave quantisation of GEMMs and attention; False prices 2mnk / peak exactly.
     quantised: bool = True
     #: Overrides of every GPU's own figures (None: the GPU's measured or default figure).
@@ -58,15 +65,23 @@ class Kernels:
     #: Per architecture: the fixed times and the row latency relative to the fitted ones
     #: (a GPU generation's kernel start, tail and memory round trips); missing: 1.
     latency_scale: Mapping[str, float] = field(default_factory=dict)
+    #: Per architecture: the bytes per FLOP of the dense 16-bit peak that the L2 cache feeds
+    #: the SMs' operand tiles (missing: no such bound).
+    l2_bytes_per_flop: Mapping[str, float] = field(default_factory=dict)
 
     def latency_scale_of(self, arch: str) -> float:
         return self.latency_scale.get(arch, self.latency_scale.get("default", 1.0))
 
-    def tile(self, arch: str) -> TileShape | None:
-        """The GEMM tile of a GPU architecture, or None when kernels are not quantised."""
+    def tile(self, arch: str) -> tuple[TileShape, ...] | None:
+        """The candidate GEMM tiles of a GPU architecture, or None when kernels are not
+        quantised."""
         if not self.quantised:
             return None
         return self.tiles.get(arch) or self.tiles["default"]
+
+    def l2_bytes_per_flop_of(self, arch: str) -> float:
+        """The L2 operand feed of ``arch`` in bytes per peak FLOP; 0: unbounded."""
+        return self.l2_bytes_per_flop.get(arch, self.l2_bytes_per_flop.get("default", 0.0))
 
     def ideal(self) -> Kernels:
         """First principles: every efficiency 1, every fixed cost 0, no quantisation, and

@@ -4,19 +4,20 @@ dtypes and measured kernel tables."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tpsim import ConfigError, Options, Workload, simulate
-from tpsim.calibration import csv_rows, measured
+from tpsim.calibration import TileShape, csv_rows, measured
 from tpsim.calibration import default as default_calibration
 from tpsim.calibration import ideal as ideal_calibration
 from tpsim.cli import main
 from tpsim.core.config import kv_split
-from tpsim.core.kernels.costs import attention_prefill, gemm, hardware_for
-from tpsim.core.kernels.gemm import plan
+from tpsim.core.kernels.costs import Hardware, attention_prefill, gemm, hardware_for
+from tpsim.core.kernels.gemm import Feed, choose, compute_seconds, plan, tile_seconds
 from tpsim.core.kernels.kernel_table import load
 from tpsim.core.lowering.lower import lower
 from tpsim.core.memory import memory_per_gpu
@@ -50,29 +51,89 @@ def test_gemm_time_is_monotone_in_each_dimension(
 @pytest.mark.parametrize(("hw", "n_full"), [(A100, 27 * 128), (H100, 33 * 256)])
 def test_wave_quantisation_jump_at_the_tile_boundary(hw, n_full: int) -> None:  # type: ignore[no-untyped-def]
     # m = 512 is 4 rows of 128-row tiles: A100 (108 SMs) 4 x 27 tiles of 128 columns and
-    # H100 (132 SMs) 4 x 33 tiles of 256 fill exactly one wave; one more column adds 4 tiles
-    # and a second wave that is nearly empty, so the compute-bound time about doubles.
+    # H100 (132 SMs) 4 x 33 tiles of 256 fill exactly one wave of the reference tile; one
+    # more column adds 4 tiles and a second wave that is nearly empty: with that tile alone
+    # the compute-bound time doubles. The library then picks another kernel (A100 64x64:
+    # 8 x 55 = 440 tiles, 5 waves of a quarter tile, at 0.85 of the rate by its L2 feed;
+    # H100 128x128: 4 x 67 = 268 tiles, 3 waves of half a tile): 1.5x, not 2x.
     m, k = 512, 8192
-    assert plan(m, n_full, k, hw.tile, hw.sm_count, hw.split_k_min).tiles == hw.sm_count
-    assert plan(m, n_full, k, hw.tile, hw.sm_count, hw.split_k_min).waves == 1
-    assert plan(m, n_full + 1, k, hw.tile, hw.sm_count, hw.split_k_min).waves == 2
+    ref = hw.tile[0]
+    assert plan(m, n_full, k, ref, hw.sm_count, hw.split_k_min).tiles == hw.sm_count
+    assert plan(m, n_full, k, ref, hw.sm_count, hw.split_k_min).waves == 1
+    assert plan(m, n_full + 1, k, ref, hw.sm_count, hw.split_k_min).waves == 2
     assert t(m, n_full - 1, k, hw=hw) == pytest.approx(t(m, n_full, k, hw=hw))  # same tiles
-    assert t(m, n_full + 1, k, hw=hw) > 1.9 * t(m, n_full, k, hw=hw)
+    alone = replace(hw, tile=(ref,))
+    assert t(m, n_full + 1, k, hw=alone) > 1.9 * t(m, n_full, k, hw=alone)
+    assert 1.4 < t(m, n_full + 1, k, hw=hw) / t(m, n_full, k, hw=hw) < 1.5
     # ideal mode has no tiles: the same step costs 1/n_full more
     ideal = hardware_for(get_gpu(hw.name), "bf16", ideal_calibration().kernels)
     ratio = t(m, n_full + 1, k, hw=ideal) / t(m, n_full, k, hw=ideal)
     assert ratio == pytest.approx((n_full + 1) / n_full, rel=1e-3)
 
 
-def test_small_m_is_weight_read_bound() -> None:
-    # decode: [1, 8192] x [8192, 57344] reads 939.5 MB of weights at 84% of 2.0 TB/s
-    c = gemm(1, 57344, 8192, A100, act_bytes=2, w_bytes=2)
-    assert c.category == "memory"
-    weights = 8192 * 57344 * 2
-    assert c.seconds == pytest.approx(weights / (2.0e12 * 0.84) + 2e-6, rel=1e-3)
-    # a few tiles, many idle SMs: split-K spreads K so the weight read still binds
-    small = plan(1, 768, 4096, A100.tile, A100.sm_count, A100.split_k_min)
-    assert small.tiles == 6 and small.split_k == pytest.approx(16)
+def _feed(hw: Hardware) -> Feed:
+    return Feed(hw.l2_Bps, 2.0, 2.0)
+
+
+SHAPES = [(544, 22016, 4096), (512, 4096, 14336), (37, 1536, 4096)]
+
+
+@pytest.mark.parametrize("hw", [A100, H100])
+@pytest.mark.parametrize(("m", "n", "k"), SHAPES)
+def test_the_library_picks_the_candidate_of_least_time(hw, m: int, n: int, k: int) -> None:  # type: ignore[no-untyped-def]
+    kw = {"peak_flops": hw.matmul_flops, "sm_count": hw.sm_count, "split_k_min": hw.split_k_min}
+    each = {c: tile_seconds(m, n, k, c, feed=_feed(hw), **kw) for c in hw.tile}
+    best, seconds = choose(m, n, k, hw.tile, feed=_feed(hw), **kw)
+    assert seconds == min(each.values()) == each[best]
+    assert compute_seconds(m, n, k, tile=hw.tile, feed=_feed(hw), **kw) == seconds
+    assert compute_seconds(m, n, k, tile=best, feed=_feed(hw), **kw) == seconds  # one kernel
+
+
+def test_a_small_tile_is_slower_per_flop_by_its_l2_feed() -> None:
+    # A100: the L2 feeds 5120 B/clk over 108 x 2048 FLOP/clk, 7.22 TB/s at 312 TFLOP/s. A
+    # 64x64 bf16 tile re-reads (64 + 64) x 2 B per 2 x 64 x 64 FLOP (1/32 B/FLOP): at the
+    # achievable 271.2 TFLOP/s it needs 8.48 TB/s, so it runs at 7.22 / 8.48 = 0.85 of the
+    # rate; 128x128 needs half that and is math bound.
+    assert A100.l2_Bps == pytest.approx(5120 / (108 * 2048) * 312e12)
+    kw = {"peak_flops": A100.matmul_flops, "sm_count": 108, "split_k_min": A100.split_k_min}
+    small, big = TileShape(64, 64, 16), TileShape(128, 128, 16)
+    m, n, k = 64 * 108, 64, 8192  # one full wave of either tile shape's CTAs
+    math_s = 2.0 * 64 * 64 * k / (A100.matmul_flops / 108)
+    assert tile_seconds(m, n, k, small, **kw) == pytest.approx(math_s)
+    assert tile_seconds(m, n, k, small, feed=_feed(A100), **kw) == pytest.approx(
+        math_s * 271.2e12 / 32 / A100.l2_Bps
+    )
+    assert tile_seconds(2 * m, 2 * n, k, big, feed=_feed(A100), **kw) == pytest.approx(4 * math_s)
+
+
+# Llama-2-7B's gate/up on one GPU from 512 to 544 rows (5 rows of 128-row tiles), ideally
+# +6.25%: on H100, 128x256's 86 column tiles went from 3 to 4 waves (+33%); the library now
+# takes 128x128 (7 waves of half a tile against 3 of a whole one: +16.7%). The margin is
+# that quantisation step, not a fit: real kernels are not linear either. (The down
+# projection, N = 4096, still doubles there on H100: 64 tiles split K over one wave, 80
+# cannot, and no candidate tile evens that out.)
+MARGIN = 0.11
+
+
+@pytest.mark.parametrize(("hw", "n"), [(H100, 22016), (A100, 22016), (A100, 28672)])
+def test_a_few_more_rows_cost_about_their_share(hw, n: int) -> None:  # type: ignore[no-untyped-def]
+    grow = t(544, n, 4096, hw=hw) / t(512, n, 4096, hw=hw)
+    assert grow <= 544 / 512 + MARGIN
+    alone = replace(hw, tile=hw.tile[:1])
+    assert t(544, n, 4096, hw=alone) >= t(544, n, 4096, hw=hw)  # choosing never costs time
+
+
+def test_ideal_gemm_stays_exact() -> None:
+    ideal = hardware_for(get_gpu("h100-sxm"), "bf16", ideal_calibration().kernels)
+    assert ideal.tile is None and ideal.matmul_flops == 989e12
+    kw = {"peak_flops": 989e12, "tile": None, "sm_count": 132, "split_k_min": 256}
+    for m in (1, 511, 512, 544, 4097):
+        exact = 2 * m * 22016 * 4096 / 989e12
+        assert compute_seconds(m, 22016, 4096, feed=Feed(9e12), **kw) == exact
+    # compute binds from 544 rows on (the weight read is 62.7 us at 3.35 TB/s)
+    assert gemm(544, 22016, 4096, ideal, act_bytes=2, w_bytes=2).seconds == (
+        2 * 544 * 22016 * 4096 / 989e12
+    )
 
 
 def calibration_rows() -> list[dict[str, str]]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from tpsim import calibration
 from tpsim.calibration import Kernels, TileShape
-from tpsim.core.kernels.gemm import compute_seconds
+from tpsim.core.kernels.gemm import Feed, compute_seconds
 from tpsim.topologies.gpus import GPUSpec
 
 #: Elements of a row one CTA handles per memory round trip in a row-per-CTA kernel (vLLM's
@@ -96,7 +96,8 @@ class RowKernel:
 class Hardware:
     """The figures one GPU's kernels are priced with (efficiencies already chosen).
 
-    ``tile is None`` means no tile/wave quantisation (the ideal calibration).
+    ``tile is None`` means no tile/wave quantisation (the ideal calibration); else the
+    candidate GEMM kernels (tiles) the library chooses among per shape.
     """
 
     name: str
@@ -107,7 +108,8 @@ class Hardware:
     hbm_efficiency: float
     kernel_overhead_s: float
     sm_count: int = 1
-    tile: TileShape | None = None
+    tile: tuple[TileShape, ...] | None = None
+    l2_Bps: float = 0.0  # L2 bandwidth feeding GEMM operand tiles (0: no such bound)
     attention_peak_flops: float = 0.0  # 0: same as peak_flops
     peak16_flops: float = 0.0  # 16-bit peak for GEMMs kept in 16-bit (lm_head); 0: peak_flops
     fp8_tensor_cores: bool = False
@@ -165,6 +167,7 @@ def hardware_for(
         ),
         sm_count=gpu.sm_count,
         tile=k.tile(gpu.arch),
+        l2_Bps=k.l2_bytes_per_flop_of(gpu.arch) * gpu.bf16_flops,
         attention_peak_flops=attn_peak,
         peak16_flops=gpu.bf16_flops,
         fp8_tensor_cores=fp8,
@@ -246,6 +249,7 @@ def gemm(
         tile=hw.tile,
         sm_count=hw.sm_count,
         split_k_min=hw.split_k_min,
+        feed=Feed(hw.l2_Bps, act_bytes, w_bytes),
     )
     return _priced(t, nbytes, flops, hw, stream=tr.gemm_stream_efficiency, fixed_s=tr.gemm_fixed_s)
 
@@ -281,7 +285,8 @@ def grouped_gemm(
         groups = max(1, math.ceil(experts_read - 1e-9))
         per = max(1, -(-rows // groups))
         t = compute_seconds(per, n * groups, k, peak_flops=peak, tile=hw.tile,
-                            sm_count=hw.sm_count, split_k_min=hw.split_k_min)  # fmt: skip
+                            sm_count=hw.sm_count, split_k_min=hw.split_k_min,
+                            feed=Feed(hw.l2_Bps, act_bytes, w_bytes))  # fmt: skip
     return _priced(t, nbytes, flops, hw, stream=tr.gemm_stream_efficiency, fixed_s=tr.gemm_fixed_s)
 
 

@@ -1,12 +1,24 @@
-"""GEMM cost as a tiled tensor-core kernel runs it: roofline plus tile and wave quantisation.
+"""GEMM cost as a tiled tensor-core kernel runs it: roofline plus tile and wave quantisation,
+with the kernel (tile) chosen per shape as cuBLAS/cuBLASLt heuristics and CUTLASS profilers do.
 
 ``[m, k] @ [k, n]`` is cut into output tiles of ``tile_m x tile_n``; each SM computes one
 tile at a time (CUTLASS/cuBLAS "one CTA per SM"), so the kernel runs in
-``waves = ceil(tiles / SMs)`` rounds and a partial last wave leaves SMs idle::
+``waves = ceil(tiles / SMs)`` rounds and a partial last wave leaves SMs idle. A tile's time is
+the longer of its math and of feeding its operand tiles from the L2 cache::
 
-    compute = waves * (2 * tile_m * tile_n * k_slice) / (peak * tile_efficiency / SMs)
+    math    = 2 * tile_m * tile_n * k_slice / (peak * tile_efficiency / SMs)
+    feed    = (tile_m * A bytes / cluster_n + tile_n * B bytes / cluster_m) * k_slice
+              / (L2 bandwidth / SMs)
+    compute = waves * max(math, feed)
     memory  = (A + W + C bytes) / (HBM peak * HBM efficiency)
     time    = max(compute, memory) + fixed per-kernel cost
+
+The feed term is why a smaller tile is slower per FLOP: it re-reads more operand bytes per
+FLOP (``1/tile_n + 1/tile_m``), and Hopper's TMA multicast shares a B tile over the
+``cluster_m`` CTAs of a cluster along M (an A tile over ``cluster_n`` along N). The library
+has a short list of kernels per architecture (calibration ``tiles``) and takes the one of
+least modelled time for the shape (:func:`choose`); the first is the tile the GPU's best
+matmul rate was measured with, whose feed does not bind.
 
 ``memory`` reads the whole weight matrix once (the L2 serves the re-reads of a tile row), so a
 small-M (decode) GEMM is weight-read bound. ``tile_m`` shrinks with small M down to the MMA
@@ -20,7 +32,9 @@ the second wave holds a single tile, which is the wave-quantisation jump. Unquan
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from tpsim.calibration import TileShape
 
@@ -60,22 +74,83 @@ def plan(m: int, n: int, k: int, tile: TileShape, sm_count: int, split_k_min: in
     return TilePlan(tm, tile.n, tiles, k, k_slice, max(waves, 1))
 
 
+@dataclass(frozen=True, slots=True)
+class Feed:
+    """What a tile's operand feed is priced with: the L2 bandwidth shared by all SMs (0: no
+    feed bound) and the bytes of one A (activation) and one B (weight) element."""
+
+    l2_Bps: float = 0.0
+    a_bytes: float = 2.0
+    w_bytes: float = 2.0
+
+
+NO_FEED = Feed()
+
+
+def tile_seconds(
+    m: int,
+    n: int,
+    k: int,
+    tile: TileShape,
+    *,
+    peak_flops: float,
+    sm_count: int,
+    split_k_min: int,
+    feed: Feed = NO_FEED,
+) -> float:
+    """Tensor-core time of the GEMM run with one kernel, ``tile``: waves of the longer of a
+    tile's math and its operand feed."""
+    p = plan(m, n, k, tile, sm_count, split_k_min)
+    per_tile = 2.0 * p.tile_m * p.tile_n * p.k_slice / (peak_flops / sm_count)
+    if feed.l2_Bps > 0:
+        # bytes of A and B per unit of K, less what cluster multicast shares
+        a = p.tile_m * feed.a_bytes / tile.cluster_n
+        operand = a + p.tile_n * feed.w_bytes / tile.cluster_m
+        per_tile = max(per_tile, operand * p.k_slice / (feed.l2_Bps / sm_count))
+    return p.waves * per_tile
+
+
+@lru_cache(maxsize=1 << 16)
+def choose(
+    m: int,
+    n: int,
+    k: int,
+    tiles: tuple[TileShape, ...],
+    *,
+    peak_flops: float,
+    sm_count: int,
+    split_k_min: int,
+    feed: Feed = NO_FEED,
+) -> tuple[TileShape, float]:
+    """The kernel of ``tiles`` the library picks for the shape, the least modelled time (the
+    first of equal times), and that time."""
+    best, best_s = tiles[0], math.inf
+    for tile in tiles:
+        s = tile_seconds(m, n, k, tile, peak_flops=peak_flops, sm_count=sm_count,
+                         split_k_min=split_k_min, feed=feed)  # fmt: skip
+        if s < best_s:
+            best, best_s = tile, s
+    return best, best_s
+
+
 def compute_seconds(
     m: int,
     n: int,
     k: int,
     *,
     peak_flops: float,
-    tile: TileShape | None,
+    tile: Sequence[TileShape] | TileShape | None,
     sm_count: int,
     split_k_min: int,
+    feed: Feed = NO_FEED,
 ) -> float:
-    """Tensor-core time of the GEMM: ``2mnk / peak`` untiled, else waves of padded tiles.
+    """Tensor-core time of the GEMM: ``2mnk / peak`` untiled, else that of the best of the
+    candidate kernels ``tile`` (one :class:`TileShape` or several).
 
     ``peak_flops`` is the achievable rate of the whole GPU (peak x full-wave efficiency).
     """
     if tile is None:
         return 2.0 * m * n * k / peak_flops
-    p = plan(m, n, k, tile, sm_count, split_k_min)
-    per_tile = 2.0 * p.tile_m * p.tile_n * p.k_slice
-    return p.waves * per_tile / (peak_flops / sm_count)
+    tiles = (tile,) if isinstance(tile, TileShape) else tuple(tile)
+    return choose(m, n, k, tiles, peak_flops=peak_flops, sm_count=sm_count,
+                  split_k_min=split_k_min, feed=feed)[1]  # fmt: skip
