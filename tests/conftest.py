@@ -26,10 +26,23 @@ pytest.register_assert_rewrite("hostile_corpus")
 SLOW_FIXTURES = frozenset({"demo_run", "tpsim_wheel", "tpsim_tree", "kill_reference"})
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Benchmarks time themselves: they run in this one process, never beside other tests
+    on the pytest-xdist workers (``-n auto`` of pyproject's addopts)."""
+    if "benchmark" in (config.getoption("markexpr") or "") and hasattr(
+        config.option, "numprocesses"
+    ):
+        config.option.numprocesses = 0
+        config.option.dist = "no"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        used = sorted(SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())))
+        if used:
             item.add_marker(pytest.mark.slow)
+            # one worker builds the session fixture once for all its tests (--dist loadgroup)
+            item.add_marker(pytest.mark.xdist_group(used[0]))
     # benchmarks (whole studies and the full validation run: minutes each) stay out of the
     # suite unless asked for by marker (pytest -m benchmark), so plain pytest fits CI's budget
     if "benchmark" not in (config.getoption("markexpr") or ""):
