@@ -156,7 +156,7 @@ class IterationTimer:
         jitter = HostJitter(plan.calib.engine.host_jitter_cv, plan.layout.tp,
                             plan.options.host_jitter_seed)  # fmt: skip
         ran = run_programs(plan.comms, programs, comm_sms=plan.calib.collectives.comm_sms,
-                           host_jitter=jitter)  # fmt: skip
+                           host_jitter=jitter, canonical=False)  # fmt: skip
         self.simulated += 1
         return ran.records
 
