@@ -123,7 +123,7 @@ class EngineInstance:
         self.step_count += 1
         if self.record_steps:
             used = self.total_blocks - self.pool.free
-            tokens = sum(n for _, n in plan)
+            tokens = len(decodes) + sum(n for n, _ in chunks)  # the plan's: one per decode
             self.steps.append(StepRecord(now, seconds, len(self.waiting), len(plan), tokens,
                                          len(decodes), used, self.preemptions))  # fmt: skip
         return seconds
