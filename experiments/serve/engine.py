@@ -215,17 +215,17 @@ class EngineInstance:
     ) -> tuple[list[tuple[Request, int]], int, bool]:
         plan: list[tuple[Request, int]] = []
         preempted = False
-        k = 0
         running, size = self.running, self.spec.block_size
         take, add = self.pool.take, plan.append
-        while k < len(running) and budget > 0:
-            r = running[k]
+        # in admission order; a preemption pops the list's tail, which ends the loop sooner
+        for r in running:
+            if budget <= 0:
+                break
             computed = r.computed
             n = r.prompt + r.generated - computed
             if n > budget:
                 n = budget
             if only and (computed < r.prompt) != (only == "prefills"):
-                k += 1
                 continue
             need = -(-(computed + n) // size) - r.blocks  # _grow, inlined: the hot path
             if need <= 0 or take(need):
@@ -233,7 +233,6 @@ class EngineInstance:
                     r.blocks += need
                 add((r, n))
                 budget -= n
-                k += 1
                 continue
             fits = True
             while not self._grow(r, r.computed + n):
@@ -248,9 +247,8 @@ class EngineInstance:
                     break
             if not fits:
                 break
-            plan.append((r, n))
+            add((r, n))
             budget -= n
-            k += 1
         return plan, budget, preempted
 
     def _cached_prefix(self, r: Request) -> list[Key]:
