@@ -112,16 +112,18 @@ class EngineInstance:
         self.plan = plan
         decodes: list[int] = []
         chunks: list[tuple[int, int]] = []
+        decode, chunk = decodes.append, chunks.append
         for r, n in plan:
-            if n == 1 and r.computed >= r.prompt:
-                decodes.append(r.computed + 1)
+            c = r.computed
+            if n == 1 and c >= r.prompt:
+                decode(c + 1)
             else:
-                chunks.append((n, r.computed))
+                chunk((n, c))
         seconds = self.timer(MixedStep.of(tuple(decodes), tuple(chunks)))
         self.step_count += 1
         if self.record_steps:
             used = self.total_blocks - self.pool.free
-            tokens = sum(n for _, n in plan)
+            tokens = len(decodes) + sum(n for n, _ in chunks)  # the plan's: one per decode
             self.steps.append(StepRecord(now, seconds, len(self.waiting), len(plan), tokens,
                                          len(decodes), used, self.preemptions))  # fmt: skip
         return seconds
@@ -129,28 +131,33 @@ class EngineInstance:
     def finish(self, now: float) -> Sequence[int]:
         done: list[int] = []
         caching, size = self.spec.prefix_caching, self.spec.block_size
-        for r, n in self.plan:
-            r.computed += n
+        static = self.spec.policy == "static"
+        left = False  # some running request finished
+        for r, n in self.plan:  # the hot loop: every scheduled sequence, every step
+            computed = r.computed = r.computed + n
             if r.done_s >= 0:  # static batching: a finished sequence padding the batch
                 continue
             if caching and r.group >= 0:  # full shared blocks computed: registered
-                while r.next_key < min(r.computed, r.shared) // size:
+                while r.next_key < min(computed, r.shared) // size:
                     key = (r.group, r.next_key)
                     if self.pool.register(key):
                         r.keys.append(key)
                     r.next_key += 1
-            if r.computed < r.prompt + r.generated:
+            generated = r.generated
+            if computed < r.prompt + generated:
                 continue  # a prefill chunk that does not end the prompt
-            r.generated += 1
+            r.generated = generated = generated + 1
             r.token_s.append(now)
-            if r.generated >= r.output:
+            if generated >= r.output:
                 r.done_s = now
                 done.append(r.id)
                 self.finished.append(r)
-                if self.spec.policy != "static":
-                    self.running.remove(r)
+                if not static:
+                    left = True
                     self._release(r)
-        if self.spec.policy == "static" and all(r.done_s >= 0 for r in self.batch):
+        if left:  # the finished leave the running list at once, its order kept
+            self.running = [r for r in self.running if r.done_s < 0]
+        if static and all(r.done_s >= 0 for r in self.batch):
             for r in self.batch:
                 self._release(r)
             self.batch = []
@@ -208,23 +215,24 @@ class EngineInstance:
     ) -> tuple[list[tuple[Request, int]], int, bool]:
         plan: list[tuple[Request, int]] = []
         preempted = False
-        k = 0
         running, size = self.running, self.spec.block_size
-        while k < len(running) and budget > 0:
-            r = running[k]
-            n = r.prompt + r.generated - r.computed
+        take, add = self.pool.take, plan.append
+        # in admission order; a preemption pops the list's tail, which ends the loop sooner
+        for r in running:
+            if budget <= 0:
+                break
+            computed = r.computed
+            n = r.prompt + r.generated - computed
             if n > budget:
                 n = budget
-            if only and (r.computed < r.prompt) != (only == "prefills"):
-                k += 1
+            if only and (computed < r.prompt) != (only == "prefills"):
                 continue
-            need = -(-(r.computed + n) // size) - r.blocks  # _grow, inlined: the hot path
-            if need <= 0 or self.pool.take(need):
+            need = -(-(computed + n) // size) - r.blocks  # _grow, inlined: the hot path
+            if need <= 0 or take(need):
                 if need > 0:
                     r.blocks += need
-                plan.append((r, n))
+                add((r, n))
                 budget -= n
-                k += 1
                 continue
             fits = True
             while not self._grow(r, r.computed + n):
@@ -239,9 +247,8 @@ class EngineInstance:
                     break
             if not fits:
                 break
-            plan.append((r, n))
+            add((r, n))
             budget -= n
-            k += 1
         return plan, budget, preempted
 
     def _cached_prefix(self, r: Request) -> list[Key]:

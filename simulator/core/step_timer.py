@@ -15,9 +15,13 @@ The cache keeps what the engine must simulate apart from what is a pure function
   the host thread) is extrapolated to every layer (:meth:`IterationTimer._extrapolated`:
   equal to the whole model's step to rounding). The step depends on its tokens ``T`` (the
   layers) and its sequences ``B`` (the LM head's rows, the host's per-sequence work), which
-  add up; each part is interpolated between grid points, the tokens' part with its brackets
-  halved where a GEMM's wave count steps the time up, never across the engine's CUDA-graph
-  limit.
+  add up; each part is interpolated between grid points, less the priced seconds of the
+  step's GPU kernels (:meth:`IterationTimer._kernels_at`: the step lowered, not run), which
+  are added back at the asked count: a GEMM's wave and tile counts step the kernels' time
+  up at some counts, and where the step is GPU-bound those steps cancel, so what is
+  interpolated is near-linear and a coarse grid suffices; a bracket is halved while its
+  midpoint strays (a host-bound stretch, a collective changing protocol), never across the
+  engine's CUDA-graph limit.
 
 The error this leaves against exact simulation is tested (``tests/core/test_mixed_step.py``:
 within 1 % on random iterations).
@@ -25,6 +29,7 @@ within 1 % on random iterations).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -45,10 +50,10 @@ if TYPE_CHECKING:
 
 #: Token counts simulated as they are up to this; above it, grid points per octave.
 EXACT_BELOW = 64
-PER_OCTAVE = 16
+PER_OCTAVE = 2
 #: The same for the sequences of a step with a prefill.
 SEQ_EXACT_BELOW = 16
-SEQ_PER_OCTAVE = 8
+SEQ_PER_OCTAVE = 2
 #: The prefill step the sequences' part of a step is measured at (tokens).
 REFERENCE_TOKENS = 1024
 #: The layer counts of the two short runs a step of many alike layers is extrapolated from:
@@ -75,6 +80,28 @@ def grid_above(x: int, per_octave: int, exact_below: int = 0) -> int:
     lo = grid_below(x, per_octave, exact_below)
     step = 1 << max(0, (lo + 1).bit_length() - per_octave.bit_length())
     return lo + step
+
+
+def interpolate(x: int, lo: int, hi: int, f: Callable[[int], float],
+                g: Callable[[int], float], whole: Callable[[int], float]) -> float:  # fmt: skip
+    """``f(x) + g(x)`` with ``g`` known everywhere and ``f`` interpolated on the integer
+    bracket ``lo < x < hi``: halved towards ``x`` while ``f`` at its midpoint strays from the
+    line through its ends by more than :data:`LINEAR_TOL` of ``whole`` there (down to a
+    bracket of one: exact)."""
+    f_lo, f_hi = f(lo), f(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        f_mid = f(mid)
+        line = f_lo + (f_hi - f_lo) * (mid - lo) / (hi - lo)
+        if abs(f_mid - line) <= LINEAR_TOL * whole(mid):
+            break
+        if x <= mid:
+            hi, f_hi = mid, f_mid
+        else:
+            lo, f_lo = mid, f_mid
+    if x in (lo, hi):
+        return (f_lo if x == lo else f_hi) + g(x)
+    return f_lo + (f_hi - f_lo) * (x - lo) / (hi - lo) + g(x)
 
 
 def _lanes(records: list[Record]) -> tuple[float, float, float]:
@@ -121,6 +148,7 @@ class IterationTimer:
         self.exact = exact
         self.simulated = 0  # engine runs so far (the cache's misses)
         self._base: dict[tuple[int, int, bool], float] = {}
+        self._kernels: dict[tuple[int, int, bool], float] = {}
         spec = self.plan.model
         alike = all(spec.is_moe_layer(i) == spec.is_moe_layer(0) for i in range(spec.num_layers))
         alike = alike and len(self.plan.experts.histogram) <= 1  # per-layer routing differs
@@ -156,7 +184,7 @@ class IterationTimer:
         jitter = HostJitter(plan.calib.engine.host_jitter_cv, plan.layout.tp,
                             plan.options.host_jitter_seed)  # fmt: skip
         ran = run_programs(plan.comms, programs, comm_sms=plan.calib.collectives.comm_sms,
-                           host_jitter=jitter)  # fmt: skip
+                           host_jitter=jitter, canonical=False)  # fmt: skip
         self.simulated += 1
         return ran.records
 
@@ -195,19 +223,30 @@ class IterationTimer:
             total += attention_seconds(self._pricing, step, h, kv, hd, window).seconds * sliding
         return total
 
-    def _base_at(self, tokens: int, seqs: int, prefill: bool) -> float:
-        """The step without attention at exactly ``tokens`` tokens and ``seqs`` sequences."""
+    @staticmethod
+    def _seqs(tokens: int, seqs: int, prefill: bool) -> int:
+        """The sequences the cache times for ``tokens`` and ``seqs`` (:meth:`_composition`)."""
         seqs = min(seqs, tokens)
         if prefill and seqs == tokens:  # a prefill chunk has at least one token of its own
             seqs = max(1, tokens - 1) if tokens > 1 else 1
+        return seqs
+
+    @staticmethod
+    def _composition(tokens: int, seqs: int, prefill: bool) -> MixedStep:
+        """The step the cache times for ``tokens`` and ``seqs`` (from :meth:`_seqs`):
+        decodes of one token each, and with a prefill one chunk of the tokens left."""
+        if prefill:
+            return MixedStep.of((1,) * (seqs - 1), ((tokens - seqs + 1, 0),))
+        return MixedStep.of((1,) * tokens, ())
+
+    def _base_at(self, tokens: int, seqs: int, prefill: bool) -> float:
+        """The step without attention at exactly ``tokens`` tokens and ``seqs`` sequences."""
+        seqs = self._seqs(tokens, seqs, prefill)
         key = (tokens, seqs, prefill)
         hit = self._base.get(key)
         if hit is not None:
             return hit
-        if prefill:
-            step = MixedStep.of((1,) * (seqs - 1), ((tokens - seqs + 1, 0),))
-        else:
-            step = MixedStep.of((1,) * tokens, ())
+        step = self._composition(tokens, seqs, prefill)
         if self._short:
             t = self._extrapolated(step)
         else:
@@ -215,54 +254,89 @@ class IterationTimer:
         self._base[key] = t
         return t
 
+    def _kernels_at(self, tokens: int, seqs: int, prefill: bool) -> float:
+        """The GPU kernels' seconds of the step without attention at exactly ``tokens``
+        tokens and ``seqs`` sequences, lowered but not run: the sum of the compute stream's
+        priced kernels on its busiest rank, the repeating layer's extrapolated to every
+        layer. It carries the steps a GEMM's wave and tile counts put into the step's
+        time, at the cost of a lowering (no engine run)."""
+        seqs = self._seqs(tokens, seqs, prefill)
+        key = (tokens, seqs, prefill)
+        hit = self._kernels.get(key)
+        if hit is not None:
+            return hit
+        step = self._composition(tokens, seqs, prefill)
+        plan = self.plan
+        model = self._short[-1][1] if self._short else plan.model
+        programs = lower_mixed(model, plan.layout.tp, step, plan.options, plan.hardware,
+                               plan.table, no_attention=True,
+                               experts=plan.experts)  # fmt: skip
+        repeat = self._short[-1][0] - 1 if self._short else -1  # the short model's last layer
+        extra = plan.model.num_layers - model.num_layers
+        best = 0.0
+        for program in {id(p): p for p in programs}.values():
+            total = layer = 0.0
+            for op in program.ops:
+                if op.stream == "compute":
+                    total += op.seconds
+                    if op.layer == repeat:
+                        layer += op.seconds
+            best = max(best, total + extra * layer)
+        self._kernels[key] = best
+        return best
+
     def _along_tokens(self, tokens: int, seqs: int | None, prefill: bool) -> float:
         """The step without attention at ``tokens`` tokens (and ``seqs`` sequences; None:
-        as many as tokens), interpolated between token grid points where it is linear: a
-        GEMM's wave count steps its time up at some token count, so the bracket is halved
-        towards ``tokens`` while its midpoint strays from the line through its ends by more
-        than :data:`LINEAR_TOL` (down to one token: exact). Never across the engine's
-        CUDA-graph limit."""
+        as many as tokens), interpolated between token grid points where it is linear.
+
+        A GEMM's wave count steps its time up at some token counts, so what is interpolated
+        is the step less its GPU kernels' priced seconds (:meth:`_kernels_at`, known at any
+        count without running the engine), which are added back at ``tokens``: where the
+        step is GPU-bound the steps cancel and the rest (collectives, gaps) is near-linear.
+        The bracket is halved towards ``tokens`` while the step so rebuilt at its midpoint
+        strays from the simulated one by more than :data:`LINEAR_TOL` (down to one token:
+        exact), so a host-bound stretch, where the kernels' steps do not show, or a
+        collective that changes its protocol, is resolved as finely as it needs. Never
+        across the engine's CUDA-graph limit."""
+
+        def g(t: int) -> float:
+            return self._kernels_at(t, t if seqs is None else seqs, prefill)
 
         def f(t: int) -> float:
-            return self._base_at(t, t if seqs is None else seqs, prefill)
+            return self._base_at(t, t if seqs is None else seqs, prefill) - g(t)
 
         lo, hi = grid_below(tokens, PER_OCTAVE), grid_above(tokens, PER_OCTAVE)
         if lo == tokens:
-            return f(tokens)
+            return f(tokens) + g(tokens)
         graphs = self.plan.calib.engine.graph_max_tokens
         if lo <= graphs < tokens:
             lo = graphs + 1
         elif tokens <= graphs < hi:
             hi = graphs
-        f_lo, f_hi = f(lo), f(hi)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            f_mid = f(mid)
-            line = f_lo + (f_hi - f_lo) * (mid - lo) / (hi - lo)
-            if abs(f_mid - line) <= LINEAR_TOL * f_mid:
-                break
-            if tokens <= mid:
-                hi, f_hi = mid, f_mid
-            else:
-                lo, f_lo = mid, f_mid
-        if tokens in (lo, hi):
-            return f_lo if tokens == lo else f_hi
-        return f_lo + (f_hi - f_lo) * (tokens - lo) / (hi - lo)
+        return interpolate(tokens, lo, hi, f, g, lambda t: f(t) + g(t))
 
     def _per_sequence(self, seqs: int) -> float:
         """What ``seqs`` sequences add to a prefill step over one sequence of the same
-        tokens: the LM head's rows, their logits' all-gather and the host's per-sequence
-        work (at :data:`REFERENCE_TOKENS`), linear between sequence grid points."""
+        tokens (at :data:`REFERENCE_TOKENS`): the LM head's rows, their logits' all-gather
+        and the host's per-sequence work. Interpolated between sequence grid points as
+        :meth:`_along_tokens` interpolates the tokens' part: less what the GPU kernels'
+        prices add (the LM head's GEMM steps up with its rows' tiles), the bracket halved
+        while its midpoint strays by more than :data:`LINEAR_TOL` of the step."""
 
-        def d(b: int) -> float:
-            t = max(b, REFERENCE_TOKENS)
-            return self._base_at(t, b, True) - self._base_at(t, 1, True)
+        def at(b: int) -> int:
+            return max(b, REFERENCE_TOKENS)
 
-        b0 = grid_below(seqs, SEQ_PER_OCTAVE, SEQ_EXACT_BELOW)
-        if b0 == seqs:
-            return d(seqs)
-        b1 = grid_above(seqs, SEQ_PER_OCTAVE, SEQ_EXACT_BELOW)
-        return d(b0) + (d(b1) - d(b0)) * (seqs - b0) / (b1 - b0)
+        def g(b: int) -> float:
+            return self._kernels_at(at(b), b, True) - self._kernels_at(at(b), 1, True)
+
+        def f(b: int) -> float:
+            return self._base_at(at(b), b, True) - self._base_at(at(b), 1, True) - g(b)
+
+        lo = grid_below(seqs, SEQ_PER_OCTAVE, SEQ_EXACT_BELOW)
+        if lo == seqs:
+            return f(seqs) + g(seqs)
+        hi = grid_above(seqs, SEQ_PER_OCTAVE, SEQ_EXACT_BELOW)
+        return interpolate(seqs, lo, hi, f, g, lambda b: self._base_at(at(b), b, True))
 
     def base_seconds(self, tokens: int, seqs: int, prefill: bool) -> float:
         """The step without attention. Decodes alone: a function of the tokens (one per
@@ -285,4 +359,4 @@ class IterationTimer:
         return base + self.attention_s(step)
 
 
-__all__ = ["IterationTimer", "grid_above", "grid_below"]
+__all__ = ["IterationTimer", "grid_above", "grid_below", "interpolate"]

@@ -10,7 +10,7 @@ import pytest
 from tpsim.core.api import simulate
 from tpsim.core.config import ConfigError, Layout, Options, Workload
 from tpsim.core.lowering.mixed import MixedStep
-from tpsim.core.step_timer import IterationTimer, grid_above, grid_below
+from tpsim.core.step_timer import IterationTimer, grid_above, grid_below, interpolate
 
 MODEL, TOPO = "llama-3.1-8b", "dgx-h100"
 
@@ -63,6 +63,53 @@ def test_grid() -> None:
     assert grid_below(1024, 16) == 1024 and grid_above(1024, 16) == 1088
 
 
+def test_interpolate_adds_back_the_known_part() -> None:
+    """f linear, g a step at 11 (a GEMM's wave): f is read at the bracket's ends and its
+    midpoint only, and the step is g's, added back at the asked point."""
+    seen: list[int] = []
+
+    def f(x: int) -> float:
+        seen.append(x)
+        return 2.0 * x + 1
+
+    def g(x: int) -> float:
+        return 0.0 if x <= 10 else 5.0
+
+    assert interpolate(13, 8, 16, f, g, lambda x: 100.0) == 2 * 13 + 1 + 5
+    assert interpolate(9, 8, 16, f, g, lambda x: 100.0) == 2 * 9 + 1
+    assert sorted(set(seen)) == [8, 12, 16]
+
+
+def test_interpolate_halves_a_bracket_that_is_not_linear() -> None:
+    """f steps from 0 to 100 after 10 (what no known part explains): halved towards the
+    asked point until its bracket is linear, so either side of the step is exact."""
+
+    def f(x: int) -> float:
+        return 0.0 if x <= 10 else 100.0
+
+    def none(x: int) -> float:
+        return 0.0
+
+    for x, want in ((9, 0.0), (10, 0.0), (11, 100.0), (15, 100.0)):
+        assert interpolate(x, 8, 16, f, none, lambda x: 100.0) == want
+
+
+def test_the_kernels_steps_are_the_steps_of_the_step(timer: IterationTimer) -> None:
+    """Where a GEMM's wave count steps a GPU-bound step up, the kernels' priced seconds
+    (the step lowered, not run) step up by the same: what the cache interpolates, the step
+    less them, moves by under 0.1 % of the step there while the step itself moves more."""
+    jumps = []
+    for t in range(1020, 1300):
+        a, b = timer._base_at(t, 1, True), timer._base_at(t + 1, 1, True)
+        if b - a > 1e-3 * a:
+            jumps.append(t)
+            ka, kb = timer._kernels_at(t, 1, True), timer._kernels_at(t + 1, 1, True)
+            assert abs((b - kb) - (a - ka)) < 1e-3 * a
+        if len(jumps) == 2:
+            break
+    assert jumps  # the range holds a wave step (else the test shows nothing)
+
+
 def test_extrapolated_layers_equal_the_whole_model(timer: IterationTimer) -> None:
     """The step of 32 layers from runs of 1 and 2 (attention at zero) equals the whole
     model's, prefill and decode, host-bound or not."""
@@ -86,6 +133,8 @@ def _cases(n: int, seed: int) -> list[MixedStep]:
 @pytest.mark.parametrize(("model", "tp", "engine"), [
     ("llama-3.1-8b", 1, "vllm"), ("llama-3.1-8b", 2, "trtllm"), ("llama-3.1-8b", 1, "sglang"),
     ("gpt-oss-20b", 1, "vllm"),  # sliding-window layers and MoE
+    # the speed benchmark's (tpsim.experiments.serve.bench): eager steps, 8 jittered ranks
+    pytest.param("llama-3.1-70b", 8, "vllm", marks=pytest.mark.benchmark),
 ])  # fmt: skip
 def test_cache_within_one_percent_of_exact(model: str, tp: int, engine: str) -> None:
     """Random iterations (1-512 decodes over 16-4000 keys, a chunk of up to 8192 tokens

@@ -168,12 +168,15 @@ def run_programs(
     link_log: list[tuple[float, int, float]] | None = None,
     use_symmetry: bool = True,
     host_jitter: HostJitter | None = None,
+    canonical: bool = True,
 ) -> Ran:
     """Run ``programs`` (one per rank of the group) on ``comms``. One block of ranks stands
     for all when nothing tells the blocks apart: no launch delays, no host jitter, no link
     log, identical programs without p2p, and a hardware rotation that maps every collective
     onto itself. ``rank_delay_s``, ``comm_sms``, ``link_log`` and ``host_jitter`` are
-    :func:`tpsim.core.engine.simulation.run`'s."""
+    :func:`tpsim.core.engine.simulation.run`'s. ``canonical=False`` returns the simulated
+    ranks' records as the engine emitted them (no renumbering, no copies of the block that
+    stood for all: the same times, for a caller that only needs when lanes end)."""
     fab = comms.fabric
     delays = list(rank_delay_s) if rank_delay_s is not None else [0.0] * programs.ranks
     # ranks whose host threads differ (a skew, jitter) are not copies of one another
@@ -195,9 +198,9 @@ def run_programs(
         cause_shift=shifts,
         host_jitter=jitter,
     )
-    if sym and quotient:
+    if canonical and sym and quotient:
         records = symmetry.canonical(records, shifts, sym.hosts, sym.per_host)
-    else:
+    elif canonical:
         records = symmetry.canonical(records)
     return Ran(records, events, ranks)
 

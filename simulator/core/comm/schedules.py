@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import replace
 
 from tpsim.calibration import Protocol
 from tpsim.core.comm.enqueue import nccl_channels, ring_channels
@@ -101,14 +100,17 @@ def ring(
         chunks = chunk_sizes(ring_bytes, p)
         for q, t in enumerate(order):
             succ = order[(q + 1) % p]
+            # every send of this rank to its successor is this one with its own chunk: the
+            # path, latency and cap priced once (send's own wire expression kept)
+            one = send(fab, t, succ, 0, proto, share=frac)
+            cap = copy_cap if copy_cap < one.cap_Bps else one.cap_Bps
+            factor = proto.wire_factor
             s = 0
             for phase in phases:
                 for k in range(p - 1):
                     c = chunks[(q - k) % p] if phase == "rs" else chunks[(q + 1 - k) % p]
-                    snd = send(fab, t, succ, c, proto, share=frac)
-                    if copy_cap < snd.cap_Bps:
-                        snd = replace(snd, cap_Bps=copy_cap)
-                    sends[t][s].append(snd)
+                    sends[t][s].append(Send(one.links, c, c * factor, one.latency_s, cap,
+                                            one.notify, one.peer, net=one.net))  # fmt: skip
                     s += 1
     expects = [[len(orders)] * nsteps for _ in range(p)]
     base = proto.base("ring") + final_receive_s(fab, proto, orders)

@@ -48,10 +48,10 @@ class MixedStep(Workload):
     def of(cls, decodes: tuple[int, ...], chunks: tuple[tuple[int, int], ...]) -> MixedStep:
         if not decodes and not chunks:
             raise ConfigError("step=(): an iteration needs a decode or a prefill chunk")
-        if any(c < 1 for c in decodes) or any(n < 1 or p < 0 for n, p in chunks):
+        if (decodes and min(decodes) < 1) or any(n < 1 or p < 0 for n, p in chunks):
             raise ConfigError(f"step={decodes!r},{chunks!r}: lengths must be positive")
         longest = max((n for n, _ in chunks), default=1)
-        context = max([*decodes, *(n + p for n, p in chunks)])
+        context = max(max(decodes, default=0), max((n + p for n, p in chunks), default=0))
         return cls(
             batch=len(decodes) + len(chunks),
             phase="prefill" if chunks else "decode",
