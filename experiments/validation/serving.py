@@ -2,12 +2,19 @@
 
 - ``serving_vllm_h100_llama2_7b.csv`` (BLIS / inference-sim training set): Llama-2-7B on one
   H100 SXM, vLLM with max_num_batched_tokens 2048 and max_num_seqs 128, fp16, constant-rate
-  stages of 4-20 req/s. Each stage is simulated with its rate, its mean prompt and output
-  lengths (fixed), constant arrivals (inference-perf's ``constant`` load), for
-  :data:`STAGE_S` seconds (its latencies settle within seconds; the stage ran 600-1200 s),
-  each prompt beginning with one of the stage's ``n_system_prompts`` system prompts of
-  ``system_prompt_len`` tokens, in turn (vLLM's prefix cache finds them; the chat's earlier
-  turns are not modelled: the mean prompt is barely longer than system prompt and question).
+  stages of 4-20 req/s. Each stage is simulated with its rate, its mean prompt length and
+  the output tokens asked (fixed), constant arrivals (inference-perf's ``constant`` load), for
+  :data:`STAGE_S` seconds (its latencies settle within seconds; the stage ran 600-1200 s).
+  What the load generator sent (:func:`h100_workload`): inference-perf's ``shared_prefix``
+  data generator draws ``n_system_prompts`` x ``users_per_prompt`` prompts (system prompt
+  and question) once and sends request ``i`` the prompt ``i mod`` their number; no chat
+  context accumulates (every stage's mean prompt is its system prompt and question, about
+  5 % longer from re-tokenising random tokens), so each prompt comes back whole and vLLM's
+  prefix cache finds all its full blocks. With ``ignore_eos`` vLLM generates the
+  ``output_len_cfg`` tokens asked (``max_tokens``); the file's ``output_len_mean`` is
+  inference-perf's client-side re-tokenisation of the streamed text (16-24 % fewer), not
+  the tokens the engine ran: its ITL column is the stage's (latency - TTFT) over
+  2 x ``output_len_cfg`` + 1 streamed chunks (within 0.2 % on every stage).
 - ``serving_vllm019_workstation.csv`` (LLMServingSim's validation): Llama-3.1-8B on one RTX
   4090, vLLM 0.19, max_num_seqs 256, max_num_batched_tokens 2048, 300 ShareGPT-like
   requests at 10 req/s Poisson, simulated with the file's mean lengths. The RTX PRO 6000
@@ -18,7 +25,7 @@ A stage whose measured run failed requests (or, on the workstation, whose TTFT i
 left out of the TTFT comparison and named as such; TPOT is compared on every stage. TPOT is
 vLLM's (latency - TTFT) / (output tokens - 1): the H100 file's own tpot column is
 inference-perf's per streamed chunk (it equals its ITL column), so it is derived from the
-file's mean latency, TTFT and output length.
+file's mean latency and TTFT over the ``output_len_cfg`` tokens generated.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ from tpsim import calibration
 from tpsim.calibration.commented_csv import csv_rows
 from tpsim.core.config import Options
 from tpsim.experiments.serve.run import ServeSetup, serve
-from tpsim.experiments.serve.workload import Lengths, arrival_times, streams, synthetic
+from tpsim.experiments.serve.workload import Lengths, Requests, arrival_times, streams, synthetic
 
 H100 = "serving_vllm_h100_llama2_7b.csv"
 WORKSTATION = "serving_vllm019_workstation.csv"
@@ -55,17 +62,33 @@ class Stage:
     sim_saturated: bool
 
 
-def _h100_stage(row: dict[str, str], kernel_table: str | None = None) -> Stage:
+def output_tokens(row: dict[str, str]) -> int:
+    """The tokens vLLM generated per request: ``max_tokens`` (``output_len_cfg``), which
+    ``ignore_eos`` makes exact; ``output_len_mean`` re-tokenises the text client-side."""
+    return int(row["output_len_cfg"])
+
+
+def h100_workload(row: dict[str, str]) -> Requests:
+    """The stage's requests as inference-perf sent them: constant arrivals; the prompts are
+    ``n_system_prompts`` x ``users_per_prompt`` fixed texts, request ``i`` sends the ``i mod
+    N``-th (``SharedPrefixDataGenerator``: ``data_index % len(prompts)``; no chat context
+    accumulates), so each is one prefix group of the whole prompt; outputs of
+    :func:`output_tokens`."""
     rate = float(row["rate_req_s"])
     duration = min(float(row["stage_duration_s"]), STAGE_S)
-    prompt = Lengths("fixed", round(float(row["prompt_len_mean"])))
-    output = Lengths("fixed", round(float(row["output_len_mean"])))
+    prompt_len = round(float(row["prompt_len_mean"]))
+    prompt = Lengths("fixed", prompt_len)
+    output = Lengths("fixed", output_tokens(row))
     times = arrival_times(streams(0)[0], rate, "constant", 0.0, duration_s=duration)
     reqs = synthetic(0, prompt, output, count=len(times), arrival_s=times)
-    # the shared prefix: one of n_system_prompts system prompts, in turn
-    groups = int(row["n_system_prompts"])
-    reqs = replace(reqs, group=tuple(i % groups for i in range(len(reqs))),
-                   shared=(int(row["system_prompt_len"]),) * len(reqs))  # fmt: skip
+    prompts = int(row["n_system_prompts"]) * int(row["users_per_prompt"])
+    return replace(reqs, group=tuple(i % prompts for i in range(len(reqs))),
+                   shared=(prompt_len,) * len(reqs))  # fmt: skip
+
+
+def _h100_stage(row: dict[str, str], kernel_table: str | None = None) -> Stage:
+    rate = float(row["rate_req_s"])
+    reqs = h100_workload(row)
     overrides = (("max_num_batched_tokens", int(row["max_num_batched_tokens"])),
                  ("max_num_seqs", int(row["max_num_seqs"])))  # fmt: skip
     options = Options(dtype="fp16", engine="vllm", kernel_table=kernel_table)
@@ -75,10 +98,10 @@ def _h100_stage(row: dict[str, str], kernel_table: str | None = None) -> Stage:
     _TIMERS[setup] = run.timer
     s = run.summary()
     name = row["experiment"].split("-tp1-")[-1]
-    # TPOT as vLLM defines it, (latency - TTFT) / (output tokens - 1), from the file's means:
-    # its tpot column is inference-perf's per streamed chunk (equal to its ITL column)
+    # TPOT as vLLM defines it, (latency - TTFT) / (output tokens - 1), from the file's means
+    # and the tokens generated: its tpot column is inference-perf's per streamed chunk
     ttft, e2e = float(row["ttft_mean_ms"]), float(row["e2e_mean_ms"])
-    tpot = (e2e - ttft) / (float(row["output_len_mean"]) - 1)
+    tpot = (e2e - ttft) / (output_tokens(row) - 1)
     return Stage(f"{name} stage {row['stage']} at {rate:g} req/s", ttft, tpot,
                  s["mean_ttft_ms"], s["mean_tpot_ms"], int(row["n_fail"]) > 0,
                  bool(s["saturated"]))  # fmt: skip
@@ -130,4 +153,4 @@ def geomean_error(pairs: list[tuple[float, float]]) -> float:
 
 
 __all__ = ["H100", "STAGE_S", "WORKSTATION", "Stage", "geomean_error", "h100_stages",
-           "workstation_stages"]  # fmt: skip
+           "h100_workload", "output_tokens", "workstation_stages"]  # fmt: skip
