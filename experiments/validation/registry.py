@@ -254,7 +254,7 @@ VALIDATIONS: tuple[Validation, ...] = (
     Validation("serving-h100-ttft", (srv.H100,), 0.30,
                "the same stages: mean TTFT of the stages vLLM kept up with (the reasoning "
                "stage overloaded it, requests failed: saturated, not compared), geomean error",
-               run.serving("h100", "ttft"), expected_fail=_PREFIX_MISS, ceiling=2.0),
+               run.serving("h100", "ttft"), expected_fail=_PREFIX_MISS, ceiling=0.9),
     Validation("serving-h100-tpot-tables", (srv.H100, VIDUR[0]), 0.15,
                "serving-h100-tpot with Llama-2-7B's GEMMs, norms and element-wise kernels "
                "measured on an H100 (--kernel-table vidur-h100; attention stays modelled) in "
@@ -263,7 +263,8 @@ VALIDATIONS: tuple[Validation, ...] = (
                ceiling=0.25),
     Validation("serving-h100-ttft-tables", (srv.H100, VIDUR[0]), 0.30,
                "serving-h100-ttft with the measured H100 kernels (vidur-h100)",
-               run.serving("h100", "ttft", "vidur-h100"), expected_fail=_TABLES_MISS, ceiling=1.0),
+               run.serving("h100", "ttft", "vidur-h100"), expected_fail=_TABLES_MISS,
+               ceiling=0.9),
     Validation("serving-rtx4090-tpot", (srv.WORKSTATION,), 0.15,
                "vLLM 0.19 on one RTX 4090, Llama-3.1-8B, 300 ShareGPT requests at 10 req/s "
                "(tpsim serve with the mean lengths): mean TPOT; TTFT not compared (a minute: "
