@@ -31,10 +31,10 @@ from tpsim.calibration.model_collectives import (
     HostEnqueue,
     Launcher,
     NvlsPipeline,
-    P2PTuning,
     PayloadShares,
     Protocol,
 )
+from tpsim.calibration.model_p2p import P2PTuning
 
 
 def _protocol(name: str, d: Mapping[str, Any], field: str) -> Protocol:
