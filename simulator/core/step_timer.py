@@ -42,6 +42,7 @@ from tpsim.core.lowering import host
 from tpsim.core.lowering.mixed import MixedStep, attention_seconds, lower_mixed
 from tpsim.core.lowering.mla import mixed_attention
 from tpsim.core.plan import RunPlan, resolve
+from tpsim.core.program import Programs
 from tpsim.core.records import Record
 from tpsim.models.spec import ModelSpec
 
@@ -174,11 +175,15 @@ class IterationTimer:
     def model(self) -> ModelSpec:
         return self.plan.model
 
+    def _lower(self, model: ModelSpec, step: MixedStep, no_attention: bool) -> Programs:
+        plan = self.plan
+        return lower_mixed(model, plan.layout.tp, step, plan.options, plan.hardware,
+                           plan.table, no_attention=no_attention,
+                           experts=plan.experts)  # fmt: skip
+
     def _records(self, model: ModelSpec, step: MixedStep, no_attention: bool) -> list[Record]:
         plan = self.plan
-        programs = lower_mixed(model, plan.layout.tp, step, plan.options, plan.hardware,
-                               plan.table, no_attention=no_attention,
-                               experts=plan.experts)  # fmt: skip
+        programs = self._lower(model, step, no_attention)
         assert isinstance(plan.comms, Comms)
         # the host jitter of tpsim run's steps (tpsim.core.engine.jitter): the same ranks wait
         jitter = HostJitter(plan.calib.engine.host_jitter_cv, plan.layout.tp,
@@ -239,40 +244,45 @@ class IterationTimer:
             return MixedStep.of((1,) * (seqs - 1), ((tokens - seqs + 1, 0),))
         return MixedStep.of((1,) * tokens, ())
 
+    def _memo(
+        self,
+        store: dict[tuple[int, int, bool], float],
+        price: Callable[[MixedStep], float],
+        tokens: int,
+        seqs: int,
+        prefill: bool,
+    ) -> float:
+        """``price`` of the step the cache times for ``tokens`` and ``seqs``
+        (:meth:`_composition`), kept in ``store``."""
+        key = (tokens, self._seqs(tokens, seqs, prefill), prefill)
+        hit = store.get(key)
+        if hit is None:
+            hit = store[key] = price(self._composition(*key))
+        return hit
+
     def _base_at(self, tokens: int, seqs: int, prefill: bool) -> float:
         """The step without attention at exactly ``tokens`` tokens and ``seqs`` sequences."""
-        seqs = self._seqs(tokens, seqs, prefill)
-        key = (tokens, seqs, prefill)
-        hit = self._base.get(key)
-        if hit is not None:
-            return hit
-        step = self._composition(tokens, seqs, prefill)
+        return self._memo(self._base, self._base_run, tokens, seqs, prefill)
+
+    def _base_run(self, step: MixedStep) -> float:
         if self._short:
-            t = self._extrapolated(step)
-        else:
-            t = self._run(self.plan.model, step, no_attention=True)
-        self._base[key] = t
-        return t
+            return self._extrapolated(step)
+        return self._run(self.plan.model, step, no_attention=True)
 
     def _kernels_at(self, tokens: int, seqs: int, prefill: bool) -> float:
         """The GPU kernels' seconds of the step without attention at exactly ``tokens``
-        tokens and ``seqs`` sequences, lowered but not run: the sum of the compute stream's
-        priced kernels on its busiest rank, the repeating layer's extrapolated to every
-        layer. It carries the steps a GEMM's wave and tile counts put into the step's
-        time, at the cost of a lowering (no engine run)."""
-        seqs = self._seqs(tokens, seqs, prefill)
-        key = (tokens, seqs, prefill)
-        hit = self._kernels.get(key)
-        if hit is not None:
-            return hit
-        step = self._composition(tokens, seqs, prefill)
-        plan = self.plan
-        model = self._short[-1][1] if self._short else plan.model
-        programs = lower_mixed(model, plan.layout.tp, step, plan.options, plan.hardware,
-                               plan.table, no_attention=True,
-                               experts=plan.experts)  # fmt: skip
+        tokens and ``seqs`` sequences, lowered but not run (:meth:`_kernels_priced`)."""
+        return self._memo(self._kernels, self._kernels_priced, tokens, seqs, prefill)
+
+    def _kernels_priced(self, step: MixedStep) -> float:
+        """The sum of the compute stream's priced kernels of ``step`` on its busiest rank,
+        the repeating layer's extrapolated to every layer. It carries the steps a GEMM's
+        wave and tile counts put into the step's time, at the cost of a lowering (no engine
+        run)."""
+        model = self._short[-1][1] if self._short else self.plan.model
+        programs = self._lower(model, step, no_attention=True)
         repeat = self._short[-1][0] - 1 if self._short else -1  # the short model's last layer
-        extra = plan.model.num_layers - model.num_layers
+        extra = self.plan.model.num_layers - model.num_layers
         best = 0.0
         for program in {id(p): p for p in programs}.values():
             total = layer = 0.0
@@ -282,7 +292,6 @@ class IterationTimer:
                     if op.layer == repeat:
                         layer += op.seconds
             best = max(best, total + extra * layer)
-        self._kernels[key] = best
         return best
 
     def _along_tokens(self, tokens: int, seqs: int | None, prefill: bool) -> float:
