@@ -57,12 +57,17 @@ class P2PTuning:
             return self.peer_channels_max(comm_channels, net)
         return self.channels(per_peer_bytes, ranks, comm_channels, net, "Simple")
 
+    def total_channels(self, comm_channels: int) -> int:
+        """The communicator's P2P channels (comm->p2pnChannels): its channels, at most
+        NCCL_MAX_P2P_NCHANNELS, up to a power of two."""
+        return _pow2_up(min(comm_channels, self.max_channels))
+
     def peer_channels_max(self, comm_channels: int, net: bool) -> int:
         """NCCL's channels per peer (comm->p2pnChannelsPerPeer, addP2pToPlan's
         nChannelsMax): the most one peer's transfer is split over, and the factor of the
         LL threshold."""
-        total = _pow2_up(min(comm_channels, self.max_channels))
-        return min(_pow2_up(self.net_peer_channels if net else comm_channels), total)
+        peer = _pow2_up(self.net_peer_channels if net else comm_channels)
+        return min(peer, self.total_channels(comm_channels))
 
     def step_bytes(self, protocol: str, net: bool) -> int:
         """The step a part of ``protocol`` is sized by (addP2pToPlan's stepSize): the P2P
@@ -85,7 +90,7 @@ class P2PTuning:
         P2P channels (nChannelsMin); one per smallest part (a fraction of the protocol's
         step) up to that, doubled (up to the per-peer channels) while a part is larger than
         the largest."""
-        total = _pow2_up(min(comm_channels, self.max_channels))
+        total = self.total_channels(comm_channels)
         per_peer = self.peer_channels_max(comm_channels, net)
         low = per_peer
         while low * ranks > total and low > 1:

@@ -50,7 +50,7 @@ def p2p_channels(
     if c.p2p is None:
         return 0
     per_peer = -(-nbytes // ranks)
-    total = 1 << max(0, min(most, c.p2p.max_channels) - 1).bit_length()
+    total = c.p2p.total_channels(most)
     return min(total, ranks * c.p2p.channels(per_peer, ranks, most, multi_host, protocol))
 
 
