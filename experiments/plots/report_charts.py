@@ -80,6 +80,17 @@ def log_ticks(lo: float, hi: float) -> list[float]:
     return out
 
 
+def _log_axis(title: str, ticks: Sequence[float], fmt: str) -> dict[str, Any]:
+    """A logarithmic axis labelled at ``ticks`` (each written with ``fmt``)."""
+    return {
+        "title": title,
+        "type": "log",
+        "tickvals": list(ticks),
+        "ticktext": [fmt.format(v) for v in ticks],
+        "automargin": True,
+    }
+
+
 def sweep_figure(rows: Sequence[Mapping[str, Any]]) -> go.Figure:
     """Tokens/s per GPU against batch, one line per configuration of a sweep (log axes).
     The legend names only what differs between the lines; lines with the same points are
@@ -125,20 +136,8 @@ def sweep_figure(rows: Sequence[Mapping[str, Any]]) -> go.Figure:
     fig.update_layout(
         height=520,
         title={"text": "; ".join(shared), "font": {"size": 13}, "x": 0, "xanchor": "left"},
-        xaxis={
-            "title": "batch",
-            "type": "log",
-            "tickvals": x_ticks,
-            "ticktext": [f"{v:g}" for v in x_ticks],
-            "automargin": True,
-        },
-        yaxis={
-            "title": "tokens/s per GPU",
-            "type": "log",
-            "tickvals": y_ticks,
-            "ticktext": [f"{v:,g}" for v in y_ticks],
-            "automargin": True,
-        },
+        xaxis=_log_axis("batch", x_ticks, "{:g}"),
+        yaxis=_log_axis("tokens/s per GPU", y_ticks, "{:,g}"),
         legend={"orientation": "h", "x": 0, "y": -0.18, "yanchor": "top"},
         margin={"l": 70, "r": 20, "t": 50, "b": 60},
     )
