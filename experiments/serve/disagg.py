@@ -93,7 +93,7 @@ class DecodeInstance(EngineInstance):
         r.computed, r.generated = r.prompt, 1
         r.keys, r.blocks, r.next_key = [], 0, 0
         r.group = -1  # its prefix arrived with it: nothing to look up or register
-        self.waiting.append(r)
+        self.queue(r, now)
 
 
 class DisaggServers:

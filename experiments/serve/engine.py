@@ -18,6 +18,12 @@ The scheduler follows vLLM V1's ``Scheduler.schedule`` (v0.8 to v0.11), with the
 - a step's sequences each emit a token when their last token has been computed; a request
   with all its output tokens leaves and frees its blocks.
 
+``async_scheduling`` (vLLM's batch queue of two, SGLang's and TensorRT-LLM's overlap
+schedulers) plans each iteration while the one before it runs: the plan for the iteration
+starting now was made when the last one started, so a request that arrived since waits one
+more iteration, unless the engine would otherwise have nothing to run (an idle engine
+schedules an arrival at once).
+
 ``kv_admission: reserve`` (TensorRT-LLM's GUARANTEED_NO_EVICT) takes the blocks of the whole
 prompt and output at admission, so nothing is preempted; ``mixed_batches: false`` (SGLang
 without mixed chunks, vLLM V0) runs prefill steps apart, whenever a prompt can be admitted,
@@ -91,6 +97,9 @@ class EngineInstance:
         self.pool = BlockPool(blocks)
         self.lookup = requests  # id -> (prompt tokens, output tokens, prefix group, shared)
         self.waiting: deque[Request] = deque()
+        #: async scheduling: requests admitted since the last plan, with when, in order
+        self.newcomers: deque[tuple[float, Request]] = deque()
+        self.planned_s = float("-inf")  # when the last plan was made
         self.running: list[Request] = []
         self.batch: list[Request] = []  # static batching: the batch in flight
         self.plan: list[tuple[Request, int]] = []
@@ -103,10 +112,25 @@ class EngineInstance:
     # ----------------------------------------------------------------- the loop's calls
     def admit(self, request: int, now: float) -> None:
         prompt, output, group, shared = self.lookup(request)
-        self.waiting.append(Request(request, now, prompt, output, group, min(shared, prompt)))
+        self.queue(Request(request, now, prompt, output, group, min(shared, prompt)), now)
+
+    def queue(self, r: Request, now: float) -> None:
+        """``r`` joins the waiting queue, or, scheduling ahead, the newcomers."""
+        if self.spec.async_scheduling:
+            self.newcomers.append((now, r))
+        else:
+            self.waiting.append(r)
 
     def step(self, now: float) -> float | None:
+        new, waiting = self.newcomers, self.waiting
+        while new and new[0][0] <= self.planned_s:  # there when this plan was made
+            waiting.append(new.popleft()[1])
         plan = self._static() if self.spec.policy == "static" else self._continuous()
+        if not plan and new:  # nothing else to run: the engine takes the newcomers now
+            waiting.extend(r for _, r in new)
+            new.clear()
+            plan = self._static() if self.spec.policy == "static" else self._continuous()
+        self.planned_s = now
         if not plan:
             return None
         self.plan = plan
@@ -124,8 +148,9 @@ class EngineInstance:
         if self.record_steps:
             used = self.total_blocks - self.pool.free
             tokens = len(decodes) + sum(n for n, _ in chunks)  # the plan's: one per decode
-            self.steps.append(StepRecord(now, seconds, len(self.waiting), len(plan), tokens,
-                                         len(decodes), used, self.preemptions))  # fmt: skip
+            queued = len(waiting) + len(new)
+            self.steps.append(StepRecord(now, seconds, queued, len(plan), tokens, len(decodes),
+                                         used, self.preemptions))  # fmt: skip
         return seconds
 
     def finish(self, now: float) -> Sequence[int]:
@@ -308,7 +333,8 @@ class EngineInstance:
 
     @property
     def in_system(self) -> int:
-        return len(self.waiting) + len(self.running) + sum(r.done_s < 0 for r in self.batch)
+        queued = len(self.waiting) + len(self.newcomers)
+        return queued + len(self.running) + sum(r.done_s < 0 for r in self.batch)
 
 
 __all__ = ["EngineInstance", "Request", "StepRecord"]

@@ -51,8 +51,9 @@ def text(s: dict[str, Any], result: ServeResult, setup_line: str) -> str:
             out.append(_line(f"{shown} {short} (ms):", f"{s[f'{label}_{name}_ms']:.2f}"))
     spec, kv = result.spec, result.kv
     out.append(_rule("Engine (simulated)"))
+    ahead = ", async scheduling" if spec.async_scheduling else ""
     out += [
-        _line("Scheduler:", f"{spec.engine}, {spec.policy}"),
+        _line("Scheduler:", f"{spec.engine}, {spec.policy}{ahead}"),
         _line(
             "max_num_seqs / max_num_batched_tokens:",
             f"{spec.max_num_seqs} / {spec.max_num_batched_tokens}",

@@ -30,6 +30,10 @@ class SchedulerSpec:
     kv_admission: str  # on_demand | reserve
     preemption: str
     prefix_caching: bool
+    #: the next iteration is planned while this one runs (vLLM's async scheduling, SGLang's
+    #: and TensorRT-LLM's overlap schedulers): a request arriving during an iteration is
+    #: first scheduled in the one after the next, unless the engine has nothing else to run
+    async_scheduling: bool = False
 
 
 def _by_gpu(value: Any, field: str, large: bool) -> int:
@@ -82,6 +86,7 @@ def scheduler(engine: str, gpu_memory_bytes: float) -> SchedulerSpec:
         kv_admission=_one_of(data, "kv_admission", where, ADMISSIONS),
         preemption=_one_of(data, "preemption", where, ("recompute",)),
         prefix_caching=_flag(data, "prefix_caching", where),
+        async_scheduling=_flag(data, "async_scheduling", where),
     )
 
 

@@ -77,6 +77,13 @@ def add_serve_parser(sub: Any) -> argparse.ArgumentParser:
     s = p.add_argument_group("engine scheduler")
     for name, kind, text in SCHEDULER_FLAGS:
         s.add_argument("--" + name.replace("_", "-"), type=kind, help=text)
+    s.add_argument(
+        "--async-scheduling",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="plan each iteration while the one before runs, so an arrival waits "
+        "one more (default: the engine profile's; vLLM, SGLang, TensorRT-LLM: on)",
+    )
     s.add_argument("--exact", action="store_true", help="simulate every iteration "
                    "(no iteration cache)")  # fmt: skip
     o = p.add_argument_group("outputs")
@@ -170,8 +177,8 @@ def _serve(a: argparse.Namespace) -> int:
     options = Options(launch=a.launch, allreduce_algo=a.allreduce_algo, dtype=a.dtype,
                       kv_dtype=a.kv_dtype, ideal=a.ideal, kernel_table=a.kernel_table,
                       engine=a.engine, expert_skew=a.expert_skew)  # fmt: skip
-    overrides = tuple((name, getattr(a, name)) for name, _, _ in SCHEDULER_FLAGS
-                      if getattr(a, name) is not None)  # fmt: skip
+    named = [name for name, _, _ in SCHEDULER_FLAGS] + ["async_scheduling"]
+    overrides = tuple((n, getattr(a, n)) for n in named if getattr(a, n) is not None)
     disagg = None
     if _disaggregated(a):
         from tpsim.experiments.serve.disagg import Disagg

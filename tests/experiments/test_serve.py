@@ -122,8 +122,11 @@ def test_bad_traces(tmp_path: Path, text: str, needle: str) -> None:
 
 # ------------------------------------------------------------------ the scheduler
 def _engine(blocks: int, *, engine: str = "vllm", **fields: object) -> EngineInstance:
+    """An engine instance of ``engine``'s scheduler with ``fields`` set; synchronous (a
+    request is in the next plan after it arrives) unless ``async_scheduling`` is given."""
     from dataclasses import replace
 
+    fields.setdefault("async_scheduling", False)
     spec = replace(scheduler(engine, 80 * 2**30), **fields)
     reqs: dict[int, tuple[int, int, int, int]] = {}
     e = EngineInstance(spec, blocks, lambda step: 0.01 + 1e-6 * step.tokens, lambda i: reqs[i])
@@ -165,6 +168,40 @@ def test_decodes_first_then_new_prompts() -> None:
     _send(e, 1, 500, 5)
     e.step(1.0)
     assert [(r.id, n) for r, n in e.plan] == [(0, 1), (1, 99)]
+
+
+def test_async_scheduling_plans_one_iteration_ahead() -> None:
+    """Planning the next iteration while this one runs (vLLM's batch queue, the overlap
+    schedulers): a request arriving during an iteration misses the one already planned and
+    joins the one after; the first request of an idle engine is scheduled at once."""
+    ahead, sync = _engine(10_000, async_scheduling=True), _engine(10_000)
+    first: dict[str, list[list[int]]] = {}
+    for name, e in (("ahead", ahead), ("sync", sync)):
+        _send(e, 0, 10, 6)  # the engine is idle: planned now in both
+        now, ids = 0.0, []
+        while (dt := e.step(now)) is not None:
+            ids.append(sorted(r.id for r, _ in e.plan))
+            if len(ids) == 1:
+                _send(e, 1, 10, 2, now=now + dt / 2)  # arrives during the first iteration
+            now += dt
+            e.finish(now)
+        first[name] = ids
+    assert first["sync"][:2] == [[0], [0, 1]]
+    assert first["ahead"][:3] == [[0], [0], [0, 1]]
+    late = [next(r for r in e.finished if r.id == 1).token_s[0] for e in (sync, ahead)]
+    assert late[1] - late[0] == pytest.approx(0.01 + 1e-6)  # the step of request 0 alone
+
+
+def test_async_scheduling_idle_engine_takes_an_arrival_at_once() -> None:
+    """When nothing else would run, a newcomer does not wait for the next plan: the engine
+    had nothing queued, so it schedules the request as it comes."""
+    e = _engine(10_000, async_scheduling=True)
+    _send(e, 0, 10, 1)
+    now = _drain(e)
+    assert e.step(now) is None  # idle, the plan made now is empty
+    _send(e, 1, 10, 1, now=now + 1.0)
+    assert e.step(now + 1.0) is not None and [r.id for r, _ in e.plan] == [1]
+    assert e.in_system == 1
 
 
 def test_max_num_seqs_caps_the_running_batch() -> None:

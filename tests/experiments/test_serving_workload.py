@@ -45,8 +45,7 @@ def test_each_prompt_comes_back_whole_and_is_found_cached() -> None:
     computed = []
     for i in (0, n):  # the first request of prompt 0, and the next one of that prompt
         engine.admit(i, 0.0)
-        plan = engine._continuous()
-        computed.append(sum(k for r, k in plan if r.id == i))
-        engine.plan = plan
+        engine.step(0.0)
+        computed.append(sum(k for r, k in engine.plan if r.id == i))
         engine.finish(0.0)
     assert computed == [576, 576 - 35 * 16]
