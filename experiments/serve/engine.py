@@ -277,13 +277,32 @@ class EngineInstance:
         return plan, budget, preempted
 
     def _cached_prefix(self, r: Request) -> list[Key]:
-        """The leading blocks of ``r``'s shared prefix found registered (at least its last
-        prompt token is computed, as vLLM V1 does to sample)."""
-        if not self.spec.prefix_caching or r.group < 0 or r.computed:
+        """The leading blocks of ``r``'s tokens found registered (at least its last token is
+        computed, as vLLM V1 does to sample): its shared prefix's, then, for a request
+        preempted before, the blocks of its own it computed then and that are still
+        cached."""
+        if not self.spec.prefix_caching or r.computed:
             return []
-        return self.pool.lookup(r.group, min(r.shared, r.tokens - 1) // self.spec.block_size)
+        size, limit = self.spec.block_size, (r.tokens - 1) // self.spec.block_size
+        shared = min(r.shared, r.tokens - 1) // size if r.group >= 0 else 0
+        keys = self.pool.lookup(r.group, shared) if shared else []
+        if r.preemptions and len(keys) == shared < limit:
+            keys += self.pool.lookup(_own(r), limit, start=shared)
+        return keys
 
     def _preempt(self, r: Request) -> None:
+        """``r`` leaves the running batch and goes back to the front of the queue, its
+        progress dropped. With prefix caching, vLLM V1 hashes every full block of a request
+        (not only shared prefixes): the full blocks it had computed past its shared prefix
+        stay cached under its own keys, to be found when it is scheduled again if nothing
+        has evicted them by then (the tail ones go first)."""
+        if self.spec.prefix_caching:
+            size, own = self.spec.block_size, _own(r)
+            refs = self.pool.refs
+            for i in range((r.shared // size if r.group >= 0 else 0), r.computed // size):
+                key = (own, i)
+                if key not in refs and self.pool.register(key):
+                    r.keys.append(key)
         self._release(r)
         r.computed = 0
         r.preemptions += 1
@@ -335,6 +354,11 @@ class EngineInstance:
     def in_system(self) -> int:
         queued = len(self.waiting) + len(self.newcomers)
         return queued + len(self.running) + sum(r.done_s < 0 for r in self.batch)
+
+
+def _own(r: Request) -> int:
+    """The prefix group of ``r``'s own tokens (negative: never a workload's shared group)."""
+    return -2 - r.id
 
 
 __all__ = ["EngineInstance", "Request", "StepRecord"]

@@ -7,7 +7,9 @@ blocks go to the tail of the free queue with their hash, and a new allocation ta
 the head, evicting the hash). A request's full blocks of a prefix it shares with others
 (``(group, block index)`` keys: the requests of one group begin with the same tokens) are
 registered when computed; a later request of the group finds the leading ones still
-in use or cached and starts after them.
+in use or cached and starts after them. A preempted request's own full blocks are
+registered under its own group (:mod:`tpsim.experiments.serve.engine`), so that its
+recompute finds those still cached.
 """
 
 from __future__ import annotations
@@ -39,10 +41,11 @@ class BlockPool:
         self.free -= n
         return True
 
-    def lookup(self, group: int, blocks: int) -> list[Key]:
-        """The leading keys of ``group``'s first ``blocks`` blocks that are registered."""
+    def lookup(self, group: int, blocks: int, start: int = 0) -> list[Key]:
+        """The leading keys of ``group``'s blocks ``start`` to ``blocks - 1`` that are
+        registered."""
         out: list[Key] = []
-        for i in range(blocks):
+        for i in range(start, blocks):
             key = (group, i)
             if key not in self.refs:
                 break
@@ -72,9 +75,11 @@ class BlockPool:
 
     def release(self, keys: list[Key], unregistered: int) -> None:
         """A request leaves: its registered blocks stay cached once no one holds them, the
-        others are empty again."""
+        others are empty again. ``keys`` are in block order, and the last ones are evicted
+        first (vLLM V1 frees a request's blocks in reverse, so that its tail goes before its
+        head)."""
         self.free += unregistered
-        for key in keys:
+        for key in reversed(keys):
             self.refs[key] -= 1
             if self.refs[key] == 0:
                 self.cached[key] = None

@@ -265,7 +265,9 @@ def test_prefix_cache_hits_after_the_first_request() -> None:
 
 def test_prefix_cache_shared_while_running_and_evicted_when_needed() -> None:
     """A block in use by one request is shared by the next (no new block for it); cached
-    blocks are evicted, oldest first, when new ones are needed."""
+    blocks are evicted, oldest first, when new ones are needed, and of one request's its
+    tail before its head (vLLM V1 frees a request's blocks in reverse), so a prefix keeps
+    its leading blocks longest."""
     e = _engine(20, max_num_batched_tokens=1000)
     _send(e, 0, 40, 50, group=1, shared=32)  # 3 blocks now, 2 of them shareable
     e.finish(e.step(0.0) or 0.0)
@@ -278,7 +280,28 @@ def test_prefix_cache_shared_while_running_and_evicted_when_needed() -> None:
     assert e.free == 20 and len(e.pool.cached) == 2
     _send(e, 2, 300, 1, now=9.0)  # needs 19 blocks: one cached block is evicted
     e.step(9.0)
-    assert len(e.pool.cached) == 1 and e.pool.lookup(1, 2) == []
+    assert len(e.pool.cached) == 1 and e.pool.lookup(1, 2) == [(1, 0)]
+
+
+def test_a_preempted_request_finds_its_own_blocks_cached() -> None:
+    """vLLM V1 hashes every full block, not only shared prefixes: a request preempted with
+    90 tokens computed leaves 5 full blocks cached under its own keys, and when it is
+    scheduled again (nothing has evicted them) it recomputes only what is past them."""
+    e = _engine(10, block_size=16)
+    _send(e, 0, 90, 20)
+    e.finish(e.step(0.0) or 0.0)  # 90 prompt tokens: 6 blocks, the first token out
+    victim = e.running[0]
+    e._preempt(e.running.pop())
+    assert victim.computed == 0 and len(e.pool.cached) == 5  # 80 tokens in full blocks
+    e.step(1.0)
+    assert [(r.id, n) for r, n in e.plan] == [(0, 91 - 80)]
+    assert e.pool.hits == 5
+    off = _engine(10, block_size=16, prefix_caching=False)
+    _send(off, 0, 90, 20)
+    off.finish(off.step(0.0) or 0.0)
+    off._preempt(off.running.pop())
+    off.step(1.0)
+    assert [(r.id, n) for r, n in off.plan] == [(0, 91)]
 
 
 def test_no_prefix_caching_without_groups_or_when_off() -> None:
