@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     import networkx as nx
 
 #: Token counts simulated as they are up to this; above it, grid points per octave.
-EXACT_BELOW = 64
+EXACT_BELOW = 16
 PER_OCTAVE = 2
 #: The same for the sequences of a step with a prefill.
 SEQ_EXACT_BELOW = 16

@@ -58,7 +58,7 @@ def test_steps_are_checked() -> None:
 
 
 def test_grid() -> None:
-    assert grid_below(50, 16) == 50 and grid_above(50, 16) == 51
+    assert grid_below(50, 16, 64) == 50 and grid_above(50, 16, 64) == 51
     assert grid_below(1000, 16) == 992 and grid_above(1000, 16) == 1024
     assert grid_below(1024, 16) == 1024 and grid_above(1024, 16) == 1088
 
