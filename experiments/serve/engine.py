@@ -123,7 +123,9 @@ class EngineInstance:
 
     def step(self, now: float) -> float | None:
         new, waiting = self.newcomers, self.waiting
-        while new and new[0][0] <= self.planned_s:  # there when this plan was made
+        # there when this plan was made: before it (a request sent at that instant, as a
+        # closed-loop client sends on its last token, came after the plan)
+        while new and new[0][0] < self.planned_s:
             waiting.append(new.popleft()[1])
         plan = self._static() if self.spec.policy == "static" else self._continuous()
         if not plan and new:  # nothing else to run: the engine takes the newcomers now

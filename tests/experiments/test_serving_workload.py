@@ -3,6 +3,8 @@ inference-perf sent vLLM, read from the measurement file."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from tpsim import calibration
 from tpsim.calibration.commented_csv import csv_rows
@@ -36,7 +38,9 @@ def test_each_prompt_comes_back_whole_and_is_found_cached() -> None:
     assert reqs.group[:n] == tuple(range(n)) and reqs.group[n] == 0
     assert set(reqs.shared) == {reqs.prompt[0]} == {576}
     assert set(reqs.output) == {248}
-    spec = scheduler_spec(ServeSetup("llama-2-7b", "dgx-h100", 1), 80e9)
+    spec = replace(
+        scheduler_spec(ServeSetup("llama-2-7b", "dgx-h100", 1), 80e9), async_scheduling=False
+    )  # each request in the next plan
 
     def lookup(i: int) -> tuple[int, int, int, int]:
         return reqs.prompt[i], 2, reqs.group[i], reqs.shared[i]
