@@ -127,11 +127,12 @@ class EngineInstance:
         # closed-loop client sends on its last token, came after the plan)
         while new and new[0][0] < self.planned_s:
             waiting.append(new.popleft()[1])
-        plan = self._static() if self.spec.policy == "static" else self._continuous()
+        schedule = self._static if self.spec.policy == "static" else self._continuous
+        plan = schedule()
         if not plan and new:  # nothing else to run: the engine takes the newcomers now
             waiting.extend(r for _, r in new)
             new.clear()
-            plan = self._static() if self.spec.policy == "static" else self._continuous()
+            plan = schedule()
         self.planned_s = now
         if not plan:
             return None
@@ -300,11 +301,9 @@ class EngineInstance:
         has evicted them by then (the tail ones go first)."""
         if self.spec.prefix_caching:
             size, own = self.spec.block_size, _own(r)
-            refs = self.pool.refs
             for i in range((r.shared // size if r.group >= 0 else 0), r.computed // size):
-                key = (own, i)
-                if key not in refs and self.pool.register(key):
-                    r.keys.append(key)
+                if self.pool.register((own, i)):  # not if it holds that block already
+                    r.keys.append((own, i))
         self._release(r)
         r.computed = 0
         r.preemptions += 1
