@@ -11,17 +11,17 @@ The cache keeps what the engine must simulate apart from what is a pure function
   compute stream between the QKV and output GEMMs, nothing overlaps it, so it adds to the
   step as it is;
 - the rest is simulated with attention priced at zero (:meth:`IterationTimer.base_seconds`).
-  A model whose layers are alike runs with 1 and 2 layers and each lane (the GPU's streams,
-  the host thread) is extrapolated to every layer (:meth:`IterationTimer._extrapolated`:
-  equal to the whole model's step to rounding). The step depends on its tokens ``T`` (the
-  layers) and its sequences ``B`` (the LM head's rows, the host's per-sequence work), which
-  add up; each part is interpolated between grid points, less the priced seconds of the
-  step's GPU kernels (:meth:`IterationTimer._kernels_at`: the step lowered, not run), which
-  are added back at the asked count: a GEMM's wave and tile counts step the kernels' time
-  up at some counts, and where the step is GPU-bound those steps cancel, so what is
-  interpolated is near-linear and a coarse grid suffices; a bracket is halved while its
-  midpoint strays (a host-bound stretch, a collective changing protocol), never across the
-  engine's CUDA-graph limit.
+  A model whose layers are alike runs with 2 layers and each lane (the GPU's streams, the
+  host thread) is extrapolated to every layer from its second layer
+  (:meth:`IterationTimer._extrapolated`: equal to the whole model's step to rounding). The
+  step depends on its tokens ``T`` (the layers) and its sequences ``B`` (the LM head's rows,
+  the host's per-sequence work), which add up; each part is interpolated between grid
+  points, less the priced seconds of the step's GPU kernels
+  (:meth:`IterationTimer._kernels_at`: the step lowered, not run), which are added back at
+  the asked count: a GEMM's wave and tile counts step the kernels' time up at some counts,
+  and where the step is GPU-bound those steps cancel, so what is interpolated is near-linear
+  and a coarse grid suffices; a bracket is halved while its midpoint strays (a host-bound
+  stretch, a collective changing protocol), never across the engine's CUDA-graph limit.
 
 The error this leaves against exact simulation is tested (``tests/core/test_mixed_step.py``:
 within 1 % on random iterations).
@@ -39,6 +39,7 @@ from tpsim.core.config import Layout, Options, Workload, precision
 from tpsim.core.engine.jitter import HostJitter
 from tpsim.core.kernels.pricing import Pricing
 from tpsim.core.lowering import host
+from tpsim.core.lowering.lower import step_pricing
 from tpsim.core.lowering.mixed import MixedStep, attention_seconds, lower_mixed
 from tpsim.core.lowering.mla import mixed_attention
 from tpsim.core.plan import RunPlan, resolve
@@ -57,10 +58,10 @@ SEQ_EXACT_BELOW = 16
 SEQ_PER_OCTAVE = 2
 #: The prefill step the sequences' part of a step is measured at (tokens).
 REFERENCE_TOKENS = 1024
-#: The layer counts of the two short runs a step of many alike layers is extrapolated from:
-#: their difference is the second layer, which every later one repeats (the first differs:
-#: its norm has no residual to add).
-SHORT_LAYERS = (1, 2)
+#: The layers of the short run a step of many alike layers is extrapolated from: its last
+#: layer is the one every later one repeats (the first differs: its norm has no residual to
+#: add).
+SHORT_LAYERS = 2
 #: How far (relative) a bracket's midpoint may stray from the line through its ends.
 LINEAR_TOL = 1e-3
 
@@ -105,9 +106,19 @@ def interpolate(x: int, lo: int, hi: int, f: Callable[[int], float],
     return f_lo + (f_hi - f_lo) * (x - lo) / (hi - lo) + g(x)
 
 
-def _lanes(records: list[Record]) -> tuple[float, float, float]:
+def _lanes(records: list[Record], through: int | None = None) -> tuple[float, float, float]:
     """When the GPU's streams end, when the host thread ends its work before the post-step
-    work, and how long that post-step work takes (it waits for both)."""
+    work, and how long that post-step work takes (it waits for both); ``through``: the two
+    lanes' ends at the end of that layer's work (the embedding's is layer -1), the third 0."""
+    if through is not None:
+        gpu = cpu = 0.0
+        for r in records:
+            if r.layer <= through:
+                if r.stream != "cpu":
+                    gpu = max(gpu, r.end_s)
+                elif r.name not in host.POST_STEP:
+                    cpu = max(cpu, r.end_s)
+        return gpu, cpu, 0.0
     gpu = max((r.end_s for r in records if r.stream != "cpu"), default=0.0)
     post = [r for r in records if r.stream == "cpu" and r.name in host.POST_STEP]
     cpu = max((r.end_s for r in records if r.stream == "cpu" and r.name not in host.POST_STEP),
@@ -150,13 +161,15 @@ class IterationTimer:
         self.simulated = 0  # engine runs so far (the cache's misses)
         self._base: dict[tuple[int, int, bool], float] = {}
         self._kernels: dict[tuple[int, int, bool], float] = {}
+        self._prices: dict[int, Pricing] = {}  # the lowerings' prices, by layer count
         spec = self.plan.model
         alike = all(spec.is_moe_layer(i) == spec.is_moe_layer(0) for i in range(spec.num_layers))
         alike = alike and len(self.plan.experts.histogram) <= 1  # per-layer routing differs
-        self._short = (
-            tuple((n, _first_layers(spec, n)) for n in SHORT_LAYERS)
-            if alike and spec.num_layers > 2 * SHORT_LAYERS[-1]
-            else ()
+        #: the short model the step is extrapolated from, if its layers are alike
+        self._short: tuple[int, ModelSpec] | None = (
+            (SHORT_LAYERS, _first_layers(spec, SHORT_LAYERS))
+            if alike and spec.num_layers > 2 * SHORT_LAYERS
+            else None
         )
         split = self.plan.split
         self._heads = (split.heads, split.kv_heads, spec.head_dim)
@@ -177,9 +190,14 @@ class IterationTimer:
 
     def _lower(self, model: ModelSpec, step: MixedStep, no_attention: bool) -> Programs:
         plan = self.plan
+        price = self._prices.get(model.num_layers)
+        if price is None:  # each kernel priced once over all the steps lowered
+            price = self._prices[model.num_layers] = step_pricing(
+                model, plan.layout.tp, plan.options, plan.hardware, plan.table, memo=True
+            )
         return lower_mixed(model, plan.layout.tp, step, plan.options, plan.hardware,
-                           plan.table, no_attention=no_attention,
-                           experts=plan.experts)  # fmt: skip
+                           plan.table, no_attention=no_attention, experts=plan.experts,
+                           price=price)  # fmt: skip
 
     def _records(self, model: ModelSpec, step: MixedStep, no_attention: bool) -> list[Record]:
         plan = self.plan
@@ -197,17 +215,21 @@ class IterationTimer:
         return metrics.makespan(self._records(model, step, no_attention))
 
     def _extrapolated(self, step: MixedStep) -> float:
-        """The step of every layer from two short runs (:data:`SHORT_LAYERS`), attention
+        """The step of every layer from one short run (:data:`SHORT_LAYERS`), attention
         priced at zero: each lane (the GPU's streams, the host thread up to its post-step
-        work) ends later by the same time per layer once past the first, so each is
-        extrapolated on its own, and the step ends when both have, plus the host's serial
-        post-step work (which waits for both)."""
-        (n1, m1), (n2, m2) = self._short
-        a, b = _lanes(self._records(m1, step, True)), _lanes(self._records(m2, step, True))
-        layers = self.plan.model.num_layers
-        gpu = a[0] + (b[0] - a[0]) * (layers - n1) / (n2 - n1)
-        cpu = a[1] + (b[1] - a[1]) * (layers - n1) / (n2 - n1)
-        return max(gpu, cpu) + b[2]
+        work) ends later by the same time per layer once past the first, the time its last
+        layer's work ends after the layer before's (a layer's work is done before the next
+        one's is, whatever follows it: the same as the difference of a run one layer
+        shorter), so each is extrapolated on its own, and the step ends when both have, plus
+        the host's serial post-step work (which waits for both)."""
+        assert self._short is not None
+        n, short = self._short
+        records = self._records(short, step, True)
+        end, before, last = _lanes(records), _lanes(records, n - 2), _lanes(records, n - 1)
+        more = self.plan.model.num_layers - n
+        gpu = end[0] + (last[0] - before[0]) * more
+        cpu = end[1] + (last[1] - before[1]) * more
+        return max(gpu, cpu) + end[2]
 
     def exact_seconds(self, step: MixedStep) -> float:
         """The iteration lowered whole and run through the engine."""
@@ -279,9 +301,9 @@ class IterationTimer:
         the repeating layer's extrapolated to every layer. It carries the steps a GEMM's
         wave and tile counts put into the step's time, at the cost of a lowering (no engine
         run)."""
-        model = self._short[-1][1] if self._short else self.plan.model
+        model = self._short[1] if self._short else self.plan.model
         programs = self._lower(model, step, no_attention=True)
-        repeat = self._short[-1][0] - 1 if self._short else -1  # the short model's last layer
+        repeat = self._short[0] - 1 if self._short else -1  # the short model's last layer
         extra = self.plan.model.num_layers - model.num_layers
         best = 0.0
         for program in {id(p): p for p in programs}.values():

@@ -9,7 +9,7 @@ import random
 import pytest
 from tpsim.core.api import simulate
 from tpsim.core.config import ConfigError, Layout, Options, Workload
-from tpsim.core.lowering.mixed import MixedStep
+from tpsim.core.lowering.mixed import MixedStep, lower_mixed
 from tpsim.core.step_timer import IterationTimer, grid_above, grid_below, interpolate
 
 MODEL, TOPO = "llama-3.1-8b", "dgx-h100"
@@ -111,7 +111,7 @@ def test_the_kernels_steps_are_the_steps_of_the_step(timer: IterationTimer) -> N
 
 
 def test_extrapolated_layers_equal_the_whole_model(timer: IterationTimer) -> None:
-    """The step of 32 layers from runs of 1 and 2 (attention at zero) equals the whole
+    """The step of 32 layers from a run of 2 (attention at zero) equals the whole
     model's, prefill and decode, host-bound or not."""
     for step in (MixedStep.of((1,) * 8, ()), MixedStep.of((1,) * 300, ()),
                  MixedStep.of((1,) * 40, ((2000, 0),))):  # fmt: skip
@@ -186,3 +186,16 @@ def test_expert_parallel_decode_is_the_decode_pass(skew: float) -> None:
     assert ep1.exact_seconds(step) != ep2.exact_seconds(step)
     mixed = MixedStep.of((800,) * 20, ((300, 100),))
     assert ep2.seconds(mixed) == pytest.approx(ep2.exact_seconds(mixed), rel=0.01)
+
+
+def test_kept_prices_are_the_prices(timer: IterationTimer) -> None:
+    """The timer's lowerings share one pricing that keeps each kernel's price
+    (:attr:`Pricing.memo`): the programs they build are those of a fresh pricing, op for op,
+    whichever steps were lowered before."""
+    plan = timer.plan
+    for step in (MixedStep.of((700,) * 96, ()), MixedStep.of((1,) * 3, ((900, 64),))):
+        timer._kernels_at(step.tokens, step.batch, bool(step.chunks))  # fills the memo
+        kept = timer._lower(timer.model, step, no_attention=False)
+        fresh = lower_mixed(timer.model, 1, step, plan.options, plan.hardware, plan.table)
+        assert kept.per_rank[0].ops == fresh.per_rank[0].ops
+    assert next(iter(timer._prices.values())).memo  # prices were kept

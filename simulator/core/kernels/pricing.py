@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from tpsim.core.config import Precision, dtype_bytes
 from tpsim.core.kernels import costs
@@ -40,6 +40,11 @@ class Pricing:
     kv_b: float  # KV cache
     table: KernelTable | None = None
     expert_b: float = 0.0  # the routed experts' weights (0: w_b)
+    #: prices already asked for, by their arguments (None: none kept): a cache of a pure
+    #: function, shared by the copies a lowering makes (MixedPricing.around)
+    memo: dict[tuple[object, ...], object] | None = field(
+        default=None, compare=False, hash=False, repr=False
+    )
 
     @classmethod
     def of(cls, hw: Hardware, prec: Precision, table: KernelTable | None = None) -> Pricing:
@@ -59,6 +64,16 @@ class Pricing:
     def gemm(self, name: str, m: int, n: int, k: int) -> tuple[KernelCost, str]:
         """GEMM ``name`` of ``[m, k] x [k, n]`` and its shape text (``(kernel table)`` added
         when a measured time replaced the model's)."""
+        memo = self.memo
+        if memo is None:
+            return self._gemm(name, m, n, k)
+        key = ("gemm", name, m, n, k)
+        hit = memo.get(key)
+        if hit is None:
+            hit = memo[key] = self._gemm(name, m, n, k)
+        return hit  # type: ignore[return-value]
+
+    def _gemm(self, name: str, m: int, n: int, k: int) -> tuple[KernelCost, str]:
         linear = name != "lm_head"  # the LM head stays 16-bit in fp8 checkpoints
         g = self.hw if linear else self.hw16
         a_in, w, wdtype = (
@@ -159,6 +174,18 @@ class Pricing:
         gather) over ``rows`` rows of ``width`` elements; ``fused_add``: a norm with the
         residual add fused in. A table prices a fused norm as its measured norm plus its
         measured residual add (the same work, in the two kernels the measurement ran)."""
+        memo = self.memo
+        if memo is None:
+            return self._elementwise(nbytes, flops, op, rows, width, fused_add)
+        key = ("ew", nbytes, flops, op, rows, width, fused_add)
+        hit = memo.get(key)
+        if hit is None:
+            hit = memo[key] = self._elementwise(nbytes, flops, op, rows, width, fused_add)
+        return hit  # type: ignore[return-value]
+
+    def _elementwise(
+        self, nbytes: float, flops: float, op: str, rows: int, width: int, fused_add: bool
+    ) -> KernelCost:
         passes = self.hw.traits.norm_passes if op in NORMS else 1
 
         def price(r: int) -> KernelCost:  # this kernel over r rows: bytes and FLOPs scale

@@ -426,23 +426,17 @@ def start_step(
     group: int = 0,
     experts: ExpertSplit | None = None,
     ep_rank: int = 0,
+    price: Pricing | None = None,
 ) -> tuple[_Megatron, OpBuilder, str]:
     """The lowering of one step of a TP group, up to its first op: prices bound to the
     model's shape (and ``table``'s measured kernels), the launch mode the engine runs the
     step in, an op builder for TP group ``group`` with the engine's pre-step host work in
     it; MoE layers split as ``experts`` says, with expert-parallel rank ``ep_rank``'s
-    load. Returns (the Megatron lowering, its builder, the launch mode)."""
-    if table is not None:  # measured kernels of this model's shape at this TP
-        table = table.bind(model, tp)
-    fp4 = hw.fp4_tensor_cores
-    prec = precision(
-        options,
-        model.dtype,
-        hw.fp8_tensor_cores,
-        fp4_tensor_cores=fp4,
-        expert_dtype=model.expert_dtype,
-    )
-    price = Pricing.of(hw, prec, table)
+    load; ``price``: the step's prices made already (:func:`step_pricing` of these
+    arguments), else made here. Returns (the Megatron lowering, its builder, the launch
+    mode)."""
+    if price is None:
+        price = step_pricing(model, tp, options, hw, table)
     calib = options.calibration
     mode = host.step_mode(calib.engine, options.launch, workload.phase, workload.tokens)
     build = OpBuilder(calib.launch[mode], tp, eager=mode == "eager")
@@ -450,6 +444,24 @@ def start_step(
     host.before_step(build, calib.engine, tp, workload.batch)
     lo = _Megatron(model, tp, workload, options, price, build, experts, ep_rank)
     return lo, build, mode
+
+
+def step_pricing(model: ModelSpec, tp: int, options: Options, hw: Hardware,
+                 table: KernelTable | None, memo: bool = False) -> Pricing:  # fmt: skip
+    """The prices of a step of ``model`` at ``tp``: the run's dtypes on ``hw``, ``table``'s
+    measured kernels of this shape; ``memo``: each kernel priced once however often it is
+    asked for (:attr:`Pricing.memo`: for a caller that lowers many steps of one model)."""
+    if table is not None:  # measured kernels of this model's shape at this TP
+        table = table.bind(model, tp)
+    prec = precision(
+        options,
+        model.dtype,
+        hw.fp8_tensor_cores,
+        fp4_tensor_cores=hw.fp4_tensor_cores,
+        expert_dtype=model.expert_dtype,
+    )
+    price = Pricing.of(hw, prec, table)
+    return replace(price, memo={}) if memo else price
 
 
 def launch_mode(workload: Workload, options: Options) -> str:

@@ -136,20 +136,23 @@ def lower_mixed(
     *,
     no_attention: bool = False,
     experts: ExpertSplit | None = None,
+    price: Pricing | None = None,
 ) -> Programs:
     """The programs of a ``tp``-way group running iteration ``step``: the block structure of
     :func:`tpsim.core.lowering.lower.lower` (one pass, one slice: serving engines run no
     micro-batch overlap), every token through the linear layers together, attention priced
     per part (:class:`MixedPricing`). MoE layers split as ``experts`` says (default: the
     experts' width split ``tp`` ways); expert-parallel ranks of different loads (a skew)
-    get one program each, as :func:`tpsim.core.lowering.lower.lower` gives them."""
+    get one program each, as :func:`tpsim.core.lowering.lower.lower` gives them.
+    ``price``: the prices of ``model`` at ``tp`` made already
+    (:func:`tpsim.core.lowering.lower.step_pricing`), for a caller that lowers many steps."""
     if options.overlap == "microbatch":
         raise ConfigError("overlap=microbatch: a serving iteration runs as one batch")
     if experts is None or not experts.uneven:
-        one = _mixed_program(model, tp, step, options, hw, table, no_attention, experts, 0)
+        one = _mixed_program(model, tp, step, options, hw, table, no_attention, experts, 0, price)
         return Programs.same(one, experts.group if experts else tp)
-    per_ep = [_mixed_program(model, tp, step, options, hw, table, no_attention, experts, e)
-              for e in range(experts.ep)]  # fmt: skip
+    per_ep = [_mixed_program(model, tp, step, options, hw, table, no_attention, experts, e,
+                             price) for e in range(experts.ep)]  # fmt: skip
     return Programs(tuple(per_ep[experts.ep_rank(r)] for r in range(experts.group)))
 
 
@@ -163,10 +166,12 @@ def _mixed_program(
     no_attention: bool,
     experts: ExpertSplit | None,
     ep_rank: int,
+    price: Pricing | None = None,
 ) -> Program:
     """One rank's program of iteration ``step`` (expert-parallel rank ``ep_rank``)."""
     engine = options.calibration.engine
-    lo, build, mode = start_step(model, tp, step, options, hw, table, 0, experts, ep_rank)
+    lo, build, mode = start_step(model, tp, step, options, hw, table, 0, experts, ep_rank,
+                                 price)  # fmt: skip
     lo.price = MixedPricing.around(lo.price, step, no_attention, model)
     mb = _Slice(0, step.batch, step.tokens)
     lo.embedding(mb)
