@@ -137,15 +137,13 @@ class EngineInstance:
         if not plan:
             return None
         self.plan = plan
-        decodes: list[int] = []
-        chunks: list[tuple[int, int]] = []
-        decode, chunk = decodes.append, chunks.append
-        for r, n in plan:
-            c = r.computed
-            if n == 1 and c >= r.prompt:
-                decode(c + 1)
-            else:
-                chunk((n, c))
+        # a decode: one token after the whole prompt; the rest are chunks (in plan order)
+        decodes = [r.computed + 1 for r, n in plan if n == 1 and r.computed >= r.prompt]
+        chunks = (
+            [(n, r.computed) for r, n in plan if n != 1 or r.computed < r.prompt]
+            if len(decodes) < len(plan)
+            else []
+        )
         seconds = self.timer(MixedStep.of(tuple(decodes), tuple(chunks)))
         self.step_count += 1
         if self.record_steps:
@@ -163,7 +161,7 @@ class EngineInstance:
         left = False  # some running request finished
         for r, n in self.plan:  # the hot loop: every scheduled sequence, every step
             computed = r.computed = r.computed + n
-            if r.done_s >= 0:  # static batching: a finished sequence padding the batch
+            if static and r.done_s >= 0:  # a finished sequence padding the static batch
                 continue
             if caching and r.group >= 0:  # full shared blocks computed: registered
                 while r.next_key < min(computed, r.shared) // size:
