@@ -183,6 +183,11 @@ def _engine(d: Mapping[str, Any], name: str) -> Engine:
     compiled = entry(d, "compiled", w)
     if not isinstance(compiled, bool):
         raise CalibrationError(f"{w}.compiled={compiled!r}: must be true or false")
+    sync = entry(d, "host_overlap_sync", w)
+    if sync is not None:
+        sync = number(sync, f"{w}.host_overlap_sync")
+        if not 0 <= sync <= 1:
+            raise CalibrationError(f"{w}.host_overlap_sync={sync!r}: must be between 0 and 1")
     first = entry(d, "first_token", w)
     if first not in FIRST_TOKEN:
         choices = ", ".join(FIRST_TOKEN)
@@ -203,6 +208,7 @@ def _engine(d: Mapping[str, Any], name: str) -> Engine:
         host_jitter_cv=jitter,
         allreduce_fusion=fusion,
         compiled=compiled,
+        host_overlap_sync=sync,
     )
 
 

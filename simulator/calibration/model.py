@@ -103,7 +103,8 @@ class Engine:
     #: outputs (after the logits), in that order.
     step_host: Mapping[str, HostCost]
     #: Fraction of the step's host work the engine overlaps with the GPU (work for the next
-    #: step done while this one runs: V1's asynchronous scheduling and output processing).
+    #: step done while this one runs: an overlap scheduler, asynchronous output processing),
+    #: as the engine schedules by default (its profile's ``scheduler.async_scheduling``).
     host_overlap: float
     layer_host_s: float  # host time per layer in an eager step (Python module calls)
     tp_coordination: Coordination  # per step when tp > 1 (the driver hands out the step)
@@ -127,6 +128,17 @@ class Engine:
     #: Whether torch.compile (Inductor) generates the step's kernels whatever ``--launch``
     #: says (gpt-fast): residual adds fused into the norms, rotary into its neighbours.
     compiled: bool = False
+    #: The fraction overlapped when the engine's asynchronous scheduling is turned off
+    #: (``tpsim serve --no-async-scheduling``: vLLM's ``--no-async-scheduling``); None: the
+    #: engine has no such mode, ``host_overlap`` either way.
+    host_overlap_sync: float | None = None
+
+    def synchronous(self) -> Engine:
+        """This engine with its asynchronous scheduling turned off (its host work overlapped
+        as :attr:`host_overlap_sync` says)."""
+        if self.host_overlap_sync is None:
+            return self
+        return replace(self, host_overlap=self.host_overlap_sync)
 
     def graphs(self, phase: str, tokens: int) -> bool:
         """Whether a step of ``tokens`` in ``phase`` replays a CUDA graph (when the launch

@@ -10,6 +10,7 @@ is what a run uses, the profile's or its first-principles variant (``--ideal``).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -214,6 +215,16 @@ def _ideal(engine: str) -> Calibration:
     return profile(engine).ideal()
 
 
-def for_options(ideal_mode: bool, engine: str = "ideal") -> Calibration:
-    """The calibration a run uses: the engine profile's, or its first-principles variant."""
-    return ideal(engine) if ideal_mode else profile(engine)
+def for_options(ideal_mode: bool, engine: str = "ideal", synchronous: bool = False) -> Calibration:
+    """The calibration a run uses: the engine profile's, or its first-principles variant;
+    ``synchronous``: the engine with its asynchronous scheduling off
+    (:meth:`~tpsim.calibration.model.Engine.synchronous`)."""
+    if ideal_mode:
+        return ideal(engine)
+    return _synchronous(engine) if synchronous else profile(engine)
+
+
+@cache
+def _synchronous(engine: str) -> Calibration:
+    c = profile(engine)
+    return replace(c, engine=c.engine.synchronous())

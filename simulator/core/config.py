@@ -220,6 +220,11 @@ class Options:
     #: the MoE all-to-all of dispatched tokens: NCCL's (grouped send/recv, the group's
     #: algorithm choice) or DeepEP's kernels (low-latency at decode, normal at prefill)
     moe_a2a: str = "nccl"
+    #: whether the engine schedules each iteration while the one before it runs (vLLM's
+    #: async scheduling, an overlap scheduler): None, the engine profile's own rule; False
+    #: turns it off, and the step's host work is overlapped as the engine then does
+    #: (:meth:`tpsim.calibration.model.Engine.synchronous`)
+    async_scheduling: bool | None = None
 
     def __post_init__(self) -> None:
         _choice("launch", self.launch, LAUNCH_MODES)
@@ -261,6 +266,10 @@ class Options:
         for flag in ("ideal", "allow_oom", "fused", "sequence_parallel"):
             if not isinstance(getattr(self, flag), bool):
                 raise ConfigError(f"{flag}={getattr(self, flag)!r}: must be true or false")
+        if self.async_scheduling is not None and not isinstance(self.async_scheduling, bool):
+            raise ConfigError(
+                f"async_scheduling={self.async_scheduling!r}: must be true, false or None"
+            )
         if self.kernel_table is not None:
             # Existence is checked where the file is read (tpsim.core.kernels.kernel_table.load):
             # no I/O here.
@@ -283,7 +292,7 @@ class Options:
         """The constants this run is priced with: the engine profile's calibration, or its
         first-principles variant under ``ideal`` (the one place either is read). An unknown
         engine or a malformed profile raises CalibrationError."""
-        return calibration.for_options(self.ideal, self.engine)
+        return calibration.for_options(self.ideal, self.engine, self.async_scheduling is False)
 
     @property
     def collective_algo(self) -> str:

@@ -3,6 +3,7 @@ loading with sources, and ``ideal`` reproducing the model without engine host wo
 
 from __future__ import annotations
 
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 
@@ -146,6 +147,10 @@ def test_a_profile_file_overrides_and_extends(tmp_path: Path) -> None:
             "between 0 and 1",
         ),
         ("name: x\noverrides:\n  engine:\n    host_overlap: 0.5\n", "value and a source"),
+        (
+            "name: x\noverrides:\n  engine:\n    host_overlap_sync: {value: 1.5, source: s}\n",
+            "host_overlap_sync=1.5: must be between 0 and 1",
+        ),
         ("name: x\noverrides:\n  gpus: {}\n", "unknown data file"),
         ("name: x\nfoo: 1\n", "unknown key"),
         ("name: x\nextends: nowhere\n", "unknown engine"),
@@ -325,3 +330,26 @@ def test_a_profile_file_is_named_by_its_own_name(
     assert main([*argv, "--engine", str(f)]) == 0
     head = capsys.readouterr().out.splitlines()[0]
     assert head.endswith(f"engine my-vllm ({f})"), head
+
+
+def test_an_engine_without_its_async_scheduling_overlaps_less_host_work() -> None:
+    """vLLM's profile overlaps 0.9 of a step's host work with the GPU as it schedules by
+    default (one step ahead, since v0.14) and 0.5 with async scheduling off (V1 up to v0.13,
+    ``--no-async-scheduling``): the exposed host work of a small, host-heavy step grows by
+    the difference, and nothing else changes. An engine with no such mode is the same
+    either way."""
+    on, off = Options(engine="vllm"), Options(engine="vllm", async_scheduling=False)
+    assert (on.calibration.engine.host_overlap, off.calibration.engine.host_overlap) == (0.9, 0.5)
+    assert replace(off.calibration, engine=on.calibration.engine) == on.calibration
+    a = simulate("llama-3.1-8b", "dgx-h100", Layout(1), SMALL, on)
+    b = simulate("llama-3.1-8b", "dgx-h100", Layout(1), SMALL, off)
+    c = profile("vllm").engine
+    serial = {
+        name: sum(x.duration_s for x in r.records if x.name in ("schedule", "sample"))
+        for name, r in (("on", a), ("off", b))
+    }
+    want = (0.9 - 0.5) * (c.step_host["schedule"].seconds(16) + c.step_host["sample"].seconds(16))
+    assert serial["off"] - serial["on"] == pytest.approx(want)
+    assert b.latency_s > a.latency_s
+    ft = Options(engine="fastertransformer", async_scheduling=False)
+    assert ft.calibration == Options(engine="fastertransformer").calibration

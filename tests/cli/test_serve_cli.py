@@ -82,7 +82,8 @@ def test_async_scheduling_flag(capsys: pytest.CaptureFixture[str]) -> None:
     """vLLM's profile schedules one iteration ahead (v0.14's default): in a closed loop every
     request arrives while the engine runs, and waits about one more iteration for its first
     token, its later tokens none; --no-async-scheduling turns it off, and the text says
-    which ran."""
+    which ran. Off, the engine also overlaps less of its host work with the GPU (0.5 of it
+    against 0.9, vllm.yaml host_overlap_sync): every step, so every token, a little slower."""
     got = {}
     for flag in ("--async-scheduling", "--no-async-scheduling"):
         argv = ["--concurrency", "8", "--requests", "60", "--prompt-len", "200"]
@@ -92,7 +93,7 @@ def test_async_scheduling_flag(capsys: pytest.CaptureFixture[str]) -> None:
     ahead, sync = got["--async-scheduling"], got["--no-async-scheduling"]
     step = sync["mean_tpot_ms"]
     assert ahead["mean_ttft_ms"] - sync["mean_ttft_ms"] == pytest.approx(step, rel=0.3)
-    assert ahead["mean_tpot_ms"] == pytest.approx(step, rel=0.01)
+    assert 0 < step - ahead["mean_tpot_ms"] < 0.05 * step
     rc, out, _ = run([*BASE, "--rate", "2", "--requests", "5"], capsys)
     assert rc == 0 and "vllm, continuous, async scheduling" in out
 
