@@ -223,7 +223,8 @@ class Options:
     #: whether the engine schedules each iteration while the one before it runs (vLLM's
     #: async scheduling, an overlap scheduler): None, the engine profile's own rule; False
     #: turns it off, and the step's host work is overlapped as the engine then does
-    #: (:meth:`tpsim.calibration.model.Engine.synchronous`)
+    #: (:meth:`tpsim.calibration.model.Engine.synchronous`); True, on (``tpsim serve``'s
+    #: planning rule; the host work overlapped as the profile says)
     async_scheduling: bool | None = None
 
     def __post_init__(self) -> None:
