@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 from tpsim.core import metrics
 from tpsim.core.comm.group import Comms, run_programs
-from tpsim.core.config import Layout, Options, Workload, precision
+from tpsim.core.config import Layout, Options, Workload
 from tpsim.core.engine.jitter import HostJitter
 from tpsim.core.kernels.pricing import Pricing
 from tpsim.core.lowering import host
@@ -173,16 +173,10 @@ class IterationTimer:
         )
         split = self.plan.split
         self._heads = (split.heads, split.kv_heads, spec.head_dim)
-        p = self.plan  # the prices lower_mixed's steps use (tpsim.core.lowering.lower.start_step)
-        hw = p.hardware
-        prec = precision(
-            p.options,
-            spec.dtype,
-            hw.fp8_tensor_cores,
-            fp4_tensor_cores=hw.fp4_tensor_cores,
-            expert_dtype=spec.expert_dtype,
+        # the prices lower_mixed's steps use, each kernel's kept (attention_s prices with it)
+        self._pricing = self._prices[spec.num_layers] = step_pricing(
+            spec, tp, self.plan.options, self.plan.hardware, self.plan.table, memo=True
         )
-        self._pricing = Pricing.of(p.hardware, prec, p.table.bind(spec, tp) if p.table else None)
 
     @property
     def model(self) -> ModelSpec:
