@@ -165,18 +165,13 @@ class _LazyLengths:
 
 
 def scheduler_spec(setup: ServeSetup, gpu_bytes: float) -> SchedulerSpec:
+    """The engine's scheduler, with the setup's overrides and its options' asynchronous
+    scheduling where they set it (the same option prices the steps' host work:
+    :meth:`tpsim.calibration.model.Engine.synchronous`)."""
     spec = scheduler(setup.options.engine, gpu_bytes)
     if setup.options.async_scheduling is not None:
         spec = replace(spec, async_scheduling=setup.options.async_scheduling)
     return replace(spec, **dict(setup.overrides)) if setup.overrides else spec
-
-
-def timer_options(setup: ServeSetup) -> Options:
-    """The options the iterations are priced with: the setup's, with the scheduler's
-    asynchronous scheduling when the CLI sets it (off, the engine's host work is
-    overlapped as it is without: :meth:`tpsim.calibration.model.Engine.synchronous`)."""
-    on = dict(setup.overrides).get("async_scheduling")
-    return setup.options if on is None else replace(setup.options, async_scheduling=bool(on))
 
 
 def check_fits(spec: SchedulerSpec, kv: KVCache, model: ModelSpec, prompt: int, output: int,
@@ -224,7 +219,7 @@ def serve(
     groups): request ``i`` begins with the ``tokens`` of shared prompt ``i mod groups``
     (its prompt's own prefix groups, when it has them, win)."""
     wall = time.perf_counter()
-    opts = timer_options(setup)
+    opts = setup.options
     d = setup.disagg
     if d is None:
         layout = Layout(setup.tp, setup.gpus_per_node, 1, setup.dp, ep=setup.ep)
@@ -331,7 +326,7 @@ def serve(
 
 
 def _timer(setup: ServeSetup, tp: int) -> IterationTimer:
-    return IterationTimer(setup.model, setup.topology, tp, timer_options(setup), nodes=setup.nodes,
+    return IterationTimer(setup.model, setup.topology, tp, setup.options, nodes=setup.nodes,
                           gpus_per_node=setup.gpus_per_node, exact=setup.exact,
                           ep=setup.ep)  # fmt: skip
 

@@ -178,8 +178,9 @@ def _serve(a: argparse.Namespace) -> int:
         check_folder(a.plots, "--plots")
     options = Options(launch=a.launch, allreduce_algo=a.allreduce_algo, dtype=a.dtype,
                       kv_dtype=a.kv_dtype, ideal=a.ideal, kernel_table=a.kernel_table,
-                      engine=a.engine, expert_skew=a.expert_skew)  # fmt: skip
-    named = [name for name, _, _ in SCHEDULER_FLAGS] + ["async_scheduling"]
+                      engine=a.engine, expert_skew=a.expert_skew,
+                      async_scheduling=a.async_scheduling)  # fmt: skip
+    named = [name for name, _, _ in SCHEDULER_FLAGS]
     overrides = tuple((n, getattr(a, n)) for n in named if getattr(a, n) is not None)
     disagg = None
     if _disaggregated(a):
