@@ -25,17 +25,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tpsim.core.comm.group import tp_group
-from tpsim.core.config import (
-    Layout,
-    Options,
-    Workload,
-    dtype_bytes,
-    run_precision,
-    tp_problem,
-)
+from tpsim.core.config import Layout, Options, Workload, tp_problem
 from tpsim.core.errors import ConfigError
 from tpsim.core.lowering.shard import shard
 from tpsim.core.memory import linear_params_per_gpu, memory_per_gpu
+from tpsim.core.precision import dtype_bytes, run_precision
 from tpsim.models.catalog import get_model
 from tpsim.topologies.graph import TopologyGraph
 from tpsim.topologies.io import get_topology

@@ -23,13 +23,13 @@ from statistics import median
 
 from tpsim import Options, Workload
 from tpsim.calibration import Kernels, csv_rows, measured
-from tpsim.core.config import precision
 from tpsim.core.kernels import costs
 from tpsim.core.kernels.costs import hardware_for
 from tpsim.core.kernels.kernel_table import KernelTable
 from tpsim.core.kernels.pricing import Pricing
 from tpsim.core.kernels.table_formats import VIDUR_GPUS, VIDUR_OPS
 from tpsim.core.lowering.lower import lower
+from tpsim.core.precision import precision
 from tpsim.models.spec import ModelSpec
 from tpsim.topologies.gpus import get_gpu
 

@@ -17,12 +17,13 @@ from typing import Any
 
 import numpy as np
 from tpsim.calibration.scheduler import SchedulerSpec, scheduler
-from tpsim.core.config import Layout, Options, Workload, dtype_bytes, precision
+from tpsim.core.config import Layout, Options, Workload
 from tpsim.core.engine.serving import run_loop
 from tpsim.core.errors import ConfigError
 from tpsim.core.kv_transfer import KVRoutes, Pool
 from tpsim.core.memory import memory_per_gpu
 from tpsim.core.plan import resolve
+from tpsim.core.precision import dtype_bytes, precision
 from tpsim.core.step_timer import IterationTimer
 from tpsim.experiments.serve import metrics
 from tpsim.experiments.serve.disagg import Disagg, DisaggServers

@@ -12,8 +12,6 @@ from tpsim import calibration
 from tpsim.calibration import Calibration
 from tpsim.core.comm.algorithms import CHOICES
 from tpsim.core.errors import ConfigError
-from tpsim.models.spec import DTYPE_BYTES, ModelSpec
-from tpsim.topologies.gpus import GPUSpec
 
 PHASES: tuple[str, ...] = ("prefill", "decode")
 LAUNCH_MODES: tuple[str, ...] = ("eager", "graph", "compiled")
@@ -304,113 +302,6 @@ class Options:
         return self.allreduce_algo
 
 
-@dataclass(frozen=True, slots=True)
-class Precision:
-    """The dtype of each kind of tensor in the pass (what ``--dtype``/``--kv-dtype`` mean).
-
-    ``--dtype fp8`` quantises the linear layers (QKV, O, gate/up, down), as fp8 checkpoints
-    for vLLM do (llm-compressor's FP8 schemes leave ``lm_head`` out): weights in fp8 and, on a
-    GPU with fp8 tensor cores, the GEMM inputs too (W8A8, fp8 peak). A GPU without fp8 tensor
-    cores (A100) runs them weight-only (W8A16, vLLM's fp8 Marlin kernels): fp8 weight bytes,
-    16-bit inputs, the 16-bit peak. The residual stream, norms, GEMM outputs, attention Q/O,
-    collectives, embedding and LM head stay 16-bit in either case.
-
-    ``--dtype fp4`` stores the same layers in NVFP4 (4-bit e2m1, an fp8 scale per 16
-    elements: 0.5625 byte per weight). On a GPU with fp4 tensor cores (Blackwell) the GEMMs
-    quantise their inputs to NVFP4 and run at the fp4 peak (W4A4); on one with fp8 tensor
-    cores (Hopper, Ada) the weights are dequantised to fp8 in the GEMM prologue and the GEMM
-    runs at the fp8 peak with fp8 inputs (W4A8); on Ampere they are dequantised to 16 bits
-    (W4A16, Marlin). The KV cache is then fp8 where the GPU has fp8 tensor cores, else
-    16-bit. ``experts``: the routed experts' weights, which a checkpoint may store apart
-    (gpt-oss: MXFP4, run weight-only at the GEMMs' own math).
-    """
-
-    weights: str  # linear-layer weights (QKV, O, MLP)
-    gemm_in: str  # activations entering those GEMMs
-    act: str  # everything else: residual stream, outputs, embedding/LM head weights, norms
-    kv: str  # KV cache
-    math: str  # the tensor-core peak the linear GEMMs run at
-    experts: str = ""  # the routed experts' weights ("": as weights)
-
-    @property
-    def expert_weights(self) -> str:
-        return self.experts or self.weights
-
-    def note(self, gpu: str) -> str:
-        """One line saying how 8- and 4-bit weights run on ``gpu`` ('' for 16-bit runs)."""
-        parts = []
-        if self.weights in ("fp8", "fp4"):
-            bits = 4 if self.weights == "fp4" else 8
-            form = " (NVFP4: e2m1, an fp8 scale per 16)" if bits == 4 else ""
-            if self.math == self.weights:
-                how = f"{self.math} tensor cores (W{bits}A{bits})"
-            elif self.math == "fp8":
-                how = "dequantised to fp8 in the GEMM prologue, fp8 tensor cores (W4A8)"
-            else:
-                how = (
-                    f"dequantised to {self.math} in the GEMM prologue, {self.math} math "
-                    f"(W{bits}A16: no {'fp8 or fp4' if bits == 4 else 'fp8'} tensor cores "
-                    f"on {gpu})"
-                )
-            parts.append(f"linear weights {self.weights}{form}, {how}")
-        if self.experts and self.experts != self.weights:
-            scale = "e2m1, an e8m0 scale per 32" if self.experts == "mxfp4" else "as stored"
-            parts.append(
-                f"routed experts {self.experts} ({scale}), dequantised to {self.gemm_in} in "
-                f"the GEMM prologue, {self.math} math"
-            )
-        return "; ".join(parts)
-
-
-def precision(
-    options: Options,
-    model_dtype: str,
-    fp8_tensor_cores: bool,
-    *,
-    fp4_tensor_cores: bool = False,
-    expert_dtype: str = "",
-) -> Precision:
-    """Resolve ``options.dtype``/``kv_dtype`` against the model and the GPU.
-
-    No ``--dtype``: the model's own dtype, except fp32 checkpoints, which run in fp16 (vLLM's
-    ``dtype="auto"``: "FP16 precision for FP32 and FP16 models, BF16 for BF16 models"), and
-    routed experts stored in their own ``expert_dtype`` (gpt-oss's MXFP4) stay in it. A
-    ``--dtype`` quantises (or dequantises) every linear layer, the experts too. The KV cache
-    is ``--kv-dtype``, else ``--dtype``'s; a checkpoint stored in fp8 (DeepSeek-V3's) run
-    without ``--dtype`` keeps a 16-bit cache, as vLLM's ``kv_cache_dtype="auto"`` does.
-    """
-    experts = "" if options.dtype else expert_dtype
-    base = options.dtype or model_dtype
-    if base == "fp32":
-        base = "fp16"
-    act = model_dtype if model_dtype in ("bf16", "fp16") else "bf16"
-    if base == "fp4":
-        kv = options.kv_dtype or ("fp8" if fp8_tensor_cores else act)
-        if fp4_tensor_cores:
-            return Precision("fp4", "fp4", act, kv, "fp4")
-        if fp8_tensor_cores:
-            return Precision("fp4", "fp8", act, kv, "fp8")  # W4A8: dequantised to fp8
-        return Precision("fp4", act, act, kv, act)  # W4A16 (Marlin): Ampere
-    # an fp8 checkpoint run as stored keeps a 16-bit cache (vLLM's kv_cache_dtype "auto")
-    kv = options.kv_dtype or (act if options.dtype is None and base == "fp8" else base)
-    if base != "fp8":
-        return Precision(base, base, base, kv, base, experts)
-    if fp8_tensor_cores:
-        return Precision("fp8", "fp8", act, kv, "fp8", experts)
-    return Precision("fp8", act, act, kv, act, experts)  # W8A16: no fp8 tensor cores (A100)
-
-
-def run_precision(options: Options, model: ModelSpec, gpu: GPUSpec) -> Precision:
-    """:func:`precision` of ``model`` on ``gpu`` (its fp8 and fp4 tensor cores)."""
-    return precision(
-        options,
-        model.dtype,
-        gpu.fp8_flops is not None,
-        fp4_tensor_cores=gpu.fp4_flops is not None,
-        expert_dtype=model.expert_dtype,
-    )
-
-
 def check_nodes(nodes: int) -> None:
     """``--nodes``: how many hosts to join (1 to 1024)."""
     if isinstance(nodes, bool) or not isinstance(nodes, int) or not 1 <= nodes <= 1024:
@@ -438,10 +329,6 @@ def kv_split(tp: int, num_kv_heads: int) -> tuple[int, int]:
     return 1, tp // num_kv_heads
 
 
-def dtype_bytes(dtype: str) -> float:
-    return DTYPE_BYTES[dtype]
-
-
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -453,13 +340,9 @@ __all__ = [
     "PHASES",
     "Layout",
     "Options",
-    "Precision",
     "Workload",
     "ceil_div",
-    "dtype_bytes",
     "kv_split",
-    "precision",
-    "run_precision",
     "tp_problem",
     "valid_tp_degrees",
 ]

@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 
-from tpsim.core.config import Options, Workload, dtype_bytes, run_precision
+from tpsim.core.config import Options, Workload
 from tpsim.core.lowering.experts import ExpertSplit
 from tpsim.core.lowering.mla import attention_params_per_rank, kv_width_per_rank
 from tpsim.core.lowering.shard import shard
+from tpsim.core.precision import dtype_bytes, run_precision
 from tpsim.models.spec import ModelSpec
 from tpsim.topologies.gpus import GPUSpec
 

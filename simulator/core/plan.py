@@ -15,15 +15,7 @@ from typing import TYPE_CHECKING
 
 from tpsim.core.comm.group import Comms, connect
 from tpsim.core.comm.layout import LayoutComms, place, stage_layers
-from tpsim.core.config import (
-    Layout,
-    Options,
-    Precision,
-    Workload,
-    run_precision,
-    tp_problem,
-    valid_tp_degrees,
-)
+from tpsim.core.config import Layout, Options, Workload, tp_problem, valid_tp_degrees
 from tpsim.core.errors import ConfigError
 from tpsim.core.kernels import kernel_table
 from tpsim.core.kernels.costs import Hardware, hardware_for
@@ -32,6 +24,7 @@ from tpsim.core.lowering.lower import launch_mode
 from tpsim.core.lowering.pipeline import micro_slices
 from tpsim.core.lowering.shard import Shard, shard
 from tpsim.core.memory import MemoryUse, memory_per_stage, what_fits
+from tpsim.core.precision import Precision, run_precision
 from tpsim.models.catalog import get_model
 from tpsim.models.spec import ModelSpec
 from tpsim.topologies.io import get_topology

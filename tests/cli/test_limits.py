@@ -13,11 +13,12 @@ from tpsim import Options, Workload, simulate
 from tpsim.cli import main
 from tpsim.core import api
 from tpsim.core.comm.group import tp_group
-from tpsim.core.config import Layout, precision
+from tpsim.core.config import Layout
 from tpsim.core.engine import simulation as engine
 from tpsim.core.errors import ConfigError
 from tpsim.core.kernels.costs import hardware_for
 from tpsim.core.lowering.lower import lower
+from tpsim.core.precision import precision
 from tpsim.core.result import RECORD_BYTES, estimate_records, records_lower_bound
 from tpsim.models.catalog import get_model
 from tpsim.models.spec import ModelSpec

@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 from tpsim import simulate
-from tpsim.core.config import Options, Workload, run_precision
+from tpsim.core.config import Options, Workload
 from tpsim.core.errors import ConfigError
 from tpsim.core.kernels.costs import causal_pairs, hardware_for
 from tpsim.core.kernels.kernel_table import load
 from tpsim.core.kernels.pricing import Pricing
 from tpsim.core.lowering.lower import lower
 from tpsim.core.memory import memory_per_gpu
+from tpsim.core.precision import run_precision
 from tpsim.models import MODELS, ModelSpec
 from tpsim.topologies.gpus import GPUS
 

@@ -31,9 +31,9 @@ from tpsim.calibration import default as default_calibration
 from tpsim.core.comm.collectives import make_planner
 from tpsim.core.comm.group import tp_group
 from tpsim.core.comm.schedules import predict
-from tpsim.core.config import precision
 from tpsim.core.kernels.costs import hardware_for
 from tpsim.core.lowering.lower import lower
+from tpsim.core.precision import precision
 from tpsim.core.result import Result
 from tpsim.models.spec import ModelSpec
 from tpsim.topologies.io import load_topology

@@ -7,10 +7,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from tpsim.core.config import Options, Workload, precision
+from tpsim.core.config import Options, Workload
 from tpsim.core.kernels.costs import hardware_for
 from tpsim.core.lowering.lower import lower
 from tpsim.core.memory import memory_per_gpu
+from tpsim.core.precision import precision
 from tpsim.models import MODELS, ModelError, ModelSpec, spec_from_hf_dict
 from tpsim.models.catalog import CONFIGS
 from tpsim.models.spec import LATER_FIELDS

@@ -133,9 +133,9 @@ def hardware_for(
     """The cost-model view of ``gpu`` running ``dtype`` math under ``kernels``' calibration.
 
     fp8 uses the fp8 peak where the GPU has fp8 tensor cores, fp4 the fp4 peak where it has
-    fp4 tensor cores (Blackwell; elsewhere ``config.precision`` runs 4-bit weights at fp8 or
+    fp4 tensor cores (Blackwell; elsewhere ``precision.precision`` runs 4-bit weights at fp8 or
     16-bit math). An A100 has none: an fp8 model
-    there computes at the bf16 peak (weight-only fp8, see ``config.Precision``) and only its
+    there computes at the bf16 peak (weight-only fp8, see ``precision.Precision``) and only its
     weight bytes shrink. Attention runs at the fp8 peak only for an fp8 KV cache on a GPU with
     fp8 tensor cores (FlashAttention-3), else at the 16-bit peak. ``kernels``: the shipped
     calibration's by default. The GPU's best achievable

@@ -4,7 +4,7 @@ The lowering asks for GEMMs by name and shape, attention by its per-rank heads, 
 elementwise kernels by name, bytes, FLOPs and rows; :class:`Pricing` answers with a
 :class:`~tpsim.core.kernels.costs.KernelCost` from the cost models in
 :mod:`tpsim.core.kernels.costs`, in
-the dtypes the run resolved (:class:`~tpsim.core.config.Precision`). A measured kernel
+the dtypes the run resolved (:class:`~tpsim.core.precision.Precision`). A measured kernel
 table (:mod:`tpsim.core.kernels.kernel_table`) overrides the kernels it matches: GEMMs by shape,
 and, once bound to the model's shape and TP, every operator it measured. The LM head stays
 16-bit in fp8 checkpoints: it is priced at the 16-bit peak with 16-bit inputs and weights.
@@ -17,10 +17,10 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from tpsim.core.config import Precision, dtype_bytes
 from tpsim.core.kernels import costs
 from tpsim.core.kernels.costs import Hardware, KernelCost, RowKernel
 from tpsim.core.kernels.kernel_table import KernelTable
+from tpsim.core.precision import Precision, dtype_bytes
 
 #: Row-per-CTA kernels (norms, SwiGLU/GELU, rotary) and the norms among them.
 NORMS = ("input_norm", "post_attn_norm", "final_norm")

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tpsim.calibration import Engine
-from tpsim.core.config import ConfigError, Options, Workload, ceil_div, precision
+from tpsim.core.config import ConfigError, Options, Workload, ceil_div
 from tpsim.core.kernels.costs import Hardware
 from tpsim.core.kernels.kernel_table import KernelTable
 from tpsim.core.kernels.pricing import Pricing
@@ -37,6 +37,7 @@ from tpsim.core.lowering.experts import ExpertSplit, expert_split
 from tpsim.core.lowering.mla import LatentAttention
 from tpsim.core.lowering.opbuild import OpBuilder
 from tpsim.core.lowering.shard import shard
+from tpsim.core.precision import precision
 from tpsim.core.program import Program, Programs
 from tpsim.models.spec import ModelSpec
 
