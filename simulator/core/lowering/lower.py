@@ -25,7 +25,6 @@ half's collective hides behind the other half's compute.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
 
 from tpsim.calibration import Engine
 from tpsim.core.config import ConfigError, Options, Workload, ceil_div
@@ -35,6 +34,7 @@ from tpsim.core.kernels.pricing import Pricing
 from tpsim.core.lowering import host
 from tpsim.core.lowering.experts import ExpertSplit, expert_split
 from tpsim.core.lowering.mla import LatentAttention
+from tpsim.core.lowering.moe_block import ExpertBlock
 from tpsim.core.lowering.opbuild import OpBuilder
 from tpsim.core.lowering.shard import shard
 from tpsim.core.precision import precision
@@ -52,7 +52,7 @@ class _Slice:
     tokens: int
 
 
-class _Megatron(LatentAttention):
+class _Megatron(LatentAttention, ExpertBlock):
     """The Megatron TP split of one transformer, per rank, emitted into an OpBuilder."""
 
     def __init__(
@@ -302,104 +302,6 @@ class _Megatron(LatentAttention):
         act = rows * inner
         shape = f"[{rows}, {2 * inner}] -> [{inner}]"
         self.ew(mb, name, layer, 3 * act * self.act_b, 5.0 * act, shape, rows, inner)
-
-    def moe(self, mb: _Slice, layer: int) -> None:
-        """The MoE FFN (:mod:`tpsim.core.lowering.experts`), per rank: the router
-        (replicated), top-k, the routed experts as grouped GEMMs over the pairs this rank's
-        experts receive and the experts they pick (:meth:`ExpertSplit.load`), the shared
-        experts as a dense MLP and the weighted sum of each token's outputs. Replicated
-        tokens (no attention data parallelism) end in one all-reduce (reduce-scatter with
-        sequence parallelism) of the partial sums, as with tensor-parallel experts;
-        dispatched tokens travel by all-to-all (:meth:`moe_dispatched`). Chunked overlap
-        does not split it."""
-        if self.xs.dispatch:
-            self.moe_dispatched(mb, layer)
-            return
-        tokens = mb.tokens
-        self.column_gemm(mb, "router", layer, self.m.num_experts, "mlp_in")  # [T, d] x [d, E]
-        self.route(mb, layer, tokens)
-        load = self.xs.load(tokens, self.ep_rank, layer)
-        self.routed_experts(mb, layer, load.pairs, load.experts_read)
-        self.shared_experts(mb, layer, tokens)
-        self.weighted_sum(mb, layer, tokens, load.pairs + (tokens if self.shared else 0))
-        op = "reduce_scatter" if self.sp else "all_reduce"
-        full = round(tokens * self.d * self.act_b)  # [T, d]
-        self.build.collective(mb.index, op, "mlp_out", layer, full)
-
-    def moe_dispatched(self, mb: _Slice, layer: int) -> None:
-        """The MoE FFN with attention data parallelism: this rank routes its share of its
-        attention group's tokens (``T / tp``), the dispatch all-to-all over the MoE group
-        sends each token-expert pair to the ``moe_tp`` ranks holding its expert, the experts
-        compute the pairs the whole group sends them, the combine all-to-all returns each
-        pair's output, this rank sums its tokens' outputs and runs the shared experts on
-        them, and (``tp > 1``) an all-gather over the attention group restores every
-        token on every rank."""
-        xs, d, b = self.xs, self.d, self.act_b
-        share = ceil_div(mb.tokens, self.tp)  # the tokens this rank routes
-        self.gemm(mb, "router", layer, share, self.m.num_experts, d)  # [T/tp, d] x [d, E]
-        self.route(mb, layer, share)
-        pairs_out = share * xs.top_k * xs.moe_tp  # each pair to every width slice
-        # [T/tp k moe_tp, d], spread over the group: in the activations' dtype through NCCL;
-        # DeepEP dispatches fp8 with a scale per 128 values (and a 16-byte header) and
-        # combines in bf16, low-latency kernels at decode, normal ones at prefill
-        if self.a2a == "deepep":
-            algo = "deepep_ll" if self.w.phase == "decode" else "deepep_normal"
-            out_b, back_b = d + 4 * ceil_div(d, 128) + 16, 2 * d
-            extra: dict[str, Any] = {
-                "algo": algo,
-                "experts": xs.experts,
-                "node_dedup": xs.node_dedup(),
-            }
-        else:
-            out_b, back_b, extra = round(d * b), round(d * b), {}
-        span = xs.attention_dp
-        self.build.collective(mb.index, "all_to_all", "moe_dispatch", layer, pairs_out * out_b,
-                              span=span, phase="dispatch", **extra)  # fmt: skip
-        load = xs.load(xs.routed_tokens(mb.tokens), self.ep_rank, layer)
-        self.routed_experts(mb, layer, load.pairs, load.experts_read)
-        self.build.collective(mb.index, "all_to_all", "moe_combine", layer, pairs_out * back_b,
-                              span=span, phase="combine", **extra)  # fmt: skip
-        self.shared_experts(mb, layer, share)
-        self.weighted_sum(mb, layer, share, pairs_out + (share if self.shared else 0))
-        # every rank of the attention group gets the others' tokens: [T, d] gathered
-        self.build.collective(mb.index, "all_gather", "moe_out", layer, round(mb.tokens * d * b))
-
-    def route(self, mb: _Slice, layer: int, tokens: int) -> None:
-        """Softmax and top-k of ``tokens`` tokens: read the logits [T, E], write the
-        weights and expert ids [T, k]."""
-        experts, k, b = self.m.num_experts, self.m.experts_per_token, self.act_b
-        topk_bytes = tokens * experts * b + tokens * k * (b + 4)
-        shape = f"[{tokens}, {experts}] -> top {k}"
-        self.ew(mb, "topk", layer, topk_bytes, 5.0 * tokens * experts, shape, tokens, experts)
-
-    def routed_experts(self, mb: _Slice, layer: int, pairs: int, read: float) -> None:
-        """This rank's experts over its ``pairs`` token-expert pairs, ``read`` experts'
-        weights streamed: gate|up [P, d] x [d, 2Im] per expert, SwiGLU, down [P, Im] x
-        [Im, d] (Im: the width slice this rank holds)."""
-        if pairs == 0:
-            return
-        inner, d = self.expert, self.d
-        for name, n, kdim in (("experts_up", 2 * inner, d), ("experts_down", d, inner)):
-            cost, detail = self.price.grouped_gemm(name, pairs, n, kdim, read)
-            self.build.kernel(mb.index, name, "gemm", layer, cost, detail)
-            if name == "experts_up":
-                self.swiglu(mb, "experts_act", layer, pairs, inner)  # [P, 2Im] -> [P, Im]
-
-    def shared_experts(self, mb: _Slice, layer: int, tokens: int) -> None:
-        """The shared experts, every token: [T, d] x [d, 2Is], SwiGLU, [T, Is] x [Is, d]."""
-        if not self.shared:
-            return
-        self.gemm(mb, "shared_up", layer, tokens, 2 * self.shared, self.d)
-        self.swiglu(mb, "shared_act", layer, tokens, self.shared)
-        self.gemm(mb, "shared_down", layer, tokens, self.d, self.shared)
-
-    def weighted_sum(self, mb: _Slice, layer: int, tokens: int, summed: int) -> None:
-        """Each token's expert outputs weighted and summed: read ``summed`` rows [., d]
-        (its pairs', and the shared experts'), write [T, d]."""
-        d, b = self.d, self.act_b
-        shape = f"[{summed}, {d}] -> [{tokens}, {d}]"
-        sum_bytes = (summed + tokens) * d * b
-        self.ew(mb, "moe_sum", layer, sum_bytes, 2.0 * summed * d, shape, tokens, d)
 
     def close_layer(self, mb: _Slice, layer: int) -> None:
         if not self.fuse:  # fused: the next norm adds the residual
