@@ -31,13 +31,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tpsim.core.lowering.block import LoweringBlock
 from tpsim.models.spec import ModelSpec
 
 if TYPE_CHECKING:
-    from tpsim.core.config import Workload
     from tpsim.core.kernels.costs import KernelCost
     from tpsim.core.kernels.pricing import Pricing
-    from tpsim.core.lowering.opbuild import OpBuilder
 
 
 def attention_params_per_rank(model: ModelSpec, tp: int) -> int:
@@ -81,26 +80,11 @@ def mixed_attention(price: Pricing, model: ModelSpec, heads: int, workload: Any)
     return costs.KernelCost.of_parts(parts)
 
 
-class LatentAttention:
+class LatentAttention(LoweringBlock):
     """The MLA block of :class:`~tpsim.core.lowering.lower._Megatron` (mixed into it)."""
 
-    if TYPE_CHECKING:  # the lowering's own fields and helpers
-        m: ModelSpec
+    if TYPE_CHECKING:  # the lowering's own, beyond LoweringBlock's
         h: int
-        d: int
-        act_b: float
-        price: Pricing
-        build: OpBuilder
-        w: Workload
-
-        def ew(self, mb: Any, name: str, layer: int, nbytes: float, flops: float,
-               shape: str, rows: int, width: int, fused: bool = False) -> None: ...  # fmt: skip
-        def gemm(self, mb: Any, name: str, layer: int, m: int, n: int, k: int,
-                 site: str = "", deps: tuple[int, ...] | None = None,
-                 part: str = "") -> int: ...  # fmt: skip
-        def column_gemm(self, mb: Any, name: str, layer: int, n: int,
-                        site_in: str) -> None: ...  # fmt: skip
-        def row_gemm(self, mb: Any, name: str, layer: int, k: int, site: str) -> None: ...
 
     def _rms(self, mb: Any, name: str, layer: int, tokens: int, width: int) -> None:
         """An RMSNorm over ``[tokens, width]``: read x and the weight, write y."""

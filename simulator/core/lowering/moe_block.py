@@ -10,41 +10,21 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tpsim.core.config import ceil_div
+from tpsim.core.lowering.block import LoweringBlock
 
 if TYPE_CHECKING:
-    from tpsim.core.config import Workload
-    from tpsim.core.kernels.pricing import Pricing
     from tpsim.core.lowering.experts import ExpertSplit
-    from tpsim.core.lowering.opbuild import OpBuilder
-    from tpsim.models.spec import ModelSpec
 
 
-class ExpertBlock:
+class ExpertBlock(LoweringBlock):
     """The MoE block of the Megatron lowering, per rank."""
 
-    if TYPE_CHECKING:  # the lowering's own fields and helpers
-        m: ModelSpec
-        w: Workload
+    if TYPE_CHECKING:  # the lowering's own, beyond LoweringBlock's
         xs: ExpertSplit
         ep_rank: int
         a2a: str
-        tp: int
-        d: int
-        act_b: float
-        sp: bool
         expert: int
         shared: int
-        price: Pricing
-        build: OpBuilder
-
-        def ew(self, mb: Any, name: str, layer: int, nbytes: float, flops: float,
-               shape: str, rows: int, width: int, fused: bool = False) -> None: ...  # fmt: skip
-        def gemm(self, mb: Any, name: str, layer: int, m: int, n: int, k: int,
-                 site: str = "", deps: tuple[int, ...] | None = None,
-                 part: str = "") -> int: ...  # fmt: skip
-        def column_gemm(self, mb: Any, name: str, layer: int, n: int,
-                        site_in: str) -> None: ...  # fmt: skip
-        def swiglu(self, mb: Any, name: str, layer: int, rows: int, inner: int) -> None: ...
 
     def moe(self, mb: Any, layer: int) -> None:
         """The MoE FFN (:mod:`tpsim.core.lowering.experts`), per rank: the router
