@@ -99,6 +99,9 @@ GROUPS = (
     CustomAllReduceGroup("vLLM ca_2stage, graph (vllm #24532)",
         "unknown (NVIDIA, symm-mem capable)",
         "ca_2stage", VLLM_24532, "dgx-h100", "vllm", "graph", "MiB", algo="twoshot"),
+    CustomAllReduceGroup("vLLM symm_mem_multimem, graph (vllm #24532)",
+        "unknown (NVIDIA, symm-mem capable)",
+        "symm_mem_multimem", VLLM_24532, "dgx-h100", "vllm", "graph", "MiB", algo="multimem"),
     CustomAllReduceGroup("8x H100 triton one-shot (helion #245)", "H100", "triton one-shot", HELION,
         "dgx-h100", "symm_mem", "graph", "bf16k", algo="oneshot"),
     CustomAllReduceGroup("8x H100 helion one-shot (helion #245)", "H100", "helion one-shot", HELION,
@@ -118,7 +121,6 @@ EXCLUDED = (
     "torch.distributed megatron (timed from Python per call); and NCCL issue 1259, NVLSTree "
     "forced on 2 H100s under CUDA graphs: about 6 us, where tpsim prices NVLS at NCCL's own "
     "tuning latency (25 us), the figure NCCL chooses by, so a forced small NVLS is 4x slow",
-    "symm_mem_multimem (vllm #24532): NVLink SHARP multimem, not a peer-memory kernel",
     "symm_mem_two_shot (vllm #24532): torch's symmetric-memory two-shot, kernels not modelled "
     "(grid and barriers unknown here)",
     "fused all-reduce + RMSNorm (vllm #22086, FlagGems #773): a fused kernel with the norm, "
@@ -170,9 +172,12 @@ def group_calibration(group: CustomAllReduceGroup) -> Calibration:
     switch."""
     calib = calibration.default()
     c = calib.collectives
+    symm = calibration.profile("vllm").collectives.symm_mem if group.algo == "multimem" else None
     return replace(
         calib,
-        collectives=replace(c, custom_implementation=group.kernels, custom_switch=True),
+        collectives=replace(
+            c, custom_implementation=group.kernels, custom_switch=True, symm_mem=symm
+        ),
     )
 
 

@@ -207,6 +207,7 @@ VALIDATIONS: tuple[Validation, ...] = (
                 "custom-ar-a100-trtllm-eager",
                 "custom-ar-vllm-1stage-graph",
                 "custom-ar-vllm-2stage-graph",
+                "custom-ar-vllm-multimem-graph",
                 "custom-ar-h100-triton-oneshot",
                 "custom-ar-h100-helion-oneshot",
                 "custom-ar-h100-symm-mem-oneshot",
@@ -215,6 +216,7 @@ VALIDATIONS: tuple[Validation, ...] = (
             (
                 "", "", "", "", "",
                 "not claimed within 15% (issue #14): vLLM's two-stage kernel",
+                "",
                 "",
                 "not claimed within 15% (issue #14): helion's one-shot kernel",
                 "",

@@ -33,6 +33,7 @@ from tpsim.calibration.model_collectives import (
     NvlsPipeline,
     PayloadShares,
     Protocol,
+    SymmMem,
 )
 from tpsim.calibration.model_p2p import P2PTuning
 
@@ -173,6 +174,10 @@ def _collectives(d: Mapping[str, Any], ep: Mapping[str, Any] | None = None) -> C
         custom_kernels=kernels,
         custom_implementation=implementation,
         custom_switch=_switch(entry(custom, "switch", w)),
+        custom_max_by_gpu=_by_gpu(
+            entry(custom, "max_MiB_by_gpu", w), f"{w}.custom_allreduce.max_MiB_by_gpu"
+        ),
+        symm_mem=_symm_mem(entry(custom, "symm_mem", w)),
         comm_sms=int(entry(d, "comm_sms", w)),
         launchers=_launchers(entry(d, "launchers", w), f"{w}.launchers"),
         host_enqueue=_host_enqueue(entry(d, "host_enqueue", w), f"{w}.host_enqueue"),
@@ -269,6 +274,52 @@ def _ll_rule(value: object, field: str) -> str:
     if value not in ("per_peer", "parts"):
         raise CalibrationError(f"{field}={value!r}: per_peer or parts")
     return str(value)
+
+
+ARCHS = ("ampere", "ada", "hopper", "blackwell", "cdna3")
+
+
+def _by_gpu(value: object, field: str) -> dict[str, dict[int, int]]:
+    """``{arch: {ranks: MiB}}`` as the largest message in bytes each takes (below the
+    size given, as vLLM's tables are read: ``size < max``)."""
+    out: dict[str, dict[int, int]] = {}
+    for arch, sizes in _table(value, field).items():
+        if arch not in ARCHS:
+            raise CalibrationError(
+                f"{field}: {arch!r} is not a GPU architecture ({', '.join(ARCHS)})"
+            )
+        row: dict[int, int] = {}
+        for ranks, mib in _table(sizes, f"{field}.{arch}").items():
+            if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 2:
+                raise CalibrationError(f"{field}.{arch}: key {ranks!r} is not a rank count")
+            row[ranks] = round(number(mib, f"{field}.{arch}.{ranks}") * 2**20) - 1
+        out[str(arch)] = row
+    return out
+
+
+def _symm_mem(value: object) -> SymmMem | None:
+    """``custom_allreduce.symm_mem``: null, or the engine's symmetric-memory all-reduce."""
+    if value is None:
+        return None
+    f = "nccl.yaml.custom_allreduce.symm_mem"
+    spec = _table(value, f)
+    if set(spec) != {"base_us", "efficiency", "max_MiB", "multimem_ranks"}:
+        raise CalibrationError(f"{f}: needs exactly base_us, efficiency, max_MiB, multimem_ranks")
+    eff = number(spec["efficiency"], f"{f}.efficiency")
+    if not 0 < eff <= 1:
+        raise CalibrationError(f"{f}.efficiency={eff!r}: must be in (0, 1]")
+    ranks = {}
+    for arch, sizes in _table(spec["multimem_ranks"], f"{f}.multimem_ranks").items():
+        if arch not in ARCHS or not isinstance(sizes, list):
+            raise CalibrationError(f"{f}.multimem_ranks.{arch}: a GPU architecture's rank list")
+        if any(isinstance(r, bool) or not isinstance(r, int) or r < 2 for r in sizes):
+            raise CalibrationError(f"{f}.multimem_ranks.{arch}={sizes!r}: rank counts")
+        ranks[str(arch)] = tuple(sizes)
+    limits = {
+        a: {r: b + 1 for r, b in row.items()}
+        for a, row in _by_gpu(spec["max_MiB"], f"{f}.max_MiB").items()
+    }
+    return SymmMem(scale(number(spec["base_us"], f"{f}.base_us"), -6), eff, limits, ranks)
 
 
 def _switch(value: object) -> bool:

@@ -201,6 +201,25 @@ class CustomKernel:
 
 
 @dataclass(frozen=True)
+class SymmMem:
+    """An engine's all-reduce on torch symmetric memory, between its custom kernels and NCCL
+    (vLLM's ``SymmMemCommunicator``): per GPU architecture, the largest message it takes by
+    group size and the group sizes it runs the multimem (in-switch) kernel for."""
+
+    base_s: float  # device: the multimem kernel's start and its barriers over the signal pads
+    efficiency: float  # the share of the links' rate the multimem kernel streams at
+    max_bytes: Mapping[str, Mapping[int, int]]  # arch -> ranks -> the largest message + 1
+    multimem_ranks: Mapping[str, tuple[int, ...]]  # arch -> group sizes run multimem
+
+    def multimem_below(self, arch: str, ranks: int) -> int:
+        """Bytes below which a message over ``ranks`` GPUs of ``arch`` runs the multimem
+        kernel (0: never)."""
+        if ranks not in self.multimem_ranks.get(arch, ()):
+            return 0
+        return self.max_bytes.get(arch, {}).get(ranks, 0)
+
+
+@dataclass(frozen=True)
 class Collectives:
     """NCCL's tuning constants and the peer-memory all-reduce of serving engines."""
 
@@ -259,6 +278,17 @@ class Collectives:
     #: protocols whose ring pays its last primitive (the final receive) as one more hop;
     #: empty: NCCL's count of p - 1 steps per phase (the ideal calibration)
     ring_final_receive: tuple[str, ...] = ()
+    #: per GPU architecture, per group size: the custom kernels' own limit where it is below
+    #: ``custom_max_bytes`` (vLLM's table when symmetric memory is on); empty: none
+    custom_max_by_gpu: Mapping[str, Mapping[int, int]] = field(default_factory=dict)
+    #: the engine's symmetric-memory all-reduce, and with it the engine's rule of taking the
+    #: first of its kernels that applies (custom, symmetric memory, then NCCL) instead of the
+    #: fastest; None: no such tier, ``auto`` runs the faster of the custom kernels and NCCL
+    symm_mem: SymmMem | None = None
+
+    def custom_max(self, arch: str, ranks: int) -> int:
+        """The largest message the custom kernels take over ``ranks`` GPUs of ``arch``."""
+        return min(self.custom_max_bytes, self.custom_max_by_gpu.get(arch, {}).get(ranks, 2**62))
 
     @property
     def custom(self) -> CustomKernel:

@@ -151,6 +151,17 @@ def test_a_profile_file_overrides_and_extends(tmp_path: Path) -> None:
             "name: x\noverrides:\n  engine:\n    host_overlap_sync: {value: 1.5, source: s}\n",
             "host_overlap_sync=1.5: must be between 0 and 1",
         ),
+        (
+            "name: x\noverrides:\n  nccl:\n    custom_allreduce:\n      symm_mem:\n"
+            "        value: {base_us: 1, efficiency: 2, max_MiB: {}, multimem_ranks: {}}\n"
+            "        source: s\n",
+            "symm_mem.efficiency=2: must be in",
+        ),
+        (
+            "name: x\noverrides:\n  nccl:\n    custom_allreduce:\n      max_MiB_by_gpu:\n"
+            "        value: {volta: {8: 1}}\n        source: s\n",
+            "'volta' is not a GPU architecture",
+        ),
         ("name: x\noverrides:\n  gpus: {}\n", "unknown data file"),
         ("name: x\nfoo: 1\n", "unknown key"),
         ("name: x\nextends: nowhere\n", "unknown engine"),

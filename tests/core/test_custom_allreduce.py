@@ -10,7 +10,13 @@ import pytest
 from tpsim import calibration
 from tpsim.calibration import profile
 from tpsim.core.collective_bench import collective_sweep
+from tpsim.core.comm.collectives import NCCL_ALGORITHMS
+from tpsim.core.comm.group import Comms, connect
+from tpsim.core.comm.schedules import predict
+from tpsim.core.config import ConfigError
+from tpsim.core.program import CollectiveCall
 from tpsim.experiments.validation import custom_allreduce as cal
+from tpsim.topologies.io import get_topology
 
 KiB = 2**10
 
@@ -33,18 +39,75 @@ def test_switch_points_follow_the_engines_code(
     assert k.oneshot_limit(ranks) == two_shot_from
 
 
-@pytest.mark.parametrize(("engine", "limit"), [("vllm", 256 * KiB), ("trtllm", 500_000)])
-def test_auto_runs_one_shot_below_the_switch_and_two_shot_from_it(engine: str, limit: int) -> None:
-    calib = profile(engine)
-    c = calib.collectives
-    assert c.custom_switch and c.custom_oneshot_limit(8) == limit
-    from tpsim.core.comm.group import connect
-    from tpsim.core.program import CollectiveCall
-    from tpsim.topologies.io import get_topology
+def _comms(engine: str, topology: str, ranks: int) -> Comms:
+    return connect(get_topology(topology, 1), ranks, calib=profile(engine))
 
-    plan = connect(get_topology("dgx-h100", 1), 8, calib=calib).planner
-    assert plan(CollectiveCall("all_reduce", limit - 16)).algorithm == "oneshot"
-    assert plan(CollectiveCall("all_reduce", limit)).algorithm == "twoshot"
+
+def _algo(comms: Comms, nbytes: int) -> str:
+    return comms.planner(CollectiveCall("all_reduce", nbytes)).algorithm
+
+
+@pytest.mark.parametrize(
+    ("engine", "ranks", "limit"), [("vllm", 4, 512 * KiB), ("trtllm", 8, 500_000)]
+)
+def test_auto_runs_one_shot_below_the_switch_and_two_shot_from_it(
+    engine: str, ranks: int, limit: int
+) -> None:
+    c = profile(engine).collectives
+    assert c.custom_switch and c.custom_oneshot_limit(ranks) == limit
+    comms = _comms(engine, "dgx-h100", ranks)
+    assert _algo(comms, limit - 16) == "oneshot"
+    assert _algo(comms, limit) == "twoshot"
+
+
+MiB = 2**20
+
+
+@pytest.mark.parametrize(
+    ("topology", "ranks", "sizes"),
+    [
+        # Hopper, 8 ranks: custom below 256 KiB, multimem below 64 MiB, then NCCL
+        ("dgx-h100", 8, {256 * KiB - 16: "oneshot", 256 * KiB: "multimem",
+                         64 * MiB - 16: "multimem", 64 * MiB: "NCCL"}),
+        # Hopper, 4 ranks: custom up to its own 8 MiB, multimem below 32 MiB, then NCCL
+        ("dgx-h100", 4, {4 * MiB: "twoshot", 16 * MiB: "multimem", 32 * MiB: "NCCL"}),
+        # Ampere: no symmetric-memory tier (no in-switch reduction), custom up to 8 MiB
+        ("dgx-a100", 8, {4 * MiB: "twoshot", 16 * MiB: "NCCL"}),
+    ],
+)  # fmt: skip
+def test_vllm_takes_the_first_all_reduce_that_applies(
+    topology: str, ranks: int, sizes: dict[int, str]
+) -> None:
+    """vLLM's CudaCommunicator tries its custom kernels (below CUSTOM_ALL_REDUCE_MAX_SIZES
+    with symmetric memory on), then torch symmetric memory's multimem kernel (below
+    SYMM_MEM_ALL_REDUCE_MAX_SIZES), then NCCL, and takes the first that applies, whichever
+    would be faster."""
+    comms = _comms("vllm", topology, ranks)
+    for nbytes, want in sizes.items():
+        got = _algo(comms, nbytes)
+        assert got in NCCL_ALGORITHMS if want == "NCCL" else got == want, (nbytes, got)
+
+
+def test_an_engine_without_the_tier_runs_the_faster_and_never_multimem() -> None:
+    """SGLang's profile has no symmetric-memory tier: at 1 MiB on 8 H100s auto runs the
+    faster of its custom two-shot and NCCL, and multimem cannot be named without one."""
+    assert _algo(_comms("sglang", "dgx-h100", 8), MiB) != "multimem"
+    with pytest.raises(ConfigError, match="symmetric-memory"):
+        collective_sweep("dgx-h100", 8, [MiB], algo="multimem")
+
+
+def test_multimem_is_the_switch_s_wire_at_the_kernel_s_rate() -> None:
+    """One step: ``n (p+1)/p`` over each rank's NVSwitch port at the kernel's share of it,
+    after the kernel's fixed time and two barriers, with no NCCL pipeline fill."""
+    comms = _comms("vllm", "dgx-h100", 8)
+    fab, symm, n = comms.fabric, profile("vllm").collectives.symm_mem, 16 * MiB
+    assert fab.nvswitch is not None and symm is not None
+    sched = comms.planner(CollectiveCall("all_reduce", n))
+    up = fab.nvswitch[0][0]
+    want = (symm.base_s + 2 * fab.tuning.custom_barrier_s(8) + fab.latencies[up]
+            + n * 9 / 8 / (fab.capacities[up] * symm.efficiency))  # fmt: skip
+    assert sched.algorithm == "multimem"
+    assert predict(fab, sched) == pytest.approx(want, rel=1e-9)
 
 
 def test_the_ideal_engine_runs_the_faster_and_ideal_mode_has_no_custom_overheads() -> None:
@@ -110,6 +173,7 @@ CLAIMED = {
     "A100 vLLM, eager (sglang #2688)": 0.15,
     "A100 TRT-LLM via SGLang, eager (#2688)": 0.15,
     "vLLM ca_1stage, graph (vllm #24532)": 0.15,
+    "vLLM symm_mem_multimem, graph (vllm #24532)": 0.15,
     "8x H100 triton one-shot (helion #245)": 0.15,
     "8x H100 torch symm-mem one-shot (helion #245)": 0.15,
 }

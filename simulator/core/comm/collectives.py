@@ -63,6 +63,25 @@ def _protocols(fab: Fabric, order: Sequence[int]) -> list[Protocol]:
     return kept or protocols
 
 
+def first_that_applies(
+    fab: Fabric, call: CollectiveCall, allowed: list[Algorithm]
+) -> list[Algorithm]:
+    """An engine whose communicator takes the first all-reduce that applies, not the fastest
+    (vLLM's ``CudaCommunicator.all_reduce``): its custom kernels where they take the size,
+    else its symmetric-memory multimem kernel below that tier's limit, else NCCL's own
+    choice (``allowed``: the algorithms the size admits, the engine's kernels by their own
+    limits)."""
+    custom = [a for a in allowed if not a.nccl]
+    if custom:
+        return custom
+    symm = fab.tuning.symm_mem
+    multimem = REGISTRY["multimem"]
+    below = symm.multimem_below(fab.gpu.arch, fab.ranks) if symm else 0
+    if call.nbytes < below and multimem.why_not(fab, call.op) is None:
+        return [multimem]
+    return [a for a in allowed if a.nccl]
+
+
 def make_planner(fab: Fabric, order: Sequence[int], *, algo: str = "auto") -> Planner:
     """A planner for collectives over the fabric's group along ring ``order`` (TP ranks).
 
@@ -98,6 +117,8 @@ def make_planner(fab: Fabric, order: Sequence[int], *, algo: str = "auto") -> Pl
             if algo == "auto" and low is not None and call.nbytes < low(fab):
                 continue  # the engine's kernels run one-shot at this size
             out.append(entry)
+        if algo == "auto" and fab.tuning.symm_mem is not None and call.op == "all_reduce":
+            return first_that_applies(fab, call, out)
         return out
 
     def fastest(call: CollectiveCall) -> Schedule | None:

@@ -56,10 +56,16 @@ def oneshot_limit(fab: Fabric) -> float | None:
     return fab.tuning.custom_oneshot_limit(fab.ranks)
 
 
+def custom_max(fab: Fabric) -> int:
+    """Largest message the engine's custom kernels take on this group (its own limit, by
+    GPU and group size where the engine has one: vLLM's with symmetric memory on)."""
+    return fab.tuning.custom_max(fab.gpu.arch, fab.ranks)
+
+
 def auto_oneshot_max(fab: Fabric) -> int:
     """Largest message ``auto`` gives the one-shot kernel."""
     limit = oneshot_limit(fab)
-    top = fab.tuning.custom_max_bytes
+    top = custom_max(fab)
     return top if limit is None or math.isinf(limit) else min(top, math.ceil(limit) - 1)
 
 
@@ -68,7 +74,7 @@ def auto_twoshot_min(fab: Fabric) -> int:
     limit = oneshot_limit(fab)
     if limit is None:
         return 0
-    return fab.tuning.custom_max_bytes + 1 if math.isinf(limit) else math.ceil(limit)
+    return custom_max(fab) + 1 if math.isinf(limit) else math.ceil(limit)
 
 
 def peer_access(fab: Fabric, a: int, b: int) -> bool:

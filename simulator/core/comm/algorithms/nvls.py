@@ -6,7 +6,7 @@ from tpsim.core.comm.algorithms import Algorithm, Context
 from tpsim.core.comm.fabric import Fabric
 from tpsim.core.comm.schedules import steps
 from tpsim.core.program import CollectiveCall
-from tpsim.core.schedule import Schedule, Send
+from tpsim.core.schedule import Schedule, Send, Step
 
 
 def nvls(fab: Fabric, nbytes: int) -> Schedule:
@@ -17,14 +17,26 @@ def nvls(fab: Fabric, nbytes: int) -> Schedule:
 
     NCCL moves it through a pipeline (:func:`pipeline_fill_s`): the last of its stages
     starts after the first has filled it, which comes on top of the link's latency."""
+    return Schedule("nvls", "Simple", fab.tuning.nvls_latency_s, in_switch(fab, nbytes))
+
+
+def in_switch(
+    fab: Fabric, nbytes: int, fill: bool = True, efficiency: float | None = None
+) -> tuple[tuple[Step, ...], ...]:
+    """The steps of an in-switch all-reduce of ``nbytes`` (one each): every rank sends its
+    buffer up (reduced in the switch, ``n (p+1)/p`` on the link with its share's result
+    coming back) and receives the result down, at ``efficiency`` of the links (default:
+    NCCL's NVLS efficiency for the link kind); ``fill``: after NCCL's NVLS pipeline has
+    filled (:func:`pipeline_fill_s`)."""
     assert fab.nvswitch is not None
     p = fab.ranks
     wire = nbytes * (p + 1) / p
-    eff = fab.tuning.nvls_efficiency_of(fab.gpu.scaleup_kind)
+    eff = efficiency or fab.tuning.nvls_efficiency_of(fab.gpu.scaleup_kind)
     everyone = tuple(range(p))
     sends = []
     for up, down in fab.nvswitch:
-        fill = pipeline_fill_s(fab, nbytes, fab.capacities[up] * eff * p / (p + 1))
+        rate = fab.capacities[up] * eff * p / (p + 1)
+        wait = pipeline_fill_s(fab, nbytes, rate) if fill else 0.0
         sends.append(
             [
                 [
@@ -32,7 +44,7 @@ def nvls(fab: Fabric, nbytes: int) -> Schedule:
                         (up,),
                         nbytes,
                         wire,
-                        fab.latencies[up] + fill,
+                        fab.latencies[up] + wait,
                         fab.capacities[up] * eff,
                         everyone,
                     ),
@@ -40,7 +52,7 @@ def nvls(fab: Fabric, nbytes: int) -> Schedule:
                 ]
             ]
         )
-    return Schedule("nvls", "Simple", fab.tuning.nvls_latency_s, steps(sends, [[p]] * p))
+    return steps(sends, [[p]] * p)
 
 
 def pipeline_fill_s(fab: Fabric, nbytes: int, rate_Bps: float) -> float:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tpsim.core.comm.algorithms import Algorithm, Context
-from tpsim.core.comm.algorithms._peer import auto_twoshot_min, read, why_not
+from tpsim.core.comm.algorithms._peer import auto_twoshot_min, custom_max, read, why_not
 from tpsim.core.comm.fabric import Fabric
 from tpsim.core.comm.schedules import chunk_sizes, steps
 from tpsim.core.program import CollectiveCall
@@ -47,6 +47,6 @@ ALGORITHM = Algorithm(
     why_not=why_not,
     build=_build,
     max_steps=lambda p: 2,
-    auto_max_bytes=lambda fab: fab.tuning.custom_max_bytes,
+    auto_max_bytes=custom_max,
     auto_min_bytes=auto_twoshot_min,
 )
