@@ -11,7 +11,8 @@ from tpsim.cli.run import add_run_parser
 from tpsim.cli.studies import add_axis_flags
 from tpsim.core.config import Layout, Options, Workload
 from tpsim.core.errors import ConfigError
-from tpsim.core.run_options import BY_NAME, RUN_OPTIONS, RunOption, int_check, sweepable
+from tpsim.core.option_checks import int_check
+from tpsim.core.run_options import BY_NAME, RUN_OPTIONS, RunOption, sweepable
 from tpsim.experiments.sweep.grid import AXES, POINT_FIELDS, axes_of
 
 #: run's flags that are outputs of the command, not options of the run.
