@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tpsim.calibration.hardware import gpu_catalog, gpu_defaults
+from tpsim.calibration.hardware import ARCHITECTURES, gpu_catalog, gpu_defaults
 from tpsim.calibration.loader import scale
 from tpsim.topologies.errors import TopologyError, did_you_mean, show
 
@@ -26,7 +26,7 @@ SCALEUP_KINDS = ("nvlink3", "nvlink4", "nvlink5", "xgmi", "none")
 #: NVLink generations of bridge connectors (links.yaml nvlink_bridge); "none": no bridge.
 BRIDGE_KINDS = ("nvlink3", "nvlink4", "none")
 #: GPU architectures the calibration has kernel tiles for; "default" for any other.
-ARCHS = ("ampere", "ada", "hopper", "blackwell", "cdna3", "default")
+ARCHS = (*ARCHITECTURES, "default")
 
 
 @dataclass(frozen=True)

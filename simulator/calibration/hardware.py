@@ -12,6 +12,9 @@ from typing import Any
 
 from tpsim.calibration.entries import CalibrationError, entry, number, read, scale
 
+#: GPU architectures the calibration knows (kernel tiles, per-architecture tables).
+ARCHITECTURES: tuple[str, ...] = ("ampere", "ada", "hopper", "blackwell", "cdna3")
+
 GiB = 2**30
 
 #: Fields of a catalog GPU entry (file units) and whether they are required.

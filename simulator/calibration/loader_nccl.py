@@ -22,6 +22,7 @@ from tpsim.calibration.entries import (
     number,
     scale,
 )
+from tpsim.calibration.hardware import ARCHITECTURES
 from tpsim.calibration.model_collectives import (
     ChannelThreshold,
     Collectives,
@@ -276,23 +277,20 @@ def _ll_rule(value: object, field: str) -> str:
     return str(value)
 
 
-ARCHS = ("ampere", "ada", "hopper", "blackwell", "cdna3")
-
-
 def _by_gpu(value: object, field: str) -> dict[str, dict[int, int]]:
-    """``{arch: {ranks: MiB}}`` as the largest message in bytes each takes (below the
-    size given, as vLLM's tables are read: ``size < max``)."""
+    """``{arch: {ranks: MiB}}`` in bytes: the size each takes messages below (vLLM's tables
+    are read ``size < max``)."""
     out: dict[str, dict[int, int]] = {}
     for arch, sizes in _table(value, field).items():
-        if arch not in ARCHS:
+        if arch not in ARCHITECTURES:
             raise CalibrationError(
-                f"{field}: {arch!r} is not a GPU architecture ({', '.join(ARCHS)})"
+                f"{field}: {arch!r} is not a GPU architecture ({', '.join(ARCHITECTURES)})"
             )
         row: dict[int, int] = {}
         for ranks, mib in _table(sizes, f"{field}.{arch}").items():
             if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 2:
                 raise CalibrationError(f"{field}.{arch}: key {ranks!r} is not a rank count")
-            row[ranks] = round(number(mib, f"{field}.{arch}.{ranks}") * 2**20) - 1
+            row[ranks] = round(number(mib, f"{field}.{arch}.{ranks}") * 2**20)
         out[str(arch)] = row
     return out
 
@@ -310,15 +308,12 @@ def _symm_mem(value: object) -> SymmMem | None:
         raise CalibrationError(f"{f}.efficiency={eff!r}: must be in (0, 1]")
     ranks = {}
     for arch, sizes in _table(spec["multimem_ranks"], f"{f}.multimem_ranks").items():
-        if arch not in ARCHS or not isinstance(sizes, list):
+        if arch not in ARCHITECTURES or not isinstance(sizes, list):
             raise CalibrationError(f"{f}.multimem_ranks.{arch}: a GPU architecture's rank list")
         if any(isinstance(r, bool) or not isinstance(r, int) or r < 2 for r in sizes):
             raise CalibrationError(f"{f}.multimem_ranks.{arch}={sizes!r}: rank counts")
         ranks[str(arch)] = tuple(sizes)
-    limits = {
-        a: {r: b + 1 for r, b in row.items()}
-        for a, row in _by_gpu(spec["max_MiB"], f"{f}.max_MiB").items()
-    }
+    limits = _by_gpu(spec["max_MiB"], f"{f}.max_MiB")
     return SymmMem(scale(number(spec["base_us"], f"{f}.base_us"), -6), eff, limits, ranks)
 
 

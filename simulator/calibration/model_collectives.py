@@ -208,7 +208,7 @@ class SymmMem:
 
     base_s: float  # device: the multimem kernel's start and its barriers over the signal pads
     efficiency: float  # the share of the links' rate the multimem kernel streams at
-    max_bytes: Mapping[str, Mapping[int, int]]  # arch -> ranks -> the largest message + 1
+    max_bytes: Mapping[str, Mapping[int, int]]  # arch -> ranks -> messages below this
     multimem_ranks: Mapping[str, tuple[int, ...]]  # arch -> group sizes run multimem
 
     def multimem_below(self, arch: str, ranks: int) -> int:
@@ -278,8 +278,8 @@ class Collectives:
     #: protocols whose ring pays its last primitive (the final receive) as one more hop;
     #: empty: NCCL's count of p - 1 steps per phase (the ideal calibration)
     ring_final_receive: tuple[str, ...] = ()
-    #: per GPU architecture, per group size: the custom kernels' own limit where it is below
-    #: ``custom_max_bytes`` (vLLM's table when symmetric memory is on); empty: none
+    #: per GPU architecture, per group size: the size the custom kernels take messages below,
+    #: where it is under ``custom_max_bytes`` (vLLM's table when symmetric memory is on)
     custom_max_by_gpu: Mapping[str, Mapping[int, int]] = field(default_factory=dict)
     #: the engine's symmetric-memory all-reduce, and with it the engine's rule of taking the
     #: first of its kernels that applies (custom, symmetric memory, then NCCL) instead of the
@@ -288,7 +288,8 @@ class Collectives:
 
     def custom_max(self, arch: str, ranks: int) -> int:
         """The largest message the custom kernels take over ``ranks`` GPUs of ``arch``."""
-        return min(self.custom_max_bytes, self.custom_max_by_gpu.get(arch, {}).get(ranks, 2**62))
+        below = self.custom_max_by_gpu.get(arch, {}).get(ranks)
+        return self.custom_max_bytes if below is None else min(self.custom_max_bytes, below - 1)
 
     @property
     def custom(self) -> CustomKernel:

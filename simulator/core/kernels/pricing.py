@@ -16,11 +16,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from tpsim.core.kernels import costs
 from tpsim.core.kernels.costs import Hardware, KernelCost, RowKernel
 from tpsim.core.kernels.kernel_table import KernelTable
 from tpsim.core.precision import Precision, dtype_bytes
+
+_T = TypeVar("_T")
 
 #: Row-per-CTA kernels (norms, SwiGLU/GELU, rotary) and the norms among them.
 NORMS = ("input_norm", "post_attn_norm", "final_norm")
@@ -53,6 +56,16 @@ class Pricing:
                    dtype_bytes(prec.gemm_in), dtype_bytes(prec.kv), table,
                    dtype_bytes(prec.expert_weights))  # fmt: skip
 
+    def _kept(self, key: tuple[object, ...], price: Callable[[], _T]) -> _T:
+        """``price()``, kept in :attr:`memo` under ``key`` when there is one."""
+        memo = self.memo
+        if memo is None:
+            return price()
+        hit = memo.get(key)
+        if hit is None:
+            hit = memo[key] = price()
+        return hit  # type: ignore[return-value]
+
     def _measured(
         self, op: str, dtype: str, x: int, y: int, model: Callable[[int, int], float]
     ) -> float | None:
@@ -64,14 +77,7 @@ class Pricing:
     def gemm(self, name: str, m: int, n: int, k: int) -> tuple[KernelCost, str]:
         """GEMM ``name`` of ``[m, k] x [k, n]`` and its shape text (``(kernel table)`` added
         when a measured time replaced the model's)."""
-        memo = self.memo
-        if memo is None:
-            return self._gemm(name, m, n, k)
-        key = ("gemm", name, m, n, k)
-        hit = memo.get(key)
-        if hit is None:
-            hit = memo[key] = self._gemm(name, m, n, k)
-        return hit  # type: ignore[return-value]
+        return self._kept(("gemm", name, m, n, k), lambda: self._gemm(name, m, n, k))
 
     def _gemm(self, name: str, m: int, n: int, k: int) -> tuple[KernelCost, str]:
         linear = name != "lm_head"  # the LM head stays 16-bit in fp8 checkpoints
@@ -174,14 +180,8 @@ class Pricing:
         gather) over ``rows`` rows of ``width`` elements; ``fused_add``: a norm with the
         residual add fused in. A table prices a fused norm as its measured norm plus its
         measured residual add (the same work, in the two kernels the measurement ran)."""
-        memo = self.memo
-        if memo is None:
-            return self._elementwise(nbytes, flops, op, rows, width, fused_add)
         key = ("ew", nbytes, flops, op, rows, width, fused_add)
-        hit = memo.get(key)
-        if hit is None:
-            hit = memo[key] = self._elementwise(nbytes, flops, op, rows, width, fused_add)
-        return hit  # type: ignore[return-value]
+        return self._kept(key, lambda: self._elementwise(nbytes, flops, op, rows, width, fused_add))
 
     def _elementwise(
         self, nbytes: float, flops: float, op: str, rows: int, width: int, fused_add: bool
