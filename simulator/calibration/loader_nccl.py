@@ -214,6 +214,9 @@ def _collectives(d: Mapping[str, Any], ep: Mapping[str, Any] | None = None) -> C
             if "ring_final_receive" in d
             else ()
         ),
+        switch_all_to_all_efficiency=_fraction(
+            entry(d, "switch_all_to_all_efficiency", w), f"{w}.switch_all_to_all_efficiency"
+        ),
         tree_size_efficiency={
             str(proto): tuple(number(x, f"{w}.tree_size_efficiency.{proto}") for x in row)
             for proto, row in _table(
@@ -293,6 +296,14 @@ def _by_gpu(value: object, field: str) -> dict[str, dict[int, int]]:
             row[ranks] = round(number(mib, f"{field}.{arch}.{ranks}") * 2**20)
         out[str(arch)] = row
     return out
+
+
+def _fraction(value: object, field: str) -> float:
+    """A share in (0, 1]."""
+    x = number(value, field)
+    if not 0 < x <= 1:
+        raise CalibrationError(f"{field}={x!r}: must be in (0, 1]")
+    return x
 
 
 def _symm_mem(value: object) -> SymmMem | None:

@@ -207,6 +207,7 @@ class Calibration:
                 host_enqueue={},
                 p2p=None,
                 deepep=None,
+                switch_all_to_all_efficiency=1.0,
             ),
             links=replace(
                 self.links,

@@ -285,6 +285,10 @@ class Collectives:
     #: first of its kernels that applies (custom, symmetric memory, then NCCL) instead of the
     #: fastest; None: no such tier, ``auto`` runs the faster of the custom kernels and NCCL
     symm_mem: SymmMem | None = None
+    #: the share of a GPU's switch port that many-to-many traffic (an all-to-all: flows to
+    #: and from several peers at once through the host's switch) gets of what one peer's
+    #: traffic gets; 1: none lost (the ideal calibration)
+    switch_all_to_all_efficiency: float = 1.0
 
     def custom_max(self, arch: str, ranks: int) -> int:
         """The largest message the custom kernels take over ``ranks`` GPUs of ``arch``."""

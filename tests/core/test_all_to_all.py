@@ -325,3 +325,41 @@ def test_the_cli_runs_deepep_by_name(capsys: pytest.CaptureFixture[str]) -> None
     (row,) = json.loads(out)["results"]
     assert row["algorithm"] == "deepep_ll" and math.isfinite(row["time_s"])
     assert main([*argv, "--algo", "deepep_ll", "--topology", "pcie-l40s", "--ranks", "4"]) == 2
+
+
+# ------------------------------------------------------------------ the switch port's share
+def _with_share(eff: float):
+    calib = default_calibration()
+    return replace(calib, collectives=replace(calib.collectives, switch_all_to_all_efficiency=eff))
+
+
+@pytest.mark.parametrize("p", [4, 8])
+def test_a_link_bound_all_to_all_through_a_switch_takes_the_port_share_longer(p: int) -> None:
+    # 512 MiB a rank on a DGX H100: every rank's port is the bottleneck (its channels could
+    # move more), so the data part stretches by exactly 1 / share; the fixed part does not
+    def time_s(eff: float, n: int) -> float:
+        (row,) = collective_sweep("dgx-h100", p, [n], op="all_to_all", calib=_with_share(eff))
+        return row["time_s"]
+
+    big, small = 512 * MiB, 256 * MiB
+    for eff in (0.5, 0.885):
+        slope = time_s(eff, big) - time_s(eff, small)
+        assert slope == pytest.approx((time_s(1.0, big) - time_s(1.0, small)) / eff, rel=1e-6)
+
+
+def test_the_port_share_leaves_one_peer_direct_links_and_channel_bound_flows_alone() -> None:
+    def time_s(topology: str, p: int, n: int, eff: float) -> float:
+        (row,) = collective_sweep(topology, p, [n], op="all_to_all", calib=_with_share(eff))
+        return row["time_s"]
+
+    # two GPUs: one peer, the flow is a ring's; MI300X: direct xGMI links, no switch
+    for topology, p, n in (("dgx-h100", 2, 512 * MiB), ("mi300x", 8, 512 * MiB)):
+        assert time_s(topology, p, n, 0.5) == time_s(topology, p, n, 1.0)
+    # 8 GPUs at 1 MiB a rank (16 KiB a peer under LL): each flow runs at its channels' rate,
+    # far below the port's, and keeps it
+    assert time_s("dgx-h100", 8, MiB, 0.885) == pytest.approx(time_s("dgx-h100", 8, MiB, 1.0))
+
+
+def test_the_ideal_calibration_loses_nothing_at_the_switch() -> None:
+    assert ideal_calibration().collectives.switch_all_to_all_efficiency == 1.0
+    assert 0 < default_calibration().collectives.switch_all_to_all_efficiency < 1

@@ -53,6 +53,11 @@ class Fabric:
         reduces in the switch (NVLS); None otherwise."""
         return self.host_switches if len(set(self.hosts)) == 1 else None
 
+    def via_nvswitch(self, links: tuple[int, ...]) -> bool:
+        """Whether a route over ``links`` passes through an NVSwitch."""
+        nodes = self.routes.graph.nodes
+        return any(nodes[self.edges[i][1]].get("kind") == "nvswitch" for i in links)
+
     def path(self, src: int, dst: int) -> Path:
         """The route from TP rank ``src`` to TP rank ``dst``."""
         key = (src, dst)

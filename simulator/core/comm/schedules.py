@@ -13,11 +13,24 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 from tpsim.calibration import Protocol
 from tpsim.core.comm.enqueue import nccl_channels, ring_channels
 from tpsim.core.comm.fabric import Fabric
 from tpsim.core.schedule import Schedule, Send, Step
+
+
+def many_to_many(fab: Fabric, snd: Send, peers: int) -> Send:
+    """``snd`` as one of a rank's flows to ``peers`` peers at once through its host's switch
+    (an all-to-all): the port gives such traffic ``switch_all_to_all_efficiency`` of its
+    rate (calibration ``nccl.yaml``), so the flow's wire bytes grow by its inverse while its
+    own cap, in payload, stays: a channel-bound flow is not slowed. Unchanged for one peer,
+    across hosts, or off a switch (direct links: NVLink bridges, xGMI, PCIe)."""
+    eff = fab.tuning.switch_all_to_all_efficiency
+    if eff >= 1.0 or peers < 2 or snd.net or not fab.via_nvswitch(snd.links):
+        return snd
+    return replace(snd, wire=snd.wire / eff, cap_Bps=snd.cap_Bps / eff)
 
 
 def chunk_sizes(nbytes: int, parts: int) -> list[int]:

@@ -14,7 +14,7 @@ from dataclasses import replace
 from tpsim.calibration import Protocol
 from tpsim.calibration.model_collectives import DeepEPMode
 from tpsim.core.comm.fabric import Fabric
-from tpsim.core.comm.schedules import chunk_sizes, send
+from tpsim.core.comm.schedules import chunk_sizes, many_to_many, send
 from tpsim.core.program import CollectiveCall
 from tpsim.core.schedule import Send
 
@@ -70,7 +70,7 @@ def flow(
         snd = replace(snd, cap_Bps=min(snd.cap_Bps, issue_Bps))
     if after_s:
         snd = replace(snd, latency_s=snd.latency_s + after_s)
-    return snd
+    return many_to_many(fab, snd, peers)  # the switch port's share for flows to several peers
 
 
 def dispatch_issue(fab: Fabric, m: DeepEPMode | None, call: CollectiveCall) -> float:

@@ -27,7 +27,7 @@ import math
 from tpsim.calibration import Protocol
 from tpsim.core.comm.algorithms import Algorithm, Context
 from tpsim.core.comm.fabric import Fabric
-from tpsim.core.comm.schedules import chunk_sizes, send, steps
+from tpsim.core.comm.schedules import chunk_sizes, many_to_many, send, steps
 from tpsim.core.program import CollectiveCall
 from tpsim.core.schedule import Schedule, Send
 
@@ -77,7 +77,7 @@ def peer_send(fab: Fabric, src: int, dst: int, nbytes: int, proto: Protocol) -> 
     tun = fab.tuning.p2p
     rate = channel_rate(fab, proto)
     if tun is None or math.isinf(rate) or nbytes == 0:
-        return base
+        return many_to_many(fab, base, fab.ranks - 1)
     n = peer_channels(fab, nbytes, proto.name)
     link = fab.path(src, dst).link_class
     part = -(-nbytes // n)
@@ -85,7 +85,7 @@ def peer_send(fab: Fabric, src: int, dst: int, nbytes: int, proto: Protocol) -> 
     chunk = tun.chunk_bytes.get(link, tun.chunk_bytes["nvlink"]) if proto.name == "Simple" else 0
     fill = min(chunk, part) / rate
     cap = min(base.cap_Bps, n * rate * proto.wire_factor)
-    return Send(
+    snd = Send(
         links=base.links,
         payload=base.payload,
         wire=base.wire,
@@ -95,6 +95,7 @@ def peer_send(fab: Fabric, src: int, dst: int, nbytes: int, proto: Protocol) -> 
         peer=base.peer,
         net=base.net,
     )
+    return many_to_many(fab, snd, fab.ranks - 1)
 
 
 def pairwise(fab: Fabric, nbytes: int, proto: Protocol) -> Schedule:
