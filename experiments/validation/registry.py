@@ -65,8 +65,10 @@ _ALLTOALL = (
 _ALLTOALL_MISS = (
     "the A100 box's floors and NCCL's LL speed: NCCL's P2P model (channels per peer, chunk "
     "pipeline, host tasks, and the LL rule of the NCCL each row recorded: up to 2.28 LL up "
-    "to 512 KiB a peer in parts of at least 8 KiB, 2.29 up to 16 KiB) lands H100 within 15% "
-    "and A100 from 8 MiB within 15%. The A100 rows (2.27.3) follow the 2.28 rule: flat LL "
+    "to 512 KiB a peer in parts of at least 8 KiB, 2.29 up to 16 KiB) and the NVSwitch "
+    "port's share for many-to-many traffic (nccl.yaml switch_all_to_all_efficiency) land "
+    "H100 within 15% and A100 from 8 MiB within 8% on 4 and 8 GPUs (2 GPUs, one peer, "
+    "channel-bound: 7-11% fast from 64 MiB). The A100 rows (2.27.3) follow the 2.28 rule: flat LL "
     "floors while the parts stay 8 KiB, then growing with the parts, slowest at 512 KiB a "
     "peer (8 GPUs, 4 MiB: 64 us); but that box runs every collective of NCCL 2.27 3.5-4 us "
     "slower than the H100 one (all_gather 9.0 against 5.4 us, alltoall 10.5 against 6.3 at "

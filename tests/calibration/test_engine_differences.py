@@ -86,3 +86,13 @@ def test_only_trtllm_fuses_and_only_gpt_fast_compiles() -> None:
     fused = {e for e in engines() if profile(e).engine.allreduce_fusion != "none"}
     compiled = {e for e in engines() if profile(e).engine.compiled}
     assert fused == {"trtllm"} and compiled == {"gpt-fast"}
+
+
+def test_the_switch_port_share_is_a_fraction(tmp_path: Path) -> None:
+    f = tmp_path / "share.yaml"
+    f.write_text(
+        "name: x\nextends: vllm\noverrides:\n  nccl:\n"
+        "    switch_all_to_all_efficiency: {value: 1.5, source: test}\n"
+    )
+    with pytest.raises(CalibrationError, match=r"switch_all_to_all_efficiency=1.5: must be in"):
+        profile(str(f))
