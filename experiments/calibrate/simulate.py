@@ -25,6 +25,7 @@ from tpsim.core.errors import INPUT_ERRORS, ConfigError
 from tpsim.experiments.calibrate.knobs import KNOBS, profile_yaml
 from tpsim.experiments.calibrate.measurements import MeasuredPoint
 from tpsim.experiments.sweep import forkserver
+from tpsim.experiments.sweep.pool import quiet_cancel_race
 from tpsim.outputs.export import write_text
 
 #: The points a worker process simulates (set once, when the worker starts).
@@ -101,6 +102,8 @@ class Simulator:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         if self.pool is not None:
+            if kind is not None:  # interrupted: the pool's manager thread may race the cancel
+                quiet_cancel_race(self.pool)
             self.pool.shutdown(wait=kind is None, cancel_futures=True)
 
     def predict(self, values: Sequence[float], only: Sequence[int] | None = None) -> np.ndarray:

@@ -16,7 +16,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, InvalidStateError, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import TypeVar
 
@@ -77,9 +77,31 @@ def _new_pool(workers: int) -> ProcessPoolExecutor:
     )
 
 
+def quiet_cancel_race(pool: ProcessPoolExecutor) -> None:
+    """Keep the pool's manager thread from printing a traceback as it is stopped.
+
+    Cancelling a pool's futures while its workers die races the pool's manager thread:
+    seeing the workers gone it sets BrokenProcessPool on every pending future, and on one
+    cancelled meanwhile CPython 3.11 raises InvalidStateError in that thread
+    (``concurrent.futures.process._ExecutorManagerThread.terminate_broken``), which the
+    default hook prints to stderr under the one-line "interrupted" message. The race is
+    harmless (the future is done either way): that thread's InvalidStateError is dropped,
+    any other thread's exception goes to the hook as before."""
+    manager = getattr(pool, "_executor_manager_thread", None)
+    previous = threading.excepthook
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if args.thread is manager and args.exc_type is InvalidStateError:
+            return
+        previous(args)
+
+    threading.excepthook = hook
+
+
 def _stop(pool: ProcessPoolExecutor) -> None:
     """Stop a pool now: cancel what has not started, end our worker processes by id."""
     processes = list(getattr(pool, "_processes", {}).values())
+    quiet_cancel_race(pool)
     pool.shutdown(wait=False, cancel_futures=True)
     for p in processes:
         if p.is_alive():

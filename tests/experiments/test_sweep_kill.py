@@ -108,3 +108,30 @@ def test_killed_sweep_resumes_with_every_point_once(tmp_path: Path, how: str) ->
     assert len(ids) == len(set(ids)) == 40
     assert set(ids) == {p.point_id for p in grid_from_flags(GRID)}
     assert out.read_text().count("\n") == 41 and not any(r["error"] for r in rows)
+
+
+def test_stopping_a_pool_drops_only_its_managers_cancel_race() -> None:
+    # CPython 3.11's pool manager thread raises InvalidStateError setting BrokenProcessPool
+    # on a future the interrupted sweep cancelled: that one is dropped, nothing else is
+    import threading
+    import types
+    from concurrent.futures import InvalidStateError
+
+    from tpsim.experiments.sweep.pool import quiet_cancel_race
+
+    def raise_(exc: BaseException) -> None:
+        raise exc
+
+    seen: list[type[BaseException]] = []
+    old = threading.excepthook
+    threading.excepthook = lambda a: seen.append(a.exc_type)
+    try:
+        manager = threading.Thread(target=raise_, args=(InvalidStateError("CANCELLED"),))
+        quiet_cancel_race(types.SimpleNamespace(_executor_manager_thread=manager))  # type: ignore[arg-type]
+        for t in (manager, threading.Thread(target=raise_, args=(InvalidStateError("x"),)),
+                  threading.Thread(target=raise_, args=(ValueError("y"),))):  # fmt: skip
+            t.start()
+            t.join()
+    finally:
+        threading.excepthook = old
+    assert seen == [InvalidStateError, ValueError]
