@@ -14,6 +14,7 @@ import select
 import signal
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, InvalidStateError, ProcessPoolExecutor, wait
@@ -77,6 +78,11 @@ def _new_pool(workers: int) -> ProcessPoolExecutor:
     )
 
 
+#: Pool manager threads whose InvalidStateError :func:`quiet_cancel_race` drops.
+_MANAGERS: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+_next_hook: Callable[[threading.ExceptHookArgs], object] = threading.excepthook
+
+
 def quiet_cancel_race(pool: ProcessPoolExecutor) -> None:
     """Keep the pool's manager thread from printing a traceback as it is stopped.
 
@@ -86,16 +92,20 @@ def quiet_cancel_race(pool: ProcessPoolExecutor) -> None:
     (``concurrent.futures.process._ExecutorManagerThread.terminate_broken``), which the
     default hook prints to stderr under the one-line "interrupted" message. The race is
     harmless (the future is done either way): that thread's InvalidStateError is dropped,
-    any other thread's exception goes to the hook as before."""
+    any other thread's exception goes to the hook as before. One hook for the process,
+    installed once; the threads are held weakly."""
+    global _next_hook
     manager = getattr(pool, "_executor_manager_thread", None)
-    previous = threading.excepthook
+    if manager is not None:
+        _MANAGERS.add(manager)
+    if threading.excepthook is not _drop_cancel_race:
+        _next_hook, threading.excepthook = threading.excepthook, _drop_cancel_race
 
-    def hook(args: threading.ExceptHookArgs) -> None:
-        if args.thread is manager and args.exc_type is InvalidStateError:
-            return
-        previous(args)
 
-    threading.excepthook = hook
+def _drop_cancel_race(args: threading.ExceptHookArgs) -> None:
+    if args.exc_type is InvalidStateError and args.thread in _MANAGERS:
+        return
+    _next_hook(args)
 
 
 def _stop(pool: ProcessPoolExecutor) -> None:

@@ -120,8 +120,7 @@ def deepep(d: Mapping[str, Any]) -> DeepEP:
             raise CalibrationError(f"{f}.nvlink_efficiency: needs dispatch (and combine)")
         for key, x in (*((f"nvlink_efficiency.{k}", v) for k, v in nvl.items()),
                        ("rdma_efficiency", rdma)):  # fmt: skip
-            if not 0 < x <= 1:
-                raise CalibrationError(f"{f}.{key}={x}: must be in (0, 1]")
+            _fraction(x, f"{f}.{key}")
         post = _nonnegative_us(entry(m, "rdma_post_us", f), f"{f}.rdma_post_us")
         sm = 0.0
         if "dispatch_sm_GBps" in m:
@@ -314,9 +313,7 @@ def _symm_mem(value: object) -> SymmMem | None:
     spec = _table(value, f)
     if set(spec) != {"base_us", "efficiency", "max_MiB", "multimem_ranks"}:
         raise CalibrationError(f"{f}: needs exactly base_us, efficiency, max_MiB, multimem_ranks")
-    eff = number(spec["efficiency"], f"{f}.efficiency")
-    if not 0 < eff <= 1:
-        raise CalibrationError(f"{f}.efficiency={eff!r}: must be in (0, 1]")
+    eff = _fraction(spec["efficiency"], f"{f}.efficiency")
     ranks = {}
     for arch, sizes in _table(spec["multimem_ranks"], f"{f}.multimem_ranks").items():
         if arch not in ARCHITECTURES or not isinstance(sizes, list):
