@@ -37,9 +37,26 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 from tpsim.calibration.scheduler import SchedulerSpec
 from tpsim.core.lowering.mixed import MixedStep
 from tpsim.experiments.serve.kvpool import BlockPool, Key
+from tpsim.experiments.serve.running import (
+    BLOCKS,
+    COMPUTED,
+    GENERATED,
+    OUTPUT,
+    PADDING,
+    PROMPT,
+    RUN_FIRST,
+    RUN_LAST,
+    SHARED,
+    Running,
+)
+
+#: A plan: the running positions scheduled (ascending: admission order) and their tokens.
+Plan = tuple[np.ndarray, np.ndarray]
+_NONE = np.zeros(0, dtype=np.int64)
 
 
 @dataclass(slots=True)
@@ -100,14 +117,20 @@ class EngineInstance:
         #: async scheduling: requests admitted since the last plan, with when, in order
         self.newcomers: deque[tuple[float, Request]] = deque()
         self.planned_s = float("-inf")  # when the last plan was made
-        self.running: list[Request] = []
-        self.batch: list[Request] = []  # static batching: the batch in flight
-        self.plan: list[tuple[Request, int]] = []
+        #: the running requests (static batching: the batch in flight, finished included)
+        self.running = Running()
+        self._plan: Plan = (_NONE, _NONE)
         self.finished: list[Request] = []
         self.preemptions = 0
         self.steps: list[StepRecord] = []
         self.record_steps = record_steps
         self.step_count = 0
+
+    @property
+    def plan(self) -> list[tuple[Request, int]]:
+        """The iteration scheduled last: each request, up to date, and its tokens."""
+        sel, n = self._plan
+        return [(self.running[i], k) for i, k in zip(sel.tolist(), n.tolist(), strict=True)]
 
     # ----------------------------------------------------------------- the loop's calls
     def admit(self, request: int, now: float) -> None:
@@ -128,67 +151,92 @@ class EngineInstance:
         while new and new[0][0] < self.planned_s:
             waiting.append(new.popleft()[1])
         schedule = self._static if self.spec.policy == "static" else self._continuous
-        plan = schedule()
-        if not plan and new:  # nothing else to run: the engine takes the newcomers now
+        sel, n = schedule()
+        if not len(sel) and new:  # nothing else to run: the engine takes the newcomers now
             waiting.extend(r for _, r in new)
             new.clear()
-            plan = schedule()
+            sel, n = schedule()
         self.planned_s = now
-        if not plan:
+        if not len(sel):
             return None
-        self.plan = plan
+        self._plan = sel, n
         # a decode: one token after the whole prompt; the rest are chunks (in plan order)
-        decodes = [r.computed + 1 for r, n in plan if n == 1 and r.computed >= r.prompt]
-        chunks = (
-            [(n, r.computed) for r, n in plan if n != 1 or r.computed < r.prompt]
-            if len(decodes) < len(plan)
-            else []
-        )
-        seconds = self.timer(MixedStep.of(tuple(decodes), tuple(chunks)))
+        cols = self.running.cols
+        computed = cols[COMPUTED, sel]
+        decode = (n == 1) & (computed >= cols[PROMPT, sel])
+        if decode.all():
+            decodes, chunks = tuple((computed + 1).tolist()), ()
+        else:
+            chunk = ~decode
+            decodes = tuple((computed[decode] + 1).tolist())
+            chunks = tuple(zip(n[chunk].tolist(), computed[chunk].tolist(), strict=True))
+        seconds = self.timer(MixedStep.of(decodes, chunks))
         self.step_count += 1
         if self.record_steps:
             used = self.total_blocks - self.pool.free
-            tokens = len(decodes) + sum(n for n, _ in chunks)  # the plan's: one per decode
             queued = len(waiting) + len(new)
-            self.steps.append(StepRecord(now, seconds, queued, len(plan), tokens, len(decodes),
-                                         used, self.preemptions))  # fmt: skip
+            self.steps.append(StepRecord(now, seconds, queued, len(sel), int(n.sum()),
+                                         len(decodes), used, self.preemptions))  # fmt: skip
         return seconds
 
     def finish(self, now: float) -> Sequence[int]:
-        done: list[int] = []
-        caching, size = self.spec.prefix_caching, self.spec.block_size
+        run, (sel, n) = self.running, self._plan
+        self._plan = (_NONE, _NONE)
+        k = len(run.ends)  # this step's index
+        run.ends.append(now)
         static = self.spec.policy == "static"
-        left = False  # some running request finished
-        for r, n in self.plan:  # the hot loop: every scheduled sequence, every step
-            computed = r.computed = r.computed + n
-            if static and r.done_s >= 0:  # a finished sequence padding the static batch
-                continue
-            if caching and r.group >= 0:  # full shared blocks computed: registered
-                while r.next_key < min(computed, r.shared) // size:
-                    key = (r.group, r.next_key)
-                    if self.pool.register(key):
-                        r.keys.append(key)
-                    r.next_key += 1
-            generated = r.generated
-            if computed < r.prompt + generated:
-                continue  # a prefill chunk that does not end the prompt
-            r.generated = generated = generated + 1
-            r.token_s.append(now)
-            if generated >= r.output:
-                r.done_s = now
-                done.append(r.id)
-                self.finished.append(r)
-                if not static:
-                    left = True
-                    self._release(r)
-        if left:  # the finished leave the running list at once, its order kept
-            self.running = [r for r in self.running if r.done_s < 0]
-        if static and all(r.done_s >= 0 for r in self.batch):
-            for r in self.batch:
+        cols = run.cols
+        before = cols[COMPUTED, sel]
+        computed = before + n
+        cols[COMPUTED, sel] = computed
+        # full blocks of a shared prefix computed: registered (during its prefill only)
+        for j in np.flatnonzero(before < cols[SHARED, sel]).tolist():
+            self._register(run.reqs[sel[j]], int(computed[j]))
+        # a token from each sequence whose last token was computed (a static batch's
+        # finished sequences pad it and emit nothing)
+        generated = cols[GENERATED, sel]
+        emit = computed >= cols[PROMPT, sel] + generated
+        if static:
+            emit &= cols[PADDING, sel] == 0
+        generated = generated + emit
+        cols[GENERATED, sel] = generated
+        out = sel[emit]
+        if not len(out):
+            return []
+        broken = out[cols[RUN_LAST, out] != k - 1]  # a new run of tokens for these
+        for i in broken.tolist():
+            run.flush(i)
+        cols[RUN_FIRST, broken] = k
+        cols[RUN_LAST, out] = k
+        ended = out[generated[emit] >= cols[OUTPUT, out]]
+        done: list[int] = []
+        for i in ended.tolist():
+            run.flush(i)
+            r = run.sync(i)
+            r.done_s = now
+            done.append(r.id)
+            self.finished.append(r)
+            if static:
+                cols[PADDING, i] = 1
+            else:
                 self._release(r)
-            self.batch = []
-        self.plan = []
+        if static:
+            if run.col(PADDING).all():
+                for r in run:
+                    self._release(r)
+                run.clear()
+        elif len(ended):  # the finished leave the running list at once, its order kept
+            run.remove(ended)
         return done
+
+    def _register(self, r: Request, computed: int) -> None:
+        """``r``'s full blocks of its shared prefix computed so far, registered."""
+        size = self.spec.block_size
+        while r.next_key < min(computed, r.shared) // size:
+            key = (r.group, r.next_key)
+            if self.pool.register(key):
+                r.keys.append(key)
+            r.next_key += 1
 
     # ----------------------------------------------------------------- KV blocks
     def _blocks_for(self, tokens: int) -> int:
@@ -200,12 +248,23 @@ class EngineInstance:
         return self.pool.free
 
     def _grow(self, r: Request, tokens: int) -> bool:
-        """Blocks for ``r`` to hold ``tokens``; False (nothing taken) when too few are free."""
+        """Blocks for ``r`` (not running) to hold ``tokens``; False (nothing taken) when too
+        few are free."""
         need = self._blocks_for(tokens) - r.blocks
         if need > 0:
             if not self.pool.take(need):
                 return False
             r.blocks += need
+        return True
+
+    def _grow_at(self, i: int, tokens: int) -> bool:
+        """:meth:`_grow` for the running request at position ``i``."""
+        cols = self.running.cols
+        need = self._blocks_for(tokens) - int(cols[BLOCKS, i])
+        if need > 0:
+            if not self.pool.take(need):
+                return False
+            cols[BLOCKS, i] += need
         return True
 
     def _release(self, r: Request) -> None:
@@ -217,65 +276,89 @@ class EngineInstance:
     def _reserve(self, r: Request) -> int:
         return r.prompt + r.output
 
+    def _join(self, r: Request) -> int:
+        """``r`` starts running; its position."""
+        shared = r.shared if self.spec.prefix_caching and r.group >= 0 else 0
+        return self.running.append(r, shared)
+
     # ----------------------------------------------------------------- continuous batching
-    def _continuous(self) -> list[tuple[Request, int]]:
+    def _continuous(self) -> Plan:
         spec = self.spec
         if not spec.mixed_batches:
             # unfinished chunked prefills first (preempting as vLLM does when blocks run
             # out), then new prompts; decodes in a step of their own when no prefill runs
-            plan, budget, preempted = self._schedule_running(
+            sel, n, budget, preempted = self._schedule_running(
                 spec.max_num_batched_tokens, only="prefills"
             )
-            prefill = plan if preempted else self._admit_waiting(plan, budget)
-            if prefill:
-                return prefill
-            return self._schedule_running(spec.max_num_batched_tokens, only="decodes")[0]
-        budget = spec.max_num_batched_tokens
-        plan, budget, preempted = self._schedule_running(budget)
+            if not preempted:
+                sel, n = self._admit_waiting(sel, n, budget)
+            if len(sel):
+                return sel, n
+            return self._schedule_running(spec.max_num_batched_tokens, only="decodes")[:2]
+        sel, n, budget, preempted = self._schedule_running(spec.max_num_batched_tokens)
         if not preempted:
-            plan = self._admit_waiting(plan, budget)
-        return plan
+            sel, n = self._admit_waiting(sel, n, budget)
+        return sel, n
 
     def _schedule_running(
         self, budget: int, only: str = ""
-    ) -> tuple[list[tuple[Request, int]], int, bool]:
-        plan: list[tuple[Request, int]] = []
-        preempted = False
-        running, size = self.running, self.spec.block_size
-        take, add = self.pool.take, plan.append
-        # in admission order; a preemption pops the list's tail, which ends the loop sooner
-        for r in running:
-            if budget <= 0:
+    ) -> tuple[np.ndarray, np.ndarray, int, bool]:
+        """The running requests in admission order, each with the tokens it has not
+        computed cut to the budget left, while there is budget, and the blocks they grow
+        into (``only``: the prefills, or the decodes). The blocks of every request up to
+        the first that cannot have them are taken at once; that one preempts the last
+        admitted until it fits (or is the one preempted: the step is planned), and the
+        requests after it are scheduled in the same way."""
+        run, size = self.running, self.spec.block_size
+        sels, ns, preempted, start = [], [], False, 0
+        while start < len(run) and budget > 0:
+            cols = run.cols[:, start : len(run)]
+            computed, prompt = cols[COMPUTED], cols[PROMPT]
+            left = prompt + cols[GENERATED] - computed
+            if only:
+                left = np.where((computed < prompt) == (only == "prefills"), left, 0)
+            n = np.minimum(left, budget - (np.cumsum(left) - left))
+            ok = n > 0
+            need = np.where(ok, -(-(computed + n) // size) - cols[BLOCKS], 0)
+            np.maximum(need, 0, out=need)
+            total = np.cumsum(need)
+            m = len(total)
+            j = (
+                m
+                if total[-1] <= self.pool.free
+                else int(np.searchsorted(total, self.pool.free, "right"))
+            )
+            if j and total[j - 1]:
+                self.pool.take(int(total[j - 1]))
+                cols[BLOCKS, :j] += need[:j]
+            sel = np.flatnonzero(ok[:j])
+            sels.append(sel + start)
+            ns.append(n[sel])
+            budget -= int(n[sel].sum())
+            if j == m:
                 break
-            computed = r.computed
-            n = r.prompt + r.generated - computed
-            if n > budget:
-                n = budget
-            if only and (computed < r.prompt) != (only == "prefills"):
-                continue
-            need = -(-(computed + n) // size) - r.blocks  # _grow, inlined: the hot path
-            if need <= 0 or take(need):
-                if need > 0:
-                    r.blocks += need
-                add((r, n))
-                budget -= n
-                continue
-            fits = True
-            while not self._grow(r, r.computed + n):
+            # position start + j needs blocks that are not free (and budget: its n > 0)
+            i, k = start + j, int(n[j])
+            r = run.reqs[i]
+            while not self._grow_at(i, int(cols[COMPUTED, j]) + k):
                 if self.spec.kv_admission == "reserve":
-                    fits = False
+                    r = None
                     break
-                victim = self.running.pop()
+                victim = run.pop()
                 self._preempt(victim)
                 preempted = True
                 if victim is r:
-                    fits = False
+                    r = None
                     break
-            if not fits:
+            if r is None:
                 break
-            add((r, n))
-            budget -= n
-        return plan, budget, preempted
+            sels.append(np.array([i]))
+            ns.append(np.array([k]))
+            budget -= k
+            start = i + 1
+        if not sels:
+            return _NONE, _NONE, budget, preempted
+        return np.concatenate(sels), np.concatenate(ns), budget, preempted
 
     def _cached_prefix(self, r: Request) -> list[Key]:
         """The leading blocks of ``r``'s tokens found registered (at least its last token is
@@ -308,51 +391,55 @@ class EngineInstance:
         self.preemptions += 1
         self.waiting.appendleft(r)
 
-    def _admit_waiting(
-        self, plan: list[tuple[Request, int]], budget: int
-    ) -> list[tuple[Request, int]]:
-        spec = self.spec
-        while self.waiting and budget > 0 and len(self.running) < spec.max_num_seqs:
+    def _admit_waiting(self, sel: np.ndarray, n: np.ndarray, budget: int) -> Plan:
+        spec, run = self.spec, self.running
+        plan: list[int] = []
+        tokens: list[int] = []
+        while self.waiting and budget > 0 and len(run) < spec.max_num_seqs:
             r = self.waiting[0]
             keys = self._cached_prefix(r)
             hit = len(keys) * spec.block_size
-            n = r.tokens - hit - r.computed  # computed: a KV cache that came with it
-            if not spec.chunked_prefill and n > budget:
+            k = r.tokens - hit - r.computed  # computed: a KV cache that came with it
+            if not spec.chunked_prefill and k > budget:
                 break
-            n = min(n, budget)
+            k = min(k, budget)
             if keys:  # vLLM V1: the cached blocks first, then blocks for the tokens after them
-                if self._blocks_for(hit + n) - len(keys) + self.pool.cost_of(keys) > self.free:
+                if self._blocks_for(hit + k) - len(keys) + self.pool.cost_of(keys) > self.free:
                     break
                 self.pool.acquire(keys)
                 r.keys, r.blocks, r.computed, r.next_key = list(keys), len(keys), hit, len(keys)
-            want = self._reserve(r) if spec.kv_admission == "reserve" else r.computed + n
+            want = self._reserve(r) if spec.kv_admission == "reserve" else r.computed + k
             if not self._grow(r, want):
                 break
             self.waiting.popleft()
-            self.running.append(r)
-            plan.append((r, n))
-            budget -= n
-        return plan
+            plan.append(self._join(r))
+            tokens.append(k)
+            budget -= k
+        if not plan:
+            return sel, n
+        return np.concatenate([sel, plan]), np.concatenate([n, tokens])
 
     # ----------------------------------------------------------------- static batching
-    def _static(self) -> list[tuple[Request, int]]:
-        if not self.batch:
+    def _static(self) -> Plan:
+        run = self.running
+        if not run:
             budget = self.spec.max_num_batched_tokens  # the batch's prompts in one pass
-            while self.waiting and len(self.batch) < self.spec.max_num_seqs:
+            while self.waiting and len(run) < self.spec.max_num_seqs:
                 r = self.waiting[0]
                 if r.prompt > budget or not self._grow(r, self._reserve(r)):
                     break
                 budget -= r.prompt
-                self.batch.append(self.waiting.popleft())
-            if not self.batch:
-                return []
-            return [(r, r.prompt) for r in self.batch]
-        return [(r, 1) for r in self.batch]
+                self._join(self.waiting.popleft())
+            if not run:
+                return _NONE, _NONE
+            return np.arange(len(run)), run.col(PROMPT).copy()
+        return np.arange(len(run)), np.ones(len(run), dtype=np.int64)
 
     @property
     def in_system(self) -> int:
         queued = len(self.waiting) + len(self.newcomers)
-        return queued + len(self.running) + sum(r.done_s < 0 for r in self.batch)
+        padding = int(self.running.col(PADDING).sum()) if self.spec.policy == "static" else 0
+        return queued + len(self.running) - padding
 
 
 def _own(r: Request) -> int:
