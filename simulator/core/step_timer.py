@@ -173,6 +173,8 @@ class IterationTimer:
         )
         split = self.plan.split
         self._heads = (split.heads, split.kv_heads, spec.head_dim)
+        #: layers of sliding-window attention (gpt-oss alternates them with full ones)
+        self._sliding = sum(1 for i in range(spec.num_layers) if spec.is_sliding_layer(i))
         # the prices lower_mixed's steps use, each kernel's kept (attention_s prices with it)
         self._pricing = self._prices[spec.num_layers] = step_pricing(
             spec, tp, self.plan.options, self.plan.hardware, self.plan.table, memo=True
@@ -235,7 +237,7 @@ class IterationTimer:
         spec = self.plan.model
         if spec.is_mla:  # absorbed decodes and expanded chunks (tpsim.core.lowering.mla)
             return mixed_attention(self._pricing, spec, h, step).seconds * spec.num_layers
-        sliding = sum(1 for i in range(spec.num_layers) if spec.is_sliding_layer(i))
+        sliding = self._sliding
         total = attention_seconds(self._pricing, step, h, kv, hd).seconds * (
             spec.num_layers - sliding
         )
