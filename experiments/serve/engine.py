@@ -164,8 +164,9 @@ class EngineInstance:
         cols = self.running.cols
         computed = cols[COMPUTED, sel]
         decode = (n == 1) & (computed >= cols[PROMPT, sel])
+        chunks: tuple[tuple[int, int], ...] = ()
         if decode.all():
-            decodes, chunks = tuple((computed + 1).tolist()), ()
+            decodes = tuple((computed + 1).tolist())
         else:
             chunk = ~decode
             decodes = tuple((computed[decode] + 1).tolist())
@@ -339,18 +340,18 @@ class EngineInstance:
                 break
             # position start + j needs blocks that are not free (and budget: its n > 0)
             i, k = start + j, int(n[j])
-            r = run.reqs[i]
+            r, fits = run.reqs[i], True
             while not self._grow_at(i, int(cols[COMPUTED, j]) + k):
                 if self.spec.kv_admission == "reserve":
-                    r = None
+                    fits = False
                     break
                 victim = run.pop()
                 self._preempt(victim)
                 preempted = True
                 if victim is r:
-                    r = None
+                    fits = False
                     break
-            if r is None:
+            if not fits:
                 break
             sels.append(np.array([i]))
             ns.append(np.array([k]))
