@@ -228,3 +228,24 @@ def test_step_composition() -> None:
         e.finish(now + 0.5)
     assert seen[0].chunks == ((64, 0),) and seen[1].chunks == ((36, 64),)
     assert seen[2].decodes == (101,)
+
+
+def test_a_decode_that_sits_out_a_step_gets_its_token_times_right() -> None:
+    """Separate prefill steps (SGLang): a decoding request sits out the step that prefills
+    a newcomer, which breaks its run of output tokens; every token time is still the end of
+    a step it ran in."""
+    e = _engine(10_000, engine="sglang")
+    _send(e, 0, 10, 5)
+    now, ran = 0.0, {0: [], 1: []}
+    while (dt := e.step(now)) is not None:
+        ids = [r.id for r, _ in e.plan]
+        now += dt
+        e.finish(now)
+        for i in ids:
+            ran[i].append(now)
+        if len(ran[0]) == 2 and not ran[1]:
+            _send(e, 1, 30, 3, now=now)
+    by_id = {r.id: r for r in e.finished}
+    assert by_id[0].token_s == ran[0] and by_id[1].token_s[0] == ran[1][0]
+    assert len(by_id[0].token_s) == 5 and len(by_id[1].token_s) == 3
+    assert ran[1][0] not in ran[0]  # request 0 sat out request 1's prefill step
