@@ -248,25 +248,27 @@ class EngineInstance:
         """Blocks that can be had: empty, or cached with no request holding them."""
         return self.pool.free
 
+    def _hold(self, tokens: int, held: int) -> int | None:
+        """The blocks held once ``tokens`` fit, from ``held``, taking what is missing; None
+        (nothing taken) when too few are free."""
+        need = self._blocks_for(tokens) - held
+        if need > 0 and not self.pool.take(need):
+            return None
+        return max(held, held + need)
+
     def _grow(self, r: Request, tokens: int) -> bool:
-        """Blocks for ``r`` (not running) to hold ``tokens``; False (nothing taken) when too
-        few are free."""
-        need = self._blocks_for(tokens) - r.blocks
-        if need > 0:
-            if not self.pool.take(need):
-                return False
-            r.blocks += need
-        return True
+        """Blocks for ``r`` (not running) to hold ``tokens``; False when too few are free."""
+        blocks = self._hold(tokens, r.blocks)
+        if blocks is not None:
+            r.blocks = blocks
+        return blocks is not None
 
     def _grow_at(self, i: int, tokens: int) -> bool:
         """:meth:`_grow` for the running request at position ``i``."""
-        cols = self.running.cols
-        need = self._blocks_for(tokens) - int(cols[BLOCKS, i])
-        if need > 0:
-            if not self.pool.take(need):
-                return False
-            cols[BLOCKS, i] += need
-        return True
+        blocks = self._hold(tokens, int(self.running.cols[BLOCKS, i]))
+        if blocks is not None:
+            self.running.cols[BLOCKS, i] = blocks
+        return blocks is not None
 
     def _release(self, r: Request) -> None:
         self.pool.release(r.keys, r.blocks - len(r.keys))
@@ -334,8 +336,8 @@ class EngineInstance:
                 cols[BLOCKS, :j] += need[:j]
             sel = np.flatnonzero(ok[:j])
             sels.append(sel + start)
-            ns.append(n[sel])
-            budget -= int(n[sel].sum())
+            ns.append(taken := n[sel])
+            budget -= int(taken.sum())
             if j == m:
                 break
             # position start + j needs blocks that are not free (and budget: its n > 0)

@@ -64,9 +64,8 @@ class Running:
 
     def sync(self, i: int) -> Request:
         """The request at position ``i``, its counters brought up to date."""
-        r = self.reqs[i]
-        c = self.cols
-        r.computed, r.generated, r.blocks = int(c[0, i]), int(c[1, i]), int(c[4, i])
+        r, c = self.reqs[i], self.cols
+        r.computed, r.generated, r.blocks = (int(c[f, i]) for f in (COMPUTED, GENERATED, BLOCKS))
         return r
 
     def flush(self, i: int) -> None:
