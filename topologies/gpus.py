@@ -48,6 +48,9 @@ class GPUSpec:
     arch: str = "default"  # architecture: picks the GEMM tile (calibration kernels.yaml)
     nvlink_bridge: str = "none"  # NVLink generation of its bridge connector (BRIDGE_KINDS)
     fp4_flops: float | None = None  # dense fp4 (NVFP4) peak, None if no fp4 tensor cores
+    #: SM boost clock (Hz); None: not given, NCCL's latencies taken as they are (at the
+    #: calibration's reference clock)
+    sm_clock_Hz: float | None = None
 
 
 class _Catalog(Mapping[str, GPUSpec]):
@@ -98,6 +101,7 @@ _SCALED = {
     "hbm_GB": ("hbm_bytes", 9),
     "scaleup_GBps": ("scaleup_Bps", 9),
     "kernel_overhead_us": ("kernel_overhead_s", -6),
+    "sm_clock_GHz": ("sm_clock_Hz", 9),
 }
 _REQUIRED = ("bf16_tflops", "hbm_TBps", "hbm_GB")
 # Defaults of the optional fields (file units), from the calibration's GPU defaults.
@@ -114,6 +118,7 @@ GPU_FILE_DEFAULTS: dict[str, Any] = {
     "kernel_overhead_us": scale(_dflt.kernel_overhead_s, 6),
     "arch": None,  # the catalog GPU's of the same name, else "default"
     "nvlink_bridge": None,  # the catalog GPU's of the same name, else "none"
+    "sm_clock_GHz": None,  # the catalog GPU's of the same name, else not given
 }
 GPU_FILE_FIELDS = ("name", *_REQUIRED, *GPU_FILE_DEFAULTS)
 
@@ -188,13 +193,17 @@ def gpu_from_dict(d: dict, where: str) -> GPUSpec:
             f"{prefix}.nvlink_bridge={show(bridge)}{suffix}: must be one of "
             f"{', '.join(BRIDGE_KINDS)}"
         )
+    if f["sm_clock_GHz"] is None and name in GPUS:
+        clock = GPUS[name].sm_clock_Hz
+        f["sm_clock_GHz"] = None if clock is None else scale(clock, -9)
     si: dict[str, Any] = {}
     for key, (field, exponent) in _SCALED.items():
-        if key in ("fp8_tflops", "fp4_tflops") and f[key] is None:
+        if key in ("fp8_tflops", "fp4_tflops", "sm_clock_GHz") and f[key] is None:
             si[field] = None
             continue
         lo_ok = key in ("scaleup_GBps", "kernel_overhead_us")
-        v = _number(f[key], f"{prefix}.{key}", suffix, 0.0, 1e6, lo_ok)
+        hi = 10.0 if key == "sm_clock_GHz" else 1e6  # no GPU clocks past 10 GHz
+        v = _number(f[key], f"{prefix}.{key}", suffix, 0.0, hi, lo_ok)
         si[field] = scale(v, exponent)
     si["hbm_bytes"] = round(si["hbm_bytes"])
     for key in ("matmul_efficiency", "hbm_efficiency"):

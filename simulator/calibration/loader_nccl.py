@@ -213,6 +213,7 @@ def _collectives(d: Mapping[str, Any], ep: Mapping[str, Any] | None = None) -> C
             if "ring_final_receive" in d
             else ()
         ),
+        reference_clock_Hz=_clock(entry(d, "reference_clock_GHz", w), f"{w}.reference_clock_GHz"),
         switch_all_to_all_efficiency=_fraction(
             entry(d, "switch_all_to_all_efficiency", w), f"{w}.switch_all_to_all_efficiency"
         ),
@@ -303,6 +304,14 @@ def _fraction(value: object, field: str) -> float:
     if not 0 < x <= 1:
         raise CalibrationError(f"{field}={x!r}: must be in (0, 1]")
     return x
+
+
+def _clock(value: object, field: str) -> float:
+    """A clock in GHz, in (0, 10], as Hz."""
+    x = number(value, field)
+    if not 0 < x <= 10:
+        raise CalibrationError(f"{field}={x!r}: must be a clock in (0, 10] GHz")
+    return scale(x, 9)
 
 
 def _symm_mem(value: object) -> SymmMem | None:

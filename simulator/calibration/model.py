@@ -208,6 +208,7 @@ class Calibration:
                 p2p=None,
                 deepep=None,
                 switch_all_to_all_efficiency=1.0,
+                reference_clock_Hz=0.0,
             ),
             links=replace(
                 self.links,

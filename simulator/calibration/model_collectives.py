@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tpsim.calibration.model_p2p import P2PTuning
 
@@ -36,6 +36,24 @@ class Protocol:
         if family == "tree" and link_class in self.tree_hop_s:
             return self.tree_hop_s[link_class]
         return self.hop_s[link_class]
+
+    def clocked(self, factor: float) -> Protocol:
+        """This protocol on a GPU whose SM runs ``1 / factor`` times the reference clock: the
+        fixed latency and an NVLink-class hop (a flag written to the peer and polled by the
+        kernel's threads) take ``factor`` times as long; a PCI hop (the PCIe round trip) and
+        a network hop (the NIC's) do not change."""
+        if factor == 1.0:
+            return self
+
+        def scaled(hops: Mapping[str, float]) -> dict[str, float]:
+            return {k: v * factor if k == "nvlink" else v for k, v in hops.items()}
+
+        return replace(
+            self,
+            base_s={k: v * factor for k, v in self.base_s.items()},
+            hop_s=scaled(self.hop_s),
+            tree_hop_s=scaled(self.tree_hop_s),
+        )
 
     def base(self, family: str) -> float:
         """Fixed latency of one collective of an algorithm family; an unknown family is a
@@ -289,6 +307,21 @@ class Collectives:
     #: and from several peers at once through the host's switch) gets of what one peer's
     #: traffic gets; 1: none lost (the ideal calibration)
     switch_all_to_all_efficiency: float = 1.0
+    #: the SM clock (Hz) at which the protocols' latencies hold as written; on a GPU of
+    #: another clock their SM-side parts scale (:meth:`at_clock`); 0: they never scale (the
+    #: ideal calibration)
+    reference_clock_Hz: float = 0.0
+
+    def at_clock(self, clock_Hz: float | None) -> Collectives:
+        """These constants on a GPU whose SM runs at ``clock_Hz`` (None: not known, as
+        written): NCCL's fixed latency and its NVLink hop are the kernel's own work (its
+        blocks starting, the protocol's set-up, each step's flag written and polled by its
+        threads), so they take as many SM cycles on any GPU: ``reference / clock`` times the
+        written time (:meth:`Protocol.clocked`)."""
+        if not self.reference_clock_Hz or not clock_Hz or clock_Hz == self.reference_clock_Hz:
+            return self
+        factor = self.reference_clock_Hz / clock_Hz
+        return replace(self, protocols={k: p.clocked(factor) for k, p in self.protocols.items()})
 
     def custom_max(self, arch: str, ranks: int) -> int:
         """The largest message the custom kernels take over ``ranks`` GPUs of ``arch``."""

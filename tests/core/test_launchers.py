@@ -56,12 +56,15 @@ def test_enqueue_per_generation() -> None:
 # ---------------------------------------------------------- the A100 -g 8 nccl-tests sweep
 def test_a100_g8_is_host_bound_from_32_kib_to_4_mib() -> None:
     """One thread enqueues eight GPUs, 5.2 us each plus 0.3 us per channel: every point from
-    32 KiB to 4 MiB within 3.5%, where the GPUs alone take half as long."""
+    32 KiB to 4 MiB within 3.5%, where the GPUs alone take less: about half as long up to
+    1 MiB (ring LL), then 0.75 and 0.92 of it at 2 and 4 MiB (ring LL128, its latencies at
+    the A100's clock)."""
     for n, us in read_curve(data_dir() / "nccl_allreduce_a100_8gpu.csv"):
         if n <= 4 * MiB:
             got = _time_us("dgx-a100", 8, n, "threads")
             assert got == pytest.approx(us, rel=0.035), n
-            assert _time_us("dgx-a100", 8, n, "mpi") < 0.8 * got
+            device = _time_us("dgx-a100", 8, n, "mpi")
+            assert device < (0.55 if n <= MiB else 0.95) * got, n
 
 
 def test_the_a100_sweep_is_flat_once_every_channel_is_in_use() -> None:

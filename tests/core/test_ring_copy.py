@@ -48,13 +48,13 @@ def _busbw(topology: str, ranks: int, n: int, op: str) -> tuple[float, str]:
 def test_two_a100_gather_at_the_blocks_rate_eight_near_the_links() -> None:
     """512 MiB all-gather: on 2 A100 the 24 blocks give 24 x 30.5 / 5 = 146 GB/s busbw
     (measured 150); on 8, 24 x 30.5 x 7/23 = 223 GB/s of copy (measured 205), under the 235 GB/s
-    of the links."""
+    of the links, less the ring's latencies at the A100's clock (about 2% of the time)."""
     two, proto = _busbw("dgx-a100", 2, 512 * MiB, "all_gather")
     assert proto in ("Simple", "LL128")
     assert two == pytest.approx(146.4, rel=0.02)
     eight, _ = _busbw("dgx-a100", 8, 512 * MiB, "all_gather")
-    assert eight == pytest.approx(24 * 30.5 * 7 / 23, rel=0.02)
-    assert eight < 235
+    cap = 24 * 30.5 * 7 / 23
+    assert 0.97 * cap < eight < cap < 235
 
 
 def test_the_h100_ring_all_reduce_on_eight_stays_link_bound() -> None:
@@ -95,9 +95,10 @@ def _ring_base_us(
 
 def test_a_simple_ring_pays_its_last_receive_as_one_more_hop() -> None:
     """NCCL's base 8.4 us plus the final directRecv's Simple NVLink hop, 3.4 us; the p - 1
-    send steps keep their own hops in the schedule."""
+    send steps keep their own hops in the schedule. Both at the GPU's SM clock: as written
+    on the H100 (1.98 GHz, the reference), 1.98/1.41 times as long on the A100."""
     assert _ring_base_us("dgx-h100", 2, "Simple") == pytest.approx(8.4 + 3.4)
-    assert _ring_base_us("dgx-a100", 8, "Simple") == pytest.approx(8.4 + 3.4)
+    assert _ring_base_us("dgx-a100", 8, "Simple") == pytest.approx((8.4 + 3.4) * 1.98 / 1.41)
 
 
 def test_ll_and_ll128_keep_nccls_step_count() -> None:

@@ -113,7 +113,7 @@ def build_fabric(
     return Fabric(
         ranks=len(gpu_ranks),
         gpu=gpu,
-        tuning=calib.collectives,
+        tuning=calib.collectives.at_clock(gpu.sm_clock_Hz),  # NCCL's latencies at its clock
         capacities=caps,
         latencies=lats,
         hosts=hosts,
