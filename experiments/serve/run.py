@@ -21,7 +21,7 @@ from tpsim.core.config import Layout, Options, Workload
 from tpsim.core.engine.serving import run_loop
 from tpsim.core.errors import ConfigError
 from tpsim.core.kv_transfer import KVRoutes, Pool
-from tpsim.core.memory import memory_per_gpu
+from tpsim.core.memory import kv_elements_per_rank, memory_per_gpu
 from tpsim.core.plan import resolve
 from tpsim.core.precision import dtype_bytes, precision
 from tpsim.core.step_timer import IterationTimer
@@ -66,7 +66,8 @@ def kv_blocks(timer: IterationTimer, spec: SchedulerSpec) -> KVCache:
     else:
         room = spec.gpu_memory_utilization * (gpu.hbm_bytes - runtime - used)
     kv_b = dtype_bytes(precision(options, model.dtype, gpu.fp8_flops is not None).kv)
-    per_token = plan.split.kv_heads * model.head_dim * 2 * model.num_layers * kv_b
+    # the cache one token adds on one GPU, every layer (MLA: the whole latent on each)
+    per_token = kv_elements_per_rank(model, tp, 1, range(model.num_layers)) * kv_b
     blocks = int(room // (per_token * spec.block_size)) if room > 0 else 0
     if blocks < 1:
         raise ConfigError(

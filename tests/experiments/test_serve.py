@@ -11,7 +11,8 @@ import pytest
 from tpsim.calibration.scheduler import scheduler
 from tpsim.core.config import Options
 from tpsim.core.errors import ConfigError
-from tpsim.experiments.serve.run import ServeSetup, serve
+from tpsim.core.step_timer import IterationTimer
+from tpsim.experiments.serve.run import ServeSetup, kv_blocks, scheduler_spec, serve
 from tpsim.experiments.serve.trace import read_trace
 from tpsim.experiments.serve.workload import (
     Lengths,
@@ -127,6 +128,16 @@ def test_kv_cache_sized_after_weights() -> None:
               concurrency=1, count=1)  # fmt: skip
     assert r.kv.bytes_per_token == 32 * 8 * 128 * 2 * 2
     assert 50e9 < r.kv.blocks * 16 * r.kv.bytes_per_token < 60e9
+
+
+def test_a_latent_cache_is_sized_by_its_latent_on_every_gpu() -> None:
+    """DeepSeek-V3 keeps MLA's latent (512 + 64 per token and layer) whole on every GPU of
+    its TP group: 576 x 61 bytes a token in fp8, not its K and V heads' width."""
+    it = IterationTimer("deepseek-v3", "hgx-h200", 8, Options(dtype="fp8"))
+    setup = ServeSetup("deepseek-v3", "hgx-h200", 8, options=Options(dtype="fp8"))
+    kv = kv_blocks(it, scheduler_spec(setup, it.plan.gpu.hbm_bytes))
+    assert kv.bytes_per_token == 576 * 61
+    assert kv.blocks == kv.bytes_per_gpu // (576 * 61 * 16)
 
 
 def test_a_cache_too_small_preempts_and_stretches_ttft() -> None:
