@@ -4,17 +4,18 @@ simulation with ``tpsim serve``'s machinery, then how many units and GPUs the re
 traffic needs.
 
 A unit is one engine instance of a TP group (aggregated; a MoE model also with its experts
-split over the group, ``ep = tp``) or a disaggregated group of prefill and decode workers
-(``xP + yD``, each worker a TP group). Units are independent (a request goes to one), so
-``R`` needs ``ceil(R / r_max)`` of them. ``r_max`` is the largest Poisson rate (or closed-loop
-concurrency) at which a short seeded run of ``requests`` requests (more at high rates:
-:data:`WINDOW`) keeps the SLO percentile
-(p99 by default) of TTFT and TPOT within the SLOs and does not saturate: the rate is
-doubled from 1 req/s until a run fails (halved down to :data:`MIN_RATE` when 1 req/s already
-fails), then bisected to ``REL_TOL``. The batch is what the
-engine's scheduler runs at that rate: bounded by its KV cache (memory) and by the SLOs, never
-by a fixed cap. Pipeline stages and attention data parallelism are not candidates: ``tpsim
-serve`` does not run them yet.
+split over the group, ``ep = tp``, and with attention data parallelism: ``D`` attention
+groups of ``tp`` GPUs in one host stepping together over experts split over all of them,
+``ep = tp x D``, as ``tpsim serve --attention-dp`` runs them) or a disaggregated group of
+prefill and decode workers (``xP + yD``, each worker a TP group). Units are independent (a
+request goes to one), so ``R`` needs ``ceil(R / r_max)`` of them. ``r_max`` is the largest
+Poisson rate (or closed-loop concurrency) at which a short seeded run of ``requests``
+requests (more at high rates: :data:`WINDOW`) keeps the SLO percentile (p99 by default) of
+TTFT and TPOT within the SLOs and does not saturate: the rate is doubled from 1 req/s until
+a run fails (halved down to :data:`MIN_RATE` when 1 req/s already fails), then bisected to
+``REL_TOL``. The batch is what the engine's scheduler runs at that rate: bounded by its KV
+cache (memory) and by the SLOs, never
+by a fixed cap. Pipeline stages are not candidates (``tpsim serve`` does not run them yet).
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ class RateRow:
     ep: int
     prefill_workers: int  # 0: aggregated
     decode_workers: int
+    attention_dp: int  # attention data-parallel groups of tp GPUs (MoE), 1: none
     unit_gpus: int
     max_load: float  # req/s (or clients) one unit sustains under the SLOs; 0: none
     limit: str  # what fails just above max_load
@@ -94,32 +96,40 @@ class RateRow:
         return self.max_load > 0
 
 
-def units(req: RateRequest) -> list[tuple[int, int, int, int]]:
-    """(tp, ep, prefill workers, decode workers) of the units to try: TP groups inside one
-    host (and the whole topology's GPUs when that is one group), MoE experts split over
-    the group too; disaggregated groups of the same TP in :data:`RATIOS` that fit."""
+Unit = tuple[int, int, int, int, int]  # tp, ep, prefill workers, decode workers, attention_dp
+
+
+def units(req: RateRequest) -> list[Unit]:
+    """(tp, ep, prefill workers, decode workers, attention_dp) of the units to try: TP
+    groups inside one host (and the whole topology's GPUs when that is one group), MoE
+    experts split over the group too, and attention data-parallel groups of them in one
+    host with the experts split over all of them; disaggregated groups of the same TP in
+    :data:`RATIOS` that fit."""
     spec = get_model(req.model)
     graph = get_topology(req.topology, req.nodes)
     total = sum(1 for _, k in graph.nodes(data="kind") if k == "gpu")
     per_host = int(graph.graph.get("gpus_per_host", total)) or total
-    out: list[tuple[int, int, int, int]] = []
+    out: list[Unit] = []
     tps = [t for t in range(1, per_host + 1) if per_host % t == 0]
     for tp in tps:
         if tp_problem(tp, spec.num_heads, spec.num_kv_heads):
             continue
         eps = [1] + ([tp] if spec.num_experts and tp > 1 and spec.num_experts % tp == 0 else [])
         for ep in eps:
-            out.append((tp, ep, 0, 1))
+            out.append((tp, ep, 0, 1, 1))
             if req.disaggregated:
-                out += [(tp, ep, p, d) for p, d in RATIOS if (p + d) * tp <= total]
+                out += [(tp, ep, p, d, 1) for p, d in RATIOS if (p + d) * tp <= total]
+        if spec.num_experts:
+            groups = [a for a in tps if a > 1 and tp * a <= per_host]
+            out += [(tp, tp * a, 0, 1, a) for a in groups if spec.num_experts % (tp * a) == 0]
     return out
 
 
-def _setup(req: RateRequest, tp: int, ep: int, p: int, d: int) -> ServeSetup:
+def _setup(req: RateRequest, tp: int, ep: int, p: int, d: int, adp: int = 1) -> ServeSetup:
     opts = Options(ideal=req.ideal, engine=req.engine)
     disagg = Disagg(tp, p, tp, d) if p else None
     return ServeSetup(req.model, req.topology, tp, nodes=req.nodes, options=opts, ep=ep,
-                      disagg=disagg)  # fmt: skip
+                      disagg=disagg, attention_dp=adp)  # fmt: skip
 
 
 class _Prober:
@@ -182,23 +192,31 @@ class _Prober:
         return fail, ttft, tpot, max(ratios)
 
 
-def _batch(r: ServeResult) -> float:
+def _batch(r: ServeResult, groups: int = 1) -> float:
+    """Sequences per iteration, on average; attention data-parallel ``groups`` step
+    together, so an iteration's are all of theirs."""
+    if groups > 1:
+        per: dict[float, int] = {}
+        for e in r.steps:
+            for s in e:
+                per[s.start_s] = per.get(s.start_s, 0) + s.running
+        return float(np.mean(list(per.values()))) if per else 0.0
     steps = [s.running for e in r.steps for s in e]
     return float(np.mean(steps)) if steps else 0.0
 
 
-def evaluate(req: RateRequest, tp: int, ep: int, p: int, d: int) -> RateRow | None:
+def evaluate(req: RateRequest, tp: int, ep: int, p: int, d: int, adp: int = 1) -> RateRow | None:
     """The unit's largest sustainable load, and what the requested traffic needs of it."""
     closed = req.concurrency is not None
     try:
-        prober = _Prober(req, _setup(req, tp, ep, p, d))
+        prober = _Prober(req, _setup(req, tp, ep, p, d, adp))
         first = prober.run(1.0)  # 1 req/s, or one client
     except ConfigError:  # does not fit (memory, GPUs): not a candidate
         return None
     j = prober.judge(first)
-    gpus_unit = tp * (p + d) if p else tp
-    label = (f"TP {tp}" + (f" EP {ep}" if ep > 1 else "")) if not p else (
-        f"{p}P+{d}D TP {tp}" + (f" EP {ep}" if ep > 1 else ""))  # fmt: skip
+    gpus_unit = tp * (p + d) if p else tp * adp
+    experts = (f" x ADP {adp}" if adp > 1 else "") + (f" EP {ep}" if ep > 1 else "")
+    label = f"TP {tp}{experts}" if not p else f"{p}P+{d}D TP {tp}{experts}"
     kind = "disaggregated" if p else "aggregated"
     good, good_r, good_j = 0.0, first, j
     bad, bad_fail = math.inf, ""
@@ -213,8 +231,8 @@ def evaluate(req: RateRequest, tp: int, ep: int, p: int, d: int) -> RateRow | No
                 break
             bad, bad_fail = load, j[0]
         if not good:
-            return RateRow(label, kind, tp, ep, p, d, gpus_unit, 0.0, j[0], j[1], j[2],
-                           _batch(r), 0, 0, None, j[3])  # fmt: skip
+            return RateRow(label, kind, tp, ep, p, d, adp, gpus_unit, 0.0, j[0], j[1], j[2],
+                           _batch(r, adp), 0, 0, None, j[3])  # fmt: skip
     else:
         good, load = 1.0, 1.0
         while math.isinf(bad) and load < 1e6:  # double until a run fails
@@ -240,8 +258,9 @@ def evaluate(req: RateRequest, tp: int, ep: int, p: int, d: int) -> RateRow | No
     if req.gpu_hour_usd is not None:
         out_per_s = _output_rate(req, good_r, n)
         usd = n * gpus_unit * req.gpu_hour_usd / 3600 / out_per_s * 1e6 if out_per_s else None
-    return RateRow(label, kind, tp, ep, p, d, gpus_unit, good, bad_fail or "none found",
-                   good_j[1], good_j[2], _batch(good_r), n, n * gpus_unit, usd, miss)  # fmt: skip
+    batch = _batch(good_r, adp)
+    return RateRow(label, kind, tp, ep, p, d, adp, gpus_unit, good, bad_fail or "none found",
+                   good_j[1], good_j[2], batch, n, n * gpus_unit, usd, miss)  # fmt: skip
 
 
 def _output_rate(req: RateRequest, r: ServeResult, n: int) -> float:
@@ -252,7 +271,7 @@ def _output_rate(req: RateRequest, r: ServeResult, n: int) -> float:
     return n * float(r.summary()["output_throughput"])
 
 
-def _evaluate(args: tuple[RateRequest, int, int, int, int]) -> RateRow | None:
+def _evaluate(args: tuple[RateRequest, int, int, int, int, int]) -> RateRow | None:
     return evaluate(*args)
 
 

@@ -26,6 +26,7 @@ from tpsim.core.plan import resolve
 from tpsim.core.precision import dtype_bytes, precision
 from tpsim.core.step_timer import IterationTimer
 from tpsim.experiments.serve import metrics
+from tpsim.experiments.serve.attention_dp import LockstepGroup
 from tpsim.experiments.serve.disagg import Disagg, DisaggServers
 from tpsim.experiments.serve.engine import EngineInstance, Request, StepRecord
 from tpsim.experiments.serve.workload import MAX_REQUESTS, Lengths, Requests, streams
@@ -92,6 +93,9 @@ class ServeSetup:
     overrides: tuple[tuple[str, Any], ...] = ()  # SchedulerSpec fields set on the CLI
     ep: int = 1  # expert-parallel ranks of the MoE layers, inside each TP group
     disagg: Disagg | None = None  # prefill and decode pools (then tp and dp are unused)
+    #: attention data-parallel groups of ``tp`` GPUs sharing the MoE layers (each replica's
+    #: groups schedule their own batches and step together: serve.attention_dp)
+    attention_dp: int = 1
 
 
 @dataclass(frozen=True)
@@ -224,7 +228,8 @@ def serve(
     opts = setup.options
     d = setup.disagg
     if d is None:
-        layout = Layout(setup.tp, setup.gpus_per_node, 1, setup.dp, ep=setup.ep)
+        layout = Layout(setup.tp, setup.gpus_per_node, 1, setup.dp, ep=setup.ep,
+                        attention_dp=setup.attention_dp)  # fmt: skip
         resolve(
             setup.model,
             setup.topology,
@@ -234,19 +239,26 @@ def serve(
             nodes=setup.nodes,
         )  # fmt: skip  (refuses a layout the topology cannot hold)
     it = iterations or _timer(setup, setup.tp if d is None else d.decode_tp)
-    if (it.plan.options, it.plan.layout.tp, it.plan.layout.ep, it.exact) != (
+    lay = it.plan.layout
+    if (it.plan.options, lay.tp, lay.ep, lay.attention_dp, it.exact) != (
         opts,
         setup.tp if d is None else d.decode_tp,
         setup.ep,
+        setup.attention_dp,
         setup.exact,
     ):
-        raise ValueError("iterations: a timer of another setup (tp, ep, options or exact differ)")
+        raise ValueError(
+            "iterations: a timer of another setup (tp, ep, attention_dp, options or exact differ)"
+        )
     model = it.model
     simulated_before = it.simulated
     spec = scheduler_spec(setup, it.plan.gpu.hbm_bytes)
     kv = kv_blocks(it, spec)
     p_it, p_kv = it, kv
     if d is not None:
+        if setup.attention_dp > 1:
+            raise ConfigError(f"attention_dp={setup.attention_dp}: disaggregated pools run "
+                              "TP groups (give --attention-dp without the pools)")  # fmt: skip
         if spec.policy == "static":
             raise ConfigError(f"engine={spec.engine}: static batching has no disaggregated "
                               "prefill and decode")  # fmt: skip
@@ -278,9 +290,23 @@ def serve(
             return p, o, *shared(i)
 
     handoff, capacities, pools = None, [], None
-    if d is None:
+    groups: list[LockstepGroup] = []
+    if d is None and setup.attention_dp > 1:
+        price = (lambda steps: max(map(timer, steps))) if timer else it.group_seconds
+
+        def make(step_time: Callable[[Any], float]) -> EngineInstance:
+            return EngineInstance(spec, kv.blocks, step_time, lookup)
+
+        groups = [LockstepGroup(setup.attention_dp, make, price) for _ in range(setup.dp)]
+        servers: list[Any] = list(groups)
+        engines = [rank for g in groups for rank in g.ranks]
+
+        def route(i: int, now: float) -> int:
+            return min(range(len(groups)), key=lambda k: (groups[k].in_system, k))
+    elif d is None:
         step_time = timer or it.seconds
         engines = [EngineInstance(spec, kv.blocks, step_time, lookup) for _ in range(setup.dp)]
+        servers = list(engines)
 
         def route(i: int, now: float) -> int:
             return min(range(len(engines)), key=lambda k: (engines[k].in_system, k))
@@ -293,16 +319,17 @@ def serve(
                               (timer or p_it.seconds, timer or it.seconds), lookup,
                               kv.bytes_per_token)  # fmt: skip
         engines = pools.servers
+        servers = list(engines)
         route, handoff, capacities = pools.route, pools.handoff, kv_routes.capacities
 
     if requests is not None and requests.arrival_s:
-        loop = run_loop(engines, route, arrivals_s=requests.arrival_s, handoff=handoff,
+        loop = run_loop(servers, route, arrivals_s=requests.arrival_s, handoff=handoff,
                         capacities=capacities)  # fmt: skip
     else:
         n = count or (len(requests) if requests is not None else 0)
         if requests is not None:
             n = min(n, len(requests)) if n else len(requests)
-        loop = run_loop(engines, route, concurrency=concurrency, requests=n or MAX_REQUESTS,
+        loop = run_loop(servers, route, concurrency=concurrency, requests=n or MAX_REQUESTS,
                         until_s=until_s, handoff=handoff, capacities=capacities)  # fmt: skip
     finished = sorted((r for e in engines for r in e.finished), key=lambda r: r.id)
     simulated = it.simulated + (p_it.simulated if p_it is not it else 0)
@@ -315,7 +342,7 @@ def serve(
         spec=spec,
         kv=kv,
         preemptions=sum(e.preemptions for e in engines),
-        iterations=sum(e.step_count for e in engines),
+        iterations=sum(g.step_count for g in groups) or sum(e.step_count for e in engines),
         simulated_steps=simulated - simulated_before,
         wall_s=time.perf_counter() - wall,
         closed_loop=closed,
@@ -330,7 +357,7 @@ def serve(
 def _timer(setup: ServeSetup, tp: int) -> IterationTimer:
     return IterationTimer(setup.model, setup.topology, tp, setup.options, nodes=setup.nodes,
                           gpus_per_node=setup.gpus_per_node, exact=setup.exact,
-                          ep=setup.ep)  # fmt: skip
+                          ep=setup.ep, attention_dp=setup.attention_dp)  # fmt: skip
 
 
 __all__ = ["KVCache", "ServeResult", "ServeSetup", "kv_blocks", "serve"]

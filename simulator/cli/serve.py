@@ -150,12 +150,9 @@ def _checks(a: argparse.Namespace) -> None:
     if _disaggregated(a) and a.dp != 1:
         raise ConfigError(f"dp={a.dp}: with disaggregated pools give --prefill-workers and "
                           "--decode-workers instead")  # fmt: skip
-    if a.attention_dp != 1:
-        raise ConfigError(
-            f"attention_dp={a.attention_dp}: tpsim serve does not model attention data "
-            "parallelism yet (each group's scheduler with its own batch, all joined every "
-            "iteration by the MoE all-to-all); use --dp or --ep"
-        )
+    if a.attention_dp != 1 and _disaggregated(a):
+        raise ConfigError(f"attention_dp={a.attention_dp}: disaggregated pools run TP groups "
+                          "(give --attention-dp without the pools)")  # fmt: skip
     check_nodes(a.nodes)
 
 
@@ -190,7 +187,7 @@ def _serve(a: argparse.Namespace) -> int:
                         a.decode_workers or 1)  # fmt: skip
     setup = ServeSetup(a.model, run_topology(a), disagg.decode_tp if disagg else a.tp, a.dp,
                        a.nodes, a.gpus_per_node, options, a.exact, overrides, ep=a.ep,
-                       disagg=disagg)  # fmt: skip
+                       disagg=disagg, attention_dp=a.attention_dp)  # fmt: skip
     prefix = (a.prefix_len, a.prefix_groups)
     prompt = parse_lengths("--prompt-len", a.prompt_len or str(PROMPT_DEFAULT))
     output = parse_lengths("--output-len", a.output_len or str(OUTPUT_DEFAULT))
@@ -213,7 +210,8 @@ def _serve(a: argparse.Namespace) -> int:
                        count=count, until_s=a.duration, prefix=prefix)  # fmt: skip
         what = f"closed loop, concurrency {a.concurrency}"
     s = result.summary(a.slo_ttft_ms, a.slo_tpot_ms)
-    layout = f"tp {a.tp}" + (f" x dp {a.dp}" if a.dp > 1 else "")
+    layout = f"tp {a.tp}" + (f" x attention-dp {a.attention_dp}" if a.attention_dp > 1 else "")
+    layout += f" x dp {a.dp}" if a.dp > 1 else ""
     if disagg is not None:
         layout = disagg.label()
     layout += f", ep {a.ep}" if a.ep > 1 else ""

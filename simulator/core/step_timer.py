@@ -29,7 +29,7 @@ within 1 % on random iterations).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -42,6 +42,7 @@ from tpsim.core.lowering import host
 from tpsim.core.lowering.lower import step_pricing
 from tpsim.core.lowering.mixed import MixedStep, attention_seconds, lower_mixed
 from tpsim.core.lowering.mla import mixed_attention
+from tpsim.core.parallel import run_layout
 from tpsim.core.plan import RunPlan, resolve
 from tpsim.core.program import Programs
 from tpsim.core.records import Record
@@ -152,8 +153,9 @@ class IterationTimer:
         gpus_per_node: int = 0,
         exact: bool = False,
         ep: int = 1,
+        attention_dp: int = 1,
     ) -> None:
-        layout = Layout(tp, gpus_per_node, ep=ep)
+        layout = Layout(tp, gpus_per_node, ep=ep, attention_dp=attention_dp)
         self.plan: RunPlan = resolve(
             model, topology, layout, Workload(1, "decode", 1, 1), options, nodes=nodes
         )
@@ -161,6 +163,9 @@ class IterationTimer:
         self.simulated = 0  # engine runs so far (the cache's misses)
         self._base: dict[tuple[int, int, bool], float] = {}
         self._kernels: dict[tuple[int, int, bool], float] = {}
+        #: the kernels' seconds at a routed token count of the MoE group's own (attention
+        #: data parallelism: each group its own iteration), by (tokens, seqs, prefill, routed)
+        self._routed: dict[tuple[int, int, bool, int], float] = {}
         self._prices: dict[int, Pricing] = {}  # the lowerings' prices, by layer count
         spec = self.plan.model
         alike = all(spec.is_moe_layer(i) == spec.is_moe_layer(0) for i in range(spec.num_layers))
@@ -198,12 +203,18 @@ class IterationTimer:
     def _records(self, model: ModelSpec, step: MixedStep, no_attention: bool) -> list[Record]:
         plan = self.plan
         programs = self._lower(model, step, no_attention)
-        assert isinstance(plan.comms, Comms)
-        # the host jitter of tpsim run's steps (tpsim.core.engine.jitter): the same ranks wait
-        jitter = HostJitter(plan.calib.engine.host_jitter_cv, plan.layout.tp,
+        # the host jitter of tpsim run's steps (tpsim.core.engine.jitter): the same ranks
+        # wait (a TP group; with attention data parallelism the MoE group)
+        lay = plan.layout
+        jitter = HostJitter(plan.calib.engine.host_jitter_cv, lay.tp * lay.attention_dp,
                             plan.options.host_jitter_seed)  # fmt: skip
-        ran = run_programs(plan.comms, programs, comm_sms=plan.calib.collectives.comm_sms,
-                           host_jitter=jitter, canonical=False)  # fmt: skip
+        sms = plan.calib.collectives.comm_sms
+        if isinstance(plan.comms, Comms):
+            ran = run_programs(plan.comms, programs, comm_sms=sms, host_jitter=jitter,
+                               canonical=False)  # fmt: skip
+        else:  # attention data parallelism over several TP groups: the layout's run
+            ran = run_layout(plan.comms, programs, lay, plan.gpu, comm_sms=sms,
+                             host_jitter=jitter)  # fmt: skip
         self.simulated += 1
         return ran.records
 
@@ -379,11 +390,36 @@ class IterationTimer:
         return self._along_tokens(tokens, 1, True) + self._per_sequence(seqs)
 
     def seconds(self, step: MixedStep) -> float:
-        """The iteration's time: exact, or the cache's answer."""
+        """The iteration's time: exact, or the cache's answer. A step whose MoE layers route
+        a token count of its own (``step.routed``) adds what its experts' kernels take at
+        that count over what they take when every attention group runs ``step``
+        (:meth:`_routed_delta`): the experts' GEMMs run on the compute stream between the
+        dispatch and the combine, which wait for them, so their seconds add to the step."""
         if self.exact:
             return self.exact_seconds(step)
-        base = self.base_seconds(step.tokens, step.batch, bool(step.chunks))
-        return base + self.attention_s(step)
+        prefill = bool(step.chunks)
+        base = self.base_seconds(step.tokens, step.batch, prefill)
+        return base + self.attention_s(step) + self._routed_delta(step, prefill)
+
+    def _routed_delta(self, step: MixedStep, prefill: bool) -> float:
+        xs = self.plan.experts
+        if not step.routed or not xs.dispatch or step.routed == xs.routed_tokens(step.tokens):
+            return 0.0
+        key = (step.tokens, self._seqs(step.tokens, step.batch, prefill), prefill)
+        own = self._routed.get((*key, step.routed))
+        if own is None:
+            routed = replace(self._composition(*key), routed=step.routed)
+            own = self._routed[(*key, step.routed)] = self._kernels_priced(routed)
+        return own - self._kernels_at(step.tokens, step.batch, prefill)
+
+    def group_seconds(self, steps: Sequence[MixedStep]) -> float:
+        """One iteration of attention data-parallel groups that each run a step of their
+        own (``steps``: those with work; an idle group joins the collectives with none):
+        every group's layers wait at each MoE layer's all-to-all for the others, whose
+        tokens its experts compute, so the iteration lasts as long as the slowest group's
+        step with the MoE layers routing every group's tokens."""
+        routed = sum(s.tokens for s in steps)
+        return max(self.seconds(replace(s, routed=routed)) for s in steps)
 
 
 __all__ = ["IterationTimer", "grid_above", "grid_below", "interpolate"]

@@ -121,6 +121,14 @@ def test_disaggregated(capsys: pytest.CaptureFixture[str]) -> None:
     assert rc == 0 and "1P (tp 1) + 1D (tp 1)" in out and "KV transfers" in out
 
 
+def test_attention_data_parallel_groups_serve(capsys: pytest.CaptureFixture[str]) -> None:
+    """A MoE model's attention groups, each with its own batch, stepping together."""
+    argv = ["serve", "--model", "qwen3-30b-a3b", "--topology", "dgx-h100", "--tp", "1",
+            "--attention-dp", "2", "--ep", "2", "--rate", "10", *SMALL]  # fmt: skip
+    rc, out, _ = run(argv, capsys)
+    assert rc == 0 and "tp 1 x attention-dp 2, ep 2" in out and "Successful requests:" in out
+
+
 BAD = [
     (["--rate", "0"], "--rate=0"),
     (["--rate", "nan"], "--rate=nan"),
@@ -139,7 +147,8 @@ BAD = [
     (["--trace", "/no/such.csv"], "--trace=/no/such.csv"),
     (["--rate", "1", "--pp", "2"], "pp=2"),
     (["--rate", "1", "--dp", "16"], "dp"),
-    (["--rate", "1", "--attention-dp", "2"], "attention_dp=2"),
+    (["--rate", "1", "--attention-dp", "2"], "attention_dp=2"),  # a dense model
+    (["--rate", "1", "--attention-dp", "2", "--prefill-workers", "1"], "attention_dp=2"),
     (["--rate", "1", "--prefill-workers", "0"], "--prefill-workers=0"),
     (["--rate", "1", "--decode-tp", "-2"], "--decode-tp=-2"),
     (["--rate", "1", "--prefill-workers", "2", "--dp", "2"], "dp=2"),

@@ -42,6 +42,20 @@ def test_a_tighter_slo_sustains_less(tp1: tuple[RateRequest, object]) -> None:
     assert t is not None and t.max_load < row.max_load
 
 
+def test_an_attention_data_parallel_unit_is_sized_as_a_whole() -> None:
+    """Two attention groups of one GPU over experts split two ways: a unit of 2 GPUs whose
+    batch counts both groups' sequences, at a rate its groups keep under the SLOs."""
+    req = RateRequest("qwen3-30b-a3b", "dgx-h100", rate=20, disaggregated=False,
+                      **{**SMALL, "slo_tpot_ms": 25.0})  # type: ignore[arg-type]  # fmt: skip
+    row = evaluate(req, 1, 2, 0, 1, 2)
+    assert row is not None and row.ok
+    assert (row.label, row.attention_dp, row.unit_gpus) == ("TP 1 x ADP 2 EP 2", 2, 2)
+    assert row.tpot_ms <= 25 and row.gpus == row.units * 2
+    prober = _Prober(req, _setup(req, 1, 2, 0, 1, 2))
+    r = prober.run(row.max_load)
+    assert len(r.steps) == 2  # the two groups' records
+
+
 def test_an_impossible_slo_says_so_and_shows_the_closest() -> None:
     req = RateRequest(
         "llama-3.1-8b", "dgx-h100", rate=5, disaggregated=False, **{**SMALL, "slo_ttft_ms": 0.5}
@@ -88,10 +102,14 @@ def test_disaggregated_units_sit_beside_aggregated() -> None:
     from tpsim.experiments.plan_rate import units
 
     us = units(req)
-    assert (1, 1, 0, 1) in us and (1, 1, 1, 1) in us and (4, 1, 1, 1) in us
-    assert all((p + d) * tp <= 8 for tp, _, p, d in us if p)
+    assert (1, 1, 0, 1, 1) in us and (1, 1, 1, 1, 1) in us and (4, 1, 1, 1, 1) in us
+    assert all((p + d) * tp <= 8 for tp, _, p, d, _ in us if p)
+    assert all(adp == 1 for *_, adp in us)  # a dense model has no attention DP
     moe = units(RateRequest("qwen3-30b-a3b", "dgx-h100", rate=1, disaggregated=False))
-    assert (2, 2, 0, 1) in moe and (2, 1, 0, 1) in moe  # experts split over the group too
+    assert (2, 2, 0, 1, 1) in moe and (2, 1, 0, 1, 1) in moe  # experts split over the group too
+    # attention data parallelism in one host, the experts over every group's GPUs
+    assert (1, 8, 0, 1, 8) in moe and (2, 8, 0, 1, 4) in moe and (4, 8, 0, 1, 2) in moe
+    assert all(tp * adp <= 8 for tp, _, _, _, adp in moe)
 
 
 def test_static_plan_batches_are_limited_by_memory_or_the_slo() -> None:

@@ -39,17 +39,25 @@ class MixedStep(Workload):
     included) and ``chunks`` ((chunk tokens, prefix tokens already cached) per prefilling
     sequence). ``batch`` is the number of sequences, ``phase`` prefill when any chunk runs
     (for the engine's CUDA-graph rule), ``prompt_len``/``context_len`` the longest chunk
-    and context (for the memory checks that read them)."""
+    and context (for the memory checks that read them). ``routed``: with attention data
+    parallelism, the tokens the MoE layers route over the whole MoE group when its
+    attention groups run iterations of their own (0: every group runs this one, so
+    ``tokens`` x the groups)."""
 
     decodes: tuple[int, ...] = ()
     chunks: tuple[tuple[int, int], ...] = ()
+    routed: int = 0
 
     @classmethod
-    def of(cls, decodes: tuple[int, ...], chunks: tuple[tuple[int, int], ...]) -> MixedStep:
+    def of(
+        cls, decodes: tuple[int, ...], chunks: tuple[tuple[int, int], ...], routed: int = 0
+    ) -> MixedStep:
         if not decodes and not chunks:
             raise ConfigError("step=(): an iteration needs a decode or a prefill chunk")
         if (decodes and min(decodes) < 1) or any(n < 1 or p < 0 for n, p in chunks):
             raise ConfigError(f"step={decodes!r},{chunks!r}: lengths must be positive")
+        if routed < 0:
+            raise ConfigError(f"routed={routed}: must be 0 or more")
         longest = max((n for n, _ in chunks), default=1)
         context = max(max(decodes, default=0), max((n + p for n, p in chunks), default=0))
         return cls(
@@ -59,6 +67,7 @@ class MixedStep(Workload):
             context_len=context,
             decodes=tuple(decodes),
             chunks=tuple(chunks),
+            routed=routed,
         )
 
     @property

@@ -78,7 +78,10 @@ class ExpertBlock(LoweringBlock):
         span = xs.attention_dp
         self.build.collective(mb.index, "all_to_all", "moe_dispatch", layer, pairs_out * out_b,
                               span=span, phase="dispatch", **extra)  # fmt: skip
-        load = xs.load(xs.routed_tokens(mb.tokens), self.ep_rank, layer)
+        # the group's tokens: every attention group's as many as this one's, unless the step
+        # says how many they route together (serving: each group its own iteration)
+        routed = getattr(self.w, "routed", 0) or xs.routed_tokens(mb.tokens)
+        load = xs.load(routed, self.ep_rank, layer)
         self.routed_experts(mb, layer, load.pairs, load.experts_read)
         self.build.collective(mb.index, "all_to_all", "moe_combine", layer, pairs_out * back_b,
                               span=span, phase="combine", **extra)  # fmt: skip
