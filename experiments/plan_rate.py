@@ -15,7 +15,7 @@ TTFT and TPOT within the SLOs and does not saturate: the rate is doubled from 1 
 a run fails (halved down to :data:`MIN_RATE` when 1 req/s already fails), then bisected to
 ``REL_TOL``. The batch is what the engine's scheduler runs at that rate: bounded by its KV
 cache (memory) and by the SLOs, never
-by a fixed cap. Pipeline stages are not candidates (``tpsim serve`` does not run them yet).
+by a fixed cap. Pipeline stages are not candidates yet (``tpsim serve --pp`` runs them).
 """
 
 from __future__ import annotations

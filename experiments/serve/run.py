@@ -17,18 +17,20 @@ from typing import Any
 
 import numpy as np
 from tpsim.calibration.scheduler import SchedulerSpec, scheduler
+from tpsim.core.comm.layout import stage_layers
 from tpsim.core.config import Layout, Options, Workload
 from tpsim.core.engine.serving import run_loop
 from tpsim.core.errors import ConfigError
 from tpsim.core.kv_transfer import KVRoutes, Pool
-from tpsim.core.memory import kv_elements_per_rank, memory_per_gpu
+from tpsim.core.memory import kv_elements_per_rank, memory_per_stage
 from tpsim.core.plan import resolve
 from tpsim.core.precision import dtype_bytes, precision
 from tpsim.core.step_timer import IterationTimer
 from tpsim.experiments.serve import metrics
-from tpsim.experiments.serve.attention_dp import LockstepGroup
 from tpsim.experiments.serve.disagg import Disagg, DisaggServers
 from tpsim.experiments.serve.engine import EngineInstance, Request, StepRecord
+from tpsim.experiments.serve.lockstep import LockstepGroup
+from tpsim.experiments.serve.pipeline import Stages, VirtualEngine
 from tpsim.experiments.serve.workload import MAX_REQUESTS, Lengths, Requests, streams
 from tpsim.models.spec import ModelSpec
 
@@ -47,35 +49,50 @@ class KVCache:
         return self.blocks * self.block_size
 
 
-def kv_blocks(timer: IterationTimer, spec: SchedulerSpec) -> KVCache:
-    """The blocks of one instance's KV cache, as its engine sizes it.
+def kv_blocks(timer: IterationTimer, spec: SchedulerSpec, pp: int = 1) -> KVCache:
+    """The blocks of one instance's KV cache, as its engine sizes it (``pp`` pipeline
+    stages: each GPU holds its stage's layers, and the stage with the fewest blocks bounds
+    the tokens the pipeline holds).
 
     ``total`` (vLLM): ``gpu_memory_utilization`` of the GPU's memory, less the runtime's
     reserve, the weights, the activations of a profiling step of ``max_num_batched_tokens``
-    tokens and the sampler's fp32 logits of ``max_num_seqs`` sequences. ``free``
-    (TensorRT-LLM): that share of what is left after the runtime, weights and activations.
+    tokens and the sampler's fp32 logits of ``max_num_seqs`` sequences (on the last stage).
+    ``free`` (TensorRT-LLM): that share of what is left after the runtime, weights and
+    activations.
     """
     plan = timer.plan
     model, tp, gpu, options = plan.model, plan.layout.tp, plan.gpu, plan.options
     t = spec.max_num_batched_tokens
-    mem = memory_per_gpu(model, tp, Workload(1, "prefill", t, t), options, gpu, plan.experts)
-    logits = spec.max_num_seqs * model.vocab_size * 4
-    runtime = plan.calib.memory.runtime_bytes
-    used = mem.weights_bytes_per_gpu + mem.activation_bytes_per_gpu + logits
-    if spec.memory_rule == "total":
-        room = gpu.hbm_bytes * spec.gpu_memory_utilization - runtime - used
-    else:
-        room = spec.gpu_memory_utilization * (gpu.hbm_bytes - runtime - used)
     kv_b = dtype_bytes(precision(options, model.dtype, gpu.fp8_flops is not None).kv)
-    # the cache one token adds on one GPU, every layer (MLA: the whole latent on each)
-    per_token = kv_elements_per_rank(model, tp, 1, range(model.num_layers)) * kv_b
-    blocks = int(room // (per_token * spec.block_size)) if room > 0 else 0
-    if blocks < 1:
+    runtime = plan.calib.memory.runtime_bytes
+    best: KVCache | None = None
+    weights = 0
+    for s, layers in enumerate(stage_layers(model.num_layers, pp)):
+        last = s == pp - 1
+        work = Workload(1, "prefill", t, t)
+        mem = memory_per_stage(model, tp, work, options, gpu, layers=layers, first=s == 0,
+                               last=last, experts=plan.experts)  # fmt: skip
+        logits = spec.max_num_seqs * model.vocab_size * 4 if last else 0
+        used = mem.weights_bytes_per_gpu + mem.activation_bytes_per_gpu + logits
+        if spec.memory_rule == "total":
+            room = gpu.hbm_bytes * spec.gpu_memory_utilization - runtime - used
+        else:
+            room = spec.gpu_memory_utilization * (gpu.hbm_bytes - runtime - used)
+        # the cache one token adds on one GPU, every layer of the stage (MLA: the whole
+        # latent on each)
+        per_token = kv_elements_per_rank(model, tp, 1, layers) * kv_b
+        blocks = int(room // (per_token * spec.block_size)) if room > 0 else 0
+        if best is None or blocks < best.blocks:
+            best = KVCache(blocks, spec.block_size, per_token, round(room))
+            weights = mem.weights_bytes_per_gpu
+    assert best is not None
+    if best.blocks < 1:
         raise ConfigError(
             f"tp={tp}: {model.name} leaves no room for a KV cache on {gpu.name} "
-            f"({mem.weights_bytes_per_gpu / 2**30:.1f} GiB of weights per GPU); raise --tp"
+            f"({weights / 2**30:.1f} GiB of weights per GPU); raise --tp"
+            + (" or --pp" if pp > 1 else "")
         )
-    return KVCache(blocks, spec.block_size, per_token, round(room))
+    return best
 
 
 @dataclass(frozen=True)
@@ -94,8 +111,10 @@ class ServeSetup:
     ep: int = 1  # expert-parallel ranks of the MoE layers, inside each TP group
     disagg: Disagg | None = None  # prefill and decode pools (then tp and dp are unused)
     #: attention data-parallel groups of ``tp`` GPUs sharing the MoE layers (each replica's
-    #: groups schedule their own batches and step together: serve.attention_dp)
+    #: groups schedule their own batches and step together: serve.lockstep)
     attention_dp: int = 1
+    #: pipeline stages of ``tp`` GPUs each, run as that many virtual engines (serve.lockstep)
+    pp: int = 1
 
 
 @dataclass(frozen=True)
@@ -228,7 +247,7 @@ def serve(
     opts = setup.options
     d = setup.disagg
     if d is None:
-        layout = Layout(setup.tp, setup.gpus_per_node, 1, setup.dp, ep=setup.ep,
+        layout = Layout(setup.tp, setup.gpus_per_node, setup.pp, setup.dp, ep=setup.ep,
                         attention_dp=setup.attention_dp)  # fmt: skip
         resolve(
             setup.model,
@@ -241,7 +260,7 @@ def serve(
     it = iterations or _timer(setup, setup.tp if d is None else d.decode_tp)
     lay = it.plan.layout
     if (it.plan.options, lay.tp, lay.ep, lay.attention_dp, it.exact) != (
-        opts,
+        _timer_options(setup),
         setup.tp if d is None else d.decode_tp,
         setup.ep,
         setup.attention_dp,
@@ -253,12 +272,19 @@ def serve(
     model = it.model
     simulated_before = it.simulated
     spec = scheduler_spec(setup, it.plan.gpu.hbm_bytes)
-    kv = kv_blocks(it, spec)
+    kv = kv_blocks(it, spec, setup.pp)
+    if setup.pp > 1:  # each virtual engine its share of every stage's cache
+        kv = replace(kv, blocks=kv.blocks // setup.pp)
+        if kv.blocks < 1:
+            raise ConfigError(f"pp={setup.pp}: too little KV cache for {setup.pp} virtual engines")
     p_it, p_kv = it, kv
     if d is not None:
-        if setup.attention_dp > 1:
-            raise ConfigError(f"attention_dp={setup.attention_dp}: disaggregated pools run "
-                              "TP groups (give --attention-dp without the pools)")  # fmt: skip
+        if setup.attention_dp > 1 or setup.pp > 1:
+            what = (
+                f"attention_dp={setup.attention_dp}" if setup.attention_dp > 1 else f"pp={setup.pp}"
+            )
+            raise ConfigError(f"{what}: disaggregated pools run TP groups (give it without "
+                              "the pools)")  # fmt: skip
         if spec.policy == "static":
             raise ConfigError(f"engine={spec.engine}: static batching has no disaggregated "
                               "prefill and decode")  # fmt: skip
@@ -291,14 +317,28 @@ def serve(
 
     handoff, capacities, pools = None, [], None
     groups: list[LockstepGroup] = []
-    if d is None and setup.attention_dp > 1:
+
+    def make(step_time: Callable[[Any], float]) -> EngineInstance:
+        return EngineInstance(spec, kv.blocks, step_time, lookup)
+
+    if d is None and setup.pp > 1:
+        pp, per_host, whole = setup.pp, setup.gpus_per_node, timer or it.seconds
+
+        def pass_s(step: Any) -> tuple[float, tuple[float, ...]]:
+            return whole(step), it.stage_sends_s(step.tokens, pp, per_host)
+
+        servers: list[Any] = []
+        for _ in range(setup.dp):  # each replica's virtual engines share its stages
+            stages = Stages(pp)
+            servers += [VirtualEngine(stages, make, pass_s) for _ in range(pp)]
+        engines = [v.engine for v in servers]
+
+        def route(i: int, now: float) -> int:
+            return min(range(len(servers)), key=lambda k: (servers[k].in_system, k))
+    elif d is None and setup.attention_dp > 1:
         price = (lambda steps: max(map(timer, steps))) if timer else it.group_seconds
-
-        def make(step_time: Callable[[Any], float]) -> EngineInstance:
-            return EngineInstance(spec, kv.blocks, step_time, lookup)
-
         groups = [LockstepGroup(setup.attention_dp, make, price) for _ in range(setup.dp)]
-        servers: list[Any] = list(groups)
+        servers = list(groups)
         engines = [rank for g in groups for rank in g.ranks]
 
         def route(i: int, now: float) -> int:
@@ -354,8 +394,14 @@ def serve(
     )
 
 
+def _timer_options(setup: ServeSetup) -> Options:
+    """The timer's options: the run's; with pipeline stages it times the whole model on one
+    stage's TP group, which need not fit one group's memory (each stage holds its layers)."""
+    return replace(setup.options, allow_oom=True) if setup.pp > 1 else setup.options
+
+
 def _timer(setup: ServeSetup, tp: int) -> IterationTimer:
-    return IterationTimer(setup.model, setup.topology, tp, setup.options, nodes=setup.nodes,
+    return IterationTimer(setup.model, setup.topology, tp, _timer_options(setup), nodes=setup.nodes,
                           gpus_per_node=setup.gpus_per_node, exact=setup.exact,
                           ep=setup.ep, attention_dp=setup.attention_dp)  # fmt: skip
 

@@ -142,17 +142,18 @@ def _checks(a: argparse.Namespace) -> None:
     if a.trace is not None and (a.prompt_len is not None or a.output_len is not None):
         flag = "--prompt-len" if a.prompt_len is not None else "--output-len"
         raise ConfigError(f"{flag}={a.prompt_len or a.output_len}: the trace gives the lengths")
-    if a.pp != 1:
-        raise ConfigError(f"pp={a.pp}: tpsim serve runs TP groups and DP replicas "
-                          "(pipeline-parallel serving is not modelled yet)")  # fmt: skip
+    if a.pp != 1 and a.attention_dp != 1:
+        raise ConfigError(f"pp={a.pp}: pipeline stages with attention data parallelism are "
+                          "not modelled yet (give one of --pp and --attention-dp)")  # fmt: skip
     for flag in ("prefill_tp", "prefill_workers", "decode_tp", "decode_workers"):
         _positive("--" + flag.replace("_", "-"), getattr(a, flag), whole=True, upper=4096)
     if _disaggregated(a) and a.dp != 1:
         raise ConfigError(f"dp={a.dp}: with disaggregated pools give --prefill-workers and "
                           "--decode-workers instead")  # fmt: skip
-    if a.attention_dp != 1 and _disaggregated(a):
-        raise ConfigError(f"attention_dp={a.attention_dp}: disaggregated pools run TP groups "
-                          "(give --attention-dp without the pools)")  # fmt: skip
+    if (a.attention_dp != 1 or a.pp != 1) and _disaggregated(a):
+        what = f"attention_dp={a.attention_dp}" if a.attention_dp != 1 else f"pp={a.pp}"
+        raise ConfigError(f"{what}: disaggregated pools run TP groups (give it without the "
+                          "pools)")  # fmt: skip
     check_nodes(a.nodes)
 
 
@@ -187,7 +188,7 @@ def _serve(a: argparse.Namespace) -> int:
                         a.decode_workers or 1)  # fmt: skip
     setup = ServeSetup(a.model, run_topology(a), disagg.decode_tp if disagg else a.tp, a.dp,
                        a.nodes, a.gpus_per_node, options, a.exact, overrides, ep=a.ep,
-                       disagg=disagg, attention_dp=a.attention_dp)  # fmt: skip
+                       disagg=disagg, attention_dp=a.attention_dp, pp=a.pp)  # fmt: skip
     prefix = (a.prefix_len, a.prefix_groups)
     prompt = parse_lengths("--prompt-len", a.prompt_len or str(PROMPT_DEFAULT))
     output = parse_lengths("--output-len", a.output_len or str(OUTPUT_DEFAULT))
@@ -211,6 +212,7 @@ def _serve(a: argparse.Namespace) -> int:
         what = f"closed loop, concurrency {a.concurrency}"
     s = result.summary(a.slo_ttft_ms, a.slo_tpot_ms)
     layout = f"tp {a.tp}" + (f" x attention-dp {a.attention_dp}" if a.attention_dp > 1 else "")
+    layout += f" x pp {a.pp}" if a.pp > 1 else ""
     layout += f" x dp {a.dp}" if a.dp > 1 else ""
     if disagg is not None:
         layout = disagg.label()

@@ -129,6 +129,11 @@ def test_attention_data_parallel_groups_serve(capsys: pytest.CaptureFixture[str]
     assert rc == 0 and "tp 1 x attention-dp 2, ep 2" in out and "Successful requests:" in out
 
 
+def test_pipeline_stages_serve(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = run([*BASE, "--pp", "2", "--rate", "10", *SMALL], capsys)
+    assert rc == 0 and "tp 1 x pp 2" in out and "Successful requests:" in out
+
+
 BAD = [
     (["--rate", "0"], "--rate=0"),
     (["--rate", "nan"], "--rate=nan"),
@@ -145,7 +150,9 @@ BAD = [
     (["--rate", "1", "--output-len", "lognormal:x,1"], "--output-len=lognormal:x,1"),
     (["--rate", "1", "--prompt-len", "/no/such/file"], "--prompt-len=/no/such/file"),
     (["--trace", "/no/such.csv"], "--trace=/no/such.csv"),
-    (["--rate", "1", "--pp", "2"], "pp=2"),
+    (["--rate", "1", "--pp", "2", "--attention-dp", "2"], "pp=2"),
+    (["--rate", "1", "--pp", "2", "--decode-workers", "2"], "pp=2"),
+    (["--rate", "1", "--pp", "16"], "tp*pp*dp"),
     (["--rate", "1", "--dp", "16"], "dp"),
     (["--rate", "1", "--attention-dp", "2"], "attention_dp=2"),  # a dense model
     (["--rate", "1", "--attention-dp", "2", "--prefill-workers", "1"], "attention_dp=2"),

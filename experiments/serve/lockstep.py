@@ -1,13 +1,13 @@
-"""Attention data parallelism under traffic: the attention groups of one MoE group, each an
-engine instance with its own queue, KV cache and batch, running every iteration together.
+"""Engine instances that step together: the attention groups of one MoE group.
 
-This is how DeepSeek-style deployments serve (SGLang's ``--enable-dp-attention``, vLLM's
-data parallelism with expert parallelism, TensorRT-LLM's attention DP): a request goes to
-one attention group (the one with the fewest requests, as the engines' load balancers
-pick), which keeps its KV cache and schedules it; every MoE layer's dispatch and combine
-join all the groups, so they step in lockstep, a group with nothing to run joining with an
-empty batch. An iteration lasts as long as the slowest group's, its experts computing every
-group's tokens (:meth:`tpsim.core.step_timer.IterationTimer.group_seconds`).
+Attention data parallelism (``--attention-dp D``), as DeepSeek-style deployments serve
+(SGLang's ``--enable-dp-attention``, vLLM's data parallelism with expert parallelism,
+TensorRT-LLM's attention DP): each attention group is an engine instance with its own queue,
+KV cache and batch; a request goes to the one with the fewest requests (as the engines' load
+balancers pick); every MoE layer's dispatch and combine join all the groups, so they step in
+lockstep, a group with nothing to run joining with an empty batch. An iteration lasts as
+long as the slowest group's, its experts computing every group's tokens
+(:meth:`tpsim.core.step_timer.IterationTimer.group_seconds`).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from tpsim.experiments.serve.engine import EngineInstance
 
 
 class LockstepGroup:
-    """The attention groups of one MoE group as one server of the serving loop: ``ranks``,
-    each scheduling its own batch (built by ``make`` with the timer it must call), priced
-    together by ``price`` (the steps of the groups with work)."""
+    """Engine instances stepping together as one server of the serving loop: ``ranks`` (the
+    attention groups), each scheduling its own batch (built by ``make`` with the timer it
+    must call), priced together by ``price`` (the steps of those with work)."""
 
     def __init__(
         self,
@@ -39,7 +39,7 @@ class LockstepGroup:
     def _recorder(self, k: int) -> Callable[[MixedStep], float]:
         def record(step: MixedStep) -> float:
             self._planned[k] = step
-            return 0.0  # priced with the other groups' steps (step)
+            return 0.0  # priced with the others' steps (step)
 
         return record
 
@@ -48,13 +48,13 @@ class LockstepGroup:
         return sum(r.in_system for r in self.ranks)
 
     def admit(self, request: int, now: float) -> None:
-        """``request`` joins the attention group with the fewest requests (the first of
-        those that tie)."""
+        """``request`` joins the instance with the fewest requests (the first of those that
+        tie)."""
         k = min(range(len(self.ranks)), key=lambda i: (self.ranks[i].in_system, i))
         self.ranks[k].admit(request, now)
 
     def step(self, now: float) -> float | None:
-        """Every group plans its iteration; the groups with work run together."""
+        """Every instance plans its iteration; those with work run together."""
         self._planned = [None] * len(self.ranks)
         self._stepped = [k for k, r in enumerate(self.ranks) if r.step(now) is not None]
         if not self._stepped:
@@ -62,7 +62,7 @@ class LockstepGroup:
         steps = [self._planned[k] for k in self._stepped]
         seconds = self.price([s for s in steps if s is not None])
         self.step_count += 1
-        for k in self._stepped:  # the iteration's length in each group's record of it
+        for k in self._stepped:  # the iteration's length in each instance's record of it
             rank = self.ranks[k]
             if rank.record_steps and rank.steps:
                 rank.steps[-1] = replace(rank.steps[-1], seconds=seconds)

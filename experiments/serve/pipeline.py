@@ -1,0 +1,74 @@
+"""Pipeline-parallel serving (``--pp P``), as vLLM's virtual engines run it: P engine
+instances, each with its own queue, batch and 1/P of every stage's KV cache, whose batches
+are in flight through the same P stages at once.
+
+A batch crosses the stages in order, each taking its share of the batch's pass (the whole
+model at this TP degree, :class:`~tpsim.core.step_timer.IterationTimer`, over P balanced
+stages) and a send to the next (:meth:`~tpsim.core.step_timer.IterationTimer.stage_sends_s`);
+a stage works on one batch at a time, in the order the batches reached it
+(:class:`Stages`). So P equal batches keep every stage busy and each comes round once per
+pass; a batch alone waits for its whole pass; a long one (a prefill chunk) holds up the
+batches behind it at every stage it occupies, and they it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from tpsim.core.lowering.mixed import MixedStep
+from tpsim.experiments.serve.engine import EngineInstance
+
+
+class Stages:
+    """When each of a pipeline's stages is free, and a batch's way through them."""
+
+    def __init__(self, stages: int) -> None:
+        self.free_s = [0.0] * stages
+
+    def cross(self, now: float, stage_s: float, sends_s: Sequence[float]) -> float:
+        """A batch that enters at ``now``, ``stage_s`` at each stage and ``sends_s[b]``
+        from stage b to b + 1: each stage taken when the batch reaches it and it is free;
+        the seconds until the batch leaves the last."""
+        t = now
+        for s in range(len(self.free_s)):
+            if s:
+                t += sends_s[s - 1]
+            t = max(t, self.free_s[s]) + stage_s
+            self.free_s[s] = t
+        return t - now
+
+
+class VirtualEngine:
+    """One of the pipeline's engine instances as a server of the serving loop: its batch
+    timed through the shared :class:`Stages` from the time it starts."""
+
+    def __init__(
+        self,
+        stages: Stages,
+        make: Callable[[Callable[[MixedStep], float]], EngineInstance],
+        pass_s: Callable[[MixedStep], tuple[float, Sequence[float]]],
+    ) -> None:
+        self.stages, self.pass_s = stages, pass_s
+        self._now = 0.0
+        self.engine = make(self._time)
+
+    def _time(self, step: MixedStep) -> float:
+        whole, sends = self.pass_s(step)
+        return self.stages.cross(self._now, whole / len(self.stages.free_s), sends)
+
+    @property
+    def in_system(self) -> int:
+        return self.engine.in_system
+
+    def admit(self, request: int, now: float) -> None:
+        self.engine.admit(request, now)
+
+    def step(self, now: float) -> float | None:
+        self._now = now
+        return self.engine.step(now)
+
+    def finish(self, now: float) -> Sequence[int]:
+        return self.engine.finish(now)
+
+
+__all__ = ["Stages", "VirtualEngine"]
