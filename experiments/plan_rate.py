@@ -6,16 +6,17 @@ traffic needs.
 A unit is one engine instance of a TP group (aggregated; a MoE model also with its experts
 split over the group, ``ep = tp``, and with attention data parallelism: ``D`` attention
 groups of ``tp`` GPUs in one host stepping together over experts split over all of them,
-``ep = tp x D``, as ``tpsim serve --attention-dp`` runs them) or a disaggregated group of
-prefill and decode workers (``xP + yD``, each worker a TP group). Units are independent (a
+``ep = tp x D``, as ``tpsim serve --attention-dp`` runs them; across hosts, a pipeline of
+one TP group per host, as vLLM's multi-node recipe sets it: ``--tp`` the GPUs of a host,
+``--pp`` the hosts) or a disaggregated group of prefill and decode workers (``xP + yD``,
+each worker a TP group). Units are independent (a
 request goes to one), so ``R`` needs ``ceil(R / r_max)`` of them. ``r_max`` is the largest
 Poisson rate (or closed-loop concurrency) at which a short seeded run of ``requests``
 requests (more at high rates: :data:`WINDOW`) keeps the SLO percentile (p99 by default) of
 TTFT and TPOT within the SLOs and does not saturate: the rate is doubled from 1 req/s until
 a run fails (halved down to :data:`MIN_RATE` when 1 req/s already fails), then bisected to
 ``REL_TOL``. The batch is what the engine's scheduler runs at that rate: bounded by its KV
-cache (memory) and by the SLOs, never
-by a fixed cap. Pipeline stages are not candidates yet (``tpsim serve --pp`` runs them).
+cache (memory) and by the SLOs, never by a fixed cap.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from __future__ import annotations
 import math
 import sys
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from tpsim.core.config import Options, tp_problem
@@ -80,6 +81,7 @@ class RateRow:
     prefill_workers: int  # 0: aggregated
     decode_workers: int
     attention_dp: int  # attention data-parallel groups of tp GPUs (MoE), 1: none
+    pp: int  # pipeline stages of tp GPUs, 1: none
     unit_gpus: int
     max_load: float  # req/s (or clients) one unit sustains under the SLOs; 0: none
     limit: str  # what fails just above max_load
@@ -96,15 +98,23 @@ class RateRow:
         return self.max_load > 0
 
 
-Unit = tuple[int, int, int, int, int]  # tp, ep, prefill workers, decode workers, attention_dp
+class Unit(NamedTuple):
+    """One serving unit to try (see the module's text)."""
+
+    tp: int
+    ep: int = 1
+    prefill_workers: int = 0  # 0: aggregated
+    decode_workers: int = 1
+    attention_dp: int = 1
+    pp: int = 1
 
 
 def units(req: RateRequest) -> list[Unit]:
-    """(tp, ep, prefill workers, decode workers, attention_dp) of the units to try: TP
-    groups inside one host (and the whole topology's GPUs when that is one group), MoE
-    experts split over the group too, and attention data-parallel groups of them in one
-    host with the experts split over all of them; disaggregated groups of the same TP in
-    :data:`RATIOS` that fit."""
+    """The units to try: TP groups inside one host (and the whole topology's GPUs when that
+    is one group), MoE experts split over the group too, and attention data-parallel groups
+    of them in one host with the experts split over all of them; disaggregated groups of
+    the same TP in :data:`RATIOS` that fit; across hosts, a host's GPUs as the TP group of
+    each of 2 or more pipeline stages, one a host."""
     spec = get_model(req.model)
     graph = get_topology(req.topology, req.nodes)
     total = sum(1 for _, k in graph.nodes(data="kind") if k == "gpu")
@@ -116,20 +126,26 @@ def units(req: RateRequest) -> list[Unit]:
             continue
         eps = [1] + ([tp] if spec.num_experts and tp > 1 and spec.num_experts % tp == 0 else [])
         for ep in eps:
-            out.append((tp, ep, 0, 1, 1))
+            out.append(Unit(tp, ep))
             if req.disaggregated:
-                out += [(tp, ep, p, d, 1) for p, d in RATIOS if (p + d) * tp <= total]
+                out += [Unit(tp, ep, p, d) for p, d in RATIOS if (p + d) * tp <= total]
+            if tp == per_host:  # a pipeline of whole hosts
+                hosts = total // per_host
+                out += [Unit(tp, ep, pp=n) for n in range(2, hosts + 1) if hosts % n == 0]
         if spec.num_experts:
             groups = [a for a in tps if a > 1 and tp * a <= per_host]
-            out += [(tp, tp * a, 0, 1, a) for a in groups if spec.num_experts % (tp * a) == 0]
+            out += [Unit(tp, tp * a, attention_dp=a) for a in groups
+                    if spec.num_experts % (tp * a) == 0]  # fmt: skip
     return out
 
 
-def _setup(req: RateRequest, tp: int, ep: int, p: int, d: int, adp: int = 1) -> ServeSetup:
+def _setup(
+    req: RateRequest, tp: int, ep: int, p: int, d: int, adp: int = 1, pp: int = 1
+) -> ServeSetup:
     opts = Options(ideal=req.ideal, engine=req.engine)
     disagg = Disagg(tp, p, tp, d) if p else None
     return ServeSetup(req.model, req.topology, tp, nodes=req.nodes, options=opts, ep=ep,
-                      disagg=disagg, attention_dp=adp)  # fmt: skip
+                      disagg=disagg, attention_dp=adp, pp=pp)  # fmt: skip
 
 
 class _Prober:
@@ -205,17 +221,20 @@ def _batch(r: ServeResult, groups: int = 1) -> float:
     return float(np.mean(steps)) if steps else 0.0
 
 
-def evaluate(req: RateRequest, tp: int, ep: int, p: int, d: int, adp: int = 1) -> RateRow | None:
+def evaluate(
+    req: RateRequest, tp: int, ep: int, p: int, d: int, adp: int = 1, pp: int = 1
+) -> RateRow | None:
     """The unit's largest sustainable load, and what the requested traffic needs of it."""
     closed = req.concurrency is not None
     try:
-        prober = _Prober(req, _setup(req, tp, ep, p, d, adp))
+        prober = _Prober(req, _setup(req, tp, ep, p, d, adp, pp))
         first = prober.run(1.0)  # 1 req/s, or one client
     except ConfigError:  # does not fit (memory, GPUs): not a candidate
         return None
     j = prober.judge(first)
-    gpus_unit = tp * (p + d) if p else tp * adp
-    experts = (f" x ADP {adp}" if adp > 1 else "") + (f" EP {ep}" if ep > 1 else "")
+    gpus_unit = tp * (p + d) if p else tp * adp * pp
+    experts = (f" x PP {pp}" if pp > 1 else "") + (f" x ADP {adp}" if adp > 1 else "")
+    experts += f" EP {ep}" if ep > 1 else ""
     label = f"TP {tp}{experts}" if not p else f"{p}P+{d}D TP {tp}{experts}"
     kind = "disaggregated" if p else "aggregated"
     good, good_r, good_j = 0.0, first, j
@@ -231,7 +250,7 @@ def evaluate(req: RateRequest, tp: int, ep: int, p: int, d: int, adp: int = 1) -
                 break
             bad, bad_fail = load, j[0]
         if not good:
-            return RateRow(label, kind, tp, ep, p, d, adp, gpus_unit, 0.0, j[0], j[1], j[2],
+            return RateRow(label, kind, tp, ep, p, d, adp, pp, gpus_unit, 0.0, j[0], j[1], j[2],
                            _batch(r, adp), 0, 0, None, j[3])  # fmt: skip
     else:
         good, load = 1.0, 1.0
@@ -259,7 +278,7 @@ def evaluate(req: RateRequest, tp: int, ep: int, p: int, d: int, adp: int = 1) -
         out_per_s = _output_rate(req, good_r, n)
         usd = n * gpus_unit * req.gpu_hour_usd / 3600 / out_per_s * 1e6 if out_per_s else None
     batch = _batch(good_r, adp)
-    return RateRow(label, kind, tp, ep, p, d, adp, gpus_unit, good, bad_fail or "none found",
+    return RateRow(label, kind, tp, ep, p, d, adp, pp, gpus_unit, good, bad_fail or "none found",
                    good_j[1], good_j[2], batch, n, n * gpus_unit, usd, miss)  # fmt: skip
 
 
@@ -271,7 +290,7 @@ def _output_rate(req: RateRequest, r: ServeResult, n: int) -> float:
     return n * float(r.summary()["output_throughput"])
 
 
-def _evaluate(args: tuple[RateRequest, int, int, int, int, int]) -> RateRow | None:
+def _evaluate(args: tuple[RateRequest, int, int, int, int, int, int]) -> RateRow | None:
     return evaluate(*args)
 
 

@@ -56,6 +56,16 @@ def test_an_attention_data_parallel_unit_is_sized_as_a_whole() -> None:
     assert len(r.steps) == 2  # the two groups' records
 
 
+def test_a_pipeline_unit_spans_hosts() -> None:
+    """TP 8 in each of two hosts as two pipeline stages: a unit of 16 GPUs, labelled so."""
+    req = RateRequest("llama-3.1-8b", "dgx-h100", nodes=2, rate=20, disaggregated=False,
+                      **SMALL)  # type: ignore[arg-type]  # fmt: skip
+    row = evaluate(req, 8, 1, 0, 1, 1, 2)
+    assert row is not None and row.ok
+    assert (row.label, row.pp, row.unit_gpus) == ("TP 8 x PP 2", 2, 16)
+    assert row.tpot_ms <= 15 and row.gpus == row.units * 16
+
+
 def test_an_impossible_slo_says_so_and_shows_the_closest() -> None:
     req = RateRequest(
         "llama-3.1-8b", "dgx-h100", rate=5, disaggregated=False, **{**SMALL, "slo_ttft_ms": 0.5}
@@ -99,17 +109,20 @@ def test_bad_values(args: list[str], needle: str, capsys: pytest.CaptureFixture[
 
 def test_disaggregated_units_sit_beside_aggregated() -> None:
     req = RateRequest("llama-3.1-8b", "dgx-h100", rate=20, **SMALL)  # type: ignore[arg-type]
-    from tpsim.experiments.plan_rate import units
+    from tpsim.experiments.plan_rate import Unit, units
 
     us = units(req)
-    assert (1, 1, 0, 1, 1) in us and (1, 1, 1, 1, 1) in us and (4, 1, 1, 1, 1) in us
-    assert all((p + d) * tp <= 8 for tp, _, p, d, _ in us if p)
-    assert all(adp == 1 for *_, adp in us)  # a dense model has no attention DP
+    assert Unit(1) in us and Unit(1, 1, 1, 1) in us and Unit(4, 1, 1, 1) in us
+    assert all((u.prefill_workers + u.decode_workers) * u.tp <= 8 for u in us if u.prefill_workers)
+    assert all(u.attention_dp == 1 and u.pp == 1 for u in us)  # no ADP, one host: no pipeline
     moe = units(RateRequest("qwen3-30b-a3b", "dgx-h100", rate=1, disaggregated=False))
-    assert (2, 2, 0, 1, 1) in moe and (2, 1, 0, 1, 1) in moe  # experts split over the group too
+    assert Unit(2, 2) in moe and Unit(2, 1) in moe  # experts split over the group too
     # attention data parallelism in one host, the experts over every group's GPUs
-    assert (1, 8, 0, 1, 8) in moe and (2, 8, 0, 1, 4) in moe and (4, 8, 0, 1, 2) in moe
-    assert all(tp * adp <= 8 for tp, _, _, _, adp in moe)
+    assert Unit(1, 8, attention_dp=8) in moe and Unit(2, 8, attention_dp=4) in moe
+    assert all(u.tp * u.attention_dp <= 8 for u in moe)
+    # across hosts: a pipeline of whole hosts, one TP group each (vLLM's multi-node recipe)
+    two = units(RateRequest("llama-3.1-70b", "dgx-h100", nodes=2, rate=1, disaggregated=False))
+    assert Unit(8, pp=2) in two and all(u.tp == 8 for u in two if u.pp > 1)
 
 
 def test_static_plan_batches_are_limited_by_memory_or_the_slo() -> None:
