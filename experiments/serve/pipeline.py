@@ -4,7 +4,7 @@ are in flight through the same P stages at once.
 
 A batch crosses the stages in order, each taking its share of the batch's pass (the whole
 model at this TP degree, :class:`~tpsim.core.step_timer.IterationTimer`, over P balanced
-stages) and a send to the next (:meth:`~tpsim.core.step_timer.IterationTimer.stage_sends_s`);
+stages) and a send to the next (:class:`~tpsim.core.stage_sends.StageSends`);
 a stage works on one batch at a time, in the order the batches reached it
 (:class:`Stages`). So P equal batches keep every stage busy and each comes round once per
 pass; a batch alone waits for its whole pass; a long one (a prefill chunk) holds up the

@@ -25,6 +25,7 @@ from tpsim.core.kv_transfer import KVRoutes, Pool
 from tpsim.core.memory import kv_elements_per_rank, memory_per_stage
 from tpsim.core.plan import resolve
 from tpsim.core.precision import dtype_bytes, precision
+from tpsim.core.stage_sends import StageSends
 from tpsim.core.step_timer import IterationTimer
 from tpsim.experiments.serve import metrics
 from tpsim.experiments.serve.disagg import Disagg, DisaggServers
@@ -323,9 +324,10 @@ def serve(
 
     if d is None and setup.pp > 1:
         pp, per_host, whole = setup.pp, setup.gpus_per_node, timer or it.seconds
+        sends = StageSends(it.plan)
 
         def pass_s(step: Any) -> tuple[float, tuple[float, ...]]:
-            return whole(step), it.stage_sends_s(step.tokens, pp, per_host)
+            return whole(step), sends.seconds(step.tokens, pp, per_host)
 
         servers: list[Any] = []
         for _ in range(setup.dp):  # each replica's virtual engines share its stages

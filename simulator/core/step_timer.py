@@ -34,10 +34,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from tpsim.core import metrics
-from tpsim.core.comm.fabric import Fabric, build_fabric
 from tpsim.core.comm.group import Comms, run_programs
-from tpsim.core.comm.layout import place
-from tpsim.core.comm.schedules import predict
 from tpsim.core.config import Layout, Options, Workload
 from tpsim.core.engine.jitter import HostJitter
 from tpsim.core.kernels.pricing import Pricing
@@ -47,8 +44,7 @@ from tpsim.core.lowering.mixed import MixedStep, attention_seconds, lower_mixed
 from tpsim.core.lowering.mla import mixed_attention
 from tpsim.core.parallel import run_layout
 from tpsim.core.plan import RunPlan, resolve
-from tpsim.core.precision import dtype_bytes
-from tpsim.core.program import CollectiveCall, Programs
+from tpsim.core.program import Programs
 from tpsim.core.records import Record
 from tpsim.models.spec import ModelSpec
 
@@ -170,7 +166,6 @@ class IterationTimer:
         #: the kernels' seconds at a routed token count of the MoE group's own (attention
         #: data parallelism: each group its own iteration), by (tokens, seqs, prefill, routed)
         self._routed: dict[tuple[int, int, bool, int], float] = {}
-        self._stage_fabric: dict[tuple[int, int], Fabric] = {}  # (stages, per host) -> links
         self._prices: dict[int, Pricing] = {}  # the lowerings' prices, by layer count
         spec = self.plan.model
         alike = all(spec.is_moe_layer(i) == spec.is_moe_layer(0) for i in range(spec.num_layers))
@@ -416,36 +411,6 @@ class IterationTimer:
             routed = replace(self._composition(*key), routed=step.routed)
             own = self._routed[(*key, step.routed)] = self._kernels_priced(routed)
         return own - self._kernels_at(step.tokens, step.batch, prefill)
-
-    def stage_sends_s(self, tokens: int, pp: int, gpus_per_node: int = 0) -> tuple[float, ...]:
-        """What a step of ``tokens`` tokens adds crossing ``pp`` pipeline stages of this TP
-        degree (each stage a TP group, placed as ``tpsim run`` places them: TP inside a host
-        first, then the stages). At every boundary the hidden states and the residual (2 x
-        [T, d] in the activations' dtype) move as vLLM moves them (``send_tensor_dict`` with
-        ``all_gather_group``): each TP rank sends its 1/tp slice to its rank of the next
-        stage over the routed path (after its latency, at its achievable bandwidth; the
-        slowest rank's), and the next stage's TP group all-gathers them (NCCL's all-gather
-        on this group, predicted). One time per boundary, none with one stage."""
-        if pp < 2:
-            return ()
-        plan, tp = self.plan, self.plan.layout.tp
-        fab = self._stage_fabric.get((pp, gpus_per_node))
-        if fab is None:
-            ranks = place(plan.routes, tp, pp, 1, gpus_per_node)
-            fab = self._stage_fabric[(pp, gpus_per_node)] = build_fabric(
-                plan.routes, ranks, plan.gpu, plan.calib
-            )
-        nbytes = 2 * tokens * plan.model.hidden_size * dtype_bytes(plan.precision.act)
-        gather = 0.0
-        if tp > 1 and isinstance(plan.comms, Comms):
-            comms = plan.comms
-            call = CollectiveCall("all_gather", round(nbytes), 0)
-            gather = predict(comms.fabric, comms.planner(call))
-        out = []
-        for stage in range(pp - 1):
-            paths = [fab.path(stage * tp + t, (stage + 1) * tp + t) for t in range(tp)]
-            out.append(max(p.latency_s + nbytes / tp / p.bandwidth_Bps for p in paths) + gather)
-        return tuple(out)
 
     def group_seconds(self, steps: Sequence[MixedStep]) -> float:
         """One iteration of attention data-parallel groups that each run a step of their

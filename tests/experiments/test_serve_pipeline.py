@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from tpsim.core.config import Options
+from tpsim.core.stage_sends import StageSends
 from tpsim.core.step_timer import IterationTimer
 from tpsim.experiments.serve.pipeline import Stages
 from tpsim.experiments.serve.run import ServeSetup, serve
@@ -29,10 +30,11 @@ def test_the_sends_between_stages() -> None:
     """One send per boundary: within a host over NVLink, tiny for a decode token; across
     hosts over the NIC, the larger; none with one stage."""
     it = IterationTimer("llama-3.1-70b", "dgx-h100", 8, Options(allow_oom=True), nodes=2)
-    assert it.stage_sends_s(64, 1) == ()
-    (across,) = it.stage_sends_s(2048, 2)
+    sends = StageSends(it.plan)
+    assert sends.seconds(64, 1) == ()
+    (across,) = sends.seconds(2048, 2)
     inside = IterationTimer("llama-3.1-70b", "dgx-h100", 4, Options(allow_oom=True))
-    (near,) = inside.stage_sends_s(2048, 2)
+    (near,) = StageSends(inside.plan).seconds(2048, 2)
     assert 0 < near < across
     # 2 x 2048 x 8192 x 2 B = 64 MiB, 1/8 per rank over a 400 Gb/s NIC: at least 170 us
     assert across > 2 * 2048 * 8192 * 2 / 8 / 50e9

@@ -1,0 +1,57 @@
+"""What a serving iteration adds crossing pipeline stages: the sends between stages.
+
+:class:`StageSends` prices, for a TP group's plan (:class:`~tpsim.core.plan.RunPlan`, the
+group of :class:`~tpsim.core.step_timer.IterationTimer`), each stage boundary of a pipeline
+of such groups placed as ``tpsim run`` places them (a TP group inside a host first, then the
+stages): what ``tpsim serve --pp`` adds to each batch's pass.
+"""
+
+from __future__ import annotations
+
+from tpsim.core.comm.fabric import Fabric, build_fabric
+from tpsim.core.comm.group import Comms
+from tpsim.core.comm.layout import place
+from tpsim.core.comm.schedules import predict
+from tpsim.core.plan import RunPlan
+from tpsim.core.precision import dtype_bytes
+from tpsim.core.program import CollectiveCall
+
+
+class StageSends:
+    """The sends between the stages of pipelines of ``plan``'s TP group."""
+
+    def __init__(self, plan: RunPlan) -> None:
+        self.plan = plan
+        self._fabrics: dict[tuple[int, int], Fabric] = {}  # (stages, per host) -> links
+
+    def seconds(self, tokens: int, pp: int, gpus_per_node: int = 0) -> tuple[float, ...]:
+        """What a step of ``tokens`` tokens adds at each boundary of ``pp`` stages of this
+        TP degree. The hidden states and the residual (2 x [T, d] in the activations' dtype)
+        move as vLLM moves them (``send_tensor_dict`` with ``all_gather_group``): each TP
+        rank sends its 1/tp slice to its rank of the next stage over the routed path (after
+        its latency, at its achievable bandwidth; the slowest rank's), and the next stage's
+        TP group all-gathers them (NCCL's all-gather on this group, predicted). One time per
+        boundary, none with one stage."""
+        if pp < 2:
+            return ()
+        plan, tp = self.plan, self.plan.layout.tp
+        fab = self._fabrics.get((pp, gpus_per_node))
+        if fab is None:
+            ranks = place(plan.routes, tp, pp, 1, gpus_per_node)
+            fab = self._fabrics[(pp, gpus_per_node)] = build_fabric(
+                plan.routes, ranks, plan.gpu, plan.calib
+            )
+        nbytes = 2 * tokens * plan.model.hidden_size * dtype_bytes(plan.precision.act)
+        gather = 0.0
+        if tp > 1 and isinstance(plan.comms, Comms):
+            comms = plan.comms
+            call = CollectiveCall("all_gather", round(nbytes), 0)
+            gather = predict(comms.fabric, comms.planner(call))
+        out = []
+        for stage in range(pp - 1):
+            paths = [fab.path(stage * tp + t, (stage + 1) * tp + t) for t in range(tp)]
+            out.append(max(p.latency_s + nbytes / tp / p.bandwidth_Bps for p in paths) + gather)
+        return tuple(out)
+
+
+__all__ = ["StageSends"]
