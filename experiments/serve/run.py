@@ -114,7 +114,7 @@ class ServeSetup:
     #: attention data-parallel groups of ``tp`` GPUs sharing the MoE layers (each replica's
     #: groups schedule their own batches and step together: serve.lockstep)
     attention_dp: int = 1
-    #: pipeline stages of ``tp`` GPUs each, run as that many virtual engines (serve.lockstep)
+    #: pipeline stages of ``tp`` GPUs each, run as that many virtual engines (serve.pipeline)
     pp: int = 1
 
 
@@ -322,37 +322,7 @@ def serve(
     def make(step_time: Callable[[Any], float]) -> EngineInstance:
         return EngineInstance(spec, kv.blocks, step_time, lookup)
 
-    if d is None and setup.pp > 1:
-        pp, per_host, whole = setup.pp, setup.gpus_per_node, timer or it.seconds
-        sends = StageSends(it.plan)
-
-        def pass_s(step: Any) -> tuple[float, tuple[float, ...]]:
-            return whole(step), sends.seconds(step.tokens, pp, per_host)
-
-        servers: list[Any] = []
-        for _ in range(setup.dp):  # each replica's virtual engines share its stages
-            stages = Stages(pp)
-            servers += [VirtualEngine(stages, make, pass_s) for _ in range(pp)]
-        engines = [v.engine for v in servers]
-
-        def route(i: int, now: float) -> int:
-            return min(range(len(servers)), key=lambda k: (servers[k].in_system, k))
-    elif d is None and setup.attention_dp > 1:
-        price = (lambda steps: max(map(timer, steps))) if timer else it.group_seconds
-        groups = [LockstepGroup(setup.attention_dp, make, price) for _ in range(setup.dp)]
-        servers = list(groups)
-        engines = [rank for g in groups for rank in g.ranks]
-
-        def route(i: int, now: float) -> int:
-            return min(range(len(groups)), key=lambda k: (groups[k].in_system, k))
-    elif d is None:
-        step_time = timer or it.seconds
-        engines = [EngineInstance(spec, kv.blocks, step_time, lookup) for _ in range(setup.dp)]
-        servers = list(engines)
-
-        def route(i: int, now: float) -> int:
-            return min(range(len(engines)), key=lambda k: (engines[k].in_system, k))
-    else:
+    if d is not None:
         plan = it.plan
         kv_routes = KVRoutes(plan.routes, plan.gpu, plan.calib, Pool(d.prefill_tp,
                              d.prefill_workers), Pool(d.decode_tp, d.decode_workers),
@@ -361,8 +331,34 @@ def serve(
                               (timer or p_it.seconds, timer or it.seconds), lookup,
                               kv.bytes_per_token)  # fmt: skip
         engines = pools.servers
-        servers = list(engines)
+        servers: list[Any] = list(engines)
         route, handoff, capacities = pools.route, pools.handoff, kv_routes.capacities
+    else:
+        if setup.pp > 1:
+            pp, per_host, whole = setup.pp, setup.gpus_per_node, timer or it.seconds
+            sends = StageSends(it.plan)
+
+            def pass_s(step: Any) -> tuple[float, tuple[float, ...]]:
+                return whole(step), sends.seconds(step.tokens, pp, per_host)
+
+            servers = []
+            for _ in range(setup.dp):  # each replica's virtual engines share its stages
+                stages = Stages(pp)
+                servers += [VirtualEngine(stages, make, pass_s) for _ in range(pp)]
+            engines = [v.engine for v in servers]
+        elif setup.attention_dp > 1:
+            price = (lambda steps: max(map(timer, steps))) if timer else it.group_seconds
+            groups = [LockstepGroup(setup.attention_dp, make, price) for _ in range(setup.dp)]
+            servers = list(groups)
+            engines = [rank for g in groups for rank in g.ranks]
+        else:
+            engines = [make(timer or it.seconds) for _ in range(setup.dp)]
+            servers = list(engines)
+
+        def route(i: int, now: float) -> int:
+            """The server (replica, attention-DP group or virtual engine) with the fewest
+            unfinished requests."""
+            return min(range(len(servers)), key=lambda k: (servers[k].in_system, k))
 
     if requests is not None and requests.arrival_s:
         loop = run_loop(servers, route, arrivals_s=requests.arrival_s, handoff=handoff,
