@@ -33,6 +33,7 @@ STUDY_NAMES = (
     "tp_vs_pp_vs_dp",
     "moe_tp_vs_ep",
     "serving_capacity",
+    "moe_serving",
 )
 
 

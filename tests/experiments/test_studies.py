@@ -90,6 +90,7 @@ def test_study_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         "tp_vs_pp_vs_dp",
         "moe_tp_vs_ep",
         "serving_capacity",
+        "moe_serving",
     }
     assert main(["study", "worked_examples", "--out", str(tmp_path), "--json"]) == 0
     j = json.loads(capsys.readouterr().out)
@@ -132,6 +133,37 @@ def test_serving_capacity_study(tmp_path: Path) -> None:
         assert s["sustains"][f"{g} 1P+1D (TP {4 * dp} each)"] < s["sustains"][tp4]
     assert s["best_within_slo"]["8"] == ["TP 4 x DP 2"]  # faster steps than TP 2, 2 queues
     assert (tmp_path / "serving_capacity.csv").read_text().startswith("gpus,layout,rate")
+
+
+def test_moe_serving_study_reduced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The study's machinery on a small grid: one model, TP 8 and ADP 8, two rates."""
+    from tpsim.experiments.studies import moe_serving as m
+
+    monkeypatch.setattr(m, "CASES", (("qwen3-30b-a3b", "dgx-h100", "bf16"),))
+    monkeypatch.setattr(m, "LAYOUTS", (m.LAYOUTS[0], m.LAYOUTS[2]))
+    monkeypatch.setattr(m, "RATES", (4.0, 16.0))
+    monkeypatch.setattr(m, "REQUESTS", 60)
+    s = m.moe_serving(tmp_path)
+    tp8, adp8 = "qwen3-30b-a3b TP 8", "qwen3-30b-a3b ADP 8 EP 8"
+    assert s.summary["idle_tpot_ms"][tp8] < s.summary["idle_tpot_ms"][adp8]
+    assert s.summary["sustains"] == {tp8: 16.0, adp8: 16.0}
+    rows = (tmp_path / "moe_serving.csv").read_text().splitlines()
+    assert rows[0].startswith("model,layout,rate") and len(rows) == 5
+    assert any("ADP 8 EP 8" in line for line in s.lines)
+
+
+@pytest.mark.benchmark  # about a minute of serving runs
+def test_moe_serving_study(tmp_path: Path) -> None:
+    from tpsim.experiments.studies.moe_serving import moe_serving
+
+    s = moe_serving(tmp_path).summary
+    for model in ("qwen3-235b-a22b", "qwen3-30b-a3b"):
+        tp8, adp8 = f"{model} TP 8", f"{model} ADP 8 EP 8"
+        # at no load the widest TP group decodes fastest; under load attention DP holds more
+        assert s["idle_tpot_ms"][tp8] < s["idle_tpot_ms"][adp8]
+        assert s["sustains"][adp8] >= s["sustains"][tp8]
+        assert any("ADP" in k for k in s["best_within_slo"][model])
+    assert (tmp_path / "moe_serving.csv").read_text().startswith("model,layout,rate")
 
 
 def test_study_names_are_the_discovered_registry() -> None:
