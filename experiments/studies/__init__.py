@@ -2,6 +2,7 @@
 
 Every module here except :mod:`~tpsim.experiments.studies.base` (what they share: the
 :class:`~tpsim.experiments.studies.base.Study` a study returns, its grids, table and files)
+and :mod:`~tpsim.experiments.studies.serving_rates` (the serving studies' rate sweep)
 defines ``STUDY``, a :class:`~tpsim.experiments.studies.base.StudyEntry` named as the module:
 the study's name, its place in listings, one line on what it shows, and its function
 ``run(out=None, *, jobs=1) -> Study``. Adding a study is adding a module here (and its name
@@ -31,7 +32,7 @@ import pkgutil
 from tpsim.experiments.studies.base import StudyEntry
 
 #: Modules of this package that are no study.
-NOT_STUDIES = frozenset({"base"})
+NOT_STUDIES = frozenset({"base", "serving_rates"})
 
 
 def _discover() -> dict[str, StudyEntry]:

@@ -13,16 +13,13 @@ bound). Where each saturates is the first such rate; what it sustains, the last 
 
 from __future__ import annotations
 
-import csv
-import io
 from pathlib import Path
 from typing import Any
 
 from tpsim.core.config import Options
-from tpsim.core.errors import ConfigError
-from tpsim.experiments.serve.run import ServeSetup, serve
-from tpsim.experiments.serve.workload import arrival_times, parse_lengths, streams, synthetic
+from tpsim.experiments.serve.run import ServeSetup
 from tpsim.experiments.studies.base import Study, StudyEntry
+from tpsim.experiments.studies.serving_rates import sweep_rates, write_files
 
 NAME = "moe_serving"
 #: (model, topology, dtype)
@@ -49,7 +46,6 @@ COLUMNS = ("model", "layout", "rate", "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_
 
 def moe_serving(out: Path | None = None, *, jobs: int = 1) -> Study:
     """Each layout's latencies against rate, where it saturates and what meets the SLOs."""
-    prompt, output = parse_lengths("--prompt-len", str(PROMPT)), parse_lengths("o", str(OUTPUT))
     rows: list[dict[str, Any]] = []
     keys = ("sustains", "saturates_at", "within_slo", "idle_tpot_ms", "best_within_slo")
     summary: dict[str, Any] = {k: {} for k in keys}
@@ -62,33 +58,17 @@ def moe_serving(out: Path | None = None, *, jobs: int = 1) -> Study:
             setup = ServeSetup(model, topology, tp, options=Options(dtype=dtype), ep=ep,
                                attention_dp=adp)  # fmt: skip
             key = f"{model} {label}"
-            timer, sustained, saturated_at, within = None, 0.0, None, 0.0
-            cells = []
-            for rate in RATES:
-                times = arrival_times(streams(0)[0], rate, "poisson", 1.0, requests=REQUESTS)
-                reqs = synthetic(0, prompt, output, count=REQUESTS, arrival_s=times)
-                try:
-                    r = serve(setup, requests=reqs, iterations=timer)
-                except ConfigError as e:
-                    cells.append(f"refused: {e}")
-                    break
-                timer = r.timer
-                s = r.summary()
+            rates = [(rate, REQUESTS) for rate in RATES]
+            sweep = sweep_rates(setup, rates, PROMPT, OUTPUT, SLO_TTFT_MS, SLO_TPOT_MS)
+            for rate, s in sweep.points:
                 rows.append({"model": model, "layout": label, "rate": rate,
                              **{c: s[c] for c in COLUMNS[3:]}})  # fmt: skip
-                summary["idle_tpot_ms"].setdefault(key, round(s["mean_tpot_ms"], 2))
-                mark = " SAT" if s["saturated"] else ""
-                cells.append(f"{rate:g}: {s['p99_ttft_ms']:.0f}/{s['mean_tpot_ms']:.1f}{mark}")
-                if s["saturated"]:
-                    saturated_at = rate
-                    break
-                sustained = rate
-                if s["p99_ttft_ms"] <= SLO_TTFT_MS and s["mean_tpot_ms"] <= SLO_TPOT_MS:
-                    within = max(within, rate)
-            summary["sustains"][key] = sustained
-            summary["saturates_at"][key] = saturated_at
-            summary["within_slo"][key] = within
-            lines.append(f"    {label:<18} " + "  ".join(cells))
+            if sweep.points:
+                summary["idle_tpot_ms"][key] = round(sweep.points[0][1]["mean_tpot_ms"], 2)
+            summary["sustains"][key] = sweep.sustains
+            summary["saturates_at"][key] = sweep.saturates_at
+            summary["within_slo"][key] = sweep.within_slo
+            lines.append(f"    {label:<18} " + "  ".join(sweep.cells))
         slo = {k: v for k, v in summary["within_slo"].items() if k.startswith(f"{model} ")}
         most = max(slo.values())
         tops = [k.split(" ", 1)[1] for k, v in slo.items() if v == most]
@@ -96,15 +76,7 @@ def moe_serving(out: Path | None = None, *, jobs: int = 1) -> Study:
         lines.append(f"    the most within p99 TTFT {SLO_TTFT_MS:g} ms and mean TPOT "
                      f"{SLO_TPOT_MS:g} ms: {' and '.join(tops)} ({most:g} req/s)")  # fmt: skip
     if out is not None:
-        from tpsim.outputs.export import make_folder, write_json, write_text
-
-        make_folder(out)
-        buf = io.StringIO()
-        w = csv.DictWriter(buf, COLUMNS, lineterminator="\n")
-        w.writeheader()
-        w.writerows(rows)
-        write_text(out / f"{NAME}.csv", buf.getvalue())
-        write_json(out / f"{NAME}.json", summary, indent=2)
+        write_files(out, NAME, COLUMNS, rows, summary)
     return Study(NAME, lines, summary, [], [])
 
 

@@ -14,16 +14,13 @@ saturates is the first such rate; what it sustains, the last rate before it.
 
 from __future__ import annotations
 
-import csv
-import io
 from pathlib import Path
 from typing import Any
 
-from tpsim.core.errors import ConfigError
 from tpsim.experiments.serve.disagg import Disagg
-from tpsim.experiments.serve.run import ServeSetup, serve
-from tpsim.experiments.serve.workload import arrival_times, parse_lengths, streams, synthetic
+from tpsim.experiments.serve.run import ServeSetup
 from tpsim.experiments.studies.base import Study, StudyEntry
+from tpsim.experiments.studies.serving_rates import sweep_rates, write_files
 
 NAME = "serving_capacity"
 MODEL = "llama-3.1-70b"
@@ -54,7 +51,6 @@ def _setup(nodes: int, tp: int, dp: int, disagg: bool) -> ServeSetup:
 
 def serving_capacity(out: Path | None = None, *, jobs: int = 1) -> Study:
     """Each layout's latencies against rate on 8 and 16 H100s, and where it saturates."""
-    prompt, output = parse_lengths("--prompt-len", str(PROMPT)), parse_lengths("o", str(OUTPUT))
     rows: list[dict[str, Any]] = []
     keys = ("sustains", "saturates_at", "within_slo", "idle_ttft_ms", "idle_tpot_ms",
             "best_within_slo")  # fmt: skip
@@ -71,37 +67,19 @@ def serving_capacity(out: Path | None = None, *, jobs: int = 1) -> Study:
             if not dis and nodes > 1:
                 name = f"TP {tp} x DP {dp * nodes}"
             key = f"{gpus} {name}"
-            timer, sustained, saturated_at, within = None, 0.0, None, 0.0
-            cells = []
-            for base in RATES:
-                rate = base * nodes
-                n = REQUESTS * nodes
-                times = arrival_times(streams(0)[0], rate, "poisson", 1.0, requests=n)
-                reqs = synthetic(0, prompt, output, count=n, arrival_s=times)
-                try:
-                    r = serve(setup, requests=reqs, iterations=timer)
-                except ConfigError as e:
-                    cells.append(f"refused: {e}")
-                    break
-                timer = r.timer
-                s = r.summary()
+            rates = [(base * nodes, REQUESTS * nodes) for base in RATES]
+            sweep = sweep_rates(setup, rates, PROMPT, OUTPUT, SLO_TTFT_MS, SLO_TPOT_MS)
+            for rate, s in sweep.points:
                 rows.append({"gpus": gpus, "layout": name, "rate": rate,
                              **{c: s[c] for c in COLUMNS[3:]}})  # fmt: skip
-                if key not in summary["idle_ttft_ms"]:
-                    summary["idle_ttft_ms"][key] = round(s["mean_ttft_ms"], 1)
-                    summary["idle_tpot_ms"][key] = round(s["mean_tpot_ms"], 2)
-                mark = " SAT" if s["saturated"] else ""
-                cells.append(f"{rate:g}: {s['p99_ttft_ms']:.0f}/{s['mean_tpot_ms']:.1f}{mark}")
-                if s["saturated"]:
-                    saturated_at = rate
-                    break
-                sustained = rate
-                if s["p99_ttft_ms"] <= SLO_TTFT_MS and s["mean_tpot_ms"] <= SLO_TPOT_MS:
-                    within = max(within, rate)
-            summary["sustains"][key] = sustained
-            summary["saturates_at"][key] = saturated_at
-            summary["within_slo"][key] = within
-            lines.append(f"    {name:<22} " + "  ".join(cells))
+            if sweep.points:
+                first = sweep.points[0][1]
+                summary["idle_ttft_ms"][key] = round(first["mean_ttft_ms"], 1)
+                summary["idle_tpot_ms"][key] = round(first["mean_tpot_ms"], 2)
+            summary["sustains"][key] = sweep.sustains
+            summary["saturates_at"][key] = sweep.saturates_at
+            summary["within_slo"][key] = sweep.within_slo
+            lines.append(f"    {name:<22} " + "  ".join(sweep.cells))
         slo = {k: v for k, v in summary["within_slo"].items() if k.startswith(f"{gpus} ")}
         most = max(slo.values())
         tops = [k.split(" ", 1)[1] for k, v in slo.items() if v == most]
@@ -109,15 +87,7 @@ def serving_capacity(out: Path | None = None, *, jobs: int = 1) -> Study:
         lines.append(f"    the most within p99 TTFT {SLO_TTFT_MS:g} ms and mean TPOT "
                      f"{SLO_TPOT_MS:g} ms: {' and '.join(tops)} ({most:g} req/s)")  # fmt: skip
     if out is not None:
-        from tpsim.outputs.export import make_folder, write_json, write_text
-
-        make_folder(out)
-        buf = io.StringIO()
-        w = csv.DictWriter(buf, COLUMNS, lineterminator="\n")
-        w.writeheader()
-        w.writerows(rows)
-        write_text(out / f"{NAME}.csv", buf.getvalue())
-        write_json(out / f"{NAME}.json", summary, indent=2)
+        write_files(out, NAME, COLUMNS, rows, summary)
     # its rows are serving runs, not sweep rows: in its CSV, not in Study.rows (whose
     # assumption lines read sweep rows)
     return Study(NAME, lines, summary, [], [])
