@@ -19,7 +19,7 @@ from typing import Any
 from tpsim.core.config import Options
 from tpsim.experiments.serve.run import ServeSetup
 from tpsim.experiments.studies.base import Study, StudyEntry
-from tpsim.experiments.studies.serving_rates import sweep_rates, write_files
+from tpsim.experiments.studies.serving_rates import best_within, record, sweep_rates, write_files
 
 NAME = "moe_serving"
 #: (model, topology, dtype)
@@ -63,18 +63,9 @@ def moe_serving(out: Path | None = None, *, jobs: int = 1) -> Study:
             for rate, s in sweep.points:
                 rows.append({"model": model, "layout": label, "rate": rate,
                              **{c: s[c] for c in COLUMNS[3:]}})  # fmt: skip
-            if sweep.points:
-                summary["idle_tpot_ms"][key] = round(sweep.points[0][1]["mean_tpot_ms"], 2)
-            summary["sustains"][key] = sweep.sustains
-            summary["saturates_at"][key] = sweep.saturates_at
-            summary["within_slo"][key] = sweep.within_slo
+            record(summary, key, sweep)
             lines.append(f"    {label:<18} " + "  ".join(sweep.cells))
-        slo = {k: v for k, v in summary["within_slo"].items() if k.startswith(f"{model} ")}
-        most = max(slo.values())
-        tops = [k.split(" ", 1)[1] for k, v in slo.items() if v == most]
-        summary["best_within_slo"][model] = tops
-        lines.append(f"    the most within p99 TTFT {SLO_TTFT_MS:g} ms and mean TPOT "
-                     f"{SLO_TPOT_MS:g} ms: {' and '.join(tops)} ({most:g} req/s)")  # fmt: skip
+        lines.append(best_within(summary, model, SLO_TTFT_MS, SLO_TPOT_MS))
     if out is not None:
         write_files(out, NAME, COLUMNS, rows, summary)
     return Study(NAME, lines, summary, [], [])

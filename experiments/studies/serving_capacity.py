@@ -20,7 +20,7 @@ from typing import Any
 from tpsim.experiments.serve.disagg import Disagg
 from tpsim.experiments.serve.run import ServeSetup
 from tpsim.experiments.studies.base import Study, StudyEntry
-from tpsim.experiments.studies.serving_rates import sweep_rates, write_files
+from tpsim.experiments.studies.serving_rates import best_within, record, sweep_rates, write_files
 
 NAME = "serving_capacity"
 MODEL = "llama-3.1-70b"
@@ -73,19 +73,10 @@ def serving_capacity(out: Path | None = None, *, jobs: int = 1) -> Study:
                 rows.append({"gpus": gpus, "layout": name, "rate": rate,
                              **{c: s[c] for c in COLUMNS[3:]}})  # fmt: skip
             if sweep.points:
-                first = sweep.points[0][1]
-                summary["idle_ttft_ms"][key] = round(first["mean_ttft_ms"], 1)
-                summary["idle_tpot_ms"][key] = round(first["mean_tpot_ms"], 2)
-            summary["sustains"][key] = sweep.sustains
-            summary["saturates_at"][key] = sweep.saturates_at
-            summary["within_slo"][key] = sweep.within_slo
+                summary["idle_ttft_ms"][key] = round(sweep.points[0][1]["mean_ttft_ms"], 1)
+            record(summary, key, sweep)
             lines.append(f"    {name:<22} " + "  ".join(sweep.cells))
-        slo = {k: v for k, v in summary["within_slo"].items() if k.startswith(f"{gpus} ")}
-        most = max(slo.values())
-        tops = [k.split(" ", 1)[1] for k, v in slo.items() if v == most]
-        summary["best_within_slo"][str(gpus)] = tops
-        lines.append(f"    the most within p99 TTFT {SLO_TTFT_MS:g} ms and mean TPOT "
-                     f"{SLO_TPOT_MS:g} ms: {' and '.join(tops)} ({most:g} req/s)")  # fmt: skip
+        lines.append(best_within(summary, str(gpus), SLO_TTFT_MS, SLO_TPOT_MS))
     if out is not None:
         write_files(out, NAME, COLUMNS, rows, summary)
     # its rows are serving runs, not sweep rows: in its CSV, not in Study.rows (whose

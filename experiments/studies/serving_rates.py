@@ -68,6 +68,28 @@ def sweep_rates(
     return out
 
 
+def record(summary: dict[str, Any], key: str, sweep: RateSweep) -> None:
+    """``sweep``'s rates in the study's summary under ``key``: what it sustains, where it
+    saturates, the most within the SLOs, and its TPOT at the first (lowest) rate."""
+    summary["sustains"][key] = sweep.sustains
+    summary["saturates_at"][key] = sweep.saturates_at
+    summary["within_slo"][key] = sweep.within_slo
+    if sweep.points:
+        summary["idle_tpot_ms"][key] = round(sweep.points[0][1]["mean_tpot_ms"], 2)
+
+
+def best_within(summary: dict[str, Any], group: str, slo_ttft_ms: float,
+                slo_tpot_ms: float) -> str:  # fmt: skip
+    """The layouts of ``group`` (keys ``"GROUP LAYOUT"``) with the most rate within the SLOs,
+    kept as the summary's ``best_within_slo[group]``; the line that says so."""
+    slo = {k: v for k, v in summary["within_slo"].items() if k.startswith(f"{group} ")}
+    most = max(slo.values())
+    tops = [k.split(" ", 1)[1] for k, v in slo.items() if v == most]
+    summary["best_within_slo"][group] = tops
+    return (f"    the most within p99 TTFT {slo_ttft_ms:g} ms and mean TPOT {slo_tpot_ms:g} "
+            f"ms: {' and '.join(tops)} ({most:g} req/s)")  # fmt: skip
+
+
 def write_files(
     out: Path, name: str, columns: Sequence[str], rows: list[dict[str, Any]], summary: Any
 ) -> None:
@@ -83,4 +105,4 @@ def write_files(
     write_json(out / f"{name}.json", summary, indent=2)
 
 
-__all__ = ["RateSweep", "sweep_rates", "write_files"]
+__all__ = ["RateSweep", "best_within", "record", "sweep_rates", "write_files"]
