@@ -21,7 +21,9 @@ to ``STUDY_NAMES`` in tpsim.cli.studies, which ``--help`` reads without importin
 - ``moe_tp_vs_ep``: a MoE model's experts tensor-parallel, expert-parallel, or under
   attention data parallelism;
 - ``serving_capacity``: Llama-3.1-70B served on 8 and 16 H100s, TTFT and TPOT against
-  request rate in four layouts (``tpsim serve``).
+  request rate in four layouts (``tpsim serve``);
+- ``moe_serving``: MoE models served on one 8-GPU node with their experts tensor-parallel,
+  expert-parallel or under attention data parallelism, against request rate.
 """
 
 from __future__ import annotations
