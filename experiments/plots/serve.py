@@ -25,7 +25,8 @@ def _style(ax, xlabel: str, ylabel: str) -> None:  # type: ignore[no-untyped-def
 
 
 def timeline(result: ServeResult, path: Path, title: str) -> Path:
-    """Requests waiting and running, and the KV cache in use, over time, per instance."""
+    """Requests waiting and running, and the KV cache in use, over time, per instance
+    (replica, attention group or virtual engine: ``result.instance``)."""
     fig = Figure(figsize=(12, 8), layout="constrained")
     axes = fig.subplots(3, 1, sharex=True)
     for k, steps in enumerate(result.steps):
@@ -33,7 +34,7 @@ def timeline(result: ServeResult, path: Path, title: str) -> Path:
             continue
         colour = LINE_COLOURS[k % len(LINE_COLOURS)]
         t = np.array([s.start_s for s in steps])
-        label = f"instance {k}" if len(result.steps) > 1 else None
+        label = f"{result.instance} {k}" if len(result.steps) > 1 else None
         axes[0].step(t, [s.waiting for s in steps], where="post", color=colour, label=label)
         axes[1].step(t, [s.running for s in steps], where="post", color=colour)
         used = np.array([s.blocks_used for s in steps]) / result.kv.blocks * 100

@@ -59,7 +59,7 @@ def text(s: dict[str, Any], result: ServeResult, setup_line: str) -> str:
             f"{spec.max_num_seqs} / {spec.max_num_batched_tokens}",
         ),
         _line(
-            "KV cache per instance (tokens):",
+            f"KV cache per {result.instance} (tokens):",
             f"{kv.tokens} ({kv.blocks} blocks of {kv.block_size})",
         ),
     ]

@@ -96,6 +96,11 @@ def kv_blocks(timer: IterationTimer, spec: SchedulerSpec, pp: int = 1) -> KVCach
     return best
 
 
+#: (pipeline stages, attention data parallelism) -> what each record list of a run is
+INSTANCE = {(False, False): "instance", (True, False): "virtual engine",
+            (False, True): "attention group", (True, True): "virtual engine"}  # fmt: skip
+
+
 @dataclass(frozen=True)
 class ServeSetup:
     """What runs: the model on the topology, the layout, the options and the scheduler."""
@@ -141,6 +146,9 @@ class ServeResult:
     prefill_spec: SchedulerSpec | None = None
     prefill_kv: KVCache | None = None
     transfer_bytes: tuple[float, ...] = ()
+    #: what one of ``steps``' record lists is: an engine "instance" (a replica), an
+    #: "attention group" (attention data parallelism) or a pipeline's "virtual engine"
+    instance: str = "instance"
 
     def summary(
         self, slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None
@@ -389,6 +397,7 @@ def serve(
         prefill_spec=spec if d is not None else None,
         prefill_kv=p_kv if d is not None else None,
         transfer_bytes=tuple(pools.transfers) if pools is not None else (),
+        instance=INSTANCE[(setup.pp > 1, setup.attention_dp > 1) if d is None else (False, False)],
     )
 
 

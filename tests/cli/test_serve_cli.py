@@ -127,11 +127,13 @@ def test_attention_data_parallel_groups_serve(capsys: pytest.CaptureFixture[str]
             "--attention-dp", "2", "--ep", "2", "--rate", "10", *SMALL]  # fmt: skip
     rc, out, _ = run(argv, capsys)
     assert rc == 0 and "tp 1 x attention-dp 2, ep 2" in out and "Successful requests:" in out
+    assert "KV cache per attention group (tokens):" in out
 
 
 def test_pipeline_stages_serve(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, _ = run([*BASE, "--pp", "2", "--rate", "10", *SMALL], capsys)
     assert rc == 0 and "tp 1 x pp 2" in out and "Successful requests:" in out
+    assert "KV cache per virtual engine (tokens):" in out
 
 
 BAD = [
