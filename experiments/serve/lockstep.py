@@ -30,7 +30,7 @@ class LockstepGroup:
         make: Callable[[Callable[[MixedStep], float]], EngineInstance],
         price: Callable[[Sequence[MixedStep]], float],
     ) -> None:
-        self._planned: list[MixedStep | None] = [None] * groups
+        self._planned: dict[int, MixedStep] = {}  # this iteration's step of each rank with work
         self.ranks = [make(self._recorder(k)) for k in range(groups)]
         self.price = price
         self._stepped: list[int] = []
@@ -55,12 +55,11 @@ class LockstepGroup:
 
     def step(self, now: float) -> float | None:
         """Every instance plans its iteration; those with work run together."""
-        self._planned = [None] * len(self.ranks)
+        self._planned.clear()
         self._stepped = [k for k, r in enumerate(self.ranks) if r.step(now) is not None]
         if not self._stepped:
             return None
-        steps = [self._planned[k] for k in self._stepped]
-        seconds = self.price([s for s in steps if s is not None])
+        seconds = self.price([self._planned[k] for k in self._stepped])
         self.step_count += 1
         for k in self._stepped:  # the iteration's length in each instance's record of it
             rank = self.ranks[k]

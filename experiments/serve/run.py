@@ -96,11 +96,6 @@ def kv_blocks(timer: IterationTimer, spec: SchedulerSpec, pp: int = 1) -> KVCach
     return best
 
 
-#: (pipeline stages, attention data parallelism) -> what each record list of a run is
-INSTANCE = {(False, False): "instance", (True, False): "virtual engine",
-            (False, True): "attention group", (True, True): "virtual engine"}  # fmt: skip
-
-
 @dataclass(frozen=True)
 class ServeSetup:
     """What runs: the model on the topology, the layout, the options and the scheduler."""
@@ -325,6 +320,7 @@ def serve(
             return p, o, *shared(i)
 
     handoff, capacities, pools = None, [], None
+    instance = "instance"  # what each engine's record list is (ServeResult.instance)
     groups: list[LockstepGroup] = []
 
     def make(step_time: Callable[[Any], float]) -> EngineInstance:
@@ -349,7 +345,7 @@ def serve(
             def pass_s(step: Any) -> tuple[float, tuple[float, ...]]:
                 return whole(step), sends.seconds(step.tokens, pp, per_host)
 
-            servers = []
+            servers, instance = [], "virtual engine"
             for _ in range(setup.dp):  # each replica's virtual engines share its stages
                 stages = Stages(pp)
                 servers += [VirtualEngine(stages, make, pass_s) for _ in range(pp)]
@@ -357,7 +353,7 @@ def serve(
         elif setup.attention_dp > 1:
             price = (lambda steps: max(map(timer, steps))) if timer else it.group_seconds
             groups = [LockstepGroup(setup.attention_dp, make, price) for _ in range(setup.dp)]
-            servers = list(groups)
+            servers, instance = list(groups), "attention group"
             engines = [rank for g in groups for rank in g.ranks]
         else:
             engines = [make(timer or it.seconds) for _ in range(setup.dp)]
@@ -397,7 +393,7 @@ def serve(
         prefill_spec=spec if d is not None else None,
         prefill_kv=p_kv if d is not None else None,
         transfer_bytes=tuple(pools.transfers) if pools is not None else (),
-        instance=INSTANCE[(setup.pp > 1, setup.attention_dp > 1) if d is None else (False, False)],
+        instance=instance,
     )
 
 
