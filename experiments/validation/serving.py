@@ -21,8 +21,10 @@
   rows are left out: tpsim has no entry for that GPU yet.
 
 A stage whose measured run failed requests (or, on the workstation, whose TTFT is minutes) is
-*saturated*: its TTFT depends on how long the run lasted, not on the engine alone, so it is
-left out of the TTFT comparison and named as such; TPOT is compared on every stage. TPOT is
+*saturated*: its latencies depend on how long the run lasted, not on the engine alone. Issue
+#25 bounds TPOT and TTFT where the system is not saturated, so the serving entries compare
+the stages the engine kept up with, and the saturated stages' TPOT is an entry of its own
+(``serving-saturated-tpot``), reported against the same bound; their TTFT is not compared. TPOT is
 vLLM's (latency - TTFT) / (output tokens - 1): the H100 file's own tpot column is
 inference-perf's per streamed chunk (it equals its ITL column), so it is derived from the
 file's mean latency and TTFT over the ``output_len_cfg`` tokens generated.

@@ -115,3 +115,32 @@ def test_the_full_run_holds_every_bound(tmp_path: Path, capsys: pytest.CaptureFi
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == len(VALIDATIONS) + 2 and "0 FAIL" in lines[-1]
     assert all(f"### {v.name}\n" in out.read_text() for v in VALIDATIONS)
+
+
+def test_serving_entries_bound_the_stages_the_engine_kept_up_with(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue #25 bounds TPOT and TTFT where the measured system is not saturated: the
+    serving entries compare those stages; the saturated ones (of both files) are an entry of
+    their own, with every stage in exactly one of the two."""
+    from tpsim.experiments.validation import runners
+    from tpsim.experiments.validation import serving as srv
+
+    def stage(label: str, saturated: bool, sim_tpot: float) -> srv.Stage:
+        return srv.Stage(label, 100.0, 10.0, 100.0, sim_tpot, saturated, saturated)
+
+    h100 = (stage("a", False, 11.0), stage("b", True, 20.0), stage("c", False, 9.0))
+    workstation = (stage("d", True, 13.0),)
+    monkeypatch.setattr(srv, "h100_stages", lambda kernel_table=None: h100)
+    monkeypatch.setattr(srv, "workstation_stages", lambda: workstation)
+    kept = runners.serving("h100", "tpot")()
+    assert [p.label for p in kept.rows] == ["a", "c"]
+    assert kept.error == pytest.approx(0.1055, abs=1e-3)  # +10 % and -10 %
+    saturated = runners.serving("both", "tpot", saturated=True)()
+    assert [p.label for p in saturated.rows] == ["b (tpsim: saturated)", "d (tpsim: saturated)"]
+    assert saturated.rows[0].error == pytest.approx(1.0)
+    entry = BY_NAME["serving-saturated-tpot"]
+    assert saturated.error == pytest.approx(0.612, abs=0.001)
+    assert entry.status(saturated.error) == "FAIL"  # beyond the expected miss's ceiling
+    assert entry.status(0.32) == "expected-miss"
+    assert BY_NAME["serving-h100-tpot"].status(kept.error) == "pass"
