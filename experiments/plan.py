@@ -7,8 +7,9 @@ groups of a replica sharing expert-parallel MoE layers, ``ep = tp * attention_dp
 Obviously dominated ones are left out (more pipeline stages than 8, or a TP group that
 crosses hosts while stages or replicas could keep it inside one). For each, the
 largest batch per replica that fits in memory (or ``batch_max``) is simulated as one
-decode step (TPOT; the pipeline runs ``pp`` micro-batches), halved until the TPOT SLO
-holds and then grown back by bisection to within 1/8 of the largest that holds it, and
+decode step (TPOT; a pipeline keeps ``pp`` batches in flight, :func:`decode_step`),
+halved until the TPOT SLO holds and then grown back by bisection to within 1/8 of the
+largest that holds it, and
 one request's prefill of ``prompt_len`` tokens gives the TTFT. Layouts are simulated in
 parallel (one process per layout). Ranked: SLOs met first, then total tokens/s, then
 TPOT; when none meets them, by how close each comes.
@@ -28,7 +29,8 @@ from tpsim.core.comm.layout import stage_layers
 from tpsim.core.config import Layout, Options, Workload, tp_problem
 from tpsim.core.errors import ConfigError
 from tpsim.core.lowering.experts import expert_split
-from tpsim.core.memory import memory_per_stage
+from tpsim.core.memory import MemoryUse, memory_per_stage
+from tpsim.core.metrics import regime
 from tpsim.core.summary import Summary
 from tpsim.experiments.sweep.pool import map_in_workers
 from tpsim.experiments.sweep.run import default_jobs
@@ -137,8 +139,11 @@ def layouts(req: PlanRequest) -> list[Candidate]:
     return out
 
 
-def _fits(req: PlanRequest, tp: int, pp: int, ep: int = 1, adp: int = 1) -> Callable[[int], bool]:
-    """Whether a batch's decode and prefill fit every stage of the layout."""
+def _stage_memory(
+    req: PlanRequest, tp: int, pp: int, ep: int = 1, adp: int = 1
+) -> Callable[[int], list[MemoryUse]]:
+    """Each stage's memory at a batch per replica (its decode and prefill), the pipeline's
+    sequences in ``pp`` micro-batches, one micro-batch's activations at a time."""
     spec = get_model(req.model)
     xs = expert_split(spec, tp, adp, ep, tp * adp // ep) if spec.is_moe else None
     graph = get_topology(req.topology, 1)
@@ -146,15 +151,21 @@ def _fits(req: PlanRequest, tp: int, pp: int, ep: int = 1, adp: int = 1) -> Call
     opts = Options(ideal=req.ideal, engine=req.engine)
     stages = stage_layers(spec.num_layers, pp)
 
-    def fits(b: int) -> bool:
+    def memory(b: int) -> list[MemoryUse]:
         w = Workload(b, "decode", req.prompt_len, req.context_len)
-        return all(
+        return [
             memory_per_stage(spec, tp, w, opts, gpu, layers=r, first=s == 0,
-                             last=s == pp - 1, micro_batches=min(pp, b), experts=xs).fits
+                             last=s == pp - 1, micro_batches=min(pp, b), experts=xs)
             for s, r in enumerate(stages)
-        )  # fmt: skip
+        ]  # fmt: skip
 
-    return fits
+    return memory
+
+
+def _fits(req: PlanRequest, tp: int, pp: int, ep: int = 1, adp: int = 1) -> Callable[[int], bool]:
+    """Whether a batch's decode and prefill fit every stage of the layout."""
+    memory = _stage_memory(req, tp, pp, ep, adp)
+    return lambda b: all(m.fits for m in memory(b))
 
 
 def fitting_batches(req: PlanRequest, tp: int, pp: int, ep: int = 1, adp: int = 1) -> list[int]:
@@ -184,6 +195,55 @@ def _headroom(summary: Summary) -> int:
     return min(m.capacity_bytes_per_gpu - m.total_bytes_per_gpu for m in stages)
 
 
+@dataclass(frozen=True)
+class DecodeStep:
+    """A layout's decode at one batch per replica, as a serving engine runs it steadily:
+    ``batch`` sequences in flight per replica, each getting a token every ``tpot_s``."""
+
+    batch: int
+    tpot_s: float
+    tokens_per_s: float  # all replicas
+    regime: str
+    breakdown: tuple[tuple[str, float], ...]
+    headroom_bytes: int
+
+
+def decode_step(req: PlanRequest, tp: int, pp: int, dp: int, ep: int = 1, adp: int = 1
+                ) -> Callable[[int], DecodeStep]:  # fmt: skip
+    """The decode step at a batch per replica. One stage: the simulated step. A pipeline of
+    ``pp`` stages runs as serving engines run it (vLLM's virtual engines, TensorRT-LLM's and
+    SGLang's micro-batches in flight): ``pp`` batches of ``batch // pp`` sequences each in
+    flight at once, each crossing the stages in turn while the others occupy the rest, so no
+    stage waits for a fill: a batch gets its next token after its pass through the pipeline
+    (the simulated step of one such batch alone, sends included) or after the slowest
+    stage has served all ``pp`` batches, whichever is longer (the last stage, with the LM
+    head, is the one the simulation times apart from the others)."""
+    memory = _stage_memory(req, tp, pp, ep, adp)
+    opts = Options(ideal=req.ideal, engine=req.engine)
+
+    def run(b: int, micro_batches: int) -> Summary:
+        lay = Layout(tp, pp=pp, dp=dp, micro_batches=micro_batches, ep=ep, attention_dp=adp)
+        return simulate(req.model, req.topology, lay,
+                        Workload(b, "decode", req.prompt_len, req.context_len), opts,
+                        nodes=req.nodes).typed  # fmt: skip
+
+    def step(b: int) -> DecodeStep:
+        if pp == 1:
+            s = run(b, 1)
+            parts = tuple((k, v) for k, v in s.breakdown.to_dict().items() if v is not None)
+            return DecodeStep(b, s.latency_s, s.tokens_per_s, s.regime, parts, _headroom(s))
+        each = max(1, b // pp)
+        s = run(each, 1)
+        last_stage = s.latency_s - (s.breakdown.bubble or 0.0)
+        tpot = max(s.latency_s, pp * last_stage)
+        parts = {k: v for k, v in s.breakdown.to_dict().items() if k != "bubble"}
+        free = min(m.capacity_bytes_per_gpu - m.total_bytes_per_gpu for m in memory(each * pp))
+        return DecodeStep(each * pp, tpot, dp * each * pp / tpot, regime(parts),
+                          tuple(parts.items()), free)  # fmt: skip
+
+    return step
+
+
 def evaluate(
     req: PlanRequest, tp: int, pp: int, dp: int, ep: int = 1, adp: int = 1
 ) -> PlanRow | None:
@@ -196,15 +256,10 @@ def evaluate(
                        Workload(1, "prefill", req.prompt_len, req.context_len), opts,
                        nodes=req.nodes).typed  # fmt: skip
     ttft = prefill.latency_s
+    step = decode_step(req, tp, pp, dp, ep, adp)
 
-    def step(b: int) -> Summary:
-        lay = Layout(tp, pp=pp, dp=dp, micro_batches=min(pp, b), ep=ep, attention_dp=adp)
-        return simulate(req.model, req.topology, lay,
-                        Workload(b, "decode", req.prompt_len, req.context_len), opts,
-                        nodes=req.nodes).typed  # fmt: skip
-
-    def ok(summary: Summary) -> bool:
-        return req.slo_tpot_ms is None or summary.latency_s * 1e3 <= req.slo_tpot_ms
+    def ok(d: DecodeStep) -> bool:
+        return req.slo_tpot_ms is None or d.tpot_s * 1e3 <= req.slo_tpot_ms
 
     above = 0  # the smallest batch known to miss the TPOT SLO
     for b in reversed(batches):
@@ -213,14 +268,14 @@ def evaluate(
             break
         above = b
     # between the batch meeting the SLO and the next one tried (missing it): to 1/8 of it
-    while ok(s) and above and above - b > max(1, b // 8):
+    while ok(s) and above and above - b > max(1, b // 8, pp):
         mid = (b + above) // 2
         m = step(mid)
         if ok(m):
             b, s = mid, m
         else:
             above = mid
-    tpot, tpot_ok = s.latency_s, ok(s)
+    tpot, tpot_ok = s.tpot_s, ok(s)
     cap = req.batch_max or BATCH_LIMIT
     if above:
         limit = "TPOT SLO"
@@ -228,17 +283,16 @@ def evaluate(
         limit = "--batch-max" if req.batch_max else "the planner's limit"
     else:
         limit = "memory"
-    parts = tuple((k, v) for k, v in s.breakdown.to_dict().items() if v is not None)
     gpus = tp * adp * pp * dp
     rate = s.tokens_per_s
     usd = None
     if req.gpu_hour_usd is not None and rate > 0:
         usd = gpus * req.gpu_hour_usd / 3600 / rate * 1e6
     return PlanRow(
-        tp, pp, dp, b, ttft, tpot, rate, rate / gpus, _headroom(s), s.regime,
+        tp, pp, dp, s.batch, ttft, tpot, rate, rate / gpus, s.headroom_bytes, s.regime,
         req.slo_ttft_ms is None or ttft * 1e3 <= req.slo_ttft_ms, tpot_ok, usd, ep, adp,
-        limit, parts, max(ttft * 1e3 / (req.slo_ttft_ms or math.inf),
-                          tpot * 1e3 / (req.slo_tpot_ms or math.inf)),
+        limit, s.breakdown, max(ttft * 1e3 / (req.slo_ttft_ms or math.inf),
+                                tpot * 1e3 / (req.slo_tpot_ms or math.inf)),
     )  # fmt: skip
 
 

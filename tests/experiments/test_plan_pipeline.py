@@ -1,0 +1,46 @@
+"""``tpsim plan`` prices a pipeline's decode as serving engines run it (issue #25): P batches
+in flight, no fill per step, so a pipeline is not shrunk to a batch of 1-4."""
+
+from __future__ import annotations
+
+import pytest
+from tpsim.core.api import simulate
+from tpsim.core.config import Layout, Workload
+from tpsim.experiments.plan import PlanRequest, decode_step, evaluate
+
+REQ = PlanRequest("llama-2-7b", "dgx-h100", prompt_len=512, context_len=1024, slo_tpot_ms=30)
+
+
+def _latency(tp: int, pp: int, batch: int, micro_batches: int) -> float:
+    lay = Layout(tp, pp=pp, micro_batches=micro_batches)
+    return simulate(
+        "llama-2-7b", "dgx-h100", lay, Workload(batch, "decode", 512, 1024)
+    ).typed.latency_s
+
+
+def test_a_pipeline_keeps_one_batch_per_stage_in_flight() -> None:
+    step = decode_step(REQ, tp=2, pp=2, dp=1)(64)
+    alone = _latency(2, 2, 32, 1)  # one of the two batches crossing both stages
+    filled = _latency(2, 2, 64, 2)  # the whole batch as two micro-batches filling the pipe
+    assert step.batch == 64
+    assert step.tpot_s == pytest.approx(alone)  # balanced stages: the pass decides
+    assert step.tpot_s < filled
+    assert step.tokens_per_s == pytest.approx(64 / step.tpot_s)
+    assert step.regime != "bubble-bound" and "bubble" not in dict(step.breakdown)
+
+
+def test_batches_in_flight_are_whole_batches_per_stage() -> None:
+    step = decode_step(REQ, tp=1, pp=4, dp=2)(30)  # 7 per batch, 4 batches in flight
+    assert step.batch == 28
+    assert step.tokens_per_s == pytest.approx(2 * 28 / step.tpot_s)
+    assert step.headroom_bytes > 0
+
+
+def test_a_pipeline_s_batch_grows_to_the_slo_not_to_a_fill() -> None:
+    """TP 2 x PP 2 on 8 H100s serves about what TP 2 x DP 2 does (the sends apart): the
+    same sequences per GPU at the same TPOT, where a fill per step made it a batch of 1-4."""
+    pipe = evaluate(REQ, tp=2, pp=2, dp=2)
+    replicas = evaluate(REQ, tp=2, pp=1, dp=4)
+    assert pipe is not None and replicas is not None
+    assert pipe.batch > 64 and pipe.tpot_ok
+    assert pipe.tokens_per_s == pytest.approx(replicas.tokens_per_s, rel=0.15)
