@@ -30,8 +30,9 @@ class StageSends:
         move as vLLM moves them (``send_tensor_dict`` with ``all_gather_group``): each TP
         rank sends its 1/tp slice to its rank of the next stage over the routed path (after
         its latency, at its achievable bandwidth; the slowest rank's), and the next stage's
-        TP group all-gathers them (NCCL's all-gather on this group, predicted). One time per
-        boundary, none with one stage."""
+        TP group all-gathers each of the two tensors (NCCL's all-gather on this group,
+        predicted), as the static pipeline does (:mod:`tpsim.core.lowering.pipeline`). One
+        time per boundary, none with one stage."""
         if pp < 2:
             return ()
         plan, tp = self.plan, self.plan.layout.tp
@@ -45,8 +46,8 @@ class StageSends:
         gather = 0.0
         if tp > 1 and isinstance(plan.comms, Comms):
             comms = plan.comms
-            call = CollectiveCall("all_gather", round(nbytes), 0)
-            gather = predict(comms.fabric, comms.planner(call))
+            call = CollectiveCall("all_gather", round(nbytes / 2), 0)  # each tensor apart
+            gather = 2 * predict(comms.fabric, comms.planner(call))
         out = []
         for stage in range(pp - 1):
             paths = [fab.path(stage * tp + t, (stage + 1) * tp + t) for t in range(tp)]

@@ -249,3 +249,25 @@ def test_placement_overrides_the_derived_one(capsys: pytest.CaptureFixture[str])
         assert main([*base, "--placement", bad]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and needle in err
+
+
+def test_stage_sends_are_a_slice_per_tp_rank_then_an_all_gather() -> None:
+    """vLLM's send_tensor_dict with all_gather_group (Megatron's scatter-gather): each TP
+    rank of a stage sends its 1/tp of the hidden states and of the residual, and the next
+    stage's TP group all-gathers each tensor whole again, before its first kernel."""
+    tp, batch = 4, 8
+    res = simulate("llama-2-7b", "dgx-h100", Layout(tp, pp=2), Workload(batch, "decode",
+                   context_len=256), IDEAL)  # fmt: skip
+    each = batch * 4096 * 2  # one [T, d] tensor in bf16
+    recs = res.records
+    sends = [r for r in recs if r.kind == "p2p" and r.name == "pp_send"]
+    assert sorted(r.rank for r in sends) == [0, 1, 2, 3]
+    assert all(r.bytes == 2 * each // tp for r in sends)
+    gathers = [r for r in recs if r.kind == "collective" and r.site == "pp"]
+    assert {r.rank for r in gathers} == {4, 5, 6, 7}  # the receiving stage only
+    assert all(r.name.startswith("pp.all_gather") for r in gathers)
+    for rank in range(4, 8):
+        mine = [r for r in gathers if r.rank == rank]
+        assert len({r.op for r in mine}) == 2  # one per tensor
+        first_kernel = min(r.start_s for r in recs if r.rank == rank and r.stream == "compute")
+        assert max(r.end_s for r in mine) <= first_kernel

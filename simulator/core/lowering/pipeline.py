@@ -4,14 +4,18 @@ to one program per rank.
 Each stage runs the Megatron TP split (:mod:`tpsim.core.lowering.lower`) of its consecutive layers,
 the embedding on the first stage and the LM head on the last, for ``micro_batches``
 micro-batches one after the other (GPipe's forward: a stage takes micro-batch m + 1 as soon
-as it has finished m and received m + 1). Between stages, TP rank t of stage s sends each
-micro-batch's activations to TP rank t of stage s + 1 point to point: the hidden states
-and the residual ``[T_mb, d]`` each, as vLLM's ``IntermediateTensors`` carry them. Sends
-run on their own ``p2p`` stream; the receive of micro-batch m + 1 is posted on the comm
-stream after all of m's collectives, so it never holds up one of them, and m + 1's first
-kernel waits for it. Every stage does the engine's pre-step host work; sampling happens
-on the last. With attention data parallelism each stage has ``attention_dp`` TP groups, each
-running its own sequences through attention and sharing the stage's MoE layers
+as it has finished m and received m + 1). Between stages, each micro-batch's activations
+(the hidden states and the residual ``[T_mb, d]`` each, as vLLM's ``IntermediateTensors``
+carry them) move as vLLM's ``send_tensor_dict`` with ``all_gather_group`` and Megatron's
+scatter-gather optimisation move them: TP rank t of stage s sends its 1/tp slice of each
+to TP rank t of stage s + 1 point to point, and stage s + 1's TP group all-gathers each
+tensor whole again (the TP ranks hold identical copies, so a whole copy from every rank
+would cross the boundary tp times). Sends run on their own ``p2p`` stream; the receive of
+micro-batch m + 1 and its all-gathers are posted on the comm stream after all of m's
+collectives, so they never hold up one of them, and m + 1's first kernel waits for them.
+Every stage does the engine's pre-step host work; sampling happens on the last. With
+attention data parallelism each stage has ``attention_dp`` TP groups, each running its own
+sequences through attention and sharing the stage's MoE layers
 (:mod:`tpsim.core.lowering.experts`): rank ``((d * pp + s) * attention_dp + a) * tp + t``.
 """
 
@@ -68,11 +72,17 @@ def stage_program(
     # every (pass, micro-batch) in order, numbered for the tags of its sends
     work = [(run, mb) for run in runs for mb in micro_slices(run, micro_batches)]
 
+    def tensor_bytes(n: int) -> int:
+        """One of the two tensors a micro-batch carries across a boundary: [T_mb, d]."""
+        return round(work[n][1].tokens * lo.d * act)
+
     def recv(n: int) -> None:
-        mb = work[n][1]
-        nbytes = round(2 * mb.tokens * lo.d * act)  # hidden states + residual: 2 x [T_mb, d]
-        i = build.p2p(-1 - n, "recv", _PREV, nbytes, name="pp_recv",
+        each = tensor_bytes(n)
+        i = build.p2p(-1 - n, "recv", _PREV, 2 * each // tp, name="pp_recv",
                       layer=layers.start, site="pp", tag=n, deps=())  # fmt: skip
+        for _ in range(2):  # each tensor gathered whole again over the stage's TP group
+            g = build.collective(-1 - n, "all_gather", "pp", layers.start, each, deps=(i,))
+            i = i if g is None else g
         build.after[chain] = (i,)
 
     if not first:
@@ -92,7 +102,7 @@ def stage_program(
         if last and run is runs[-1]:
             lo.head(one)
         elif not last:
-            nbytes = round(2 * mb.tokens * lo.d * act)
+            nbytes = 2 * tensor_bytes(n) // tp  # this rank's 1/tp slice of each tensor
             build.p2p(-(10**6) - n, "send", _NEXT, nbytes, name="pp_send",
                       layer=layers.stop - 1, site="pp", tag=n,
                       deps=build.tail(chain), stream="p2p")  # fmt: skip
