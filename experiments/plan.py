@@ -30,7 +30,7 @@ from tpsim.core.config import Layout, Options, Workload, tp_problem
 from tpsim.core.errors import ConfigError
 from tpsim.core.lowering.experts import expert_split
 from tpsim.core.memory import MemoryUse, memory_per_stage
-from tpsim.core.metrics import regime
+from tpsim.core.metrics import pipeline_batches, pipelined_tpot, regime
 from tpsim.core.summary import Summary
 from tpsim.experiments.sweep.pool import map_in_workers
 from tpsim.experiments.sweep.run import default_jobs
@@ -211,13 +211,9 @@ class DecodeStep:
 def decode_step(req: PlanRequest, tp: int, pp: int, dp: int, ep: int = 1, adp: int = 1
                 ) -> Callable[[int], DecodeStep]:  # fmt: skip
     """The decode step at a batch per replica. One stage: the simulated step. A pipeline of
-    ``pp`` stages runs as serving engines run it (vLLM's virtual engines, TensorRT-LLM's and
-    SGLang's micro-batches in flight): ``pp`` batches of ``batch // pp`` sequences each in
-    flight at once, each crossing the stages in turn while the others occupy the rest, so no
-    stage waits for a fill: a batch gets its next token after its pass through the pipeline
-    (the simulated step of one such batch alone, sends included) or after the slowest
-    stage has served all ``pp`` batches, whichever is longer (the last stage, with the LM
-    head, is the one the simulation times apart from the others)."""
+    ``pp`` stages as serving engines run it: ``pp`` batches of ``batch // pp`` sequences in
+    flight at once (:func:`~tpsim.core.metrics.pipeline_batches`), a token each per
+    :func:`~tpsim.core.metrics.pipelined_tpot` of one such batch's simulated step."""
     memory = _stage_memory(req, tp, pp, ep, adp)
     opts = Options(ideal=req.ideal, engine=req.engine)
 
@@ -232,13 +228,12 @@ def decode_step(req: PlanRequest, tp: int, pp: int, dp: int, ep: int = 1, adp: i
             s = run(b, 1)
             parts = tuple((k, v) for k, v in s.breakdown.to_dict().items() if v is not None)
             return DecodeStep(b, s.latency_s, s.tokens_per_s, s.regime, parts, _headroom(s))
-        each = max(1, b // pp)
+        n, each = pipeline_batches(b, pp)
         s = run(each, 1)
-        last_stage = s.latency_s - (s.breakdown.bubble or 0.0)
-        tpot = max(s.latency_s, pp * last_stage)
+        tpot = pipelined_tpot(s.latency_s, s.breakdown.bubble or 0.0, n)
         parts = {k: v for k, v in s.breakdown.to_dict().items() if k != "bubble"}
-        free = min(m.capacity_bytes_per_gpu - m.total_bytes_per_gpu for m in memory(each * pp))
-        return DecodeStep(each * pp, tpot, dp * each * pp / tpot, regime(parts),
+        free = min(m.capacity_bytes_per_gpu - m.total_bytes_per_gpu for m in memory(each * n))
+        return DecodeStep(each * n, tpot, dp * each * n / tpot, regime(parts),
                           tuple(parts.items()), free)  # fmt: skip
 
     return step

@@ -5,7 +5,9 @@ replicas (data parallelism).
 Cases: Llama-3.1-70B on 16 H100s over two DGX nodes and on 8 A100s in one, GPT-3 175B on
 16 H100s over two nodes and Llama-3.1-405B on 32 H100s over four. Workloads hold the same
 number of sequences in flight on every layout: decode at a total batch B (each of ``dp``
-replicas runs B / dp; a pipeline runs ``pp`` micro-batches), and the prefill of one
+replicas runs B / dp; a pipeline keeps up to ``pp`` batches of them in flight, as serving
+engines do, each getting a token per :func:`~tpsim.core.metrics.pipelined_tpot` of one such
+batch's simulated step, which is the row the study's CSV holds), and the prefill of one
 2048-token prompt per replica (its latency is the TTFT). "Speed" relative to all-TP is the
 ratio of total tokens/s for decode and the inverse ratio of TTFT for prefill: above 1 the
 layout beats all-TP.
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tpsim.core.metrics import pipeline_batches, pipelined_tpot
 from tpsim.experiments.studies.base import Row, Study, StudyEntry, good, save
 from tpsim.experiments.sweep.grid import GridPoint, expand
 from tpsim.experiments.sweep.run import run_points
@@ -73,7 +76,7 @@ def label(tp: int, pp: int, dp: int) -> str:
 
 def _point(case: LayoutCase, lay: tuple[int, int, int], phase: str, total: int) -> GridPoint:
     tp, pp, dp = lay
-    batch = total if phase == "prefill" else max(1, total // dp)
+    batch = total if phase == "prefill" else pipeline_batches(max(1, total // dp), pp)[1]
     grid: dict[str, Any] = {
         "model": case.model,
         "topology": case.topology,
@@ -81,7 +84,7 @@ def _point(case: LayoutCase, lay: tuple[int, int, int], phase: str, total: int) 
         "tp": tp,
         "pp": pp,
         "dp": dp,
-        "micro_batches": min(pp, batch),
+        "micro_batches": 1,
         "batch": batch,
         "phase": phase,
         "context_len": CONTEXT,
@@ -91,10 +94,20 @@ def _point(case: LayoutCase, lay: tuple[int, int, int], phase: str, total: int) 
     return p
 
 
-def _speed(r: Row, base: Row, phase: str) -> float:
+def _tokens_per_s(r: Row, total: int) -> float:
+    """Decode tokens/s of a row's layout: its replicas' pipelines with their batches in
+    flight (one batch, the row's step, without a pipeline)."""
+    pp, dp = int(r["pp"]), int(r["dp"])
+    if pp == 1:
+        return float(r["tokens_per_s"])
+    k, each = pipeline_batches(max(1, total // dp), pp)
+    return dp * k * each / pipelined_tpot(float(r["latency_s"]), float(r["bubble_s"]), k)
+
+
+def _speed(r: Row, base: Row, phase: str, total: int) -> float:
     if phase == "prefill":
         return float(base["latency_s"] / r["latency_s"])
-    return float(r["tokens_per_s"] / base["tokens_per_s"])
+    return _tokens_per_s(r, total) / _tokens_per_s(base, total)
 
 
 def tp_vs_pp_vs_dp(
@@ -125,13 +138,13 @@ def tp_vs_pp_vs_dp(
         head = f"  {'':<18}" + "".join(f"{label(*lay):>16}" for lay in case.layouts)
         lines.append(head)
         speed[case.key], best[case.key] = {}, {}
-        for name, phase, _ in workloads:
+        for name, phase, total in workloads:
             base = at[case.key, case.layouts[0], name]
             cells, row = {}, f"  {name:<18}"
             for lay in case.layouts:
                 r = at[case.key, lay, name]
                 ok = good(r) and good(base)
-                v = _speed(r, base, phase) if ok else None
+                v = _speed(r, base, phase, total) if ok else None
                 cells[label(*lay)] = v
                 row += (
                     f"{v:>15.2f}x" if v is not None else f"{'no fit' if not good(r) else '-':>16}"

@@ -133,3 +133,22 @@ def pipeline_breakdown(
     out["idle"] = max(0.0, total - bubble - math.fsum(out.values()))
     out["bubble"] = bubble
     return out
+
+
+def pipelined_tpot(latency_s: float, bubble_s: float, in_flight: int) -> float:
+    """Seconds between a batch's tokens when ``in_flight`` batches cross a pipeline at once,
+    as serving engines run one (vLLM's virtual engines, the micro-batches TensorRT-LLM and
+    SGLang keep in flight), from one such batch's step alone: ``latency_s``, of which
+    ``bubble_s`` came before the last stage took it (:func:`pipeline_breakdown`). Each batch
+    crosses the stages while the others occupy the rest, so no stage waits for a fill: a
+    batch gets its next token after its own pass, or once the last stage (the LM head's,
+    the one timed apart) has served every batch in flight, whichever is later."""
+    return max(latency_s, in_flight * (latency_s - bubble_s))
+
+
+def pipeline_batches(batch: int, pp: int) -> tuple[int, int]:
+    """``batch`` sequences of a replica in flight through ``pp`` stages: (batches in flight,
+    sequences in each) — one batch per stage while there are sequences enough, whole
+    sequences each (the remainder of ``batch`` left out)."""
+    k = max(1, min(pp, batch))
+    return k, max(1, batch // k)

@@ -19,8 +19,10 @@ def test_tp_vs_pp_vs_dp_where_tp_across_nodes_loses_and_wins(tmp_path: Path) -> 
     # decode at batch 64 over two H100 nodes: two in-node TP 8 replicas beat TP 16 across
     # InfiniBand by well over 10% (no all-reduce crosses the NIC), ...
     assert h100["decode b64"]["2 x TP 8"] > 1.1 and f["70b_h100x16"]["decode b64"] == "2 x TP 8"
-    # ... while two pipeline stages lose to it (the bubble of 2 micro-batches on 2 stages)
-    assert h100["decode b64"]["TP 8 x PP 2"] < 0.95
+    # ... and two pipeline stages with a batch in flight on each serve about as the two
+    # replicas do (no fill per step; the sends between the hosts apart), not at a bubble's loss
+    pipe, replicas = h100["decode b64"]["TP 8 x PP 2"], h100["decode b64"]["2 x TP 8"]
+    assert 1.1 < pipe <= replicas and pipe > 0.97 * replicas
     # one prompt's prefill: TP 16 across nodes wins (its TTFT is the shortest)
     assert f["70b_h100x16"]["prefill 2K"] == "TP 16"
     assert max(h100["prefill 2K"]["TP 8 x PP 2"], h100["prefill 2K"]["2 x TP 8"]) < 1
