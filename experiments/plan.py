@@ -226,8 +226,8 @@ def decode_step(req: PlanRequest, tp: int, pp: int, dp: int, ep: int = 1, adp: i
     def step(b: int) -> DecodeStep:
         if pp == 1:
             s = run(b, 1)
-            parts = tuple((k, v) for k, v in s.breakdown.to_dict().items() if v is not None)
-            return DecodeStep(b, s.latency_s, s.tokens_per_s, s.regime, parts, _headroom(s))
+            whole = tuple((k, v) for k, v in s.breakdown.to_dict().items() if v is not None)
+            return DecodeStep(b, s.latency_s, s.tokens_per_s, s.regime, whole, _headroom(s))
         n, each = pipeline_batches(b, pp)
         s = run(each, 1)
         tpot = pipelined_tpot(s.latency_s, s.breakdown.bubble or 0.0, n)
