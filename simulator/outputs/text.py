@@ -8,7 +8,7 @@ from typing import Any
 
 from tpsim.calibration.profiles import about, canonical, engines, is_profile_file, profile
 from tpsim.core.errors import ConfigError
-from tpsim.core.metrics import REGIMES
+from tpsim.core.metrics import REGIMES, pipelined_tpot
 from tpsim.core.summary import Summary
 from tpsim.models.catalog import MODELS
 from tpsim.topologies.builders import DESCRIPTIONS
@@ -205,6 +205,16 @@ def layout_lines(s: Summary) -> list[str]:
         out.append(
             f"  per replica   {s.tokens_per_s_per_replica:,.0f} tokens/s "
             f"(x{lay.dp} replicas = {s.tokens_per_s:,.0f})"
+        )
+    if lay.pp > 1 and lay.micro_batches == 1 and s.config.workload.phase == "decode":
+        b = s.config.workload.batch
+        tpot = pipelined_tpot(s.latency_s, s.breakdown.bubble or 0.0, lay.pp)
+        rate = lay.dp * lay.pp * b / tpot
+        out.append(
+            f"  in flight     as serving engines run a pipeline, {lay.pp} batches like this one "
+            f"at once (one a stage): a token every {seconds(tpot)} each, {rate:,.0f} tokens/s "
+            f"({rate / (lay.tp * lay.attention_dp * lay.pp * lay.dp):,.0f} per GPU) with "
+            f"{lay.pp}x the KV cache below, as `plan` prices it"
         )
     for k, m in enumerate(s.memory_per_stage or ()):
         out.append(

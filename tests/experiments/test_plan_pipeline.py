@@ -44,3 +44,20 @@ def test_a_pipeline_s_batch_grows_to_the_slo_not_to_a_fill() -> None:
     assert pipe is not None and replicas is not None
     assert pipe.batch > 64 and pipe.tpot_ok
     assert pipe.tokens_per_s == pytest.approx(replicas.tokens_per_s, rel=0.15)
+
+
+def test_run_text_gives_the_pipeline_with_its_batches_in_flight() -> None:
+    """``tpsim run --pp`` times one batch's step (the fill included) and says beside it what
+    the pipeline serves with a batch in flight per stage, by the rule ``plan`` uses."""
+    from tpsim.core.metrics import pipelined_tpot
+    from tpsim.outputs.text import summary_text
+
+    s = simulate("llama-2-7b", "dgx-h100", Layout(2, pp=2),
+                 Workload(16, "decode", 512, 1024)).typed  # fmt: skip
+    tpot = pipelined_tpot(s.latency_s, s.breakdown.bubble or 0.0, 2)
+    assert s.latency_s <= tpot < 1.2 * s.latency_s
+    line = next(ln for ln in summary_text(s).splitlines() if "in flight" in ln)
+    assert f"{2 * 16 / tpot:,.0f} tokens/s" in line and "2 batches like this one" in line
+    filled = simulate("llama-2-7b", "dgx-h100", Layout(2, pp=2, micro_batches=2),
+                      Workload(16, "decode", 512, 1024)).typed  # fmt: skip
+    assert "in flight" not in summary_text(filled)  # a micro-batched step is its own schedule
