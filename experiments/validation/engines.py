@@ -9,7 +9,9 @@ at TP 1 and TP 4 are predictions).
 
 - ``lmdeploy_a100_static.csv``: LMDeploy v0.1 (TurboMind, a C++ runtime derived from
   FasterTransformer, no CUDA graphs) on A100, fp16: the median decode step (context: the
-  prompt plus half the output) at every batch, and the first-token latency of batch-1
+  prompt plus half the output) at every batch (of the sequences the GPU's memory holds at
+  that context, :func:`held`: the benchmark's clients beyond them wait), and the
+  first-token latency of batch-1
   prompts (a prefill, which under TurboMind v0.1 ends with a decode step that samples the
   first token: the profile's ``first_token: decode_step``). Profile ``fastertransformer``.
   internlm-20b is not in the catalog and is left out.
@@ -29,12 +31,15 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tpsim import Options, Workload, simulate
 from tpsim.calibration import csv_rows, measured
+from tpsim.core.memory import largest_batch, memory_per_gpu
 from tpsim.experiments.validation.collectives import geomean_error
+from tpsim.models.catalog import get_model
+from tpsim.topologies.io import get_topology
 
 #: The acceptance bound of the issue: geometric-mean error per file and overall.
 BOUND = 0.20
@@ -68,6 +73,18 @@ LMDEPLOY_MODELS = {
 }
 
 
+def held(model: str, topology: str, tp: int, workload: Workload, engine: str) -> int:
+    """Sequences the engine runs at once of ``workload``'s batch: all of them, or as many as
+    its memory holds at their length (the KV cache's blocks run out; the benchmark's other
+    clients wait for a slot, as LMDeploy's batch-64 run of 2,048 in and 2,048 out did for
+    190 s before its first token, its step no slower than at batch 32 or 16)."""
+    spec = get_model(model)
+    gpu = next(d["gpu"] for _, d in get_topology(topology, 1).nodes(data=True)
+               if d.get("kind") == "gpu")  # fmt: skip
+    options = Options(engine=engine)
+    return largest_batch(lambda w: memory_per_gpu(spec, tp, w, options, gpu).fits, workload)
+
+
 def lmdeploy_cases(engine: str = "fastertransformer") -> list[EngineCase]:
     out = []
     for r in _rows("lmdeploy_a100_static.csv"):
@@ -78,9 +95,12 @@ def lmdeploy_cases(engine: str = "fastertransformer") -> list[EngineCase]:
         prompt, output = int(r["prompt_tokens"]), int(r["output_tokens"])
         ctx = prompt + output // 2
         tag = f"{r['model']} b{batch} p{prompt} o{output}"
-        out.append(EngineCase("lmdeploy", f"{tag} step", model, "dgx-a100", tp, engine,
-                        float(r["token_latency_p50_s"]), Workload(batch, "decode",
-                        context_len=ctx)))  # fmt: skip
+        step = Workload(batch, "decode", context_len=ctx)
+        n = held(model, "dgx-a100", tp, step, engine)
+        running = f" ({n} held)" if 0 < n < batch else ""
+        out.append(EngineCase("lmdeploy", f"{tag} step{running}", model, "dgx-a100", tp, engine,
+                        float(r["token_latency_p50_s"]),
+                        replace(step, batch=n) if running else step))  # fmt: skip
         if batch == 1 and prompt >= 128:
             out.append(EngineCase("lmdeploy", f"{tag} first token", model, "dgx-a100", tp, engine,
                             float(r["ftl_avg_s"]), Workload(1, "prefill",

@@ -237,6 +237,12 @@ def _largest(fits: Callable[[int], bool], low: int, high: int) -> int:
     return low
 
 
+def largest_batch(fits: Callable[[Workload], bool], workload: Workload) -> int:
+    """The largest batch up to ``workload``'s that fits at its length (``fits``: the memory
+    check of a workload); 0 when not even one sequence does."""
+    return max(0, _largest(lambda b: fits(replace(workload, batch=b)), 1, workload.batch))
+
+
 def what_fits(fits: Callable[[Workload], bool], workload: Workload, *, least_batch: int = 1) -> str:
     """What a planner needs next when ``workload`` does not fit: the largest batch that fits
     at its length, and the longest prompt or context that fits at its batch (``fits``: the
