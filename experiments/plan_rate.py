@@ -112,7 +112,8 @@ class Unit(NamedTuple):
 def units(req: RateRequest) -> list[Unit]:
     """The units to try: TP groups inside one host (and the whole topology's GPUs when that
     is one group), MoE experts split over the group too, and attention data-parallel groups
-    of them in one host with the experts split over all of them; disaggregated groups of
+    of them in one host, or over 2 or more whole hosts, with the experts split over all of
+    them; disaggregated groups of
     the same TP in :data:`RATIOS` that fit; across hosts, a host's GPUs as the TP group of
     each of 2 or more pipeline stages, one a host."""
     spec = get_model(req.model)
@@ -134,6 +135,9 @@ def units(req: RateRequest) -> list[Unit]:
                 out += [Unit(tp, ep, pp=n) for n in range(2, hosts + 1) if hosts % n == 0]
         if spec.num_experts:
             groups = [a for a in tps if a > 1 and tp * a <= per_host]
+            # across hosts: the groups of 2 or more whole hosts (wide expert parallelism)
+            hosts = total // per_host
+            groups += [h * per_host // tp for h in range(2, hosts + 1) if hosts % h == 0]
             out += [Unit(tp, tp * a, attention_dp=a) for a in groups
                     if spec.num_experts % (tp * a) == 0]  # fmt: skip
     return out

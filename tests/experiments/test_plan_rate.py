@@ -123,6 +123,11 @@ def test_disaggregated_units_sit_beside_aggregated() -> None:
     # across hosts: a pipeline of whole hosts, one TP group each (vLLM's multi-node recipe)
     two = units(RateRequest("llama-3.1-70b", "dgx-h100", nodes=2, rate=1, disaggregated=False))
     assert Unit(8, pp=2) in two and all(u.tp == 8 for u in two if u.pp > 1)
+    assert all(u.attention_dp == 1 for u in two)  # a dense model: no attention DP
+    # a MoE model across hosts: attention groups over both hosts, the experts over all 16
+    wide = units(RateRequest("qwen3-30b-a3b", "dgx-h100", nodes=2, rate=1, disaggregated=False))
+    assert Unit(1, 16, attention_dp=16) in wide and Unit(4, 16, attention_dp=4) in wide
+    assert all(u.tp * u.attention_dp in (1, 2, 4, 8, 16) for u in wide)
 
 
 def test_static_plan_batches_are_limited_by_memory_or_the_slo() -> None:
