@@ -9,10 +9,9 @@ crosses hosts while stages or replicas could keep it inside one). For each, the
 largest batch per replica that fits in memory (or ``batch_max``) is simulated as one
 decode step (TPOT; a pipeline keeps ``pp`` batches in flight, :func:`decode_step`),
 halved until the TPOT SLO holds and then grown back by bisection to within 1/8 of the
-largest that holds it, and
-one request's prefill of ``prompt_len`` tokens gives the TTFT. Layouts are simulated in
-parallel (one process per layout). Ranked: SLOs met first, then total tokens/s, then
-TPOT; when none meets them, by how close each comes.
+largest that holds it, and one request's prefill of ``prompt_len`` tokens gives the TTFT.
+Layouts are simulated in parallel (one process per layout). Ranked: SLOs met first, then
+total tokens/s, then TPOT; when none meets them, by how close each comes.
 """
 
 from __future__ import annotations
