@@ -34,6 +34,7 @@ from tpsim.core.summary import Summary
 from tpsim.experiments.sweep.pool import map_in_workers
 from tpsim.experiments.sweep.run import default_jobs
 from tpsim.models.catalog import get_model
+from tpsim.topologies.graph import first_gpu
 from tpsim.topologies.io import get_topology
 from tqdm import tqdm
 
@@ -145,8 +146,7 @@ def _stage_memory(
     sequences in ``pp`` micro-batches, one micro-batch's activations at a time."""
     spec = get_model(req.model)
     xs = expert_split(spec, tp, adp, ep, tp * adp // ep) if spec.is_moe else None
-    graph = get_topology(req.topology, 1)
-    gpu = next(d["gpu"] for _, d in graph.nodes(data=True) if d.get("kind") == "gpu")
+    gpu = first_gpu(get_topology(req.topology, 1))
     opts = Options(ideal=req.ideal, engine=req.engine)
     stages = stage_layers(spec.num_layers, pp)
 

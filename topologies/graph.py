@@ -34,6 +34,11 @@ def duplex_link(g: nx.DiGraph, a: str, b: str, bw: float, lat: float, link: str)
     g.add_edge(b, a, bandwidth_Bps=bw, latency_s=lat, link=link)
 
 
+def first_gpu(g: nx.DiGraph) -> GPUSpec:
+    """The spec of the graph's first GPU (a catalog host holds one kind of GPU)."""
+    return next(d["gpu"] for _, d in g.nodes(data=True) if d.get("kind") == "gpu")
+
+
 def validate(g: nx.DiGraph, where: str) -> None:
     """Check a graph against the conventions of this module; TopologyError if broken."""
     if not isinstance(g, nx.DiGraph):

@@ -39,6 +39,7 @@ from tpsim.calibration import csv_rows, measured
 from tpsim.core.memory import largest_batch, memory_per_gpu
 from tpsim.experiments.validation.collectives import geomean_error
 from tpsim.models.catalog import get_model
+from tpsim.topologies.graph import first_gpu
 from tpsim.topologies.io import get_topology
 
 #: The acceptance bound of the issue: geometric-mean error per file and overall.
@@ -79,8 +80,7 @@ def held(model: str, topology: str, tp: int, workload: Workload, engine: str) ->
     clients wait for a slot, as LMDeploy's batch-64 run of 2,048 in and 2,048 out did for
     190 s before its first token, its step no slower than at batch 32 or 16)."""
     spec = get_model(model)
-    gpu = next(d["gpu"] for _, d in get_topology(topology, 1).nodes(data=True)
-               if d.get("kind") == "gpu")  # fmt: skip
+    gpu = first_gpu(get_topology(topology, 1))
     options = Options(engine=engine)
     return largest_batch(lambda w: memory_per_gpu(spec, tp, w, options, gpu).fits, workload)
 
