@@ -52,6 +52,7 @@ LMDEPLOY = "lmdeploy_a100_static.csv"
 E2E = "e2e_tgi_vllm_2023.csv"
 VIDUR = ("vidur_mlp_per_op.csv", "vidur_attention_a100_tp2.csv")
 SINGLE_NODE = coll.SINGLE_NODE_FILE
+H200 = "h200_torch_kernels.csv"
 
 _ALLTOALL = (
     "nccl-tests alltoall_perf, one process with a thread per GPU (-t N), on 2, 4 and 8 {gpu} "
@@ -290,6 +291,23 @@ VALIDATIONS: tuple[Validation, ...] = (
     Validation("vidur-kernels-refit", VIDUR, 0.15,
                f"analytic kernels, the measured-kernel refit (engines/_kernels.yaml): {_KERNEL}",
                run.kernel_families("refit"), quick=True),
+    Validation("h200-gemms", (H200,), 0.15,
+               "Llama-3.1-70B's GEMMs (QKV, O, gate/up, down) at TP 1-8 and 1-8192 tokens "
+               "measured on an H200 with PyTorch 2.11 / CUDA 13 in bf16 (cuBLAS) and fp8 "
+               "(cuBLASLt), in CUDA graphs, against the refit kernels (engines/_kernels.yaml, "
+               "fitted on A100 and H100 in fp16: a GPU, a dtype and a library none of it was "
+               "fitted on): largest per-family geomean error of 8 families",
+               run.measured_kernel_families(gemms=True), quick=True),
+    Validation("h200-add", (H200,), 0.15,
+               "the residual add [1-8192 tokens, 8192] in bf16 measured on the same H200, in "
+               "CUDA graphs, against the refit kernels: geomean error over the token counts",
+               run.measured_kernel_families(gemms=False), quick=True,
+               expected_fail="tpsim prices a one-token add at 2.0 us on Hopper (the refit's "
+               "1.88 us floor, fitted to Vidur's A100 times at 1-us resolution, x 0.75, plus "
+               "the 0.6 us graph gap) against 1.4 us measured (0.9 us of kernel under the "
+               "profiler, h200_torch_profiled.csv, and 0.5 us of gap), and 8-25 MB adds "
+               "(L2-resident) 20-30% slow: the floor is not Hopper's, and the floors of the "
+               "other families are fitted with it", ceiling=0.36),
     Validation("vidur-kernels-tables", VIDUR, 0.03,
                f"the shipped kernel tables (vidur-a100, vidur-h100), in sample: {_KERNEL}",
                run.kernel_families("tables"), quick=True),
@@ -300,6 +318,12 @@ VALIDATIONS: tuple[Validation, ...] = (
 UNCOVERED = {
     "gemm.csv": "GEMM throughput points checked one by one in tests/core/test_kernels.py, "
     "not by a validation module",
+    "h200_torch_facts.csv": "the H200's HBM, matmul and launch figures measured beside "
+    "h200_torch_kernels.csv, cited by gpus.yaml and launch.yaml",
+    "h200_torch_profiled.csv": "small H200 kernels under the profiler and in CUDA graphs: "
+    "the graph gap per kernel that launch.yaml cites, and the add's floor h200-add names",
+    "h200_torch_attention.csv": "decode attention through PyTorch SDPA on the H200: the "
+    "one-kernel floor engines/trtllm.yaml cites",
 }
 
 #: Entries by name.

@@ -1,6 +1,7 @@
 """The runner of each kind of validation entry: it calls the comparison module beside it
 (:mod:`.collectives`, :mod:`.custom_allreduce`, :mod:`.deepep`, :mod:`.engines`,
-:mod:`.serving`, :mod:`.calibrate_holdout`, :mod:`.kernels`) and returns a
+:mod:`.serving`, :mod:`.calibrate_holdout`, :mod:`.kernels`, :mod:`.measured_kernels`) and
+returns a
 :class:`~.entry.Comparison`. :mod:`.registry` binds them to their files and bounds."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from tpsim import calibration
 from tpsim.experiments.validation import calibrate_holdout as holdouts
 from tpsim.experiments.validation import collectives as coll
 from tpsim.experiments.validation import custom_allreduce as car
-from tpsim.experiments.validation import deepep, engines, kernels
+from tpsim.experiments.validation import deepep, engines, kernels, measured_kernels
 from tpsim.experiments.validation import serving as srv
 from tpsim.experiments.validation.entry import Comparison, Point
 
@@ -192,5 +193,24 @@ def kernel_families(variant: str) -> Callable[[], Comparison]:
         counts = {f: sum(1 for c in cases() if c.family == f) for f in FAMILIES}
         rows = tuple(Point(f"{f} ({counts[f]} cases)", errors[f]) for f in FAMILIES)
         return Comparison(sum(counts.values()), max(errors[f] for f in FAMILIES), rows)
+
+    return run
+
+
+@cache
+def _measured_families() -> dict[str, tuple[int, float, float]]:
+    return measured_kernels.families(measured_kernels.predict())
+
+
+def measured_kernel_families(gemms: bool) -> Callable[[], Comparison]:
+    """The H200 kernel families of :mod:`.measured_kernels`: the GEMMs (``gemms``) or the
+    residual add; the error held is the largest family's."""
+
+    def run() -> Comparison:
+        fams = {f: v for f, v in _measured_families().items() if (f != "add") == gemms}
+        rows = tuple(
+            Point(f"{f} ({n} cases, bias {bias:+.1%})", err) for f, (n, err, bias) in fams.items()
+        )
+        return Comparison(sum(n for n, _, _ in fams.values()), max(r.error for r in rows), rows)
 
     return run
