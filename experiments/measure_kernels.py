@@ -64,6 +64,9 @@ class Log:
     def __init__(self, path: str) -> None:
         self.file = open(path, "w", encoding="utf-8")  # noqa: SIM115 - kept open for the run
 
+    def close(self) -> None:
+        self.file.close()
+
     def __call__(self, *parts: object) -> None:
         line = " ".join(str(p) for p in parts)
         print(line, flush=True)
@@ -412,6 +415,25 @@ def measure_facts(torch: Any, log: Log) -> list[list[Any]]:
     return facts
 
 
+def write_rows(path: str, log: Log, header: list[str], measure: Any, comment: str = "") -> None:
+    """Run ``measure(emit)``, each row it emits written to the CSV ``path`` as it comes (a
+    run cut short keeps what it measured; an error is logged, not raised)."""
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        if comment:
+            f.write(comment + "\n")
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(header)
+
+        def emit(r: list[Any]) -> None:
+            w.writerow(r)
+            f.flush()
+
+        try:
+            measure(emit)
+        except Exception:  # what was measured stays in the file
+            log(traceback.format_exc())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="folder for kernels.csv, facts.csv, log.txt")
@@ -454,50 +476,29 @@ def main(argv: list[str] | None = None) -> int:
         w.writerows(facts)
     log("facts done in", round(time.perf_counter() - t0, 1), "s")
     log("smi after facts", smi("clocks.sm,clocks.mem,temperature.gpu,power.draw"))
-    with open(os.path.join(args.out, "kernels.csv"), "w", newline="", encoding="utf-8") as f:
-        f.write(f"# tpsim kernel table, ops layout: {props.name}, torch {torch.__version__}, "
-                f"CUDA {torch.version.cuda}; experiments/measure_kernels.py\n")  # fmt: skip
-        w = csv.writer(f, lineterminator="\n")
-        w.writerow(["gpu", "dtype", "n_embd", "heads", "kv_heads", "intermediate", "tp", "op",
-                    "tokens", "kv_len", "time_us"])  # fmt: skip
-
-        def emit(r: list[Any]) -> None:
-            w.writerow(r)
-            f.flush()
-
-        deadline = t0 + args.budget_s if args.budget_s > 0 else math.inf
-        if args.skip_gemms:
-            deadline = -math.inf
-        measure_gemms(torch, gpu, QUICK_TOKENS if args.quick else TOKENS, log, emit, deadline)
+    deadline = t0 + args.budget_s if args.budget_s > 0 else math.inf
+    if args.skip_gemms:
+        deadline = -math.inf
+    tokens = QUICK_TOKENS if args.quick else TOKENS
+    comment = (f"# tpsim kernel table, ops layout: {props.name}, torch {torch.__version__}, "
+               f"CUDA {torch.version.cuda}; experiments/measure_kernels.py")  # fmt: skip
+    write_rows(os.path.join(args.out, "kernels.csv"), log,
+               ["gpu", "dtype", "n_embd", "heads", "kv_heads", "intermediate", "tp", "op",
+                "tokens", "kv_len", "time_us"],
+               lambda emit: measure_gemms(torch, gpu, tokens, log, emit, deadline),
+               comment)  # fmt: skip
     if args.profiled:
-        with open(os.path.join(args.out, "profiled.csv"), "w", newline="", encoding="utf-8") as f:
-            w = csv.writer(f, lineterminator="\n")
-            w.writerow(["op", "dtype", "tp", "tokens", "kernels", "cupti_us", "graph_us"])
-
-            def emit_p(r: list[Any]) -> None:
-                w.writerow(r)
-                f.flush()
-
-            try:
-                measure_profiled(torch, log, emit_p)
-            except Exception:  # what was measured stays in the file
-                log(traceback.format_exc())
+        write_rows(os.path.join(args.out, "profiled.csv"), log,
+                   ["op", "dtype", "tp", "tokens", "kernels", "cupti_us", "graph_us"],
+                   lambda emit: measure_profiled(torch, log, emit))  # fmt: skip
     if args.attention:
-        with open(os.path.join(args.out, "attention.csv"), "w", newline="", encoding="utf-8") as f:
-            w = csv.writer(f, lineterminator="\n")
-            w.writerow(["backend", "heads", "kv_heads", "batch", "kv_len", "kernels", "cupti_us",
-                        "graph_us"])  # fmt: skip
-
-            def emit_a(r: list[Any]) -> None:
-                w.writerow(r)
-                f.flush()
-
-            try:
-                measure_attention(torch, log, emit_a)
-            except Exception:  # what was measured stays in the file
-                log(traceback.format_exc())
+        write_rows(os.path.join(args.out, "attention.csv"), log,
+                   ["backend", "heads", "kv_heads", "batch", "kv_len", "kernels", "cupti_us",
+                    "graph_us"],
+                   lambda emit: measure_attention(torch, log, emit))  # fmt: skip
     log("smi end", smi("clocks.sm,clocks.mem,temperature.gpu,power.draw"))
     log("all done in", round(time.perf_counter() - t0, 1), "s")
+    log.close()
     return 0
 
 

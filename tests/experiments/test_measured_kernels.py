@@ -6,10 +6,12 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from unittest.mock import MagicMock, patch
 
 import pytest
-from tpsim.calibration import measured
+from tpsim.calibration import csv_rows, measured
 from tpsim.cli import main
+from tpsim.core.kernels import kernel_table
 from tpsim.experiments.validation import measured_kernels as mk
 from tpsim.models.catalog import get_model
 
@@ -81,3 +83,39 @@ def test_the_file_reads_as_a_kernel_table(capsys: pytest.CaptureFixture[str]) ->
     table = str(measured(mk.FILE))
     assert main([*args, "--kernel-table", table]) == 0
     assert capsys.readouterr().out != model
+
+
+def _fake_torch() -> dict[str, MagicMock]:
+    """A stand-in for PyTorch on a GPU: every call succeeds, every CUDA event pair reads
+    1 ms, so the script's control flow and files can be checked where no GPU is."""
+    torch = MagicMock(name="torch")
+    torch.__version__ = "0.0-fake"
+    torch.version.cuda = "0.0"
+    torch.cuda.is_available.return_value = True
+    props = torch.cuda.get_device_properties.return_value
+    props.name, props.multi_processor_count, props.L2_cache_size = "Fake GPU", 1, 60 << 20
+    torch.cuda.Event.return_value.elapsed_time.return_value = 1.0
+    big = torch.empty.return_value
+    big.numel.return_value = 1 << 31
+    big.normal_.return_value = big
+    profiler = MagicMock(name="torch.profiler")
+    profiler.profile.return_value.__enter__.return_value.events.return_value = []
+    attention = MagicMock(name="torch.nn.attention")
+    return {"torch": torch, "torch.profiler": profiler, "torch.nn.attention": attention}
+
+
+def test_the_script_writes_a_table_tpsim_reads(tmp_path: Path) -> None:
+    """Run end to end on a fake GPU: its kernels.csv is a kernel table tpsim's reader takes,
+    with every GEMM and the add, and its other files have their headers."""
+    out = tmp_path / "out"
+    with patch.dict(sys.modules, _fake_torch()):
+        main_ = _script()["main"]
+        assert main_(["--out", str(out), "--gpu", "h200-sxm", "--quick", "--profiled",  # type: ignore[operator]
+                      "--attention"]) == 0  # fmt: skip
+    assert "Traceback" not in (out / "log.txt").read_text()
+    rows = [r for r in csv_rows(out / "kernels.csv")]
+    assert len(rows) == 4 * 4 * 5 * 2 + 5 * 4 * 2  # GEMMs, and the add under every TP and dtype
+    assert kernel_table.load(str(out / "kernels.csv")).ops  # tpsim reads it as a table
+    assert (out / "profiled.csv").read_text().startswith("op,dtype,tp,tokens,kernels,")
+    assert (out / "attention.csv").read_text().startswith("backend,heads,kv_heads,")
+    assert (out / "facts.csv").read_text().count("\n") == 1 + 8
