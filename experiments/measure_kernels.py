@@ -113,6 +113,7 @@ def graph_time_s(torch: Any, calls: list[Any]) -> float:
 
 
 def eager_time_s(torch: Any, call: Any, n: int = 3) -> float:
+    """Seconds per call of ``call`` launched eagerly ``n`` times (after one warm-up)."""
     call()
     torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -405,10 +406,10 @@ def measure_facts(torch: Any, log: Log) -> list[list[Any]]:
     torch.cuda.synchronize()
     fact("graph_replay_host_us", host * 1e6, "us",
          "host wall time of graph.replay() for a graph of 1000 kernels")  # fmt: skip
-    cpu_big = torch.zeros(1, device="cuda")
+    one = torch.zeros(1, device="cuda")
     t0 = time.perf_counter()
     for _ in range(2000):
-        cpu_big.item()
+        one.item()
     fact("sync_roundtrip_us", (time.perf_counter() - t0) / 2000 * 1e6, "us",
          "host wall time of tensor.item() on an idle GPU (launch, copy, synchronise)")  # fmt: skip
     del g
