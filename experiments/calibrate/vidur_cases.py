@@ -109,14 +109,17 @@ def _model(c: KernelCase) -> ModelSpec:
                      c.kv_heads, c.n_embd // c.heads, inner, 32000, dtype="fp16")  # fmt: skip
 
 
-def _lowered(model: ModelSpec, gpu: str, tp: int, tokens: int, kernels: Kernels,
-             table: KernelTable | None) -> dict[str, float]:  # fmt: skip
-    """Kernel seconds by name of one layer lowered at ``tokens`` decode tokens."""
-    options = Options(fused=False, dtype="fp16")
-    hw = hardware_for(get_gpu(gpu), "fp16", kernels, kv_dtype="fp16")
+def layer_kernels(model: ModelSpec, gpu: str, tp: int, tokens: int, kernels: Kernels,
+                  table: KernelTable | None, dtype: str = "fp16",
+                  with_gap: bool = False) -> dict[str, float]:  # fmt: skip
+    """Kernel seconds by name of one layer lowered at ``tokens`` decode tokens (unfused, CUDA
+    graph launches): each kernel alone, as a profiler times it, or ``with_gap`` with its
+    graph gap to the next, as a graph replay times it."""
+    options = Options(fused=False, dtype=dtype)
+    hw = hardware_for(get_gpu(gpu), dtype, kernels, kv_dtype=dtype if dtype == "fp16" else "bf16")
     wl = Workload(tokens, "decode", context_len=1)
     program = lower(model, tp, wl, options, hw, table)[0]
-    gap = options.calibration.launch[options.launch].gpu_gap_s
+    gap = 0.0 if with_gap else options.calibration.launch[options.launch].gpu_gap_s
     return {op.name: op.seconds - gap for op in program.ops if op.stream == "compute"}
 
 
@@ -154,6 +157,6 @@ def predict(
         model = _model(c)
         key = (model, c.gpu, c.tp, c.tokens)
         if key not in lowered:
-            lowered[key] = _lowered(model, c.gpu, c.tp, c.tokens, kernels, table)
+            lowered[key] = layer_kernels(model, c.gpu, c.tp, c.tokens, kernels, table)
         out.append(lowered[key][c.op])
     return out

@@ -21,13 +21,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 from functools import cache
 
-from tpsim import Options, Workload
 from tpsim.calibration import csv_rows, measured
 from tpsim.calibration.profiles import profile
-from tpsim.core.kernels.costs import hardware_for
-from tpsim.core.lowering.lower import lower
+from tpsim.experiments.calibrate.vidur_cases import layer_kernels
 from tpsim.models.spec import ModelSpec
-from tpsim.topologies.gpus import get_gpu
 
 FILE = "h200_torch_kernels.csv"
 #: The file's operators and the family each is reported in.
@@ -80,11 +77,8 @@ def predict(kernels_of: str = "_kernels") -> list[float]:
     for c in cases():
         key = (c.model, c.gpu, c.dtype, c.tp, c.tokens)
         if key not in lowered:
-            options = Options(fused=False, dtype=c.dtype, launch="graph")
-            hw = hardware_for(get_gpu(c.gpu), c.dtype, kernels, kv_dtype="bf16")
-            program = lower(c.model, c.tp, Workload(c.tokens, "decode", context_len=1), options,
-                            hw, None)[0]  # fmt: skip
-            lowered[key] = {op.name: op.seconds for op in program.ops if op.stream == "compute"}
+            lowered[key] = layer_kernels(c.model, c.gpu, c.tp, c.tokens, kernels, None, c.dtype,
+                                         with_gap=True)  # fmt: skip
         out.append(lowered[key][c.op])
     return out
 

@@ -1,8 +1,8 @@
 """The runner of each kind of validation entry: it calls the comparison module beside it
 (:mod:`.collectives`, :mod:`.custom_allreduce`, :mod:`.deepep`, :mod:`.engines`,
 :mod:`.serving`, :mod:`.calibrate_holdout`, :mod:`.kernels`, :mod:`.measured_kernels`) and
-returns a
-:class:`~.entry.Comparison`. :mod:`.registry` binds them to their files and bounds."""
+returns a :class:`~.entry.Comparison`. :mod:`.registry` binds them to their files and
+bounds."""
 
 from __future__ import annotations
 
