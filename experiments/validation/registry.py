@@ -88,13 +88,6 @@ _SINGLE_MISS = {
         f"parts grow by 2.5-3 GB/s a channel against the 4 GB/s priced); {_RING_SIMPLE}",
         0.16,
     ),
-    ("h100", "all_reduce"): (
-        f"2 GPUs: LL floors 20-30% slow (NCCL's LL base latency "
-        f"6.6 us against 6 us measured end to end); 0.5-2 MiB on 8 GPUs "
-        f"25-40% slow (NVLS's tuning latency of 25 us against its 25 us "
-        f"measured at 1 MiB in all); {_RING_SIMPLE}",
-        0.14,
-    ),
     ("h100", "all_gather"): (f"{_H100_FLOORS}; {_RING_SIMPLE}", 0.13),
     ("h100", "reduce_scatter"): (f"{_H100_FLOORS}; {_RING_SIMPLE}", 0.13),
 }

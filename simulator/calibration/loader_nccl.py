@@ -208,6 +208,11 @@ def _collectives(d: Mapping[str, Any], ep: Mapping[str, Any] | None = None) -> C
             if "ring_block_copy_GBps" in d
             else {}
         ),
+        model_ring_busbw_Bps=(
+            _numbers(entry(d, "model_ring_busbw_GBps", w), f"{w}.model_ring_busbw_GBps", 9)
+            if "model_ring_busbw_GBps" in d
+            else {}
+        ),
         ring_final_receive=(
             tuple(str(x) for x in entry(d, "ring_final_receive", w))
             if "ring_final_receive" in d

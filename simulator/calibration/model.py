@@ -197,6 +197,7 @@ class Calibration:
                 comm_sms=0,
                 tree_channel_max_Bps={},
                 ring_block_copy_Bps={},
+                model_ring_busbw_Bps={},
                 ring_final_receive=(),
                 nvls_tree_net_hop_s=0.0,
                 nvls_channels=0,

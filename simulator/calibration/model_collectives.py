@@ -293,6 +293,10 @@ class Collectives:
     #: per scale-up kind: the bytes (loads plus stores) one ring channel's thread block
     #: moves per second under Simple; a kind not listed: no cap (the ideal calibration)
     ring_block_copy_Bps: Mapping[str, float] = field(default_factory=dict)
+    #: per scale-up kind: the busbw NCCL's tuning model gives a ring over one host's
+    #: NVSwitch (its ring graph's channels x bandwidth), by which it chooses a protocol; a
+    #: kind not listed: the path's own bandwidth (the ideal calibration)
+    model_ring_busbw_Bps: Mapping[str, float] = field(default_factory=dict)
     #: protocols whose ring pays its last primitive (the final receive) as one more hop;
     #: empty: NCCL's count of p - 1 steps per phase (the ideal calibration)
     ring_final_receive: tuple[str, ...] = ()

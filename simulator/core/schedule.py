@@ -41,12 +41,19 @@ class Step:
 
 @dataclass(frozen=True)
 class Schedule:
-    """A collective as steps per rank (``steps[rank]``), after a fixed ``base_s``."""
+    """A collective as steps per rank (``steps[rank]``), after a fixed ``base_s``.
+
+    ``model_s``: the time NCCL's own tuning model gives it, where that differs from the
+    schedule's closed form (:func:`tpsim.core.comm.schedules.predict`) because the schedule
+    also runs mechanisms the model leaves out (a ring's last receive, its thread blocks'
+    copy rate): NCCL chooses by its model, so a choosing planner ranks by this, and the
+    engine runs the schedule. None: the closed form is the model's."""
 
     algorithm: str
     protocol: str
     base_s: float
     steps: tuple[tuple[Step, ...], ...]
+    model_s: float | None = None
 
 
 #: Called once per distinct collective call; returns its schedule over the group.

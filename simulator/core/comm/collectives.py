@@ -1,14 +1,16 @@
 """Choosing and planning collectives: which algorithms fit a group, and the fastest one.
 
-``auto`` predicts every feasible (algorithm, protocol) pair with its closed form and runs
-the fastest, as NCCL does; ``nccl`` restricts the choice to NCCL's own algorithms (ring,
-multi-ring channels, tree, NVLS), leaving out the peer-memory all-reduces that serving
-engines add for small messages. Neither chooses an algorithm marked ``explicit_only``
-(DeepEP's MoE kernels): that runs when named, by ``algo`` or by a call's own ``algo``
-(:class:`~tpsim.core.program.CollectiveCall`), which overrides the group's choice. The
-algorithms are the entries of :data:`tpsim.core.comm.algorithms.REGISTRY`; nothing here
-names one, except the ring, which runs every collective an algorithm does not (the
-all-to-all's is ``pairwise``).
+``auto`` predicts every feasible (algorithm, protocol) pair and runs the fastest, as NCCL
+does: by NCCL's own tuning model (:func:`~tpsim.core.comm.schedules.model_time`, which
+leaves out what a ring costs beyond that model), so a size where NCCL's model misjudges
+two protocols runs the one NCCL picks; ``nccl`` restricts the choice to NCCL's own
+algorithms (ring, multi-ring channels, tree, NVLS), leaving out the peer-memory
+all-reduces that serving engines add for small messages. Neither chooses an algorithm
+marked ``explicit_only`` (DeepEP's MoE kernels): that runs when named, by ``algo`` or by a
+call's own ``algo`` (:class:`~tpsim.core.program.CollectiveCall`), which overrides the
+group's choice. The algorithms are the entries of
+:data:`tpsim.core.comm.algorithms.REGISTRY`; nothing here names one, except the ring, which
+runs every collective an algorithm does not (the all-to-all's is ``pairwise``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from tpsim.calibration import Protocol
 from tpsim.core.comm import algorithms
 from tpsim.core.comm.algorithms import REGISTRY, Algorithm, Context
 from tpsim.core.comm.fabric import Fabric
-from tpsim.core.comm.schedules import predict
+from tpsim.core.comm.schedules import model_time
 from tpsim.core.errors import ConfigError
 from tpsim.core.program import CollectiveCall
 from tpsim.core.schedule import Planner, Schedule
@@ -122,7 +124,7 @@ def make_planner(fab: Fabric, order: Sequence[int], *, algo: str = "auto") -> Pl
         return out
 
     def fastest(call: CollectiveCall) -> Schedule | None:
-        """The schedule of ``call`` that :func:`predict` says runs fastest (the first in
+        """The schedule of ``call`` that :func:`model_time` says runs fastest (the first in
         listing order of those that tie), or None if no algorithm runs it. An algorithm
         with a lower bound (:attr:`Algorithm.bounded`) builds only the schedules whose bound
         is below the best of the others: one above it cannot be the fastest, nor tie."""
@@ -130,7 +132,7 @@ def make_planner(fab: Fabric, order: Sequence[int], *, algo: str = "auto") -> Pl
         built: dict[int, list[tuple[Schedule, float]]] = {}
         for k, entry in enumerate(found):
             if entry.bounded is None:
-                built[k] = [(s, predict(fab, s)) for s in entry.build(ctx, call)]
+                built[k] = [(s, model_time(fab, s)) for s in entry.build(ctx, call)]
         best = min((t for runs in built.values() for _, t in runs), default=math.inf)
         for k, entry in enumerate(found):
             if entry.bounded is not None:
@@ -138,7 +140,7 @@ def make_planner(fab: Fabric, order: Sequence[int], *, algo: str = "auto") -> Pl
                 for bound, make in entry.bounded(ctx, call):
                     if bound <= best:
                         sched = make()
-                        runs.append((sched, predict(fab, sched)))
+                        runs.append((sched, model_time(fab, sched)))
                         best = min(best, runs[-1][1])
                 built[k] = runs
         ranked = [run for k in sorted(built) for run in built[k]]
@@ -158,7 +160,7 @@ def make_planner(fab: Fabric, order: Sequence[int], *, algo: str = "auto") -> Pl
         sched = cache.get(call)
         if sched is None:
             named = _named(call) if call.algo else []
-            sched = min(named, key=lambda s: predict(fab, s)) if named else fastest(call)
+            sched = min(named, key=lambda s: model_time(fab, s)) if named else fastest(call)
             if sched is None:
                 raise ConfigError(f"algo={algo}: cannot run {call.op} on this group")
             cache[call] = sched

@@ -98,17 +98,29 @@ RING_PHASES = {"all_reduce": ("rs", "ag"), "reduce_scatter": ("rs",), "all_gathe
 
 
 def ring(
-    fab: Fabric, op: str, nbytes: int, proto: Protocol, orders: Sequence[Sequence[int]]
+    fab: Fabric,
+    op: str,
+    nbytes: int,
+    proto: Protocol,
+    orders: Sequence[Sequence[int]],
+    *,
+    model: bool = False,
 ) -> Schedule:
     """Ring reduce-scatter and/or all-gather: ``p-1`` steps each, every rank sending one
     ``n/p`` chunk to its successor per step; with several rings (channels over different
-    links) the data is split evenly between them and they run side by side."""
+    links) the data is split evenly between them and they run side by side.
+
+    Its ``model_s`` is the time of the same ring without the two mechanisms NCCL's tuning
+    model leaves out, the last receive (:func:`final_receive_s`) and the thread blocks'
+    copy rate (:func:`ring_copy_cap`): what NCCL predicts for it, and chooses by (``model``:
+    build that ring itself)."""
     p = fab.ranks
     phases = RING_PHASES[op]
     nsteps = len(phases) * (p - 1)
     sends: list[list[list[Send]]] = [[[] for _ in range(nsteps)] for _ in range(p)]
     frac = share(fab, proto, "ring", op)
-    copy_cap = ring_copy_cap(fab, op, nbytes, proto) / len(orders)
+    copy_cap = math.inf if model else ring_copy_cap(fab, op, nbytes, proto) / len(orders)
+    model_cap = model_ring_cap(fab, proto, frac) / len(orders) if model else math.inf
     for order, ring_bytes in zip(orders, chunk_sizes(nbytes, len(orders)), strict=True):
         chunks = chunk_sizes(ring_bytes, p)
         for q, t in enumerate(order):
@@ -116,7 +128,7 @@ def ring(
             # every send of this rank to its successor is this one with its own chunk: the
             # path, latency and cap priced once (send's own wire expression kept)
             one = send(fab, t, succ, 0, proto, share=frac)
-            cap = copy_cap if copy_cap < one.cap_Bps else one.cap_Bps
+            cap = min(copy_cap, one.cap_Bps, model_cap if fab.via_nvswitch(one.links) else math.inf)
             factor = proto.wire_factor
             s = 0
             for phase in phases:
@@ -126,8 +138,13 @@ def ring(
                                             one.notify, one.peer, net=one.net))  # fmt: skip
                     s += 1
     expects = [[len(orders)] * nsteps for _ in range(p)]
-    base = proto.base("ring") + final_receive_s(fab, proto, orders)
-    return Schedule("ring", proto.name, base, steps(sends, expects))
+    last = 0.0 if model else final_receive_s(fab, proto, orders)
+    sched = Schedule("ring", proto.name, proto.base("ring") + last, steps(sends, expects))
+    if model or (
+        last == 0.0 and copy_cap == math.inf and not model_ring_cap(fab, proto, frac) < math.inf
+    ):
+        return sched
+    return replace(sched, model_s=predict(fab, ring(fab, op, nbytes, proto, orders, model=True)))
 
 
 def final_receive_s(fab: Fabric, proto: Protocol, orders: Sequence[Sequence[int]]) -> float:
@@ -141,6 +158,17 @@ def final_receive_s(fab: Fabric, proto: Protocol, orders: Sequence[Sequence[int]
         for q, t in enumerate(order)
     }
     return max(proto.hop("ring", cls) for cls in classes)
+
+
+def model_ring_cap(fab: Fabric, proto: Protocol, frac: float) -> float:
+    """Wire B/s NCCL's tuning model lets a ring's rank send over one host's NVSwitch (inf:
+    the path's own bandwidth): its ring graph's busbw (``nccl.yaml``
+    ``model_ring_busbw_GBps``, below the links' rate) in place of the path's, for the wire
+    bytes and for the protocol's ``frac`` of the payload, as :func:`send` caps a flow."""
+    busbw = fab.tuning.model_ring_busbw_Bps.get(fab.gpu.scaleup_kind)
+    if busbw is None or fab.multi_host:
+        return math.inf
+    return busbw * min(1.0, frac * proto.wire_factor)
 
 
 def ring_copy_cap(fab: Fabric, op: str, nbytes: int, proto: Protocol) -> float:
@@ -158,6 +186,12 @@ def ring_copy_cap(fab: Fabric, op: str, nbytes: int, proto: Protocol) -> float:
 
 
 # ---------------------------------------------------------------------------- prediction
+def model_time(fab: Fabric, sched: Schedule) -> float:
+    """The time NCCL's tuning model gives ``sched`` (its ``model_s``, else its closed form):
+    what NCCL, and a planner choosing as NCCL does, ranks it by."""
+    return predict(fab, sched) if sched.model_s is None else sched.model_s
+
+
 def predict(fab: Fabric, sched: Schedule) -> float:
     """Closed-form time of a schedule when every rank starts together and steps stay in
     lockstep: the base latency plus, per step, the longest latency and the heaviest link

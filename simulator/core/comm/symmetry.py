@@ -146,7 +146,7 @@ def quotient(sym: HostSymmetry, sched: Schedule) -> Schedule:
         tuple(Step(tuple(fold(s) for s in step.sends), step.expect) for step in sched.steps[t])
         for t in range(g)
     )
-    return Schedule(sched.algorithm, sched.protocol, sched.base_s, steps)
+    return Schedule(sched.algorithm, sched.protocol, sched.base_s, steps, sched.model_s)
 
 
 def plan_quotient(sym: HostSymmetry, programs: Programs, planner: Planner) -> Planner | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 from tpsim.core.comm.algorithms import Algorithm, Context
 from tpsim.core.comm.fabric import Fabric
@@ -137,7 +138,7 @@ def _build(ctx: Context, call: CollectiveCall) -> list[Schedule]:
     if ctx.choosing and len(rings) < 2:
         return []  # one ring is the ring algorithm: only an explicit choice runs it so
     out = [ring(ctx.fab, call.op, call.nbytes, pr, rings) for pr in ctx.protocols]
-    return [Schedule(f"ring x{len(rings)}", s.protocol, s.base_s, s.steps) for s in out]
+    return [replace(s, algorithm=f"ring x{len(rings)}") for s in out]
 
 
 ALGORITHM = Algorithm(
