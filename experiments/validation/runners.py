@@ -1,6 +1,7 @@
 """The runner of each kind of validation entry: it calls the comparison module beside it
 (:mod:`.collectives`, :mod:`.custom_allreduce`, :mod:`.deepep`, :mod:`.engines`,
-:mod:`.serving`, :mod:`.calibrate_holdout`, :mod:`.kernels`, :mod:`.measured_kernels`) and
+:mod:`.serving`, :mod:`.calibrate_holdout`, :mod:`.kernels`, :mod:`.measured_kernels`,
+:mod:`.llmcompass`, :mod:`.host_overheads`) and
 returns a :class:`~.entry.Comparison`. :mod:`.registry` binds them to their files and
 bounds."""
 
@@ -15,7 +16,14 @@ from tpsim import calibration
 from tpsim.experiments.validation import calibrate_holdout as holdouts
 from tpsim.experiments.validation import collectives as coll
 from tpsim.experiments.validation import custom_allreduce as car
-from tpsim.experiments.validation import deepep, engines, kernels, measured_kernels
+from tpsim.experiments.validation import (
+    deepep,
+    engines,
+    host_overheads,
+    kernels,
+    llmcompass,
+    measured_kernels,
+)
 from tpsim.experiments.validation import serving as srv
 from tpsim.experiments.validation.entry import Comparison, Point
 
@@ -212,5 +220,29 @@ def measured_kernel_families(gemms: bool) -> Callable[[], Comparison]:
             Point(f"{f} ({n} cases, bias {bias:+.1%})", err) for f, (n, err, bias) in fams.items()
         )
         return Comparison(sum(n for n, _, _ in fams.values()), max(r.error for r in rows), rows)
+
+    return run
+
+
+def llmcompass_layer() -> Comparison:
+    """LLMCompass's GPT-3 layer operators (:mod:`.llmcompass`): one row per operator."""
+    rows = tuple(
+        Point(c.op, s / c.measured_s - 1, c.measured_s * 1e6, s * 1e6, "us")
+        for c, s in zip(llmcompass.cases(), llmcompass.predict(), strict=True)
+    )
+    return Comparison(len(rows), llmcompass.geomean_error(), rows)
+
+
+def host_overheads_of(version: str) -> Callable[[], Comparison]:
+    """The vllm-v0 profile's host time per step on one collection of Vidur's CPU overheads
+    (:mod:`.host_overheads`): one row per (model, TP, batch)."""
+
+    def run() -> Comparison:
+        cases = host_overheads.cases(version)
+        rows = tuple(
+            Point(c.label, t / c.measured_s - 1, c.measured_s * 1e3, t * 1e3, "ms")
+            for c, t in ((c, host_overheads.price(c)) for c in cases)
+        )
+        return Comparison(len(rows), host_overheads.geomean_error(cases), rows)
 
     return run
