@@ -319,8 +319,10 @@ VALIDATIONS: tuple[Validation, ...] = (
                "requests added at once, 256-token prompts, 3 x batch tokens out, medians over "
                "prefill and decode steps; January's workload is not documented), and its "
                "pieces differ from January's at the same model and batch: output processing "
-               "17 us a sequence (68), sampling 0.5-1.2 ms (0.9-2.0), the model call's host "
-               "side 1.2-1.5 ms for 20-72B models whatever the batch (0.5-1.0). Which engine "
+               "about 17 us a sequence against 64-68, sampling about 0.6x (Llama-2-7B on one "
+               "GPU: 0.51 against 0.89 ms at batch 8, 0.82 against 1.37 at 64), the model "
+               "call's host side 1.35-1.5 ms for Llama-2-70B at TP 4 whatever the batch "
+               "(0.55-0.97). Which engine "
                "code ran is not recorded: nothing in tpsim tells the two apart, so the "
                "profile fitted to January's prices May's runs as January's; a planner "
                "with such runs fits its own (tpsim calibrate)", ceiling=0.8),

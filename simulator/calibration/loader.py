@@ -188,6 +188,9 @@ def _engine(d: Mapping[str, Any], name: str) -> Engine:
         sync = number(sync, f"{w}.host_overlap_sync")
         if not 0 <= sync <= 1:
             raise CalibrationError(f"{w}.host_overlap_sync={sync!r}: must be between 0 and 1")
+    pdl = entry(d, "pdl_archs", w)
+    if not isinstance(pdl, list) or not all(isinstance(a, str) and a for a in pdl):
+        raise CalibrationError(f"{w}.pdl_archs={pdl!r}: must be a list of GPU architectures")
     first = entry(d, "first_token", w)
     if first not in FIRST_TOKEN:
         choices = ", ".join(FIRST_TOKEN)
@@ -209,6 +212,7 @@ def _engine(d: Mapping[str, Any], name: str) -> Engine:
         allreduce_fusion=fusion,
         compiled=compiled,
         host_overlap_sync=sync,
+        pdl_archs=tuple(pdl),
     )
 
 

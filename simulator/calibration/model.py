@@ -132,6 +132,10 @@ class Engine:
     #: (``tpsim serve --no-async-scheduling``: vLLM's ``--no-async-scheduling``); None: the
     #: engine has no such mode, ``host_overlap`` either way.
     host_overlap_sync: float | None = None
+    #: GPU architectures on which the engine launches its kernels with programmatic
+    #: dependent launch (PDL): in a CUDA graph, a kernel that follows another of its chain
+    #: is launched while that one drains, so no dispatch gap separates them.
+    pdl_archs: tuple[str, ...] = ()
 
     def synchronous(self) -> Engine:
         """This engine with its asynchronous scheduling turned off (its host work overlapped

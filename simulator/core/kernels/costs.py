@@ -117,6 +117,7 @@ class Hardware:
     split_k_min: int = 1  # smallest K slice a split-K GEMM gives one CTA
     attention_block_m: int = 1  # query rows per attention CTA
     traits: Traits = Traits()  # the engine's kernels (neutral: the best achievable)
+    arch: str = ""  # the GPU's architecture (gpus.yaml arch), "" where not known
 
     @property
     def matmul_flops(self) -> float:
@@ -175,6 +176,7 @@ def hardware_for(
         split_k_min=k.split_k_min,
         attention_block_m=k.attention_block_m,
         traits=Traits.of(k, gpu.arch),
+        arch=gpu.arch,
     )
 
 

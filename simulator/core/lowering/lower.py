@@ -342,7 +342,8 @@ def start_step(
         price = step_pricing(model, tp, options, hw, table)
     calib = options.calibration
     mode = host.step_mode(calib.engine, options.launch, workload.phase, workload.tokens)
-    build = OpBuilder(calib.launch[mode], tp, eager=mode == "eager")
+    pdl = bool(hw.arch) and hw.arch in calib.engine.pdl_archs
+    build = OpBuilder(calib.launch[mode], tp, eager=mode == "eager", pdl=pdl)
     build.group = group
     host.before_step(build, calib.engine, tp, workload.batch)
     lo = _Megatron(model, tp, workload, options, price, build, experts, ep_rank)

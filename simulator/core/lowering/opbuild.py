@@ -24,9 +24,14 @@ from tpsim.core.program import P2P, CollectiveCall, Op, Program
 class OpBuilder:
     """One rank's op list under construction, in a group of ``ranks``."""
 
-    def __init__(self, launch: LaunchCost, ranks: int, *, eager: bool = False) -> None:
+    def __init__(
+        self, launch: LaunchCost, ranks: int, *, eager: bool = False, pdl: bool = False
+    ) -> None:
         self.launch = launch
         self.eager = eager  # kernels launched one by one: the dispatch gap is overhead
+        #: kernels launched with programmatic dependent launch (in a graph: no gap after a
+        #: kernel, :meth:`gap_before`)
+        self.pdl = pdl and not eager
         self.ranks = ranks
         self.ops: list[Op] = []
         self.last: dict[int, int] = {}  # chain -> index of its latest op
@@ -56,8 +61,9 @@ class OpBuilder:
         site: str = "",
         deps: tuple[int, ...] | None = None,
     ) -> int:
-        """A compute kernel after its dispatch gap."""
-        gap = self.launch.gpu_gap_s
+        """A compute kernel after its dispatch gap (:meth:`gap_before`)."""
+        after = self.tail(chain) if deps is None else deps
+        gap = self.gap_before(after)
         op = Op(
             name,
             kind,
@@ -70,10 +76,21 @@ class OpBuilder:
             cost.bytes,
             cost.category,
             detail,
-            self.tail(chain) if deps is None else deps,
+            after,
             dispatch_s=gap if self.eager else 0.0,
         )
         return self._emit(chain, op)
+
+    def gap_before(self, deps: tuple[int, ...]) -> float:
+        """The device's dispatch gap before a kernel that waits for ``deps``: the launch
+        mode's, except with programmatic dependent launch (:attr:`pdl`) after kernels
+        only: the kernel's grid is launched while the one before drains (it waits for that
+        one's results in the kernel, cudaGridDependencySynchronize), so the GPU's front end
+        has dispatched it by the time the other ends. After a collective, host work or
+        nothing, the gap stays (NCCL's kernels do not trigger dependents)."""
+        if self.pdl and deps and all(self.ops[d].stream == "compute" for d in deps):
+            return 0.0
+        return self.launch.gpu_gap_s
 
     def collective(
         self,
