@@ -311,6 +311,10 @@ class Collectives:
     #: and from several peers at once through the host's switch) gets of what one peer's
     #: traffic gets; 1: none lost (the ideal calibration)
     switch_all_to_all_efficiency: float = 1.0
+    #: whether ``auto`` may run tpsim's own compositions of collective phases
+    #: (:attr:`~tpsim.core.comm.algorithms.Algorithm.composed`: the hierarchical all-reduce
+    #: across hosts): the ideal engine may; a serving engine calls NCCL there
+    auto_composed: bool = True
     #: the SM clock (Hz) at which the protocols' latencies hold as written; on a GPU of
     #: another clock their SM-side parts scale (:meth:`at_clock`); 0: they never scale (the
     #: ideal calibration)

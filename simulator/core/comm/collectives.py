@@ -118,6 +118,8 @@ def make_planner(fab: Fabric, order: Sequence[int], *, algo: str = "auto") -> Pl
             low = entry.auto_min_bytes
             if algo == "auto" and low is not None and call.nbytes < low(fab):
                 continue  # the engine's kernels run one-shot at this size
+            if algo == "auto" and entry.composed and not fab.tuning.auto_composed:
+                continue  # a serving engine calls NCCL, which does not compose it
             out.append(entry)
         if algo == "auto" and fab.tuning.symm_mem is not None and call.op == "all_reduce":
             return first_that_applies(fab, call, out)

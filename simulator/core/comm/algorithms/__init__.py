@@ -68,6 +68,10 @@ class Algorithm:
     #: (:func:`tpsim.core.comm.schedules.predict`) and the schedule's own builder, so that a
     #: choosing planner builds only those that might beat the best found (None: build all).
     bounded: Callable[[Context, CollectiveCall], list[Bounded]] | None = None
+    #: tpsim's own composition of collective phases, which no library or serving engine runs
+    #: as one call: ``auto`` chooses it only where the calibration says the engine could
+    #: (``nccl.yaml`` ``auto_composed``: the ideal engine), never a serving engine's
+    composed: bool = False
 
 
 def _discover() -> dict[str, Algorithm]:

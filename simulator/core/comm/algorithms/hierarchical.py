@@ -66,4 +66,5 @@ ALGORITHM = Algorithm(
     why_not=_why_not,
     build=_build,
     max_steps=lambda p: 2 * (p - 1),
+    composed=True,
 )
