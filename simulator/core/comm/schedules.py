@@ -120,7 +120,7 @@ def ring(
     sends: list[list[list[Send]]] = [[[] for _ in range(nsteps)] for _ in range(p)]
     frac = share(fab, proto, "ring", op)
     copy_cap = math.inf if model else ring_copy_cap(fab, op, nbytes, proto) / len(orders)
-    model_cap = model_ring_cap(fab, proto, frac) / len(orders) if model else math.inf
+    model_cap = model_ring_cap(fab, proto, frac) / len(orders)  # NCCL's view of the switch
     for order, ring_bytes in zip(orders, chunk_sizes(nbytes, len(orders)), strict=True):
         chunks = chunk_sizes(ring_bytes, p)
         for q, t in enumerate(order):
@@ -128,7 +128,9 @@ def ring(
             # every send of this rank to its successor is this one with its own chunk: the
             # path, latency and cap priced once (send's own wire expression kept)
             one = send(fab, t, succ, 0, proto, share=frac)
-            cap = min(copy_cap, one.cap_Bps, model_cap if fab.via_nvswitch(one.links) else math.inf)
+            cap = min(copy_cap, one.cap_Bps)
+            if model and model_cap < cap and fab.via_nvswitch(one.links):
+                cap = model_cap
             factor = proto.wire_factor
             s = 0
             for phase in phases:
@@ -140,10 +142,8 @@ def ring(
     expects = [[len(orders)] * nsteps for _ in range(p)]
     last = 0.0 if model else final_receive_s(fab, proto, orders)
     sched = Schedule("ring", proto.name, proto.base("ring") + last, steps(sends, expects))
-    if model or (
-        last == 0.0 and copy_cap == math.inf and not model_ring_cap(fab, proto, frac) < math.inf
-    ):
-        return sched
+    if model or (last == 0.0 and copy_cap == math.inf and model_cap == math.inf):
+        return sched  # NCCL's model is this schedule's closed form
     return replace(sched, model_s=predict(fab, ring(fab, op, nbytes, proto, orders, model=True)))
 
 
