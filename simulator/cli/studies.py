@@ -124,6 +124,12 @@ def add_study_parsers(sub: Any) -> None:
     ca.add_argument("--out", type=Path, required=True, help="the fitted profile to write (.yaml)")
     ca.add_argument("--jobs", type=int, help="worker processes (default: CPUs, at most 8)")
     ca.add_argument("--json", action="store_true", help="print the report as JSON")
+    ca.add_argument(
+        "--predict",
+        type=Path,
+        help="CSV of points the fit does not see (same columns): predicted with the fitted "
+        "profile, each naming the parameters it rests on that the fit left undetermined",
+    )
 
 
 def check_folder(path: Path, flag: str) -> None:
@@ -310,22 +316,52 @@ def _calibrate(a: argparse.Namespace) -> int:
     # nor any model or topology file the measurements name
     from tpsim.experiments.calibrate.measurements import read_points
 
-    named = {(p.model, p.topology) for p in read_points(Path(a.measurements))}
+    held = read_points(a.predict) if a.predict is not None else []  # refused before the fit
+    named = {(p.model, p.topology) for p in [*read_points(Path(a.measurements)), *held]}
     paths.check_not_an_input(
         out,
         "--out",
         argparse.Namespace(model=[m for m, _ in named], topology=[t for _, t in named]),
     )
     result = calibrate(a.measurements, a.engine, out.stem, a.jobs or default_jobs(), out.parent)
+    preds = _predictions(result, out, held, str(a.predict)) if held else []
     try:
         write_text(out, result.profile)
     except OSError as e:
         raise ConfigError(f"--out={out}: cannot write ({e.strerror or e})") from None
     if a.json:
-        print(json.dumps(report_dict(result, out), indent=2, allow_nan=False))
+        doc = report_dict(result, out)
+        if a.predict is not None:
+            from tpsim.experiments.calibrate.predict import predicted_dict
+
+            doc["predicted"] = predicted_dict(preds)
+        print(json.dumps(doc, indent=2, allow_nan=False))
     else:
         print(report_text(result, out))
+        if a.predict is not None:
+            from tpsim.experiments.calibrate.predict import predicted_text
+
+            print(predicted_text(preds, str(a.predict)))
     return 0
+
+
+def _predictions(result: Any, out: Path, held: list[Any], source: str) -> list[Any]:
+    """``--predict``'s points priced with the fitted profile, before it is written (a point
+    tpsim refuses exits 2 with no profile left behind): the profile goes to a file of its
+    own beside ``--out`` (its ``extends`` is relative to that folder), removed after."""
+    import tempfile
+
+    from tpsim.experiments.calibrate.predict import predict
+
+    folder = out.parent if str(out.parent) else Path(".")
+    with tempfile.NamedTemporaryFile(
+        "w", suffix=".yaml", prefix=".tpsim-predict-", dir=folder, delete=False
+    ) as f:
+        f.write(result.profile)
+    try:
+        return predict(result, Path(f.name), held, source)
+    finally:
+        Path(f.name).unlink(missing_ok=True)
 
 
 STUDY_COMMANDS = {
