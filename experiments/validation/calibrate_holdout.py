@@ -27,10 +27,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tpsim.core.errors import ConfigError
 from tpsim.experiments.calibrate.fit import Calibrated, calibrate
 from tpsim.experiments.calibrate.measurements import COLUMNS, read_points
-from tpsim.experiments.calibrate.simulate import step_time
+from tpsim.experiments.calibrate.predict import Reliance, predict
 from tpsim.experiments.validation.collectives import geomean_error
 from tpsim.experiments.validation.engines import EngineCase, e2e_cases, lmdeploy_cases
 from tpsim.outputs.export import write_text
@@ -103,6 +102,8 @@ class HeldOut:
     fit: list[EngineCase]
     result: Calibrated
     held: list[tuple[EngineCase, float]]
+    #: per held-out case, the kept parameters its prediction rests on (``--predict``)
+    rests_on: list[tuple[Reliance, ...]]
 
     @property
     def error(self) -> float:
@@ -129,13 +130,9 @@ def holdout(h: Holdout, out: Path, jobs: int = 1) -> HeldOut:
     result = calibrate(fit_csv, base, name=f"{h.name}-fitted", jobs=jobs)
     profile = out / f"{h.name}.yaml"
     write_text(profile, result.profile)
-    predicted = []
-    for case, point in zip(held, read_points(held_csv), strict=True):
-        t = step_time(point, str(profile))
-        if isinstance(t, str):  # tpsim refused the point: say which and why
-            raise ConfigError(f"{held_csv} row {point.row}: {t}")
-        predicted.append((case, t))
-    return HeldOut(h, fit, result, predicted)
+    preds = predict(result, profile, read_points(held_csv), str(held_csv))
+    predicted = [(case, p.predicted_s) for case, p in zip(held, preds, strict=True)]
+    return HeldOut(h, fit, result, predicted, [p.rests_on for p in preds])
 
 
 def run(out: Path, jobs: int = 1, only: Sequence[str] = ()) -> Iterator[str]:
@@ -158,9 +155,12 @@ def run(out: Path, jobs: int = 1, only: Sequence[str] = ()) -> Iterator[str]:
             label = "in sample" if which == "fitted" else "leaving each point out"
             yield f"  {label:<28} mean |e| {sum(map(abs, errs)) / len(errs):.1%}"
         yield f"  held out: {len(done.held)} points"
-        for case, t in done.held:
+        for (case, t), rests in zip(done.held, done.rests_on, strict=True):
             yield (f"    {case.label:<42} {case.measured_s * 1e3:>10.1f}ms {t * 1e3:>10.1f}ms "
                    f"{t / case.measured_s - 1:>+7.1%}")  # fmt: skip
+            for r in rests:
+                yield (f"      rests on {r.knob.name} (kept at the base value): {r.moved}, "
+                       f"{r.change:+.0%} (fitted points {r.fitted_change:+.0%})")  # fmt: skip
         err = done.error
         within.append(err <= BOUND)
         verdict = "within" if err <= BOUND else "OUTSIDE"

@@ -276,8 +276,10 @@ VALIDATIONS: tuple[Validation, ...] = (
                "(50 or 393 us per layer move TP 1 by about 1%, TP 4 by 1.7-2.4x), so no TP 1 "
                "point depends on it and the fit cannot see it. The base prices both TP 1 points 5% "
                "slow; the first knob in screening order, the kernel floors, absorbs that (x 0.5), "
-               "and floors weigh more at TP 4: the fit takes the base's 63% to 77.5% (issues "
-               "#13, #26)"),
+               "and floors weigh more at TP 4: the fit takes the base's 63% to 76% (issues "
+               "#13, #26). tpsim calibrate --predict says so: 3 of the 4 predictions rest on "
+               "the host time the fit kept (H100 TP 4: Python per layer x 4 moves it +72%, the "
+               "fitted points 0%), where none of LMDeploy's 24 nor vLLM's 2 does"),
     Validation("vidur-kernels-shipped", VIDUR, 0.15,
                f"analytic kernels, shipped calibration: {_KERNEL}", run.kernel_families("today"),
                quick=True,
