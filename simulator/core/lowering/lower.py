@@ -342,7 +342,7 @@ def start_step(
         price = step_pricing(model, tp, options, hw, table)
     calib = options.calibration
     mode = host.step_mode(calib.engine, options.launch, workload.phase, workload.tokens)
-    pdl = bool(hw.arch) and hw.arch in calib.engine.pdl_archs
+    pdl = hw.arch in calib.engine.pdl_archs  # (profiles name no empty architecture)
     build = OpBuilder(calib.launch[mode], tp, eager=mode == "eager", pdl=pdl)
     build.group = group
     host.before_step(build, calib.engine, tp, workload.batch)
