@@ -353,9 +353,8 @@ def _predictions(result: Any, out: Path, held: list[Any], source: str) -> list[A
 
     from tpsim.experiments.calibrate.predict import predict
 
-    folder = out.parent if str(out.parent) else Path(".")
     with tempfile.NamedTemporaryFile(
-        "w", suffix=".yaml", prefix=".tpsim-predict-", dir=folder, delete=False
+        "w", suffix=".yaml", prefix=".tpsim-predict-", dir=out.parent, delete=False
     ) as f:
         f.write(result.profile)
     try:
