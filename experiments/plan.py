@@ -209,9 +209,10 @@ class DecodeStep:
 
 def decode_step(req: PlanRequest, tp: int, pp: int, dp: int, ep: int = 1, adp: int = 1
                 ) -> Callable[[int], DecodeStep]:  # fmt: skip
-    """The decode step at a batch per replica. One stage: the simulated step. A pipeline of
-    ``pp`` stages as serving engines run it: ``pp`` batches of ``batch // pp`` sequences in
-    flight at once (:func:`~tpsim.core.metrics.pipeline_batches`), a token each per
+    """The decode step at a batch per replica. One stage, or an engine that splits each batch
+    into micro-batches itself (FasterTransformer): the simulated step. A pipeline of ``pp``
+    stages as the other serving engines run it: ``pp`` batches of ``batch // pp`` sequences
+    in flight at once (:func:`~tpsim.core.metrics.pipeline_batches`), a token each per
     :func:`~tpsim.core.metrics.pipelined_tpot` of one such batch's simulated step."""
     memory = _stage_memory(req, tp, pp, ep, adp)
     opts = Options(ideal=req.ideal, engine=req.engine)
@@ -223,8 +224,10 @@ def decode_step(req: PlanRequest, tp: int, pp: int, dp: int, ep: int = 1, adp: i
                         nodes=req.nodes).typed  # fmt: skip
 
     def step(b: int) -> DecodeStep:
-        if pp == 1:
-            s = run(b, 1)
+        if pp == 1 or opts.calibration.engine.pipeline_split_tokens is not None:
+            # one stage, or an engine that splits each batch itself (FasterTransformer) and
+            # runs one batch through its stages at a time: the simulated step
+            s = run(b, 0)
             whole = tuple((k, v) for k, v in s.breakdown.to_dict().items() if v is not None)
             return DecodeStep(b, s.latency_s, s.tokens_per_s, s.regime, whole, _headroom(s))
         n, each = pipeline_batches(b, pp)
@@ -246,7 +249,8 @@ def evaluate(
     if not batches:
         return None
     opts = Options(ideal=req.ideal, engine=req.engine)
-    prefill = simulate(req.model, req.topology, Layout(tp, pp=pp, dp=dp, ep=ep, attention_dp=adp),
+    prefill = simulate(req.model, req.topology,
+                       Layout(tp, pp=pp, dp=dp, micro_batches=0, ep=ep, attention_dp=adp),
                        Workload(1, "prefill", req.prompt_len, req.context_len), opts,
                        nodes=req.nodes).typed  # fmt: skip
     ttft = prefill.latency_s

@@ -1,6 +1,8 @@
 """Pipeline-parallel serving (``--pp P``), as vLLM's virtual engines run it: P engine
 instances, each with its own queue, batch and 1/P of every stage's KV cache, whose batches
-are in flight through the same P stages at once.
+are in flight through the same P stages at once. An engine that splits each batch into
+micro-batches itself (FasterTransformer, ``pipeline_split_tokens``) is one instance instead,
+each of its steps the micro-batches in turn through the stages (:class:`SplitPass`).
 
 A batch crosses the stages in order, each taking its share of the batch's pass (the whole
 model at this TP degree, :class:`~tpsim.core.step_timer.IterationTimer`, over P balanced
@@ -71,4 +73,41 @@ class VirtualEngine:
         return self.engine.finish(now)
 
 
-__all__ = ["Stages", "VirtualEngine"]
+def split_step(step: MixedStep, parts: int) -> list[MixedStep]:
+    """``step``'s sequences (its decodes, then its prefill chunks) in ``parts`` micro-batches
+    of consecutive sequences, as even as whole sequences allow."""
+    seqs: list[tuple[int, tuple[int, int] | None]] = [(d, None) for d in step.decodes]
+    seqs += [(0, c) for c in step.chunks]
+    out = []
+    for k in range(parts):
+        part = seqs[k * len(seqs) // parts : (k + 1) * len(seqs) // parts]
+        out.append(MixedStep.of(tuple(d for d, c in part if c is None),
+                                tuple(c for _, c in part if c is not None)))  # fmt: skip
+    return out
+
+
+class SplitPass:
+    """A step of an engine that splits each batch itself (FasterTransformer): the engine's
+    micro-batches (:meth:`~tpsim.calibration.model.Engine.pipeline_micro_batches`, a prefill
+    by its longest chunk, a decode by one token) enter the ``stages`` in turn, each stage
+    working on one at a time; the step ends when the last leaves the last stage."""
+
+    def __init__(
+        self,
+        stages: int,
+        micro_batches: Callable[[int, int], int],
+        pass_s: Callable[[MixedStep], tuple[float, Sequence[float]]],
+    ) -> None:
+        self.stages, self.micro_batches, self.pass_s = stages, micro_batches, pass_s
+
+    def __call__(self, step: MixedStep) -> float:
+        per_seq = max((n for n, _ in step.chunks), default=1)
+        parts = min(step.batch, self.micro_batches(step.batch, per_seq))
+        stages, end = Stages(self.stages), 0.0
+        for part in split_step(step, parts):
+            whole, sends = self.pass_s(part)
+            end = max(end, stages.cross(0.0, whole / self.stages, sends))
+        return end
+
+
+__all__ = ["SplitPass", "Stages", "VirtualEngine", "split_step"]

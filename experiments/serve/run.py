@@ -31,7 +31,7 @@ from tpsim.experiments.serve import metrics
 from tpsim.experiments.serve.disagg import Disagg, DisaggServers
 from tpsim.experiments.serve.engine import EngineInstance, Request, StepRecord
 from tpsim.experiments.serve.lockstep import LockstepGroup
-from tpsim.experiments.serve.pipeline import Stages, VirtualEngine
+from tpsim.experiments.serve.pipeline import SplitPass, Stages, VirtualEngine
 from tpsim.experiments.serve.workload import MAX_REQUESTS, Lengths, Requests, streams
 from tpsim.models.spec import ModelSpec
 
@@ -277,7 +277,9 @@ def serve(
     simulated_before = it.simulated
     spec = scheduler_spec(setup, it.plan.gpu.hbm_bytes)
     kv = kv_blocks(it, spec, setup.pp)
-    if setup.pp > 1:  # each virtual engine its share of every stage's cache
+    engine = it.plan.calib.engine
+    split = engine.pipeline_split_tokens is not None  # one instance splits its own batches
+    if setup.pp > 1 and not split:  # each virtual engine its share of every stage's cache
         kv = replace(kv, blocks=kv.blocks // setup.pp)
         if kv.blocks < 1:
             raise ConfigError(f"pp={setup.pp}: too little KV cache for {setup.pp} virtual engines")
@@ -345,11 +347,19 @@ def serve(
             def pass_s(step: Any) -> tuple[float, tuple[float, ...]]:
                 return whole(step), sends.seconds(step.tokens, pp, per_host)
 
-            servers, instance = [], "virtual engine"
-            for _ in range(setup.dp):  # each replica's virtual engines share its stages
-                stages = Stages(pp)
-                servers += [VirtualEngine(stages, make, pass_s) for _ in range(pp)]
-            engines = [v.engine for v in servers]
+            if split:  # one instance a replica, its steps split into micro-batches
+
+                def micro(batch: int, per_seq: int) -> int:
+                    return engine.pipeline_micro_batches(batch, per_seq, pp)
+
+                engines = [make(SplitPass(pp, micro, pass_s)) for _ in range(setup.dp)]
+                servers = list(engines)
+            else:
+                servers, instance = [], "virtual engine"
+                for _ in range(setup.dp):  # each replica's virtual engines share its stages
+                    stages = Stages(pp)
+                    servers += [VirtualEngine(stages, make, pass_s) for _ in range(pp)]
+                engines = [v.engine for v in servers]
         elif setup.attention_dp > 1:
             price = (lambda steps: max(map(timer, steps))) if timer else it.group_seconds
             groups = [LockstepGroup(setup.attention_dp, make, price) for _ in range(setup.dp)]

@@ -191,6 +191,11 @@ def _engine(d: Mapping[str, Any], name: str) -> Engine:
     pdl = entry(d, "pdl_archs", w)
     if not isinstance(pdl, list) or not all(isinstance(a, str) and a for a in pdl):
         raise CalibrationError(f"{w}.pdl_archs={pdl!r}: must be a list of GPU architectures")
+    split = entry(d, "pipeline_split_tokens", w)
+    if split is not None and (isinstance(split, bool) or not isinstance(split, int) or split < 1):
+        raise CalibrationError(
+            f"{w}.pipeline_split_tokens={split!r}: a positive number of tokens, or null"
+        )
     first = entry(d, "first_token", w)
     if first not in FIRST_TOKEN:
         choices = ", ".join(FIRST_TOKEN)
@@ -213,6 +218,7 @@ def _engine(d: Mapping[str, Any], name: str) -> Engine:
         compiled=compiled,
         host_overlap_sync=sync,
         pdl_archs=tuple(pdl),
+        pipeline_split_tokens=split,
     )
 
 

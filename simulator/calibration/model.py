@@ -136,6 +136,23 @@ class Engine:
     #: dependent launch (PDL): in a CUDA graph, a kernel that follows another of its chain
     #: is launched while that one drains, so no dispatch gap separates them.
     pdl_archs: tuple[str, ...] = ()
+    #: How the engine runs one batch through pipeline stages. None: it splits none; it keeps
+    #: a batch per stage in flight instead (vLLM's virtual engines, SGLang, TensorRT-LLM).
+    #: A number of tokens: it splits each batch itself, FasterTransformer's
+    #: ``getLocalBatchSize``: by the number of stages when they divide it, then in halves
+    #: while a micro-batch holds more than this many tokens and an even number of sequences.
+    pipeline_split_tokens: int | None = None
+
+    def pipeline_micro_batches(self, batch: int, tokens_per_seq: int, stages: int) -> int:
+        """Micro-batches one step of ``batch`` sequences of ``tokens_per_seq`` tokens each
+        (1 at decode) is split into over ``stages`` pipeline stages, as the engine splits it
+        (:attr:`pipeline_split_tokens`)."""
+        if stages < 2 or self.pipeline_split_tokens is None:
+            return 1
+        local = batch // stages if batch % stages == 0 else batch
+        while local * tokens_per_seq > self.pipeline_split_tokens and local % 2 == 0:
+            local //= 2
+        return batch // local
 
     def synchronous(self) -> Engine:
         """This engine with its asynchronous scheduling turned off (its host work overlapped

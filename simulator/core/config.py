@@ -72,8 +72,10 @@ class Layout:
 
     tp: int = 1
     gpus_per_node: int = 0
-    #: pipeline stages, data-parallel replicas, micro-batches per step, layers per stage
-    #: (empty: balanced); see tpsim.core.comm.layout
+    #: pipeline stages, data-parallel replicas, micro-batches per step (0: as the engine
+    #: splits the batch, tpsim.calibration.model.Engine.pipeline_micro_batches; resolved by
+    #: tpsim.core.plan.resolve), layers per stage (empty: balanced); see
+    #: tpsim.core.comm.layout
     pp: int = 1
     dp: int = 1
     micro_batches: int = 1
@@ -107,7 +109,8 @@ class Layout:
             )
         _positive_int("pp", self.pp, 1024)
         _positive_int("dp", self.dp, 4096)
-        _positive_int("micro_batches", self.micro_batches, 4096)
+        if self.micro_batches != 0:  # 0: the engine's split
+            _positive_int("micro_batches", self.micro_batches, 4096)
         if not isinstance(self.pp_layers, tuple) or not all(
             isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in self.pp_layers
         ):

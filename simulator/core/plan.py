@@ -140,6 +140,10 @@ def resolve(
     options = options or Options()
     calib = options.calibration  # an unknown engine or bad profile is refused first
     check_context(spec, workload)
+    if layout.micro_batches == 0:  # the engine's split of this step's batch
+        per_seq = workload.prompt_len if workload.phase == "prefill" else 1
+        split = calib.engine.pipeline_micro_batches(workload.batch, per_seq, layout.pp)
+        layout = replace(layout, micro_batches=split)
     gpu_count = sum(1 for _, k in graph.nodes(data="kind") if k == "gpu")
     check_tp(spec, layout.tp, gpu_count)
     tp, pp = layout.tp, layout.pp

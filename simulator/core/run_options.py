@@ -286,8 +286,11 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
         "micro_batches",
         "int",
         "layout",
-        "micro-batches per step (pipeline)",
+        "micro-batches per step (pipeline); 0: as the engine splits the batch, what run "
+        "and compare do when it is not given (one for engines that keep a batch per stage "
+        "in flight, FasterTransformer's halving for fastertransformer)",
         via_check("micro_batches", lambda v: Layout(micro_batches=v)),
+        unset=True,
     ),
     # a list per run: not a comma-list axis
     RunOption(

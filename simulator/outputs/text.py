@@ -206,7 +206,8 @@ def layout_lines(s: Summary) -> list[str]:
             f"  per replica   {s.tokens_per_s_per_replica:,.0f} tokens/s "
             f"(x{lay.dp} replicas = {s.tokens_per_s:,.0f})"
         )
-    if lay.pp > 1 and lay.micro_batches == 1 and s.config.workload.phase == "decode":
+    in_flight = s.config.options.calibration.engine.pipeline_split_tokens is None
+    if lay.pp > 1 and lay.micro_batches == 1 and s.config.workload.phase == "decode" and in_flight:
         b = s.config.workload.batch
         tpot = pipelined_tpot(s.latency_s, s.breakdown.bubble or 0.0, lay.pp)
         rate = lay.dp * lay.pp * b / tpot

@@ -260,6 +260,9 @@ def test_process_substitution_is_refused_with_the_way_out(tmp_path: Path) -> Non
 
 SLOW_RUN = ["run", "--model", "llama-3.1-70b", "--topology", "dgx-h100", "--tp", "8"]
 SLOW_RUN += ["--phase", "prefill", "--overlap", "chunked", "--batch", "4"]
+# some 7 s here with its trace and Gantt (the 3 s wait is well inside it: with 4 pieces a
+# GEMM it finished in 2.6 s, and the signal could land while the interpreter was exiting)
+SLOW_RUN += ["--overlap-chunks", "16"]
 
 
 # two configurations, one over two nodes and launched eagerly: some 18 s, long past the signal
