@@ -102,9 +102,8 @@ class SplitPass:
 
     def __call__(self, step: MixedStep) -> float:
         per_seq = max((n for n, _ in step.chunks), default=1)
-        parts = min(step.batch, self.micro_batches(step.batch, per_seq))
         stages, end = Stages(self.stages), 0.0
-        for part in split_step(step, parts):
+        for part in split_step(step, self.micro_batches(step.batch, per_seq)):
             whole, sends = self.pass_s(part)
             end = max(end, stages.cross(0.0, whole / self.stages, sends))
         return end
