@@ -50,8 +50,15 @@ def breakdown(records: Sequence[Record], path: Sequence[Record] | None = None) -
         parts[rec.category].append(rec.end_s - rec.start_s)
     out = {c: math.fsum(v) for c, v in parts.items()}
     total = makespan(records)
-    out["idle"] = max(0.0, total - math.fsum(out.values()))
+    out["idle"] = _gap(total, math.fsum(out.values()))
     return out
+
+
+def _gap(total: float, busy: float) -> float:
+    """What of ``total`` seconds ``busy`` leaves: 0 when it is the rounding of summing the
+    records' times (below a billionth of the total), not a gap on the path."""
+    gap = total - busy
+    return gap if gap > total * 1e-9 else 0.0
 
 
 def breakdown_by_layer(path: Sequence[Record]) -> list[dict[str, Any]]:
@@ -130,7 +137,7 @@ def pipeline_breakdown(
         parts[rec.category].append(rec.end_s - rec.start_s)
     out = {c: math.fsum(v) for c, v in parts.items()}
     total = makespan(records)
-    out["idle"] = max(0.0, total - bubble - math.fsum(out.values()))
+    out["idle"] = _gap(total, bubble + math.fsum(out.values()))
     out["bubble"] = bubble
     return out
 

@@ -70,10 +70,12 @@ def test_the_engines_no_longer_give_one_step() -> None:
 
     # gpt-fast all-reduces through NCCL, vLLM through its one-shot kernel ...
     assert comm("gpt-fast") > 1.2 * comm("vllm")
-    # ... but its norms and decode attention are Inductor's and SDPA's single kernels, against
-    # vLLM's 2023 one-CTA-a-token norms and FlashAttention's split-KV pair
-    for names in (("input_norm", "post_attn_norm"), ("attn",)):
-        assert busy("gpt-fast", *names) < 0.7 * busy("vllm", *names)
+    # ... but its decode attention is one SDPA kernel, against FlashAttention's split-KV
+    # pair; both compile their norms with Inductor (vLLM V1's custom ops are off), and
+    # TensorRT-LLM's are vectorised CUDA kernels: the same price
+    assert busy("gpt-fast", "attn") < 0.7 * busy("vllm", "attn")
+    norms = ("input_norm", "post_attn_norm")
+    assert busy("gpt-fast", *norms) == pytest.approx(busy("vllm", *norms), rel=1e-9)
 
 
 def test_blackwell_kernel_floors_are_hoppers() -> None:

@@ -61,17 +61,18 @@ model,topology,tp,batch,phase,context_len,measured_ms,notes,run
 def test_a_70b_tp8_step_of_10_9_ms_fits_the_floors_without_leaving_the_physical(
     tmp_path: Path,
 ) -> None:
-    """Issue #26: with the shipped floors vllm prices this step at 12.0 ms; HBM already at
-    the peak could not reach 10.9 ms (the fit held it at its bound, "beyond what is
-    physical"). The floors (vLLM's 2023 kernels' fixed times) are fitted instead."""
+    """Issue #26: with vLLM's 2023 kernels the shipped profile priced this step at 12.0 ms,
+    and HBM already at the peak could not reach 10.9 ms (the fit held it at its bound,
+    "beyond what is physical"). The floors are fitted instead; with vLLM V1's Inductor norms
+    (vllm.yaml) the shipped step is 10.6 ms and the fit moves them a little."""
     csv = tmp_path / "vllm70b.csv"
     csv.write_text(VLLM_70B)
     shipped = simulate(M70, "dgx-h100", 8, Workload(1, context_len=1024), Options(engine="vllm"))
-    assert shipped.latency_s > 11.5e-3
+    assert shipped.latency_s == pytest.approx(10.9e-3, rel=0.05)
     result = calibrate(csv, "vllm")
     (floor,) = [f for f in result.parameters if f.knob.name == "kernel_floor_scale"]
     assert floor.fitted and not floor.at_bound
-    assert floor.lower < floor.value < 0.85  # the floors are shorter than fitted on A100 in 2023
+    assert floor.lower < floor.value < floor.upper
     assert not any("beyond what is physical" in w for w in result.warnings)
     assert max(map(abs, result.errors())) < 0.05
     # the columns of the user's own: named once, echoed with each point
@@ -112,5 +113,5 @@ def test_fitted_at_tp_2_the_floors_predict_tp_4_and_8(tmp_path: Path) -> None:
     for tp in (4, 8):
         for b in (1, 16):
             assert step(tp, b, str(out)) == pytest.approx(step(tp, b, str(truth)), rel=0.02)
-    # the shipped profile misses TP 8 batch 1 by more than 15 %
-    assert step(8, 1, "vllm") / step(8, 1, str(truth)) - 1 > 0.15
+    # the shipped profile misses TP 8 batch 1 by more than 10 %
+    assert step(8, 1, "vllm") / step(8, 1, str(truth)) - 1 > 0.10
