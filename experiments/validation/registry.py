@@ -31,15 +31,15 @@ __all__ = ["BY_NAME", "UNCOVERED", "VALIDATIONS", "Comparison", "Point", "Valida
 #: github:casys-kaist/LLMServingSim@110d7d18, bench/examples/RTX4090/Llama-3.1-8B/outputs/sim.log
 _SATURATED_MISS = (
     "both stages are saturated in tpsim as in the measured runs, so each step's error is "
-    "amplified by the batch it holds. The RTX 4090: 32% slow in its steps, not in its batch: "
+    "amplified by the batch it holds. The RTX 4090: 30% slow in its steps, not in its batch: "
     "tpsim runs about 36 sequences, LLMServingSim's replay of the run (its TPOT within 0.2% of "
     "vLLM's; KV cache calibrated to vLLM's: 2,588 blocks, tpsim sizes 2,726) 24-44 once full. "
     "The cache runs full: 181 preemptions in 300 requests, each recomputing what was evicted "
     "of its own blocks (vLLM V1 caches every full block, and frees a request's tail first), "
-    "so prefill is 28% of the time; a decode step of 36 sequences of 900 tokens is 26.6 ms, "
-    "weights and KV read at 0.76 TB/s: the RTX 4090's kernels are uncalibrated (datasheet "
+    "so prefill is 28% of the time; a decode step of 36 sequences of 900 tokens is 26.2 ms, "
+    "weights and KV read at 0.77 TB/s: the RTX 4090's kernels are uncalibrated (datasheet "
     "defaults) and the ShareGPT lengths are replaced by their means. The H100's reasoning "
-    "stage (4,068 requests failed) +31%: its batch held at max_num_seqs, each step's decode "
+    "stage (4,068 requests failed) +30%: its batch held at max_num_seqs, each step's decode "
     "attention priced as in serving-h100-tpot"
 )
 
