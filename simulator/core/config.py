@@ -109,8 +109,11 @@ class Layout:
             )
         _positive_int("pp", self.pp, 1024)
         _positive_int("dp", self.dp, 4096)
-        if self.micro_batches != 0:  # 0: the engine's split
-            _positive_int("micro_batches", self.micro_batches, 4096)
+        m = self.micro_batches
+        if isinstance(m, bool) or not isinstance(m, int) or not 0 <= m <= 4096:
+            raise ConfigError(
+                f"micro_batches={m!r}: must be an integer from 1 to 4096, or 0 (the engine's split)"
+            )
         if not isinstance(self.pp_layers, tuple) or not all(
             isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in self.pp_layers
         ):

@@ -111,3 +111,16 @@ def test_run_takes_the_engines_split(capsys: pytest.CaptureFixture[str]) -> None
     for extra, micro in (([], 6), (["--micro-batches", "2"], 2)):
         assert main([*args, *extra]) == 0
         assert json.loads(capsys.readouterr().out)["config"]["layout"]["micro_batches"] == micro
+
+
+@pytest.mark.parametrize("value", ["-1", "4097"])
+def test_micro_batches_out_of_range_is_one_line(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """0 asks for the engine's split; a negative count or one past the limit is refused with
+    the field and the value, exit 2."""
+    args = ["run", "--model", "llama-3.1-8b", "--topology", "dgx-h100", "--tp", "2",
+            "--pp", "2", "--micro-batches", value]  # fmt: skip
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"micro_batches={value}" in err[0].replace("'", "")
