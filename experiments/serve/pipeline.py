@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from tpsim.calibration.model import Engine
 from tpsim.core.lowering.mixed import MixedStep
 from tpsim.experiments.serve.engine import EngineInstance
 
@@ -76,13 +77,12 @@ class VirtualEngine:
 def split_step(step: MixedStep, parts: int) -> list[MixedStep]:
     """``step``'s sequences (its decodes, then its prefill chunks) in ``parts`` micro-batches
     of consecutive sequences, as even as whole sequences allow."""
-    seqs: list[tuple[int, tuple[int, int] | None]] = [(d, None) for d in step.decodes]
-    seqs += [(0, c) for c in step.chunks]
+    seqs: list[int | tuple[int, int]] = [*step.decodes, *step.chunks]  # context, or a chunk
     out = []
     for k in range(parts):
         part = seqs[k * len(seqs) // parts : (k + 1) * len(seqs) // parts]
-        out.append(MixedStep.of(tuple(d for d, c in part if c is None),
-                                tuple(c for _, c in part if c is not None)))  # fmt: skip
+        out.append(MixedStep.of(tuple(s for s in part if isinstance(s, int)),
+                                tuple(s for s in part if not isinstance(s, int))))  # fmt: skip
     return out
 
 
@@ -95,15 +95,16 @@ class SplitPass:
     def __init__(
         self,
         stages: int,
-        micro_batches: Callable[[int, int], int],
+        engine: Engine,
         pass_s: Callable[[MixedStep], tuple[float, Sequence[float]]],
     ) -> None:
-        self.stages, self.micro_batches, self.pass_s = stages, micro_batches, pass_s
+        self.stages, self.engine, self.pass_s = stages, engine, pass_s
 
     def __call__(self, step: MixedStep) -> float:
         per_seq = max((n for n, _ in step.chunks), default=1)
+        parts = self.engine.pipeline_micro_batches(step.batch, per_seq, self.stages)
         stages, end = Stages(self.stages), 0.0
-        for part in split_step(step, self.micro_batches(step.batch, per_seq)):
+        for part in split_step(step, parts):
             whole, sends = self.pass_s(part)
             end = max(end, stages.cross(0.0, whole / self.stages, sends))
         return end

@@ -348,11 +348,7 @@ def serve(
                 return whole(step), sends.seconds(step.tokens, pp, per_host)
 
             if split:  # one instance a replica, its steps split into micro-batches
-
-                def micro(batch: int, per_seq: int) -> int:
-                    return engine.pipeline_micro_batches(batch, per_seq, pp)
-
-                engines = [make(SplitPass(pp, micro, pass_s)) for _ in range(setup.dp)]
+                engines = [make(SplitPass(pp, engine, pass_s)) for _ in range(setup.dp)]
                 servers = list(engines)
             else:
                 servers, instance = [], "virtual engine"

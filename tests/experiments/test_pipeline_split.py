@@ -75,7 +75,7 @@ def test_a_split_pass_pipelines_the_micro_batches() -> None:
         seen.append(step.batch)
         return 3.0, (0.0, 0.0)
 
-    split = SplitPass(3, lambda b, t: FT.pipeline_micro_batches(b, t, 3), pass_s)
+    split = SplitPass(3, FT, pass_s)
     prefill = MixedStep.of((), tuple((60, 0) for _ in range(256)))
     assert split(prefill) == pytest.approx(18.0)
     assert seen == [16] * 16
