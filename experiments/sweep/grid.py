@@ -18,7 +18,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -129,7 +129,8 @@ def axes_of(table: Iterable[RunOption]) -> dict[str, tuple[Callable[[Any], Any],
 
 
 #: Grid axes in expansion order: name -> (check and normalise one value, default); the
-#: sweepable options of tpsim.core.run_options.RUN_OPTIONS.
+#: sweepable options of tpsim.core.run_options.RUN_OPTIONS (``micro_batches`` 0, the engine's
+#: split, as in ``tpsim run``: each point stores the number it resolves to).
 AXES: dict[str, tuple[Callable[[Any], Any], Any]] = axes_of(RUN_OPTIONS)
 REQUIRED = tuple(o.name for o in RUN_OPTIONS if o.sweepable and o.required)
 
@@ -186,7 +187,21 @@ def _canonical(values: dict[str, Any]) -> GridPoint:
         values["prompt_len"] = None
     else:
         values["context_len"] = None
-    return GridPoint(**values)
+    point = GridPoint(**values)
+    return replace(point, micro_batches=_split(point)) if point.micro_batches == 0 else point
+
+
+def _split(point: GridPoint) -> int:
+    """The micro-batches the point's engine splits its batch into (1 without pipeline
+    stages); 0 where the point cannot say (its run then reports why, as a row's error)."""
+    if point.pp == 1:
+        return 1
+    try:
+        tokens = point.workload().prompt_len if point.phase == "prefill" else 1
+        engine = point.options().calibration.engine
+    except INPUT_ERRORS:
+        return 0
+    return engine.pipeline_micro_batches(point.batch, tokens, point.pp)
 
 
 def _dedupe(points: Iterable[GridPoint]) -> list[GridPoint]:

@@ -102,10 +102,13 @@ def bool_check(field: str) -> Callable[[object], bool]:
     return check
 
 
-def via_check(field: str, make: Callable[[int], object]) -> Callable[[object], int]:
-    """An integer the config dataclasses check themselves (their message names the field);
-    token lengths as text may carry a K/M suffix (4K = 4096)."""
-    as_int = int_check(field, 1)
+def via_check(
+    field: str, make: Callable[[int], object], positive: bool = True
+) -> Callable[[object], int]:
+    """An integer the config dataclasses check themselves (their message names the field),
+    refused here first unless positive (``positive=False``: the dataclass alone says which
+    values it takes); token lengths as text may carry a K/M suffix (4K = 4096)."""
+    as_int = int_check(field, 1 if positive else -(2**63))
 
     def check(value: object) -> int:
         if isinstance(value, str) and field.endswith("_len"):

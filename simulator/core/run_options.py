@@ -82,7 +82,8 @@ class RunOption:
     #: ``launch_skew_s``), and the factor from the option's unit to the field's
     field: str | None = None
     scale: float = 1.0
-    #: the default of an option that fills no dataclass field
+    #: the default of an option that fills no dataclass field, or of one whose commands
+    #: default otherwise than its dataclass (micro_batches: 0, the engine's split)
     own_default: Any = None
     #: run's flag is None when not given (the command decides: a length that does not apply
     #: to the phase is warned about), not the dataclass default
@@ -100,7 +101,7 @@ class RunOption:
         """The value when the option is not given (None for a required one)."""
         if self.required:
             return None
-        if self.belongs == "simulate":
+        if self.belongs == "simulate" or self.own_default is not None:
             return self.own_default
         value = getattr(_DATACLASS[self.belongs], self.field or self.name)
         return value / self.scale if self.scale != 1.0 else value
@@ -286,10 +287,11 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
         "micro_batches",
         "int",
         "layout",
-        "micro-batches per step (pipeline); 0: as the engine splits the batch, what run "
-        "and compare do when it is not given (one for engines that keep a batch per stage "
-        "in flight, FasterTransformer's halving for fastertransformer)",
-        via_check("micro_batches", lambda v: Layout(micro_batches=v)),
+        "micro-batches per step (pipeline); 0, the default: as the engine splits the batch "
+        "(one for engines that keep a batch per stage in flight, FasterTransformer's halving "
+        "for fastertransformer)",
+        via_check("micro_batches", lambda v: Layout(micro_batches=v), positive=False),
+        own_default=0,
         unset=True,
     ),
     # a list per run: not a comma-list axis

@@ -59,9 +59,24 @@ def test_yaml_keys_and_bad_values(tmp_path: Path) -> None:
     g = tmp_path / "g.yaml"
     g.write_text("{model: llama-3.1-8b, topology: dgx-h100, tp: 2, pp: [1, 2], dp: 2}\n")
     assert [(p.pp, p.dp) for p in grid_from_yaml(g)] == [(1, 2), (2, 2)]
-    g.write_text("{model: llama-3.1-8b, topology: dgx-h100, tp: 2, micro_batches: 0}\n")
-    with pytest.raises(Exception, match="micro_batches=0"):
+    g.write_text("{model: llama-3.1-8b, topology: dgx-h100, tp: 2, micro_batches: -1}\n")
+    with pytest.raises(Exception, match="micro_batches=-1"):
         grid_from_yaml(g)
+
+
+def test_micro_batches_default_to_the_engines_split_resolved_in_each_point() -> None:
+    """As in ``tpsim run``: without the axis a point takes its engine's split, stored as the
+    number it resolves to (so an in-flight engine's pipeline keeps the id it had with 1)."""
+    base = {"model": "llama-2-70b", "topology": "dgx-a100", "nodes": "3", "tp": "8",
+            "batch": "256", "phase": "prefill", "prompt_len": "60"}  # fmt: skip
+    ft = grid_from_flags(base | {"pp": "1,3", "engine": "fastertransformer"})
+    assert [(p.pp, p.micro_batches) for p in ft] == [(1, 1), (3, 16)]
+    (given,) = grid_from_flags(base | {"pp": "3", "engine": "fastertransformer",
+                                       "micro_batches": "0,16"})  # fmt: skip
+    assert given == ft[1]  # 0 and 16 are the same point
+    (vllm,) = grid_from_flags(base | {"pp": "3"})
+    (one,) = grid_from_flags(base | {"pp": "3", "micro_batches": "1"})
+    assert vllm.micro_batches == 1 and vllm.point_id == one.point_id
 
 
 def test_cli_bad_pp_exits_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
