@@ -20,9 +20,9 @@ from tpsim.core.errors import ConfigError
 from tpsim.core.kernels import kernel_table
 from tpsim.core.kernels.costs import Hardware, hardware_for
 from tpsim.core.lowering.experts import ExpertSplit, expert_split, read_histogram
-from tpsim.core.lowering.lower import launch_mode
 from tpsim.core.lowering.pipeline import micro_slices
 from tpsim.core.lowering.shard import Shard, shard
+from tpsim.core.lowering.step import launch_mode
 from tpsim.core.memory import MemoryUse, memory_per_stage, what_fits
 from tpsim.core.precision import Precision, run_precision
 from tpsim.models.catalog import get_model
@@ -63,7 +63,7 @@ class RunPlan:
     gpu: GPUSpec
     precision: Precision
     hardware: Hardware
-    launch: str  # the launch mode in effect (tpsim.core.lowering.lower.launch_mode)
+    launch: str  # the launch mode in effect (tpsim.core.lowering.step.launch_mode)
     split: Shard
     experts: ExpertSplit  # how the MoE layers are split (tpsim.core.lowering.experts)
     stages: tuple[range, ...]  # the layers of each pipeline stage

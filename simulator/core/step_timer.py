@@ -39,9 +39,9 @@ from tpsim.core.config import Layout, Options, Workload
 from tpsim.core.engine.jitter import HostJitter
 from tpsim.core.kernels.pricing import Pricing
 from tpsim.core.lowering import host
-from tpsim.core.lowering.lower import step_pricing
 from tpsim.core.lowering.mixed import MixedStep, attention_seconds, lower_mixed
 from tpsim.core.lowering.mla import mixed_attention
+from tpsim.core.lowering.step import step_pricing
 from tpsim.core.parallel import run_layout
 from tpsim.core.plan import RunPlan, resolve
 from tpsim.core.program import Programs

@@ -13,7 +13,7 @@ from tpsim.calibration import CalibrationError, default, engines, profile
 from tpsim.calibration.profiles import PROFILE_KEYS
 from tpsim.cli import main
 from tpsim.core import metrics
-from tpsim.core.lowering.lower import passes
+from tpsim.core.lowering.step import passes
 
 SHIPPED = [
     "ideal", "fastertransformer", "gpt-fast", "sglang", "tgi-v1", "trtllm", "vllm", "vllm-v0",

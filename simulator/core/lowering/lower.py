@@ -24,10 +24,9 @@ half's collective hides behind the other half's compute.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from tpsim.calibration import Engine
-from tpsim.core.config import ConfigError, Options, Workload, ceil_div
+from tpsim.core.config import Options, Workload, ceil_div
 from tpsim.core.kernels.costs import Hardware
 from tpsim.core.kernels.kernel_table import KernelTable
 from tpsim.core.kernels.pricing import Pricing
@@ -37,19 +36,9 @@ from tpsim.core.lowering.mla import LatentAttention
 from tpsim.core.lowering.moe_block import ExpertBlock
 from tpsim.core.lowering.opbuild import OpBuilder
 from tpsim.core.lowering.shard import shard
-from tpsim.core.precision import precision
+from tpsim.core.lowering.step import Slice, batch_slices, passes, step_pricing
 from tpsim.core.program import Program, Programs
 from tpsim.models.spec import ModelSpec
-
-
-@dataclass(frozen=True)
-class _Slice:
-    """A micro-batch: ``batch`` sequences, ``tokens`` tokens in the pass (its ops form one
-    dependency chain, numbered ``index``)."""
-
-    index: int
-    batch: int
-    tokens: int
 
 
 class _Megatron(LatentAttention, ExpertBlock):
@@ -105,7 +94,7 @@ class _Megatron(LatentAttention, ExpertBlock):
                          self.ep_rank)  # fmt: skip
 
     # ------------------------------------------------------------------ helpers
-    def ew(self, mb: _Slice, name: str, layer: int, nbytes: float, flops: float, shape: str,
+    def ew(self, mb: Slice, name: str, layer: int, nbytes: float, flops: float, shape: str,
            rows: int, width: int, fused: bool = False) -> None:  # fmt: skip
         """An elementwise (bytes-bound) kernel over ``rows`` rows of ``width`` elements
         (``fused``: a norm with the residual add fused in)."""
@@ -113,17 +102,17 @@ class _Megatron(LatentAttention, ExpertBlock):
         shape += " (kernel table)" if cost.measured else ""
         self.build.kernel(mb.index, name, "elementwise", layer, cost, shape)
 
-    def gemm(self, mb: _Slice, name: str, layer: int, m: int, n: int, k: int, site: str = "",
+    def gemm(self, mb: Slice, name: str, layer: int, m: int, n: int, k: int, site: str = "",
              deps: tuple[int, ...] | None = None, part: str = "") -> int:  # fmt: skip
         """GEMM ``name`` of ``[m, k] x [k, n]`` as one kernel (piece ``part`` of a split)."""
         cost, detail = self.price.gemm(name, m, n, k)
         return self.build.kernel(mb.index, name + part, "gemm", layer, cost, detail, site, deps)
 
-    def rows(self, mb: _Slice) -> int:
+    def rows(self, mb: Slice) -> int:
         """Tokens of the residual stream a rank holds: T, or T/tp with sequence parallelism."""
         return ceil_div(mb.tokens, self.tp) if self.sp else mb.tokens
 
-    def norm(self, mb: _Slice, name: str, layer: int, *, add: bool = False) -> None:
+    def norm(self, mb: Slice, name: str, layer: int, *, add: bool = False) -> None:
         rows, d, b = self.rows(mb), self.d, self.act_b
         if add and self.ar_norm_max and self.into_allreduce(mb, name):
             return
@@ -143,7 +132,7 @@ class _Megatron(LatentAttention, ExpertBlock):
             shape = f"[{rows}, {d}]"
             self.ew(mb, name, layer, 2 * rows * d * b + d * b, 4.0 * rows * d, shape, rows, d)
 
-    def into_allreduce(self, mb: _Slice, name: str) -> bool:
+    def into_allreduce(self, mb: Slice, name: str) -> bool:
         """Whether the residual add and norm ``name`` ride in the all-reduce just before them
         (TensorRT-LLM's fused kernel, AllReduceFusionOp.RESIDUAL_RMS_NORM: each CTA sums its
         tokens' rows from the peers, adds the residual, normalises and writes both; its own
@@ -161,7 +150,7 @@ class _Megatron(LatentAttention, ExpertBlock):
         self.build.ops[i] = replace(op, name=f"{op.name}+{name}", detail=fused)
         return True
 
-    def residual(self, mb: _Slice, layer: int) -> None:  # a + b -> c, [rows, d]
+    def residual(self, mb: Slice, layer: int) -> None:  # a + b -> c, [rows, d]
         rows = self.rows(mb)
         self.ew(
             mb,
@@ -174,7 +163,7 @@ class _Megatron(LatentAttention, ExpertBlock):
             self.d,
         )
 
-    def column_gemm(self, mb: _Slice, name: str, layer: int, n: int, site_in: str) -> None:
+    def column_gemm(self, mb: Slice, name: str, layer: int, n: int, site_in: str) -> None:
         """A column-parallel GEMM [T, d] x [d, n]; with sequence parallelism the input is
         all-gathered first (in chunks that overlap the GEMM when chunked)."""
         d, tokens = self.d, mb.tokens
@@ -184,7 +173,7 @@ class _Megatron(LatentAttention, ExpertBlock):
         full = round(tokens * d * self.act_b)  # the gathered input [T, d]
         self._split(mb, name, layer, n, d, full, "all_gather", site_in, gather_first=True)
 
-    def row_gemm(self, mb: _Slice, name: str, layer: int, k: int, site: str) -> None:
+    def row_gemm(self, mb: Slice, name: str, layer: int, k: int, site: str) -> None:
         """A row-parallel GEMM [T, k] x [k, d] and the collective that sums its partials."""
         full = round(mb.tokens * self.d * self.act_b)  # the partial sums [T, d]
         op = "reduce_scatter" if self.sp else "all_reduce"
@@ -192,7 +181,7 @@ class _Megatron(LatentAttention, ExpertBlock):
 
     def _split(
         self,
-        mb: _Slice,
+        mb: Slice,
         name: str,
         layer: int,
         n: int,
@@ -226,7 +215,7 @@ class _Megatron(LatentAttention, ExpertBlock):
                 build.collective(mb.index, coll, site, layer, size, deps=(gi,), part=part)
 
     # ------------------------------------------------------------------ the model
-    def embedding(self, mb: _Slice) -> None:
+    def embedding(self, mb: Slice) -> None:
         # each rank gathers the rows of its vocab shard [V, d], zeros elsewhere, then sums
         tokens, d = mb.tokens, self.d
         full = round(tokens * d * self.act_b)  # x: [T, d]
@@ -235,7 +224,7 @@ class _Megatron(LatentAttention, ExpertBlock):
         coll = "reduce_scatter" if self.sp else "all_reduce"
         self.build.collective(mb.index, coll, "embedding", -1, full)  # x: [T, d] (or [T/tp, d])
 
-    def attention_block(self, mb: _Slice, layer: int) -> None:
+    def attention_block(self, mb: Slice, layer: int) -> None:
         m, h, kv, hd = self.m, self.h, self.kv, self.hd
         self.norm(mb, "input_norm", layer, add=self.fuse and layer > 0)  # x: [T, d]
         w = self.w
@@ -270,7 +259,7 @@ class _Megatron(LatentAttention, ExpertBlock):
         self.build.kernel(mb.index, "attn", "attention", layer, cost, shape)  # o: [T, h hd]
         self.row_gemm(mb, "o_proj", layer, h * hd, "attn_out")  # [T, h hd] x [h hd, d] -> sum
 
-    def mlp_block(self, mb: _Slice, layer: int) -> None:
+    def mlp_block(self, mb: Slice, layer: int) -> None:
         if not self.fuse:
             self.residual(mb, layer)  # x + attention out: [T, d]
         self.norm(mb, "post_attn_norm", layer, add=self.fuse)  # [T, d]
@@ -297,17 +286,17 @@ class _Megatron(LatentAttention, ExpertBlock):
             self.ew(mb, "act", layer, 2 * act * self.act_b, 8.0 * act, shape, tokens, inner)
         self.row_gemm(mb, "mlp_down", layer, inner, "mlp_out")  # [T, I] x [I, d] -> sum [T, d]
 
-    def swiglu(self, mb: _Slice, name: str, layer: int, rows: int, inner: int) -> None:
+    def swiglu(self, mb: Slice, name: str, layer: int, rows: int, inner: int) -> None:
         """silu(gate) * up over ``rows`` rows: read [rows, 2 inner], write [rows, inner]."""
         act = rows * inner
         shape = f"[{rows}, {2 * inner}] -> [{inner}]"
         self.ew(mb, name, layer, 3 * act * self.act_b, 5.0 * act, shape, rows, inner)
 
-    def close_layer(self, mb: _Slice, layer: int) -> None:
+    def close_layer(self, mb: Slice, layer: int) -> None:
         if not self.fuse:  # fused: the next norm adds the residual
             self.residual(mb, layer)  # x + MLP out: [T, d]
 
-    def head(self, mb: _Slice) -> None:
+    def head(self, mb: Slice) -> None:
         L, d = self.m.num_layers, self.d
         self.norm(mb, "final_norm", L, add=self.fuse)  # [T, d]
         if self.sp:  # the last token of each sequence, from whichever rank holds it: [b, d]
@@ -348,63 +337,6 @@ def start_step(
     host.before_step(build, calib.engine, tp, workload.batch)
     lo = _Megatron(model, tp, workload, options, price, build, experts, ep_rank)
     return lo, build, mode
-
-
-def step_pricing(model: ModelSpec, tp: int, options: Options, hw: Hardware,
-                 table: KernelTable | None, memo: bool = False) -> Pricing:  # fmt: skip
-    """The prices of a step of ``model`` at ``tp``: the run's dtypes on ``hw``, ``table``'s
-    measured kernels of this shape; ``memo``: each kernel priced once however often it is
-    asked for (:attr:`Pricing.memo`: for a caller that lowers many steps of one model)."""
-    if table is not None:  # measured kernels of this model's shape at this TP
-        table = table.bind(model, tp)
-    prec = precision(
-        options,
-        model.dtype,
-        hw.fp8_tensor_cores,
-        fp4_tensor_cores=hw.fp4_tensor_cores,
-        expert_dtype=model.expert_dtype,
-    )
-    price = Pricing.of(hw, prec, table)
-    return replace(price, memo={}) if memo else price
-
-
-def launch_mode(workload: Workload, options: Options) -> str:
-    """The launch mode a step of ``workload`` really runs in (as :func:`start_step` decides
-    it for the step's first pass): ``options.launch`` where the engine has a CUDA graph for
-    it, else eager."""
-    engine = options.calibration.engine
-    first = passes(workload, engine)[0]
-    return host.step_mode(engine, options.launch, first.phase, first.tokens)
-
-
-def passes(workload: Workload, engine: Engine) -> list[Workload]:
-    """The passes one step runs through the layers, in order; the last computes the logits.
-
-    One, the workload itself, except a prefill under an engine whose first token comes from
-    a decode step (``first_token: decode_step``, FasterTransformer and TurboMind v0.1): the
-    prefill of all but the last prompt token (none for a one-token prompt), then the decode
-    step of that token over the cache, which samples the first token.
-    """
-    if workload.phase != "prefill" or engine.first_token != "decode_step":
-        return [workload]
-    step = Workload(workload.batch, "decode", workload.prompt_len, workload.prompt_len)
-    if workload.prompt_len == 1:
-        return [step]
-    return [replace(workload, prompt_len=workload.prompt_len - 1), step]
-
-
-def _slices(workload: Workload, options: Options) -> list[_Slice]:
-    """The pass as one slice, or two halves of the batch with microbatch overlap."""
-    if options.overlap != "microbatch":
-        return [_Slice(0, workload.batch, workload.tokens)]
-    if workload.batch < 2:
-        raise ConfigError("overlap='microbatch': needs batch >= 2 to split in two")
-    per_seq = workload.tokens // workload.batch
-    first = ceil_div(workload.batch, 2)
-    return [
-        _Slice(0, first, first * per_seq),
-        _Slice(1, workload.batch - first, (workload.batch - first) * per_seq),
-    ]
 
 
 def lower(
@@ -454,7 +386,7 @@ def _program(
     for k, run in enumerate(runs):
         if k:
             lo = lo.next_pass(run, options)
-        slices = _slices(run, options)
+        slices = batch_slices(run, options)
         for mb in slices:
             lo.embedding(mb)
         for layer in range(model.num_layers):

@@ -27,8 +27,9 @@ from tpsim.core.kernels.kernel_table import KernelTable
 from tpsim.core.kernels.pricing import Pricing
 from tpsim.core.lowering import host
 from tpsim.core.lowering.experts import ExpertSplit
-from tpsim.core.lowering.lower import _Slice, start_step
+from tpsim.core.lowering.lower import start_step
 from tpsim.core.lowering.mla import mixed_attention
+from tpsim.core.lowering.step import Slice
 from tpsim.core.program import Program, Programs
 from tpsim.models.spec import ModelSpec
 
@@ -154,7 +155,7 @@ def lower_mixed(
     experts' width split ``tp`` ways); expert-parallel ranks of different loads (a skew)
     get one program each, as :func:`tpsim.core.lowering.lower.lower` gives them.
     ``price``: the prices of ``model`` at ``tp`` made already
-    (:func:`tpsim.core.lowering.lower.step_pricing`), for a caller that lowers many steps."""
+    (:func:`tpsim.core.lowering.step.step_pricing`), for a caller that lowers many steps."""
     if options.overlap == "microbatch":
         raise ConfigError("overlap=microbatch: a serving iteration runs as one batch")
     if experts is None or not experts.uneven:
@@ -182,7 +183,7 @@ def _mixed_program(
     lo, build, mode = start_step(model, tp, step, options, hw, table, 0, experts, ep_rank,
                                  price)  # fmt: skip
     lo.price = MixedPricing.around(lo.price, step, no_attention, model)
-    mb = _Slice(0, step.batch, step.tokens)
+    mb = Slice(0, step.batch, step.tokens)
     lo.embedding(mb)
     for layer in range(model.num_layers):
         if mode == "eager":

@@ -28,14 +28,15 @@ from tpsim.core.kernels.costs import Hardware
 from tpsim.core.kernels.kernel_table import KernelTable
 from tpsim.core.lowering import host
 from tpsim.core.lowering.experts import ExpertSplit
-from tpsim.core.lowering.lower import _Slice, passes, start_step
+from tpsim.core.lowering.lower import start_step
+from tpsim.core.lowering.step import Slice, passes
 from tpsim.core.program import Program, Programs
 from tpsim.models.spec import ModelSpec
 
 _NEXT, _PREV = 1, -1  # placeholder peers of a stage program: the next or previous stage
 
 
-def micro_slices(workload: Workload, micro_batches: int) -> list[_Slice]:
+def micro_slices(workload: Workload, micro_batches: int) -> list[Slice]:
     """The batch split into ``micro_batches`` micro-batches of whole sequences (the first
     ``batch % M`` take one more)."""
     b, m = workload.batch, micro_batches
@@ -43,7 +44,7 @@ def micro_slices(workload: Workload, micro_batches: int) -> list[_Slice]:
         raise ConfigError(f"micro_batches={m}: more than batch={b} sequences to split")
     per_seq = workload.tokens // b
     sizes = [b // m + (1 if i < b % m else 0) for i in range(m)]
-    return [_Slice(i, n, n * per_seq) for i, n in enumerate(sizes)]
+    return [Slice(i, n, n * per_seq) for i, n in enumerate(sizes)]
 
 
 def stage_program(
@@ -90,7 +91,7 @@ def stage_program(
     for n, (run, mb) in enumerate(work):
         if run is not lo.w:
             lo = lo.next_pass(run, options)
-        one = _Slice(chain, mb.batch, mb.tokens)
+        one = Slice(chain, mb.batch, mb.tokens)
         if first:
             lo.embedding(one)
         for layer in layers:
