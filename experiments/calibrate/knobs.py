@@ -90,7 +90,7 @@ def _floors(c: Calibration, arch: str) -> list[float]:
     """The fixed times (s) of the base's own kernel families on a GPU of ``arch`` (GEMM,
     attention, elementwise; those it leaves to the GPU's kernel_overhead are not scaled)."""
     k = c.kernels
-    fixed = (k.gemm_fixed_s, k.attention_fixed_s, k.elementwise_fixed_s)
+    fixed = (k.gemm_fixed_s, k.attention_fixed_of(arch), k.elementwise_fixed_s)
     return [f * k.latency_scale_of(arch) for f in fixed if f]
 
 

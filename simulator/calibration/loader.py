@@ -41,6 +41,7 @@ def _kernels(d: Mapping[str, Any]) -> Kernels:
              for arch, shapes in _table(entry(d, "tiles", w), f"{w}.tiles").items()}  # fmt: skip
     if "default" not in tiles:
         raise CalibrationError(f"{w}.tiles: needs a 'default' tile")
+    archs = set(tiles) - {"default"}  # the GPU architectures the calibration knows
 
     def share(key: str, *, zero: bool = False) -> float:
         x = number(entry(d, key, w), f"{w}.{key}")
@@ -68,6 +69,7 @@ def _kernels(d: Mapping[str, Any]) -> Kernels:
         matmul_fraction=share("matmul_fraction"),
         gemm_stream_efficiency=share("gemm_stream_efficiency"),
         attention_fixed_s=fixed("attention_fixed_us"),
+        attention_fixed_by_arch_s=_by_arch(d, "attention_fixed_by_arch_us", archs),
         attention_stream_efficiency=share("attention_stream_efficiency"),
         attention_split_kv=split_kv,
         attention_append_efficiency=share("attention_append_efficiency", zero=True),
@@ -86,6 +88,19 @@ def _kernels(d: Mapping[str, Any]) -> Kernels:
         attention_efficiency_scale=_scale(d, "attention_efficiency_scale", w),
         hbm_efficiency_scale=_scale(d, "hbm_efficiency_scale", w),
     )
+
+
+def _by_arch(d: Mapping[str, Any], key: str, archs: set[str]) -> dict[str, float]:
+    """A kernels.yaml table of times (us) by GPU architecture, in seconds."""
+    w = "kernels.yaml"
+    out = {}
+    for arch, us in _table(entry(d, key, w), f"{w}.{key}").items():
+        if arch not in archs:
+            raise CalibrationError(
+                f"{w}.{key}: unknown architecture {arch!r} (known: {', '.join(sorted(archs))})"
+            )
+        out[str(arch)] = _nonnegative_us(us, f"{w}.{key}.{arch}")
+    return out
 
 
 def _tile_candidates(shapes: Any, where: str) -> tuple[TileShape, ...]:

@@ -52,6 +52,9 @@ class Kernels:
     matmul_fraction: float = 1.0  # share of the GPU's best achievable matmul rate reached
     gemm_stream_efficiency: float = 1.0  # share of achievable HBM a weight-read-bound GEMM gets
     attention_fixed_s: float | None = None  # fixed time of an attention call
+    #: per architecture, an attention call's fixed time where the engine runs another
+    #: kernel there (missing: attention_fixed_s)
+    attention_fixed_by_arch_s: Mapping[str, float] = field(default_factory=dict)
     attention_stream_efficiency: float = 1.0  # share of achievable HBM a decode KV read gets
     attention_split_kv: bool = False  # a prefill grid under one wave splits the KV over SMs
     attention_append_efficiency: float = 0.0  # >0: each CTA appends the new K/V (FA2 kvcache)
@@ -71,6 +74,11 @@ class Kernels:
 
     def latency_scale_of(self, arch: str) -> float:
         return self.latency_scale.get(arch, self.latency_scale.get("default", 1.0))
+
+    def attention_fixed_of(self, arch: str) -> float | None:
+        """An attention call's fixed time on ``arch`` before ``latency_scale`` (None: the
+        GPU's kernel_overhead)."""
+        return self.attention_fixed_by_arch_s.get(arch, self.attention_fixed_s)
 
     def tile(self, arch: str) -> tuple[TileShape, ...] | None:
         """The candidate GEMM tiles of a GPU architecture, or None when kernels are not
@@ -98,6 +106,7 @@ class Kernels:
             matmul_fraction=1.0,
             gemm_stream_efficiency=1.0,
             attention_fixed_s=None,
+            attention_fixed_by_arch_s={},
             attention_stream_efficiency=1.0,
             attention_split_kv=False,
             attention_append_efficiency=0.0,

@@ -83,6 +83,33 @@ def test_blackwell_kernel_floors_are_hoppers() -> None:
     assert k.latency_scale_of("blackwell") == k.latency_scale_of("hopper") < 1
 
 
+def test_vllm_decodes_with_one_kernel_on_blackwell_only(tmp_path: Path) -> None:
+    """vLLM runs FlashAttention's split-KV pair on Hopper and FlashInfer's TensorRT-LLM
+    decode kernel on Blackwell: the same step's attention floor drops there alone; no other
+    engine names an architecture, and an unknown one is refused."""
+    k = profile("vllm").kernels
+    assert k.attention_fixed_of("blackwell") < 0.5 * k.attention_fixed_of("hopper")
+    assert k.attention_fixed_of("hopper") == k.attention_fixed_of("ampere") == k.attention_fixed_s
+    assert {e for e in engines() if profile(e).kernels.attention_fixed_by_arch_s} == {"vllm"}
+    one = Workload(1, "decode", context_len=128)  # the floor dominates: 1 sequence, 128 keys
+
+    def attn(topology: str, engine: str) -> float:
+        run = simulate("llama-3.1-8b", topology, 1, one, Options(engine=engine))
+        return next(r.end_s - r.start_s for r in run.records if r.name == "attn")
+
+    # on B200 vLLM's attention is TensorRT-LLM's (less its dependent launch: the 0.6 us graph
+    # gap); on H100 it is not
+    assert attn("dgx-b200", "vllm") == pytest.approx(attn("dgx-b200", "trtllm"), abs=0.7e-6)
+    assert attn("dgx-h100", "vllm") > 2 * attn("dgx-h100", "trtllm")
+    f = tmp_path / "arch.yaml"
+    f.write_text(
+        "name: x\nextends: vllm\noverrides:\n  kernels:\n"
+        "    attention_fixed_by_arch_us: {value: {hoper: 3}, source: test}\n"
+    )
+    with pytest.raises(CalibrationError, match="unknown architecture 'hoper'"):
+        profile(str(f))
+
+
 def test_profile_fields_are_checked(tmp_path: Path) -> None:
     for field, value, needle in (
         ("allreduce_fusion", "residual_norm", "allreduce_fusion='residual_norm'"),

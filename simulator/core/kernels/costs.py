@@ -66,7 +66,7 @@ class Traits:
             fixed(k.gemm_fixed_s),
             k.matmul_fraction,
             k.gemm_stream_efficiency,
-            fixed(k.attention_fixed_s),
+            fixed(k.attention_fixed_of(arch)),
             k.attention_stream_efficiency,
             k.attention_split_kv,
             k.attention_append_efficiency,
