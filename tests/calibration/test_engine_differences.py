@@ -85,12 +85,13 @@ def test_blackwell_kernel_floors_are_hoppers() -> None:
 
 def test_vllm_decodes_with_one_kernel_on_blackwell_only(tmp_path: Path) -> None:
     """vLLM runs FlashAttention's split-KV pair on Hopper and FlashInfer's TensorRT-LLM
-    decode kernel on Blackwell: the same step's attention floor drops there alone; no other
-    engine names an architecture, and an unknown one is refused."""
+    decode kernel on Blackwell (SGLang, FlashAttention-3 and trtllm_mha, likewise): the same
+    step's attention floor drops there alone; an unknown architecture is refused."""
     k = profile("vllm").kernels
     assert k.attention_fixed_of("blackwell") < 0.5 * k.attention_fixed_of("hopper")
     assert k.attention_fixed_of("hopper") == k.attention_fixed_of("ampere") == k.attention_fixed_s
-    assert {e for e in engines() if profile(e).kernels.attention_fixed_by_arch_s} == {"vllm"}
+    named = {e for e in engines() if profile(e).kernels.attention_fixed_by_arch_s}
+    assert named == {"vllm", "sglang"}  # SGLang's trtllm_mha on SM100 as well
     one = Workload(1, "decode", context_len=128)  # the floor dominates: 1 sequence, 128 keys
 
     def attn(topology: str, engine: str) -> float:
