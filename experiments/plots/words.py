@@ -53,14 +53,18 @@ def assumption_lines(rows: Sequence[Row]) -> list[str]:
     for r in sorted(rows, key=lambda r: (str(r["topology"]), r["nodes"], r["tp"])):
         if r.get("error") or not r.get("gpu"):
             continue
-        crosses = int(r.get("hosts") or 1) > 1
+        hosts = int(r.get("hosts") or 1)
+        crosses = hosts > 1
         key = (r["topology"], r["nodes"], r["gpu"], r.get("engine"), r["launch"], crosses)
         if key not in seen:
             graph = get_topology(str(r["topology"]), int(r["nodes"]))
             seen[key] = assumptions(graph, {"config": config_from_row(r)})
             text = tuple(f"{k} {v}" for k, v in seen[key].items())
             place = f"{r['topology']}" + (f" x{r['nodes']} nodes" if r["nodes"] > 1 else "")
-            place += ", TP group over several hosts" if crosses else ""
+            if crosses:  # one TP group alone spans them; a layout's stages or replicas may
+                alone = int(r.get("pp") or 1) * int(r.get("dp") or 1) == 1
+                spans = "TP group over several hosts" if alone else f"layout over {hosts} hosts"
+                place += f", {spans}"
             where.setdefault(text, [])
             if place not in where[text]:
                 where[text].append(place)

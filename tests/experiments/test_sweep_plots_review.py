@@ -193,6 +193,16 @@ def test_assumptions_of_rows() -> None:
     assert "NICs per host" in lines[1] and "launch graph" in lines[1]
 
 
+def test_a_pipeline_over_hosts_is_not_called_a_tp_group_over_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["sweep", "--model", "llama-3.1-8b", "--topology", "dgx-h100", "--nodes", "2",
+            "--tp", "8", "--pp", "2", "--out", str(tmp_path / "s.csv"), "--quiet"]  # fmt: skip
+    assert main(args) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("assumptions")]
+    assert "layout over 2 hosts" in line and "TP group" not in line
+
+
 def test_sweep_prints_its_assumptions(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     args = ["sweep", "--model", "llama-3.1-8b", "--topology", "dgx-h100", "--tp", "1,2"]
     args += ["--out", str(tmp_path / "s.csv"), "--quiet", "--jobs", "1"]
