@@ -17,7 +17,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tpsim.core.config import Options
+from tpsim.core.config import Options, Workload
+from tpsim.core.errors import INPUT_ERRORS
+from tpsim.core.lowering.step import launch_mode
 from tpsim.outputs.text import engine_label, launch_label, regime_shares, regime_text
 from tpsim.topologies.graph import TopologyGraph
 
@@ -391,7 +393,21 @@ def config_from_row(row: Mapping[str, Any]) -> dict[str, Any]:
             "launch": row["launch"],
             "dtype": row.get("dtype") or "model's",
         },
+        "launch_effective": _launch_ran(row),
     }
+
+
+def _launch_ran(row: Mapping[str, Any]) -> str:
+    """The launch mode a row's step ran in: its ``launch``, or eager where the engine has no
+    CUDA graph for the step (as ``tpsim run`` says it)."""
+    lengths = {k: int(row[k]) for k in ("prompt_len", "context_len") if row.get(k)}
+    try:
+        workload = Workload(int(row["batch"]), str(row["phase"]), **lengths)
+        engine = str(row.get("engine") or Options.engine)
+        options = Options(engine=engine, launch=str(row["launch"]), ideal=bool(row.get("ideal")))
+        return launch_mode(workload, options)
+    except INPUT_ERRORS:
+        return str(row["launch"])
 
 
 def summary_from_row(row: Mapping[str, Any]) -> dict[str, Any]:

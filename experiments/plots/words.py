@@ -55,10 +55,12 @@ def assumption_lines(rows: Sequence[Row]) -> list[str]:
             continue
         hosts = int(r.get("hosts") or 1)
         crosses = hosts > 1
-        key = (r["topology"], r["nodes"], r["gpu"], r.get("engine"), r["launch"], crosses)
+        config = config_from_row(r)
+        ran = config["launch_effective"]
+        key = (r["topology"], r["nodes"], r["gpu"], r.get("engine"), r["launch"], ran, crosses)
         if key not in seen:
             graph = get_topology(str(r["topology"]), int(r["nodes"]))
-            seen[key] = assumptions(graph, {"config": config_from_row(r)})
+            seen[key] = assumptions(graph, {"config": config})
             text = tuple(f"{k} {v}" for k, v in seen[key].items())
             place = f"{r['topology']}" + (f" x{r['nodes']} nodes" if r["nodes"] > 1 else "")
             if crosses:  # one TP group alone spans them; a layout's stages or replicas may

@@ -203,6 +203,22 @@ def test_a_pipeline_over_hosts_is_not_called_a_tp_group_over_them(
     assert "layout over 2 hosts" in line and "TP group" not in line
 
 
+def test_assumptions_say_the_launch_mode_each_step_ran_in(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As run says it: vLLM's 4096-token prefill runs eager beside its graphed decode, and
+    FasterTransformer has no CUDA graphs at all."""
+    args = ["sweep", "--model", "llama-3.1-8b", "--topology", "dgx-h100", "--tp", "1",
+            "--phase", "prefill,decode", "--prompt-len", "4096", "--engine",
+            "vllm,fastertransformer", "--out", str(tmp_path / "s.csv"), "--quiet"]  # fmt: skip
+    assert main(args) == 0
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("assumptions")]
+    eager = "launch eager (no CUDA graph for this step in the engine)"
+    vllm = [x.endswith(eager) for x in lines if "engine vllm;" in x]
+    ft = [x.endswith(eager) for x in lines if "engine fastertransformer;" in x]
+    assert sorted(vllm) == [False, True] and ft == [True]
+
+
 def test_sweep_prints_its_assumptions(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     args = ["sweep", "--model", "llama-3.1-8b", "--topology", "dgx-h100", "--tp", "1,2"]
     args += ["--out", str(tmp_path / "s.csv"), "--quiet", "--jobs", "1"]
