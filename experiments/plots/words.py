@@ -61,15 +61,15 @@ def assumption_lines(rows: Sequence[Row]) -> list[str]:
         if key not in seen:
             graph = get_topology(str(r["topology"]), int(r["nodes"]))
             seen[key] = assumptions(graph, {"config": config})
-            text = tuple(f"{k} {v}" for k, v in seen[key].items())
-            place = f"{r['topology']}" + (f" x{r['nodes']} nodes" if r["nodes"] > 1 else "")
-            if crosses:  # one TP group alone spans them; a layout's stages or replicas may
-                alone = int(r.get("pp") or 1) * int(r.get("dp") or 1) == 1
-                spans = "TP group over several hosts" if alone else f"layout over {hosts} hosts"
-                place += f", {spans}"
-            where.setdefault(text, [])
-            if place not in where[text]:
-                where[text].append(place)
+        text = tuple(f"{k} {v}" for k, v in seen[key].items())
+        place = f"{r['topology']}" + (f" x{r['nodes']} nodes" if r["nodes"] > 1 else "")
+        if crosses:  # one TP group alone spans them; a layout's stages or replicas may
+            alone = int(r.get("pp") or 1) * int(r.get("dp") or 1) == 1
+            spans = "TP group over several hosts" if alone else f"layout over {hosts} hosts"
+            place += f", {spans}"
+        where.setdefault(text, [])
+        if place not in where[text]:
+            where[text].append(place)
     return [f"assumptions ({'; '.join(w)}): {'; '.join(t)}" for t, w in where.items()]
 
 
