@@ -239,7 +239,7 @@ VALIDATIONS: tuple[Validation, ...] = (
                "The prompts come back whole from the prefix cache, so a request's TTFT is the "
                "rest of the iteration it arrives in, the one vLLM had already planned (async "
                "scheduling, on by default since v0.14; the file's vLLM is 0.15.1) and its own "
-               "short one; the low-rate stages stay 14-20% low, 3-5 ms a request outside "
+               "short one; the low-rate stages stay 19-24% low, 5-6 ms a request outside "
                "the engine loop (the API server's tokenising and streaming, the client) that "
                "tpsim does not model",
                run.serving("h100", "ttft")),
