@@ -73,6 +73,7 @@ def _kernels(d: Mapping[str, Any]) -> Kernels:
         attention_stream_efficiency=share("attention_stream_efficiency"),
         attention_split_kv=split_kv,
         attention_append_efficiency=share("attention_append_efficiency", zero=True),
+        attention_heads_per_cta=_heads_per_cta(entry(d, "attention_heads_per_cta", w)),
         elementwise_fixed_s=fixed("elementwise_fixed_us"),
         rowwise_efficiency=share("rowwise_efficiency"),
         rowwise_latency_s=_nonnegative_us(entry(d, "rowwise_latency_us", w), "rowwise_latency"),
@@ -88,6 +89,15 @@ def _kernels(d: Mapping[str, Any]) -> Kernels:
         attention_efficiency_scale=_scale(d, "attention_efficiency_scale", w),
         hbm_efficiency_scale=_scale(d, "hbm_efficiency_scale", w),
     )
+
+
+def _heads_per_cta(value: object) -> int:
+    """0 (each KV head read once) or a power of two up to 64."""
+    if isinstance(value, bool) or value not in (0, 1, 2, 4, 8, 16, 32, 64):
+        raise CalibrationError(
+            f"kernels.yaml.attention_heads_per_cta={value!r}: must be 0 or a power of two up to 64"
+        )
+    return int(value)  # type: ignore[call-overload]
 
 
 def _by_arch(d: Mapping[str, Any], key: str, archs: set[str]) -> dict[str, float]:

@@ -58,6 +58,7 @@ class Kernels:
     attention_stream_efficiency: float = 1.0  # share of achievable HBM a decode KV read gets
     attention_split_kv: bool = False  # a prefill grid under one wave splits the KV over SMs
     attention_append_efficiency: float = 0.0  # >0: each CTA appends the new K/V (FA2 kvcache)
+    attention_heads_per_cta: int = 0  # >0: query heads a decode CTA covers (GQA re-reads)
     elementwise_fixed_s: float | None = None  # fixed time of an elementwise kernel
     rowwise_efficiency: float = 1.0  # share of achievable HBM of a row-per-CTA kernel
     rowwise_latency_s: float = 0.0  # one memory access per element of a row-per-CTA kernel
@@ -110,6 +111,7 @@ class Kernels:
             attention_stream_efficiency=1.0,
             attention_split_kv=False,
             attention_append_efficiency=0.0,
+            attention_heads_per_cta=0,
             elementwise_fixed_s=None,
             rowwise_efficiency=1.0,
             rowwise_latency_s=0.0,

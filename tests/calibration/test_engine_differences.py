@@ -111,6 +111,35 @@ def test_vllm_decodes_with_one_kernel_on_blackwell_only(tmp_path: Path) -> None:
         profile(str(f))
 
 
+def test_turbomind_reads_a_kv_head_once_per_cta_of_its_group(tmp_path: Path) -> None:
+    """TurboMind v0.1's decode attention covers 4 query heads a CTA: Llama-2-70B's groups of
+    8 read each KV head twice, the MHA Llama-2-13B once; a GQA-aware kernel (vLLM's) once.
+    Only the cache bytes double, so at a long context the 70B's attention nearly does."""
+    assert profile("fastertransformer").kernels.attention_heads_per_cta == 4
+    assert {e for e in engines() if profile(e).kernels.attention_heads_per_cta} == {
+        "fastertransformer"
+    }
+    wl = Workload(32, "decode", context_len=4096)
+
+    def attn(model: str, engine: str) -> tuple[int, float]:
+        run = simulate(model, "dgx-a100", 4, wl, Options(engine=engine))
+        op = next(o for o in run.records if o.name == "attn")
+        return op.bytes, op.end_s - op.start_s
+
+    def reads(model: str) -> float:
+        return attn(model, "fastertransformer")[0] / attn(model, "vllm")[0]
+
+    assert reads("llama-2-70b") == pytest.approx(2.0, rel=0.01)  # Q and O are tiny beside
+    assert reads("llama-2-13b") == pytest.approx(1.0, rel=1e-9)
+    f = tmp_path / "heads.yaml"
+    f.write_text(
+        "name: x\nextends: fastertransformer\noverrides:\n  kernels:\n"
+        "    attention_heads_per_cta: {value: 3, source: test}\n"
+    )
+    with pytest.raises(CalibrationError, match="attention_heads_per_cta=3"):
+        profile(str(f))
+
+
 def test_profile_fields_are_checked(tmp_path: Path) -> None:
     for field, value, needle in (
         ("allreduce_fusion", "residual_norm", "allreduce_fusion='residual_norm'"),

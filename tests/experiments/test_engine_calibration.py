@@ -50,10 +50,12 @@ def test_tgi_fitted_at_tp_2_predicts_tp_1_and_tp_4() -> None:
 
 def test_lmdeploy_first_tokens_take_a_prefill_and_a_decode_step() -> None:
     """TurboMind v0.1's first token is a prefill of all but the last prompt token and a
-    decode step (profile fastertransformer): every first-token point within 20%, the
-    128-token prompts (where the decode step is most of it) within 10%."""
+    decode step (profile fastertransformer): every first-token point within 12%. The
+    127-token prefills are the fast side (7B and 13B 4-5%, 70B at TP 4 11%): GEMMs of about
+    128 tokens sit at the A100's ridge, where Vidur's measured ones run 19% slower than the
+    refit prices them (vidur-kernels-refit's 128-token GEMMs on A100)."""
     for case in lmdeploy_cases():
         if "first token" not in case.label:
             continue
         err = simulate_case(case) / case.measured_s - 1
-        assert abs(err) < (0.10 if " p128 " in case.label else 0.20), (case.label, err)
+        assert abs(err) < 0.12, (case.label, err)

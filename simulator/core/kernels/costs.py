@@ -45,6 +45,7 @@ class Traits:
     attention_stream_efficiency: float = 1.0
     attention_split_kv: bool = False
     attention_append_efficiency: float = 0.0  # 0: no in-kernel append
+    attention_heads_per_cta: int = 0  # 0: each KV head read once per decode step
     elementwise_fixed_s: float | None = None
     rowwise_efficiency: float = 1.0
     rowwise_latency_s: float = 0.0
@@ -70,6 +71,7 @@ class Traits:
             k.attention_stream_efficiency,
             k.attention_split_kv,
             k.attention_append_efficiency,
+            k.attention_heads_per_cta,
             fixed(k.elementwise_fixed_s),
             k.rowwise_efficiency,
             k.rowwise_latency_s * scale,
@@ -383,13 +385,17 @@ def attention_decode(
     ``head_dim``, so ``4 batch heads head_dim context``). Bytes: the cache of every sequence,
     ``batch * context * cache_width`` (default K and V of every KV head, ``2 kv_heads
     head_dim``; MLA's absorbed decode: the latent, one for all heads), plus Q in and O out,
-    read at ``attention_stream_efficiency`` of the achievable HBM bandwidth.
+    read at ``attention_stream_efficiency`` of the achievable HBM bandwidth. A kernel whose
+    CTA covers at most ``attention_heads_per_cta`` query heads (TurboMind v0.1's: 4) reads
+    each KV head's cache once per CTA of its group: ``group / per_cta`` times, ``per_cta`` the
+    largest power of two up to that dividing the group (Llama-2-70B's 8 query heads a KV
+    head: twice); assumed from HBM, the CTAs not sharing it through L2.
     """
     tr = hw.traits
     vd = v_head_dim or head_dim
     width = cache_width or kv_heads * (head_dim + vd)
     flops = 2.0 * batch * heads * (head_dim + vd) * context
-    cache_read = batch * context * width * kv_bytes
+    cache_read = batch * context * width * kv_bytes * _kv_reads(heads, kv_heads, cache_width, tr)
     q_o = batch * heads * (head_dim + vd) * act_bytes
     t = flops / (_attention_peak(hw) * hw.attention_efficiency)
     return _priced(
@@ -400,6 +406,17 @@ def attention_decode(
         stream=tr.attention_stream_efficiency,
         fixed_s=tr.attention_fixed_s,
     )
+
+
+def _kv_reads(heads: int, kv_heads: int, cache_width: int, tr: Traits) -> int:
+    """Times a decode step reads each KV head's cache (1 unless the kernel's CTAs cover
+    fewer query heads than share it; a latent cache, ``cache_width``, is read once)."""
+    most = tr.attention_heads_per_cta
+    if not most or cache_width or kv_heads <= 0 or heads % kv_heads:
+        return 1
+    group = heads // kv_heads
+    per_cta = next(n for n in (64, 32, 16, 8, 4, 2, 1) if n <= most and group % n == 0)
+    return group // per_cta
 
 
 def _attention_peak(hw: Hardware) -> float:
