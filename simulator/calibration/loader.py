@@ -93,11 +93,12 @@ def _kernels(d: Mapping[str, Any]) -> Kernels:
 
 def _heads_per_cta(value: object) -> int:
     """0 (each KV head read once) or a power of two up to 64."""
-    if isinstance(value, bool) or value not in (0, 1, 2, 4, 8, 16, 32, 64):
-        raise CalibrationError(
-            f"kernels.yaml.attention_heads_per_cta={value!r}: must be 0 or a power of two up to 64"
-        )
-    return int(value)  # type: ignore[call-overload]
+    for n in (0, 1, 2, 4, 8, 16, 32, 64):
+        if value == n and not isinstance(value, bool):
+            return n
+    raise CalibrationError(
+        f"kernels.yaml.attention_heads_per_cta={value!r}: must be 0 or a power of two up to 64"
+    )
 
 
 def _by_arch(d: Mapping[str, Any], key: str, archs: set[str]) -> dict[str, float]:
