@@ -23,7 +23,7 @@ from statistics import median
 
 from tpsim import Options, Workload
 from tpsim.calibration import Kernels, csv_rows, measured
-from tpsim.core.kernels import costs
+from tpsim.core.kernels import attention
 from tpsim.core.kernels.costs import hardware_for
 from tpsim.core.kernels.kernel_table import KernelTable
 from tpsim.core.kernels.pricing import Pricing
@@ -135,7 +135,7 @@ def _attention(c: KernelCase, kernels: Kernels, table: KernelTable | None) -> fl
         return price.attention_prefill(1, c.tokens, h, kv, hd).seconds
 
     def chunk(x: int, cached: int) -> float:  # a chunk after cached tokens (no workload has it)
-        return costs.attention_prefill(1, x, h, kv, hd, hw, act_bytes=2, kv_bytes=2,
+        return attention.attention_prefill(1, x, h, kv, hd, hw, act_bytes=2, kv_bytes=2,
                                        cached=cached).seconds  # fmt: skip
 
     t = None if bound is None else bound.op_seconds("attn_prefill", c.gpu, "fp16", c.tokens,

@@ -16,7 +16,8 @@ from tpsim.calibration import default as default_calibration
 from tpsim.calibration import ideal as ideal_calibration
 from tpsim.cli import main
 from tpsim.core.config import kv_split
-from tpsim.core.kernels.costs import Hardware, attention_prefill, gemm, hardware_for
+from tpsim.core.kernels.attention import attention_prefill
+from tpsim.core.kernels.costs import Hardware, gemm, hardware_for
 from tpsim.core.kernels.gemm import Feed, choose, compute_seconds, plan, tile_seconds
 from tpsim.core.kernels.kernel_table import load
 from tpsim.core.lowering.lower import lower

@@ -10,7 +10,8 @@ import pytest
 from tpsim import simulate
 from tpsim.core.config import Options, Workload
 from tpsim.core.errors import ConfigError
-from tpsim.core.kernels.costs import causal_pairs, hardware_for
+from tpsim.core.kernels.attention import causal_pairs
+from tpsim.core.kernels.costs import hardware_for
 from tpsim.core.kernels.kernel_table import load
 from tpsim.core.kernels.pricing import Pricing
 from tpsim.core.lowering.lower import lower

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
-from tpsim.core.kernels import costs
+from tpsim.core.kernels import attention, costs
 from tpsim.core.kernels.costs import Hardware, KernelCost, RowKernel
 from tpsim.core.kernels.kernel_table import KernelTable
 from tpsim.core.precision import Precision, dtype_bytes
@@ -128,14 +128,14 @@ class Pricing:
                           head_dim: int, *, v_head_dim: int = 0, cache_width: int = 0,
                           window: int = 0) -> KernelCost:  # fmt: skip
         """Causal attention of ``batch`` prompts of ``prompt`` tokens over this rank's heads
-        (``v_head_dim``, ``cache_width``, ``window``: :func:`costs.attention_prefill`).
+        (``v_head_dim``, ``cache_width``, ``window``: :func:`attention.attention_prefill`).
 
         A table measures one sequence's chunk after some cached tokens; ``batch`` prompts
         read it at the chunk ``prompt * sqrt(batch)`` with nothing cached, the same FLOPs
         (Vidur's rule for a batch of prefills: the root of the summed squared chunks)."""
 
         def price(b: int, seq: int, cached: int = 0) -> KernelCost:
-            return costs.attention_prefill(b, seq, heads, kv_heads, head_dim, self.hw,
+            return attention.attention_prefill(b, seq, heads, kv_heads, head_dim, self.hw,
                                            act_bytes=self.act_b, kv_bytes=self.kv_b,
                                            cached=cached, v_head_dim=v_head_dim,
                                            cache_width=cache_width, window=window)  # fmt: skip
@@ -151,12 +151,12 @@ class Pricing:
                          head_dim: int, *, v_head_dim: int = 0, cache_width: int = 0,
                          window: int = 0) -> KernelCost:  # fmt: skip
         """One new token per sequence attending over ``context`` cached keys
-        (``v_head_dim``, ``cache_width``: :func:`costs.attention_decode`). ``window``: the
+        (``v_head_dim``, ``cache_width``: :func:`attention.attention_decode`). ``window``: the
         layer's sliding window, already applied to ``context`` (said for a composition of
         contexts, :class:`tpsim.core.lowering.mixed.MixedPricing`)."""
 
         def price(b: int, ctx: int) -> KernelCost:
-            return costs.attention_decode(b, ctx, heads, kv_heads, head_dim, self.hw,
+            return attention.attention_decode(b, ctx, heads, kv_heads, head_dim, self.hw,
                                           act_bytes=self.act_b, kv_bytes=self.kv_b,
                                           v_head_dim=v_head_dim,
                                           cache_width=cache_width)  # fmt: skip

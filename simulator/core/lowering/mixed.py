@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from tpsim.core.config import ConfigError, Options, Workload
-from tpsim.core.kernels import costs
+from tpsim.core.kernels import attention
 from tpsim.core.kernels.costs import Hardware, KernelCost
 from tpsim.core.kernels.kernel_table import KernelTable
 from tpsim.core.kernels.pricing import Pricing
@@ -84,7 +84,7 @@ def attention_seconds(price: Pricing, step: MixedStep, heads: int, kv_heads: int
                       head_dim: int, window: int = 0) -> KernelCost:  # fmt: skip
     """The attention of one layer of ``step`` on one rank: one decode kernel over every
     decode (its bytes and FLOPs are linear in the contexts, so their mean prices their sum)
-    plus one causal kernel per chunk over its prefix (costs.attention_prefill's ``cached``).
+    plus one causal kernel per chunk over its prefix (attention.attention_prefill's ``cached``).
     A sliding layer's ``window``: a decode reads at most its last ``window`` keys, a chunk's
     queries see at most ``window`` keys each."""
     parts: list[KernelCost] = []
@@ -95,7 +95,7 @@ def attention_seconds(price: Pricing, step: MixedStep, heads: int, kv_heads: int
         parts.append(decode(price, len(step.decodes), mean, heads, kv_heads, head_dim))
     for n, cached in step.chunks:
         parts.append(
-            costs.attention_prefill(1, n, heads, kv_heads, head_dim, price.hw,
+            attention.attention_prefill(1, n, heads, kv_heads, head_dim, price.hw,
                                     act_bytes=price.act_b, kv_bytes=price.kv_b, cached=cached,
                                     window=window)
         )  # fmt: skip

@@ -62,7 +62,7 @@ def mixed_attention(price: Pricing, model: ModelSpec, heads: int, workload: Any)
     """The attention kernels of one MLA layer of a mixed iteration on one rank, as one
     cost: the absorbed decode kernel over the decodes' contexts and one expanded causal
     kernel per chunk after its prefix (a :class:`~tpsim.core.kernels.costs.KernelCost`)."""
-    from tpsim.core.kernels import costs
+    from tpsim.core.kernels import attention, costs
     from tpsim.core.kernels.pricing import Pricing as Base
 
     latent, r = model.kv_latent_dim, model.kv_lora_rank
@@ -73,7 +73,7 @@ def mixed_attention(price: Pricing, model: ModelSpec, heads: int, workload: Any)
         parts.append(Base.attention_decode(price, len(workload.decodes), mean, heads, 1, latent,
                                            v_head_dim=r, cache_width=latent))  # fmt: skip
     for n, cached in workload.chunks:
-        parts.append(costs.attention_prefill(1, n, heads, heads, hd, price.hw,
+        parts.append(attention.attention_prefill(1, n, heads, heads, hd, price.hw,
                                              act_bytes=price.act_b, kv_bytes=price.kv_b,
                                              cached=cached, v_head_dim=v,
                                              cache_width=latent))  # fmt: skip
