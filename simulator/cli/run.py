@@ -130,8 +130,7 @@ def run_inputs(a: argparse.Namespace) -> tuple[Layout, Workload, Options]:
     )
     check_nodes(a.nodes)
     placement = tuple(x.strip() for x in a.placement.split(",")) if a.placement else ()
-    micro = 0 if a.micro_batches is None else a.micro_batches  # 0: the engine's split
-    layout = Layout(a.tp, a.gpus_per_node, a.pp, a.dp, micro, a.pp_layers, placement,
+    layout = Layout(a.tp, a.gpus_per_node, a.pp, a.dp, a.micro_batches, a.pp_layers, placement,
                     ep=a.ep, attention_dp=a.attention_dp, moe_tp=a.moe_tp)  # fmt: skip
     return layout, workload, options
 

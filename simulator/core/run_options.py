@@ -292,7 +292,6 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
         "for fastertransformer)",
         via_check("micro_batches", lambda v: Layout(micro_batches=v), positive=False),
         own_default=0,
-        unset=True,
     ),
     # a list per run: not a comma-list axis
     RunOption(
