@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from tpsim.calibration.scheduler import SchedulerSpec
 from tpsim.core.lowering.mixed import MixedStep
+from tpsim.experiments.serve.kvblocks import RequestBlocks
 from tpsim.experiments.serve.kvpool import BlockPool, Key
 from tpsim.experiments.serve.running import (
     BLOCKS,
@@ -112,6 +113,7 @@ class EngineInstance:
     ) -> None:
         self.spec, self.total_blocks, self.timer = spec, blocks, timer
         self.pool = BlockPool(blocks)
+        self.kv = RequestBlocks(self.pool, spec.block_size, spec.prefix_caching)
         self.lookup = requests  # id -> (prompt tokens, output tokens, prefix group, shared)
         self.waiting: deque[Request] = deque()
         #: async scheduling: requests admitted since the last plan, with when, in order
@@ -192,7 +194,7 @@ class EngineInstance:
         cols[COMPUTED, sel] = computed
         # full blocks of a shared prefix computed: registered (during its prefill only)
         for j in np.flatnonzero(before < cols[SHARED, sel]).tolist():
-            self._register(run.reqs[sel[j]], int(computed[j]))
+            self.kv.register(run.reqs[sel[j]], int(computed[j]))
         # a token from each sequence whose last token was computed (a static batch's
         # finished sequences pad it and emit nothing)
         generated = cols[GENERATED, sel]
@@ -230,51 +232,22 @@ class EngineInstance:
             run.remove(ended)
         return done
 
-    def _register(self, r: Request, computed: int) -> None:
-        """``r``'s full blocks of its shared prefix computed so far, registered."""
-        size = self.spec.block_size
-        while r.next_key < min(computed, r.shared) // size:
-            key = (r.group, r.next_key)
-            if self.pool.register(key):
-                r.keys.append(key)
-            r.next_key += 1
-
     # ----------------------------------------------------------------- KV blocks
-    def _blocks_for(self, tokens: int) -> int:
-        return -(-tokens // self.spec.block_size)
-
     @property
     def free(self) -> int:
         """Blocks that can be had: empty, or cached with no request holding them."""
         return self.pool.free
 
-    def _hold(self, tokens: int, held: int) -> int | None:
-        """The blocks held once ``tokens`` fit, from ``held``, taking what is missing; None
-        (nothing taken) when too few are free."""
-        need = self._blocks_for(tokens) - held
-        if need > 0 and not self.pool.take(need):
-            return None
-        return max(held, held + need)
-
-    def _grow(self, r: Request, tokens: int) -> bool:
-        """Blocks for ``r`` (not running) to hold ``tokens``; False when too few are free."""
-        blocks = self._hold(tokens, r.blocks)
-        if blocks is not None:
-            r.blocks = blocks
-        return blocks is not None
-
     def _grow_at(self, i: int, tokens: int) -> bool:
-        """:meth:`_grow` for the running request at position ``i``."""
-        blocks = self._hold(tokens, int(self.running.cols[BLOCKS, i]))
+        """Blocks for the running request at position ``i`` to hold ``tokens``; False when
+        too few are free."""
+        blocks = self.kv.hold(tokens, int(self.running.cols[BLOCKS, i]))
         if blocks is not None:
             self.running.cols[BLOCKS, i] = blocks
         return blocks is not None
 
     def _release(self, r: Request) -> None:
-        self.pool.release(r.keys, r.blocks - len(r.keys))
-        r.keys = []
-        r.blocks = 0
-        r.next_key = 0
+        self.kv.release(r)
 
     def _reserve(self, r: Request) -> int:
         return r.prompt + r.output
@@ -363,31 +336,11 @@ class EngineInstance:
             return _NONE, _NONE, budget, preempted
         return np.concatenate(sels), np.concatenate(ns), budget, preempted
 
-    def _cached_prefix(self, r: Request) -> list[Key]:
-        """The leading blocks of ``r``'s tokens found registered (at least its last token is
-        computed, as vLLM V1 does to sample): its shared prefix's, then, for a request
-        preempted before, the blocks of its own it computed then and that are still
-        cached."""
-        if not self.spec.prefix_caching or r.computed:
-            return []
-        size, limit = self.spec.block_size, (r.tokens - 1) // self.spec.block_size
-        shared = min(r.shared, r.tokens - 1) // size if r.group >= 0 else 0
-        keys = self.pool.lookup(r.group, shared) if shared else []
-        if r.preemptions and len(keys) == shared < limit:
-            keys += self.pool.lookup(_own(r), limit, start=shared)
-        return keys
-
     def _preempt(self, r: Request) -> None:
         """``r`` leaves the running batch and goes back to the front of the queue, its
-        progress dropped. With prefix caching, vLLM V1 hashes every full block of a request
-        (not only shared prefixes): the full blocks it had computed past its shared prefix
-        stay cached under its own keys, to be found when it is scheduled again if nothing
-        has evicted them by then (the tail ones go first)."""
-        if self.spec.prefix_caching:
-            size, own = self.spec.block_size, _own(r)
-            for i in range((r.shared // size if r.group >= 0 else 0), r.computed // size):
-                if self.pool.register((own, i)):  # not if it holds that block already
-                    r.keys.append((own, i))
+        progress dropped (with prefix caching, its own full blocks stay cached:
+        :meth:`RequestBlocks.keep_own`)."""
+        self.kv.keep_own(r)
         self._release(r)
         r.computed = 0
         r.preemptions += 1
@@ -400,19 +353,15 @@ class EngineInstance:
         tokens: list[int] = []
         while self.waiting and budget > 0 and len(run) < spec.max_num_seqs:
             r = self.waiting[0]
-            keys = self._cached_prefix(r)
-            hit = len(keys) * spec.block_size
-            k = r.tokens - hit - r.computed  # computed: a KV cache that came with it
+            keys = self.kv.cached_prefix(r)
+            k = r.tokens - len(keys) * spec.block_size - r.computed  # computed: KV it came with
             if not spec.chunked_prefill and k > budget:
                 break
             k = min(k, budget)
-            if keys:  # vLLM V1: the cached blocks first, then blocks for the tokens after them
-                if self._blocks_for(hit + k) - len(keys) + self.pool.cost_of(keys) > self.free:
-                    break
-                self.pool.acquire(keys)
-                r.keys, r.blocks, r.computed, r.next_key = list(keys), len(keys), hit, len(keys)
+            if keys and not self.kv.start_after(r, keys, k):
+                break
             want = self._reserve(r) if spec.kv_admission == "reserve" else r.computed + k
-            if not self._grow(r, want):
+            if not self.kv.grow(r, want):
                 break
             self.waiting.popleft()
             plan.append(self._join(r))
@@ -429,7 +378,7 @@ class EngineInstance:
             budget = self.spec.max_num_batched_tokens  # the batch's prompts in one pass
             while self.waiting and len(run) < self.spec.max_num_seqs:
                 r = self.waiting[0]
-                if r.prompt > budget or not self._grow(r, self._reserve(r)):
+                if r.prompt > budget or not self.kv.grow(r, self._reserve(r)):
                     break
                 budget -= r.prompt
                 self._join(self.waiting.popleft())
@@ -443,11 +392,6 @@ class EngineInstance:
         queued = len(self.waiting) + len(self.newcomers)
         padding = int(self.running.col(PADDING).sum()) if self.spec.policy == "static" else 0
         return queued + len(self.running) - padding
-
-
-def _own(r: Request) -> int:
-    """The prefix group of ``r``'s own tokens (negative: never a workload's shared group)."""
-    return -2 - r.id
 
 
 __all__ = ["EngineInstance", "Request", "StepRecord"]

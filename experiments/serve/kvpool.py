@@ -8,7 +8,7 @@ the head, evicting the hash). A request's full blocks of a prefix it shares with
 (``(group, block index)`` keys: the requests of one group begin with the same tokens) are
 registered when computed; a later request of the group finds the leading ones still
 in use or cached and starts after them. A preempted request's own full blocks are
-registered under its own group (:mod:`tpsim.experiments.serve.engine`), so that its
+registered under its own group (:mod:`tpsim.experiments.serve.kvblocks`), so that its
 recompute finds those still cached.
 """
 

@@ -1,0 +1,102 @@
+"""The KV blocks of an engine instance's requests: how many each holds, how many a number of
+tokens needs, and, with prefix caching, which it registers and finds (vLLM V1
+``KVCacheManager``: allocate, free, the cached prefix of a new request, the hashed blocks of
+a preempted one). The pool itself (:class:`~tpsim.experiments.serve.kvpool.BlockPool`) only
+counts blocks and keys; the scheduler (:mod:`tpsim.experiments.serve.engine`) decides who
+gets them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tpsim.experiments.serve.kvpool import BlockPool, Key
+
+if TYPE_CHECKING:
+    from tpsim.experiments.serve.engine import Request
+
+
+class RequestBlocks:
+    """``pool``'s blocks as requests hold them, ``block_size`` tokens each."""
+
+    def __init__(self, pool: BlockPool, block_size: int, prefix_caching: bool) -> None:
+        self.pool, self.size, self.prefix_caching = pool, block_size, prefix_caching
+
+    def blocks_for(self, tokens: int) -> int:
+        """Blocks that hold ``tokens``."""
+        return -(-tokens // self.size)
+
+    def hold(self, tokens: int, held: int) -> int | None:
+        """The blocks held once ``tokens`` fit, from ``held``, taking what is missing; None
+        (nothing taken) when too few are free."""
+        need = self.blocks_for(tokens) - held
+        if need > 0 and not self.pool.take(need):
+            return None
+        return max(held, held + need)
+
+    def grow(self, r: Request, tokens: int) -> bool:
+        """Blocks for ``r`` (not running) to hold ``tokens``; False when too few are free."""
+        blocks = self.hold(tokens, r.blocks)
+        if blocks is not None:
+            r.blocks = blocks
+        return blocks is not None
+
+    def release(self, r: Request) -> None:
+        """``r`` gives its blocks back (registered ones stay cached)."""
+        self.pool.release(r.keys, r.blocks - len(r.keys))
+        r.keys = []
+        r.blocks = 0
+        r.next_key = 0
+
+    def register(self, r: Request, computed: int) -> None:
+        """``r``'s full blocks of its shared prefix computed so far, registered."""
+        while r.next_key < min(computed, r.shared) // self.size:
+            key = (r.group, r.next_key)
+            if self.pool.register(key):
+                r.keys.append(key)
+            r.next_key += 1
+
+    def cached_prefix(self, r: Request) -> list[Key]:
+        """The leading blocks of ``r``'s tokens found registered (at least its last token is
+        computed, as vLLM V1 does to sample): its shared prefix's, then, for a request
+        preempted before, the blocks of its own it computed then and that are still
+        cached."""
+        if not self.prefix_caching or r.computed:
+            return []
+        size, limit = self.size, (r.tokens - 1) // self.size
+        shared = min(r.shared, r.tokens - 1) // size if r.group >= 0 else 0
+        keys = self.pool.lookup(r.group, shared) if shared else []
+        if r.preemptions and len(keys) == shared < limit:
+            keys += self.pool.lookup(own_group(r), limit, start=shared)
+        return keys
+
+    def start_after(self, r: Request, keys: list[Key], tokens: int) -> bool:
+        """``r`` holds the cached blocks ``keys`` and starts after them, if the blocks for
+        its next ``tokens`` can be had too (vLLM V1: the cached blocks first, then blocks for
+        the tokens after them); False (nothing held) otherwise."""
+        hit = len(keys) * self.size
+        if self.blocks_for(hit + tokens) - len(keys) + self.pool.cost_of(keys) > self.pool.free:
+            return False
+        self.pool.acquire(keys)
+        r.keys, r.blocks, r.computed, r.next_key = list(keys), len(keys), hit, len(keys)
+        return True
+
+    def keep_own(self, r: Request) -> None:
+        """``r`` is preempted: with prefix caching, vLLM V1 hashes every full block of a
+        request (not only shared prefixes), so the full blocks it computed past its shared
+        prefix stay cached under its own keys, to be found when it is scheduled again if
+        nothing has evicted them by then (the tail ones go first)."""
+        if not self.prefix_caching:
+            return
+        own = own_group(r)
+        for i in range((r.shared // self.size if r.group >= 0 else 0), r.computed // self.size):
+            if self.pool.register((own, i)):  # not if it holds that block already
+                r.keys.append((own, i))
+
+
+def own_group(r: Request) -> int:
+    """The prefix group of ``r``'s own tokens (negative: never a workload's shared group)."""
+    return -2 - r.id
+
+
+__all__ = ["RequestBlocks", "own_group"]
