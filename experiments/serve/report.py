@@ -78,6 +78,8 @@ def text(s: dict[str, Any], result: ServeResult, setup_line: str) -> str:
         _line("Preemptions:", f"{result.preemptions}"),
         _line("Iterations:", f"{result.iterations}"),
         _line("Mean requests in system:", f"{s['mean_in_system']:.2f}"),
+        # outside the engine loop: tpsim's TTFT starts when the engine has the request
+        _line("Not simulated (add to TTFT, E2EL):", "API server, tokenizer, client"),
     ]
     out.append(_rule(fill="="))
     if s["saturated"]:
