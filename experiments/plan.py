@@ -89,6 +89,11 @@ class PlanRow:
         return self.batch * self.dp * self.attention_dp
 
     @property
+    def batch_unit(self) -> str:
+        """What ``batch`` counts the sequences of: a replica, or one attention group of it."""
+        return "per attention group" if self.attention_dp > 1 else "per replica"
+
+    @property
     def label(self) -> str:
         adp = f" x ADP {self.attention_dp}" if self.attention_dp > 1 else ""
         ep = f" EP {self.ep}" if self.ep > 1 else ""
@@ -232,8 +237,14 @@ def decode_step(req: PlanRequest, tp: int, pp: int, dp: int, ep: int = 1, adp: i
             return DecodeStep(b, s.latency_s, s.tokens_per_s, s.regime, whole, _headroom(s))
         n, each = pipeline_batches(b, pp)
         s = run(each, 1)
-        tpot = pipelined_tpot(s.latency_s, s.breakdown.bubble or 0.0, n)
+        bubble = s.breakdown.bubble or 0.0
+        tpot = pipelined_tpot(s.latency_s, bubble, n)
+        # on TPOT's basis, with no fill (every stage busy with a batch): the last stage's
+        # part of the step, once per batch in flight (when it bounds TPOT: n times), or its
+        # mix over the whole pass (when one batch's own pass is longer)
         parts = {k: v for k, v in s.breakdown.to_dict().items() if k != "bubble"}
+        last = math.fsum(parts.values())
+        parts = {k: v * tpot / last for k, v in parts.items()} if last > 0 else parts
         free = min(m.capacity_bytes_per_gpu - m.total_bytes_per_gpu for m in memory(each * n))
         return DecodeStep(each * n, tpot, dp * each * n / tpot, regime(parts),
                           tuple(parts.items()), free)  # fmt: skip
@@ -360,13 +371,14 @@ def recommendation(rows: list[PlanRow]) -> str:
     best = rows[0]
     if not best.slo_ok:
         return (
-            f"No layout meets the SLOs. The closest is {best.label} at batch {best.batch} per "
-            f"replica: TTFT {best.ttft_s * 1e3:.1f} ms and TPOT {best.tpot_s * 1e3:.1f} ms, "
+            f"No layout meets the SLOs. The closest is {best.label} at batch {best.batch} "
+            f"{best.batch_unit}: TTFT {best.ttft_s * 1e3:.1f} ms and TPOT "
+            f"{best.tpot_s * 1e3:.1f} ms, "
             f"{best.miss:.2f}x the SLO it misses most ({best.tokens_per_s:,.0f} tokens/s); "
             "relax the SLOs, or add GPUs."
         )
     what = (
-        f"Recommended: {best.label} at batch {best.batch} per replica, "
+        f"Recommended: {best.label} at batch {best.batch} {best.batch_unit}, "
         f"{best.tokens_per_s:,.0f} tokens/s in total ({best.tokens_per_s_per_gpu:,.1f} per GPU) "
         f"at TPOT {best.tpot_s * 1e3:.1f} ms and TTFT {best.ttft_s * 1e3:.1f} ms"
         + ", meeting the SLOs"
@@ -389,8 +401,9 @@ def _why(best: PlanRow, other: PlanRow) -> str:
     sb, so = best.in_flight, other.in_flight
     if sb > so:
         reasons.append(
-            f"it decodes {sb} sequences at once ({best.batch} per replica, limited by "
-            f"{best.batch_limit}) against {so} ({other.batch}, limited by {other.batch_limit})"
+            f"it decodes {sb} sequences at once ({best.batch} {best.batch_unit}, limited by "
+            f"{best.batch_limit}) against {so} ({other.batch} {other.batch_unit}, limited by "
+            f"{other.batch_limit})"
         )
     if best.tpot_s < other.tpot_s:
         mine, theirs = dict(best.breakdown), dict(other.breakdown)

@@ -48,6 +48,9 @@ MIN_RATE = 1 / 64
 #: their arrivals span WINDOW lifetimes, so the queue can show whether it keeps up.
 WINDOW = 10
 MAX_PROBE_REQUESTS = 20_000
+#: A run that kept up but spanned too few lifetimes at its own latency runs again when the
+#: count that would span :data:`WINDOW` of them is this many times its own.
+LONGER = 1.25
 #: Disaggregated prefill:decode worker ratios tried.
 RATIOS = ((1, 1), (1, 2), (2, 1), (1, 3), (3, 1))
 
@@ -175,8 +178,25 @@ class _Prober:
         return min(n, MAX_PROBE_REQUESTS)
 
     def run(self, load: float) -> ServeResult:
+        """A run at ``load``. Open loop, a run that does not saturate but whose requests took
+        so long that its arrivals spanned fewer than :data:`WINDOW` of their lifetimes (its
+        count came from the latency at 1 req/s, and queueing or batching at this load made
+        them longer) runs again, long enough: a short burst would hide a queue that grows
+        too slowly to show in it."""
         req = self.req
         n = self.count(load)
+        r = self._serve(load, n)
+        if req.rate is not None and r.requests and not r.summary()["saturated"]:
+            e2e = float(np.mean([x.done_s - x.arrival_s for x in r.requests]))
+            wanted = min(math.ceil(load * WINDOW * e2e), MAX_PROBE_REQUESTS)
+            if wanted > LONGER * n:
+                r = self._serve(load, wanted)
+        if not self.latency_s and r.requests:
+            self.latency_s = float(np.mean([x.done_s - x.arrival_s for x in r.requests]))
+        return r
+
+    def _serve(self, load: float, n: int) -> ServeResult:
+        req = self.req
         if req.rate is not None:
             times = arrival_times(streams(req.seed)[0], load, "poisson", 1.0, requests=n)
             reqs = synthetic(req.seed, self.prompt, self.output, count=len(times), arrival_s=times)
@@ -185,8 +205,6 @@ class _Prober:
             r = serve(self.setup, lengths=(req.seed, self.prompt, self.output),
                       concurrency=int(load), count=n, iterations=self.timer)  # fmt: skip
         self.timer = r.timer
-        if not self.latency_s and r.requests:
-            self.latency_s = float(np.mean([x.done_s - x.arrival_s for x in r.requests]))
         return r
 
     def judge(self, r: ServeResult) -> tuple[str, float, float, float]:
@@ -279,19 +297,28 @@ def evaluate(
     n = math.ceil(want / good - 1e-12)
     usd = None
     if req.gpu_hour_usd is not None:
-        out_per_s = _output_rate(req, good_r, n)
+        out_per_s = _output_rate(req, prober, good, good_r, n)
         usd = n * gpus_unit * req.gpu_hour_usd / 3600 / out_per_s * 1e6 if out_per_s else None
     batch = _batch(good_r, adp)
     return RateRow(label, kind, tp, ep, p, d, adp, pp, gpus_unit, good, bad_fail or "none found",
                    good_j[1], good_j[2], batch, n, n * gpus_unit, usd, miss)  # fmt: skip
 
 
-def _output_rate(req: RateRequest, r: ServeResult, n: int) -> float:
-    """Output tokens/s the requested traffic produces (open loop: the rate times the output
-    length; closed loop: ``n`` units each as its probe measured)."""
+def _output_rate(
+    req: RateRequest, prober: _Prober, good: float, good_r: ServeResult, n: int
+) -> float:
+    """Output tokens/s the requested traffic produces on ``n`` units: open loop, the rate
+    times the output length; closed loop, the clients shared out over the units (some one
+    more than others) and each unit run at its share (the run at ``good`` clients reused)."""
     if req.rate is not None:
         return req.rate * req.output_len
-    return n * float(r.summary()["output_throughput"])
+    share, extra = divmod(int(req.concurrency or 0), n)
+    total = 0.0
+    for clients, units in ((share + 1, extra), (share, n - extra)):
+        if units and clients:
+            r = good_r if clients == int(good) else prober.run(float(clients))
+            total += units * float(r.summary()["output_throughput"])
+    return total
 
 
 def _evaluate(args: tuple[RateRequest, int, int, int, int, int, int]) -> RateRow | None:
@@ -399,10 +426,16 @@ def verdict(rows: list[RateRow], req: RateRequest) -> str:
         why = (f"the runner-up, {second.label}, needs {_gpus(second.gpus)} "
                f"({_load(req, second.max_load)} per unit of {_gpus(second.unit_gpus)}; beyond "
                f"that {_limit_text(second.limit)})")  # fmt: skip
-    else:
+    elif per_second < per_best * (1 - 1e-9):
         why = (f"the runner-up, {second.label}, needs as many GPUs ({second.gpus}) but "
                f"sustains less per GPU ({_load(req, per_second)} against "
                f"{_load(req, per_best)}; beyond its load {_limit_text(second.limit)})")  # fmt: skip
+    else:  # a tie: the smaller unit ranks first (the traffic grows in finer steps of it)
+        order = ("the smaller unit ranks first: it scales in finer steps"
+                 if second.unit_gpus > best.unit_gpus else "the two rank by name")  # fmt: skip
+        why = (f"the runner-up, {second.label}, needs as many GPUs ({second.gpus}) and "
+               f"sustains as much per GPU ({_load(req, per_best)}; beyond its load "
+               f"{_limit_text(second.limit)}): {order}")  # fmt: skip
     return f"{what}; {why}."
 
 

@@ -37,7 +37,7 @@ class Saturation:
     saturated: bool
     arrival_rate: float  # requests/s offered
     completion_rate: float  # requests/s completed while they arrived
-    growth_per_s: float  # requests in the system gained per second, second half of arrivals
+    growth_per_s: float  # requests in the system gained per second, third to last quarter
 
 
 def per_request(requests: Sequence[Request]) -> dict[str, np.ndarray]:
@@ -88,39 +88,57 @@ def summary(
     return result
 
 
+#: Points at which each quarter of the arrivals is sampled for its time-averaged occupancy.
+SAMPLES = 256
+
+
 def saturation(requests: Sequence[Request]) -> Saturation:
     """Open loop: whether the queue grew without bound while requests arrived. A system that
-    keeps up holds the number of requests in it around a level and its latency steady; one
-    that cannot gains the excess of arrivals over completions, and each request waits longer
-    than the one before. Saturated: the number in the system at the last arrival exceeds the
-    number half-way through the arrivals by more than 10 % of the requests that arrived in
-    between, and the requests arriving in the last quarter of the arrivals waited for their
-    first token, or took in all, more than 1.5 times as long on average as those of the
-    second quarter."""
+    keeps up holds the number of requests in it around a level (reached after a ramp from
+    empty) and its latency steady; one that cannot gains the excess of arrivals over
+    completions, linearly, and each request waits longer than the one before.
+
+    The arrivals are cut into quarters and the number in the system is time-averaged over
+    each (not read at an instant: the last arrival itself, or a burst, would count). Saturated
+    when both hold:
+
+    - it still grows in the second half: the last quarter's average exceeds the third's by
+      more than the noise of a steady level (twice its square root, as for a Poisson count:
+      a burst of arrivals is not a trend) and by more than 10 % of the requests that arrived
+      in the last quarter (a system converging to its level, or one just at capacity, gains
+      less). A run too short to show that is judged not saturated: ``tpsim plan`` runs its
+      probes long enough;
+    - the requests arriving in the last quarter waited for their first token, or took in
+      all, more than 1.5 times as long on average as those of the second quarter.
+
+    Fewer than 20 requests, or none after the first instant, are never judged saturated."""
     arrival = np.array([r.arrival_s for r in requests])
     e2e = np.array([r.done_s - r.arrival_s for r in requests])
     ttft = np.array([r.token_s[0] - r.arrival_s for r in requests])
     arrivals, done = np.sort(arrival), np.sort(np.array([r.done_s for r in requests]))
-    last = float(arrivals[-1]) if len(arrivals) else 0.0
-    if len(arrivals) < 20 or last <= 0:
+    if len(arrivals) < 20 or arrivals[-1] <= arrivals[0]:
         return Saturation(False, 0.0, 0.0, 0.0)
-    half = last / 2
+    first, last = float(arrivals[0]), float(arrivals[-1])
+    quarter = (last - first) / 4
+    edges = [first + k * quarter for k in range(5)]
 
-    def in_system(t: float) -> int:
-        return int(np.searchsorted(arrivals, t, "right") - np.searchsorted(done, t, "right"))
+    def occupancy(k: int) -> float:
+        """The time-averaged number in the system over quarter ``k`` (0 to 3)."""
+        t = edges[k] + (np.arange(SAMPLES) + 0.5) * (quarter / SAMPLES)
+        inside = np.searchsorted(arrivals, t, "right") - np.searchsorted(done, t, "right")
+        return float(inside.mean())
 
-    grew = in_system(last) - in_system(half)
-    second = int(
-        np.searchsorted(arrivals, last, "right") - np.searchsorted(arrivals, half, "right")
-    )
-    rate = len(arrivals) / last
-    completed = float(np.searchsorted(done, last, "right")) / last
-    q2, q4 = (arrival >= last / 4) & (arrival < half), arrival >= 3 * last / 4
+    third, fourth = occupancy(2), occupancy(3)
+    grew = fourth - third
+    late = int(len(arrivals) - np.searchsorted(arrivals, edges[3], "left"))
+    growing = grew > max(2.0 * np.sqrt(third + 1.0), 0.1 * late)
+    rate = (len(arrivals) - 1) / (last - first)
+    completed = float(np.searchsorted(done, last, "right")) / (last - first)
+    q2, q4 = (arrival >= edges[1]) & (arrival < edges[2]), arrival >= edges[3]
     slower = bool(q2.any() and q4.any()) and any(
         float(x[q4].mean()) > 1.5 * float(x[q2].mean()) for x in (ttft, e2e)
     )
-    saturated = grew > 0.1 * max(second, 1) and slower
-    return Saturation(saturated, rate, completed, grew / (last - half))
+    return Saturation(bool(growing and slower), rate, completed, grew / quarter)
 
 
 __all__ = ["METRICS", "Saturation", "per_request", "saturation", "summary"]

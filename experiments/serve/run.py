@@ -67,7 +67,7 @@ def kv_blocks(timer: IterationTimer, spec: SchedulerSpec, pp: int = 1) -> KVCach
     kv_b = dtype_bytes(precision(options, model.dtype, gpu.fp8_flops is not None).kv)
     runtime = plan.calib.memory.runtime_bytes
     best: KVCache | None = None
-    weights = 0
+    weights, whole = 0, True  # whole: a block fits in each stage's memory at utilisation 1
     for s, layers in enumerate(stage_layers(model.num_layers, pp)):
         last = s == pp - 1
         work = Workload(1, "prefill", t, t)
@@ -83,15 +83,22 @@ def kv_blocks(timer: IterationTimer, spec: SchedulerSpec, pp: int = 1) -> KVCach
         # latent on each)
         per_token = kv_elements_per_rank(model, tp, 1, layers) * kv_b
         blocks = int(room // (per_token * spec.block_size)) if room > 0 else 0
+        whole = whole and gpu.hbm_bytes - runtime - used >= per_token * spec.block_size
         if best is None or blocks < best.blocks:
             best = KVCache(blocks, spec.block_size, per_token, round(room))
             weights = mem.weights_bytes_per_gpu
     assert best is not None
     if best.blocks < 1:
+        more = "raise --tp" + (" or --pp" if pp > 1 else "")
+        if whole:  # the GPUs could hold a cache: the share the engine may use is the cause
+            raise ConfigError(
+                f"gpu_memory_utilization={spec.gpu_memory_utilization:g}: leaves no room for "
+                f"a KV cache beside {model.name}'s {weights / 2**30:.1f} GiB of weights per "
+                f"{gpu.name} at TP {tp}; raise it, or {more}"
+            )
         raise ConfigError(
             f"tp={tp}: {model.name} leaves no room for a KV cache on {gpu.name} "
-            f"({weights / 2**30:.1f} GiB of weights per GPU); raise --tp"
-            + (" or --pp" if pp > 1 else "")
+            f"({weights / 2**30:.1f} GiB of weights per GPU); {more}"
         )
     return best
 
@@ -217,12 +224,16 @@ def check_fits(spec: SchedulerSpec, kv: KVCache, model: ModelSpec, prompt: int, 
             f"{what}: {prompt} + {output} tokens, more than the whole KV cache "
             f"({kv.tokens:,} tokens); raise --tp or --gpu-memory-utilization"
         )
-    # without chunking a prompt runs whole; recomputed after a preemption, with its output
-    longest = prompt if spec.kv_admission == "reserve" else prompt + output
+    # without chunking a prompt runs whole; recomputed after a preemption, with the output
+    # it had generated (one token short of all of it, or it would have finished)
+    longest = prompt if spec.kv_admission == "reserve" else prompt + output - 1
     if not spec.chunked_prefill and longest > spec.max_num_batched_tokens:
+        why = "" if longest == prompt else (
+            f" (a preempted request is recomputed as one prefill of its {prompt}-token prompt "
+            f"and up to {output - 1} generated tokens)")  # fmt: skip
         raise ConfigError(
             f"{what}: a {longest}-token prefill cannot be chunked by engine "
-            f"{spec.engine} and exceeds max_num_batched_tokens={spec.max_num_batched_tokens}"
+            f"{spec.engine} and exceeds max_num_batched_tokens={spec.max_num_batched_tokens}" + why
         )
 
 

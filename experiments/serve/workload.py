@@ -56,6 +56,18 @@ class Lengths:
         return np.clip(np.rint(x), 1, MAX_LENGTH).astype(np.int64)
 
     @property
+    def largest(self) -> int | None:
+        """The longest it draws, or None where it has no bound below the clip (normal,
+        lognormal)."""
+        if self.kind == "fixed":
+            return int(self.a)
+        if self.kind == "uniform":
+            return int(self.b)
+        if self.kind == "file":
+            return max(self.values)
+        return None
+
+    @property
     def mean(self) -> float:
         if self.kind == "fixed":
             return self.a

@@ -42,11 +42,11 @@ def add_plan_parser(sub: Any) -> None:
     t.add_argument("--concurrency", type=int, help="concurrent clients to serve (closed loop)")
     t.add_argument("--output-len", type=tokens("--output-len"), help="output tokens per "
                    "request (default: --context-len minus --prompt-len)")  # fmt: skip
-    t.add_argument("--slo-percentile", type=number(0, 100), default=99.0, help="the "
-                   "percentile of TTFT and TPOT held to the SLOs (default 99)")  # fmt: skip
-    t.add_argument("--requests", type=int, default=300, help="requests per simulated run "
+    t.add_argument("--slo-percentile", type=number(0, 100), help="the percentile of TTFT "
+                   "and TPOT held to the SLOs (default 99)")  # fmt: skip
+    t.add_argument("--requests", type=int, help="requests per simulated run, at least "
                    "(default 300)")  # fmt: skip
-    t.add_argument("--seed", type=int, default=0, help="seed of the runs' draws")
+    t.add_argument("--seed", type=int, help="seed of the runs' draws (default 0)")
     t.add_argument("--no-disaggregated", action="store_true", help="aggregated units only")
     p.add_argument("--plots", type=Path, help="folder for the Pareto plot (plan_pareto.png)")
 
@@ -67,6 +67,14 @@ def _plan(a: argparse.Namespace) -> int:
             raise ConfigError(f"--{flag.replace('_', '-')}={v}: must be positive")
     if a.rate is not None or a.concurrency is not None:
         return _plan_traffic(a)
+    for flag in TRAFFIC_ONLY:
+        if getattr(a, flag) not in (None, False):
+            value = "" if getattr(a, flag) is True else f"={getattr(a, flag)}"
+            raise ConfigError(f"--{flag.replace('_', '-')}{value}: applies under traffic "
+                              "(with --rate or --concurrency)")  # fmt: skip
+    if a.context_len < a.prompt_len:
+        raise ConfigError(f"--context-len={a.context_len}: below --prompt-len={a.prompt_len} "
+                          "(a decode attends to its prompt and what it generated)")  # fmt: skip
     req = PlanRequest(a.model, a.topology, a.nodes, a.gpus, a.batch_max, a.prompt_len,
                       a.context_len, a.slo_ttft_ms, a.slo_tpot_ms, a.gpu_hour_usd, a.engine,
                       a.ideal)  # fmt: skip
@@ -104,6 +112,9 @@ def _plan_traffic(a: argparse.Namespace) -> int:
             f"--concurrency={a.concurrency}: a closed loop never saturates; give "
             "--slo-ttft-ms or --slo-tpot-ms to bound each unit's clients"
         )
+    a.slo_percentile = 99.0 if a.slo_percentile is None else a.slo_percentile
+    a.requests = 300 if a.requests is None else a.requests
+    a.seed = 0 if a.seed is None else a.seed
     if not 0 < a.slo_percentile <= 100:
         raise ConfigError(f"--slo-percentile={a.slo_percentile}: must be above 0, at most 100")
     if not 20 <= a.requests <= 100_000:
@@ -128,5 +139,8 @@ def _plan_traffic(a: argparse.Namespace) -> int:
         print(table(rows, req))
     return 0
 
+
+#: The flags of the traffic plan that the static plan has no use for.
+TRAFFIC_ONLY = ("output_len", "slo_percentile", "requests", "seed", "no_disaggregated")
 
 PLAN_COMMANDS = {"plan": _plan}

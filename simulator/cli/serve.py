@@ -11,7 +11,7 @@ from typing import Any
 
 from tpsim.cli.paths import check_output
 from tpsim.cli.run import add_option, run_topology
-from tpsim.core.config import Options, Workload, check_nodes
+from tpsim.core.config import Options, Workload, check_nodes, tp_problem
 from tpsim.core.errors import ConfigError
 from tpsim.core.run_options import BY_NAME
 
@@ -186,14 +186,27 @@ def _serve(a: argparse.Namespace) -> int:
 
         disagg = Disagg(a.prefill_tp or a.tp, a.prefill_workers or 1, a.decode_tp or a.tp,
                         a.decode_workers or 1)  # fmt: skip
+        from tpsim.models.catalog import get_model
+
+        spec = get_model(a.model)
+        for flag, tp in (("--prefill-tp", a.prefill_tp), ("--decode-tp", a.decode_tp)):
+            problem = tp and tp_problem(tp, spec.num_heads, spec.num_kv_heads)
+            if problem:
+                raise ConfigError(f"{flag}={tp}: {problem} of {spec.name}")
     setup = ServeSetup(a.model, run_topology(a), disagg.decode_tp if disagg else a.tp, a.dp,
                        a.nodes, a.gpus_per_node, options, a.exact, overrides, ep=a.ep,
                        disagg=disagg, attention_dp=a.attention_dp, pp=a.pp)  # fmt: skip
     prefix = (a.prefix_len, a.prefix_groups)
     prompt = parse_lengths("--prompt-len", a.prompt_len or str(PROMPT_DEFAULT))
     output = parse_lengths("--output-len", a.output_len or str(OUTPUT_DEFAULT))
+    longest = prompt.largest
     if a.trace is not None:
         reqs = read_trace(a.trace, requests=a.requests or 0, duration_s=a.duration)
+        longest = max(reqs.prompt, default=0)
+    if a.prefix_len and longest is not None and a.prefix_len > longest:
+        raise ConfigError(f"--prefix-len={a.prefix_len}: longer than every prompt (at most "
+                          f"{longest} tokens; the shared prefix is their start)")  # fmt: skip
+    if a.trace is not None:
         result = serve(setup, requests=reqs, prefix=prefix)
         what = f"trace {Path(a.trace).name}, {len(reqs)} requests"
     elif a.rate is not None:

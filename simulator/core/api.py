@@ -121,15 +121,15 @@ def summarize(
         d = end // per_replica
         last = set(range(d * per_replica + (pp - 1) * tp, (d + 1) * per_replica))
         parts = metrics.pipeline_breakdown(records, path, last)
+        fill = metrics.pipeline_tail(path, last)
     else:
         parts = metrics.breakdown(records, path)
+        fill = 0
     latency = metrics.makespan(records)
     # every attention data-parallel group runs its own batch
     tokens = workload.tokens * layout.attention_dp
     per_s = tokens / latency if latency > 0 else float("inf")
     regime = metrics.regime(parts)
-    if parts.get("bubble", 0.0) > max(parts[c] for c in metrics.CATEGORIES):
-        regime = metrics.REGIMES["bubble"]
     one = isinstance(plan.comms, Comms)
     routes, gpu_ranks, graph = plan.routes, plan.gpu_ranks, plan.graph
     weights = plan.precision.weights  # the resolved --dtype (fp32 checkpoints run in fp16)
@@ -171,7 +171,7 @@ def summarize(
         memory=plan.memory[plan.worst_stage],
         communication=Communication.of(metrics.communication(records)),
         model_split=ModelSplit(split.heads, split.kv_heads, split.kv_replication),
-        layers=layers_of(metrics.breakdown_by_layer(path)),
+        layers=layers_of(metrics.breakdown_by_layer(path, fill)),
         engine=engine,
         tokens_per_s_per_replica=None if one else per_s,
         memory_stage=None if one else plan.worst_stage,

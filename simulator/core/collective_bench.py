@@ -16,6 +16,7 @@ from typing import Any
 
 from tpsim import calibration
 from tpsim.core import metrics
+from tpsim.core.comm.algorithms import REGISTRY
 from tpsim.core.comm.collectives import OPS
 from tpsim.core.comm.enqueue import enqueue_s
 from tpsim.core.comm.group import connect, run_programs
@@ -70,6 +71,8 @@ def collective_sweep(
 
     if op not in OPS:
         raise ConfigError(f"op={op!r}: must be one of {', '.join(OPS)}")
+    if algo in REGISTRY and op not in REGISTRY[algo].ops:
+        raise ConfigError(f"algo={algo}: runs only {', '.join(REGISTRY[algo].ops)}, not {op}")
     if phase not in PHASES:
         raise ConfigError(f"phase={phase!r}: must be dispatch, combine or empty")
     if not 0 < node_dedup <= 1:

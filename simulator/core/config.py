@@ -10,15 +10,18 @@ from dataclasses import dataclass
 
 from tpsim import calibration
 from tpsim.calibration import Calibration
-from tpsim.core.comm.algorithms import CHOICES
+from tpsim.core.comm.algorithms import REGISTRY
 from tpsim.core.errors import ConfigError
 
 PHASES: tuple[str, ...] = ("prefill", "decode")
 LAUNCH_MODES: tuple[str, ...] = ("eager", "graph", "compiled")
 OVERLAP_MODES: tuple[str, ...] = ("none", "chunked", "microbatch")
-#: Collective algorithms (the registry, tpsim.core.comm.algorithms): auto picks the fastest of
-#: all, nccl the fastest of NCCL's own, or one by name.
-ALLREDUCE_ALGOS: tuple[str, ...] = CHOICES
+#: All-reduce algorithms (the registry, tpsim.core.comm.algorithms): auto picks the fastest of
+#: all, nccl the fastest of NCCL's own, or one by name that runs an all-reduce (the group's
+#: other collectives run as a ring then); the all-to-all kernels are ``moe_a2a``'s.
+ALLREDUCE_ALGOS: tuple[str, ...] = (
+    "auto", "nccl", *(name for name, a in REGISTRY.items() if "all_reduce" in a.ops)
+)  # fmt: skip
 #: The all-to-all kernels of MoE token dispatch (Options.moe_a2a).
 MOE_A2A: tuple[str, ...] = ("nccl", "deepep")
 COMPUTE_DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp4")

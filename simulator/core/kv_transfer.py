@@ -60,8 +60,12 @@ class KVRoutes:
         need = prefill.gpus + decode.gpus
         if need > routes.num_ranks:
             name = routes.graph.graph.get("name", "topology")
+            # the larger pool's larger factor named: the most likely surprise
+            kind, pool = ("decode", decode) if decode.gpus >= prefill.gpus else ("prefill", prefill)
+            big = (f"{kind}_workers", pool.workers) if pool.workers > pool.tp else (
+                f"{kind}_tp", pool.tp)  # fmt: skip
             raise ConfigError(
-                f"prefill_workers={prefill.workers}: {prefill.workers}x{prefill.tp} prefill "
+                f"{big[0]}={big[1]}: {prefill.workers}x{prefill.tp} prefill "
                 f"and {decode.workers}x{decode.tp} decode GPUs = {need}, more than the "
                 f"{routes.num_ranks} GPUs of {name} (add hosts: --nodes)"
             )

@@ -61,16 +61,24 @@ def _gap(total: float, busy: float) -> float:
     return gap if gap > total * 1e-9 else 0.0
 
 
-def breakdown_by_layer(path: Sequence[Record]) -> list[dict[str, Any]]:
+def breakdown_by_layer(path: Sequence[Record], fill: int = 0) -> list[dict[str, Any]]:
     """The critical path cut by layer: per layer (-1 the embedding, ``num_layers`` the
     head) the seconds in each category, the gaps before its records as ``idle``, and the
-    regime. The layers' parts add up to :func:`breakdown`'s."""
+    regime. A pipeline's first ``fill`` records of the path (the fill before its last stage
+    takes over: :func:`pipeline_tail`) and the gaps before them count as ``bubble`` of
+    their layers, as :func:`pipeline_breakdown` counts them. The layers' parts add up to
+    :func:`breakdown`'s (:func:`pipeline_breakdown`'s)."""
+    keys = (*CATEGORIES, "idle", "bubble") if fill else (*CATEGORIES, "idle")
     layers: dict[int, dict[str, float]] = {}
     prev_end = 0.0
-    for rec in path:
-        parts = layers.setdefault(rec.layer, {c: 0.0 for c in (*CATEGORIES, "idle")})
-        parts["idle"] += max(0.0, rec.start_s - prev_end)
-        parts[rec.category] += rec.end_s - rec.start_s
+    for i, rec in enumerate(path):
+        parts = layers.setdefault(rec.layer, dict.fromkeys(keys, 0.0))
+        gap, busy = max(0.0, rec.start_s - prev_end), rec.end_s - rec.start_s
+        if i < fill:
+            parts["bubble"] += gap + busy
+        else:
+            parts["idle"] += gap
+            parts[rec.category] += busy
         prev_end = rec.end_s
     return [
         {"layer": layer, "breakdown_s": parts, "regime": regime(parts)}
@@ -79,8 +87,12 @@ def breakdown_by_layer(path: Sequence[Record]) -> list[dict[str, Any]]:
 
 
 def regime(parts: dict[str, float]) -> str:
-    """What bounds the pass: the category with the largest share of the critical path."""
-    if not any(parts[c] > 0 for c in CATEGORIES):
+    """What bounds the pass: the category with the largest share of the critical path (a
+    pipeline's fill, ``bubble``, when it is larger than each)."""
+    busiest = max(parts[c] for c in CATEGORIES)
+    if parts.get("bubble", 0.0) > busiest:
+        return REGIMES["bubble"]
+    if busiest <= 0:
         return "idle"
     top = max(CATEGORIES, key=lambda c: (parts[c], -CATEGORIES.index(c)))
     return REGIMES[top]
@@ -120,6 +132,16 @@ def communication(records: Sequence[Record], rank: int = 0) -> dict[str, Any]:
     return out
 
 
+def pipeline_tail(path: Sequence[Record], last_stage: set[int]) -> int:
+    """Where the critical path reaches the last stage's ranks for good: the index of its
+    first record on them after which it never leaves them (``len(path)`` when it ends
+    elsewhere)."""
+    k = len(path)
+    while k > 0 and path[k - 1].rank in last_stage:
+        k -= 1
+    return k
+
+
 def pipeline_breakdown(
     records: Sequence[Record], path: Sequence[Record], last_stage: set[int]
 ) -> dict[str, float]:
@@ -127,10 +149,7 @@ def pipeline_breakdown(
     the time before the critical path reaches the last stage's ranks for good (the pipeline
     filling: that stage waits); the categories and ``idle`` are the rest of the path. The
     values sum to the makespan."""
-    k = len(path)
-    while k > 0 and path[k - 1].rank in last_stage:
-        k -= 1
-    tail = path[k:]
+    tail = path[pipeline_tail(path, last_stage) :]
     bubble = tail[0].start_s if tail else makespan(records)
     parts: dict[str, list[float]] = {c: [] for c in CATEGORIES}
     for rec in tail:

@@ -271,3 +271,18 @@ def test_stage_sends_are_a_slice_per_tp_rank_then_an_all_gather() -> None:
         assert len({r.op for r in mine}) == 2  # one per tensor
         first_kernel = min(r.start_s for r in recs if r.rank == rank and r.stream == "compute")
         assert max(r.end_s for r in mine) <= first_kernel
+
+
+def test_pipeline_layers_add_up_to_the_breakdown() -> None:
+    """With a pipeline, the per-layer cut counts the fill before the last stage takes over
+    as the crossed layers' ``bubble``, so the layers still add up to ``breakdown_s``; and
+    ``tokens_per_s_per_gpu`` is the whole layout's tokens over all its GPUs."""
+    s = simulate("llama-3.1-8b", "dgx-h100", Layout(2, pp=2, dp=2, micro_batches=2),
+                 Workload(8, "decode", context_len=256)).summary  # fmt: skip
+    total, layers = s["breakdown_s"], s["layers"]
+    assert total["bubble"] > 0
+    for k, v in total.items():
+        assert math.fsum(x["breakdown_s"].get(k, 0.0) for x in layers) == pytest.approx(v)
+    first = next(x for x in layers if x["layer"] == 0)["breakdown_s"]
+    assert first["bubble"] > 0 and first["memory"] == 0  # stage 0's work is the fill
+    assert s["tokens_per_s_per_gpu"] * 8 == pytest.approx(s["tokens_per_s"])

@@ -77,6 +77,23 @@ def test_an_impossible_slo_says_so_and_shows_the_closest() -> None:
     assert text.startswith("No unit meets the SLOs") and rows[0].label in text
 
 
+def test_closed_loop_cost_is_at_the_requested_clients() -> None:
+    """$/Mtok of a closed loop is priced at the clients each unit gets of the requested ones,
+    not at the most one unit sustains (a unit with fewer clients makes fewer tokens/s)."""
+    req = RateRequest("llama-3.1-8b", "dgx-h100", concurrency=50, gpu_hour_usd=2.0,
+                      disaggregated=False, **SMALL)  # type: ignore[arg-type]  # fmt: skip
+    row = evaluate(req, 1, 1, 0, 1)
+    assert row is not None and row.ok and row.units >= 2 and row.usd_per_mtok is not None
+    prober = _Prober(req, _setup(req, 1, 1, 0, 1))
+    prober.run(1.0)
+    share, extra = divmod(50, row.units)
+    per_s = sum(k * prober.run(float(c)).summary()["output_throughput"]
+                for c, k in ((share + 1, extra), (share, row.units - extra)) if k)  # fmt: skip
+    assert row.usd_per_mtok == pytest.approx(row.units * 2.0 / 3600 / per_s * 1e6, rel=1e-9)
+    at_max = prober.run(row.max_load).summary()["output_throughput"]
+    assert row.usd_per_mtok > 2.0 / 3600 / at_max * 1e6  # dearer than a unit at full load
+
+
 def test_cli_concurrency_json_and_verdict(capsys: pytest.CaptureFixture[str]) -> None:
     base = ["plan", "--model", "llama-3.1-8b", "--topology", "dgx-h100", "--prompt-len", "512",
             "--output-len", "16", "--requests", "40", "--slo-tpot-ms", "12", "--jobs", "1",

@@ -242,6 +242,8 @@ def expert_split(
                     f"{name}={value}: {model.name} has no experts (a dense model; use "
                     "--tp, --pp and --dp)"
                 )
+        if skew:
+            raise ConfigError(f"expert_skew={skew:g}: {model.name} has no experts to skew")
         return ExpertSplit(0, 0, tp, 1, 1, tp)
     n = model.num_experts
     if n % ep:
