@@ -10,6 +10,7 @@ detected (:meth:`Programs.shared`), never assumed.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -32,7 +33,11 @@ class CollectiveCall:
     cross the network under DeepEP's normal kernels, which send a token once per node and
     forward it over NVLink (1: no token goes to two GPUs of one node); ``experts`` is the
     number of experts the exchange serves (DeepEP's low-latency grid has one SM per expert;
-    0: not known, no such limit)."""
+    0: not known, no such limit); ``shares`` is, per rank of the group, the share of the
+    exchange's token-expert pairs its experts take when routing is uneven (an expert-parallel
+    skew or a routing histogram; they sum to 1): a dispatch sends each rank ``nbytes`` times
+    its share, from every rank, and a combine returns them, each rank sending every rank
+    ``nbytes`` times its own share (() : uniform, ``nbytes / ranks`` to each)."""
 
     op: str  # "all_reduce" | "all_gather" | "reduce_scatter" | "all_to_all"
     nbytes: int
@@ -42,6 +47,7 @@ class CollectiveCall:
     phase: str = ""  # "" | "dispatch" | "combine"
     node_dedup: float = 1.0  # (0, 1]: network bytes per byte bound for another node
     experts: int = 0  # experts of the MoE layer (0: not known)
+    shares: tuple[float, ...] = ()  # per rank, its experts' share of the pairs; (): uniform
 
     def __post_init__(self) -> None:
         if self.phase not in PHASES:
@@ -50,6 +56,14 @@ class CollectiveCall:
             raise ProgramError(f"node_dedup={self.node_dedup!r}: must be in (0, 1]")
         if self.experts < 0:
             raise ProgramError(f"experts={self.experts!r}: must be 0 (not known) or more")
+        if self.shares and (
+            self.op != "all_to_all"
+            or min(self.shares) < 0
+            or abs(math.fsum(self.shares) - 1) > 1e-9
+        ):
+            raise ProgramError(
+                f"shares={self.shares!r}: an all-to-all's non-negative shares summing to 1"
+            )
 
 
 #: ``CollectiveCall.phase`` values.

@@ -313,3 +313,54 @@ def test_attention_dp_over_two_hosts_says_so_in_the_text(
     assert "dp 0 pp 0: n0.gpu0-7, n1.gpu0-7" in out
     assert "per replica" not in out
     assert "1 of 8 routed experts per GPU, 1/2 of each one's width" in out
+
+
+# -- uneven routing moves uneven traffic ------------------------------------------------------
+
+
+def test_rank_shares_follow_the_load() -> None:
+    """Each rank's share of the dispatched bytes is its experts' share of the pairs (over
+    its width slices); uniform routing has none (every rank alike)."""
+    assert expert_split(QWEN, 1, 8, 8, 1).rank_shares(0) == ()
+    xs = expert_split(QWEN, 1, 8, 8, 1, 16.0)
+    shares = xs.rank_shares(3)
+    assert math.fsum(shares) == pytest.approx(1.0)
+    tokens = 4096
+    for r in range(8):  # the loads of the compute side, as the shares of the traffic
+        assert xs.load(tokens, r, 3).pairs == pytest.approx(tokens * 8 * shares[r], abs=1)
+    assert max(range(8), key=lambda r: shares[r]) == 3  # the hot rank rotates with the layer
+    halves = expert_split(QWEN, 2, 4, 4, 2, 16.0).rank_shares(1)  # two width slices each
+    assert halves[2] == halves[3] == pytest.approx(max(halves)) and len(halves) == 8
+
+
+@pytest.mark.parametrize("a2a", ["nccl", "deepep"])
+def test_a_hot_rank_receives_every_rank_s_tokens(tmp_path: object, a2a: str) -> None:
+    """All of a layer's pairs to the last expert: every rank sends its whole dispatch to the
+    last GPU, whose port takes 7 ranks' bytes, and the combine sends them all back from it;
+    the exchange is slower than under uniform routing, by about that port's load."""
+    from pathlib import Path
+
+    path = Path(str(tmp_path)) / "hot.txt"
+    path.write_text(",".join(["0"] * 127 + ["1"]) + "\n")
+    lay, wl = Layout(1, attention_dp=8, ep=8), Workload(64)
+    opts = {"moe_a2a": a2a}
+    even = simulate("qwen3-30b-a3b", "dgx-h100", lay, wl, Options(**opts))
+    hot = simulate("qwen3-30b-a3b", "dgx-h100", lay, wl, Options(**opts, routing=str(path)))
+
+    def sent(r: object, site: str) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for rec in r.records:  # type: ignore[attr-defined]
+            if rec.site == site and rec.layer == 0:
+                out[rec.rank] = out.get(rec.rank, 0) + rec.bytes
+        return out
+
+    dispatch = sent(hot, "moe_dispatch")
+    assert dispatch[7] == 0 and len({dispatch[r] for r in range(7)}) == 1  # all to GPU 7
+    combine = sent(hot, "moe_combine")
+    d = 2048  # DeepEP: fp8 out (a scale per 128 values, a header), bf16 back
+    back = 2 * d / (d + 4 * (d // 128) + 16) if a2a == "deepep" else 1.0
+    assert combine[7] == pytest.approx(7 * dispatch[0] * back, rel=1e-3)  # GPU 7 returns all
+    assert all(combine[r] == 0 for r in range(7))
+    t_even = even.summary["communication"]["by_site"]["moe_dispatch"]["time_s"]
+    t_hot = hot.summary["communication"]["by_site"]["moe_dispatch"]["time_s"]
+    assert t_hot > 2 * t_even

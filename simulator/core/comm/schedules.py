@@ -18,6 +18,8 @@ from dataclasses import replace
 from tpsim.calibration import Protocol
 from tpsim.core.comm.enqueue import nccl_channels, ring_channels
 from tpsim.core.comm.fabric import Fabric
+from tpsim.core.errors import ProgramError
+from tpsim.core.program import CollectiveCall
 from tpsim.core.schedule import Schedule, Send, Step
 
 
@@ -37,6 +39,22 @@ def chunk_sizes(nbytes: int, parts: int) -> list[int]:
     """``nbytes`` split into ``parts`` chunks that differ by at most one byte."""
     q, r = divmod(nbytes, parts)
     return [q + (1 if j < r else 0) for j in range(parts)]
+
+
+def exchange_blocks(call: CollectiveCall, ranks: int) -> list[list[int]]:
+    """An all-to-all's bytes from each rank to each rank (its own block included): uniform,
+    ``nbytes`` split evenly; with the call's ``shares`` (uneven routing), a dispatch sends
+    rank ``u`` ``nbytes * shares[u]`` from every rank and a combine returns them (rank ``t``
+    sends every rank ``nbytes * shares[t]``)."""
+    if not call.shares:
+        even = chunk_sizes(call.nbytes, ranks)
+        return [even] * ranks
+    if len(call.shares) != ranks:
+        raise ProgramError(f"shares: {len(call.shares)} of them for a group of {ranks} ranks")
+    if call.phase == "combine":
+        return [[round(call.nbytes * call.shares[t])] * ranks for t in range(ranks)]
+    row = [round(call.nbytes * x) for x in call.shares]
+    return [row] * ranks
 
 
 def send(

@@ -119,6 +119,26 @@ class ExpertSplit:
         """Distinct tokens the group routes when each attention group holds ``tokens``."""
         return tokens * self.attention_dp
 
+    def rank_shares(self, layer: int) -> tuple[float, ...]:
+        """Per rank of the group, its share of the bytes MoE layer ``layer``'s dispatch
+        sends: its expert-parallel rank's experts' share of the token-expert pairs, over the
+        ``moe_tp`` width slices of those experts (each pair goes to every slice); () under
+        uniform routing (every rank alike)."""
+        if not self.uneven:
+            return ()
+        n, e, local = self.experts, self.ep, self.local_experts
+        if self.histogram:
+            row = self.histogram[layer % len(self.histogram)]
+            total = math.fsum(row)
+            per_ep = [math.fsum(row[r * local : (r + 1) * local]) / total for r in range(e)]
+        else:
+            s = min(self.skew, n / self.top_k)
+            rest = (n - s) / (n - 1) if n > 1 else 1.0
+            hot = layer % e
+            per_ep = [((s + (local - 1) * rest) if r == hot else local * rest) / n
+                      for r in range(e)]  # fmt: skip
+        return tuple(per_ep[self.ep_rank(g)] / self.moe_tp for g in range(self.group))
+
     def load(self, tokens: int, ep_rank: int, layer: int) -> Load:
         """The load of expert-parallel rank ``ep_rank`` in MoE layer ``layer`` when the group
         routes ``tokens`` distinct tokens."""

@@ -75,6 +75,9 @@ class ExpertBlock(LoweringBlock):
             }
         else:
             out_b, back_b, extra = round(d * b), round(d * b), {}
+        shares = xs.rank_shares(layer)  # uneven routing: the hot ranks receive more
+        if shares:
+            extra["shares"] = shares
         span = xs.attention_dp
         self.build.collective(mb.index, "all_to_all", "moe_dispatch", layer, pairs_out * out_b,
                               span=span, phase="dispatch", **extra)  # fmt: skip

@@ -14,7 +14,7 @@ from dataclasses import replace
 from tpsim.calibration import Protocol
 from tpsim.calibration.model_collectives import DeepEPMode
 from tpsim.core.comm.fabric import Fabric
-from tpsim.core.comm.schedules import chunk_sizes, many_to_many, send
+from tpsim.core.comm.schedules import exchange_blocks, many_to_many, send
 from tpsim.core.program import CollectiveCall
 from tpsim.core.schedule import Send
 
@@ -38,9 +38,10 @@ def why_not(fab: Fabric, op: str) -> str | None:
     return None
 
 
-def block(call: CollectiveCall, ranks: int) -> list[int]:
-    """Bytes each rank sends to each rank (its own included) under uniform routing."""
-    return chunk_sizes(call.nbytes, ranks)
+def block(call: CollectiveCall, ranks: int) -> list[list[int]]:
+    """Bytes each rank sends to each rank (its own included): uniform, or as the call's
+    uneven routing shares them (:func:`~tpsim.core.comm.schedules.exchange_blocks`)."""
+    return exchange_blocks(call, ranks)
 
 
 def flow(

@@ -31,10 +31,11 @@ def low_latency(ctx: Context, call: CollectiveCall) -> Schedule:
         local = [u for u in range(p) if u != t and fab.hosts[u] == fab.hosts[t]]
         remote = [u for u in range(p) if fab.hosts[u] != fab.hosts[t]]
         out = [
-            _deepep.flow(fab, m, t, u, blocks[u], len(local), 0.0, issue, call.phase) for u in local
+            _deepep.flow(fab, m, t, u, blocks[t][u], len(local), 0.0, issue, call.phase)
+            for u in local
         ]
         out += [
-            _deepep.flow(fab, m, t, u, blocks[u], len(remote), 0.0, issue, call.phase)
+            _deepep.flow(fab, m, t, u, blocks[t][u], len(remote), 0.0, issue, call.phase)
             for u in remote
         ]
         sends.append([out])

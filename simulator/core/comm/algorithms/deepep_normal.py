@@ -46,18 +46,19 @@ def normal(ctx: Context, call: CollectiveCall) -> Schedule:
             lat = 0.0
             for r in rail:
                 dests = nodes[fab.hosts[r]]
-                nbytes = round(sum(blocks[d] for d in dests) * call.node_dedup)
+                nbytes = round(sum(blocks[t][d] for d in dests) * call.node_dedup)
                 snd = _deepep.flow(fab, m, t, r, nbytes, len(rail), phase=call.phase)
                 lat = max(lat, snd.latency_s)
                 sends[t][0].append(snd)
                 expects[r] += 1
             # stage 2: forward to each GPU of this node what every node's rank of local
             # index li has for it (its own included), after the RDMA stage's latency
-            sources = len(nodes)  # one rank of index li per node sends through t
+            # one rank of index li per node (t itself among them) sends through t
+            sources = [nodes[h2][li] for h2 in nodes if li < len(nodes[h2])]
             for u in members:
                 if u == t:
                     continue
-                nbytes = blocks[u] * sources
+                nbytes = sum(blocks[s][u] for s in sources)
                 n_local = len(members) - 1
                 snd = _deepep.flow(fab, m, t, u, nbytes, n_local, lat, phase=call.phase)
                 sends[t][0].append(snd)

@@ -27,7 +27,7 @@ import math
 from tpsim.calibration import Protocol
 from tpsim.core.comm.algorithms import Algorithm, Context
 from tpsim.core.comm.fabric import Fabric
-from tpsim.core.comm.schedules import chunk_sizes, many_to_many, send, steps
+from tpsim.core.comm.schedules import chunk_sizes, exchange_blocks, many_to_many, send, steps
 from tpsim.core.program import CollectiveCall
 from tpsim.core.schedule import Schedule, Send
 
@@ -98,14 +98,17 @@ def peer_send(fab: Fabric, src: int, dst: int, nbytes: int, proto: Protocol) -> 
     return many_to_many(fab, snd, fab.ranks - 1)
 
 
-def pairwise(fab: Fabric, nbytes: int, proto: Protocol) -> Schedule:
+def pairwise(
+    fab: Fabric, nbytes: int, proto: Protocol, blocks: list[list[int]] | None = None
+) -> Schedule:
     """One step: rank ``t`` sends block ``u`` of its ``nbytes`` buffer (``n/p`` bytes, the
-    blocks differing by at most a byte) to every peer ``u`` at once and waits for the ``p-1``
-    blocks its peers send it; after the protocol's P2P base latency."""
+    blocks differing by at most a byte; ``blocks[t][u]`` when routing is uneven:
+    :func:`~tpsim.core.comm.schedules.exchange_blocks`) to every peer ``u`` at once and waits
+    for the ``p-1`` blocks its peers send it; after the protocol's P2P base latency."""
     p = fab.ranks
-    blocks = per_peer_bytes(nbytes, p)
+    rows = blocks or [per_peer_bytes(nbytes, p)] * p
     sends = [
-        [[peer_send(fab, t, u, blocks[u], proto) for u in range(p) if u != t]] for t in range(p)
+        [[peer_send(fab, t, u, rows[t][u], proto) for u in range(p) if u != t]] for t in range(p)
     ]
     return Schedule("pairwise", proto.name, proto.base("p2p"), steps(sends, [[p - 1]] * p))
 
@@ -134,7 +137,8 @@ def _why_not(fab: Fabric, op: str) -> str | None:
 
 
 def _build(ctx: Context, call: CollectiveCall) -> list[Schedule]:
-    return [pairwise(ctx.fab, call.nbytes, p2p_protocol(ctx, call.nbytes))]
+    blocks = exchange_blocks(call, ctx.fab.ranks) if call.shares else None
+    return [pairwise(ctx.fab, call.nbytes, p2p_protocol(ctx, call.nbytes), blocks)]
 
 
 ALGORITHM = Algorithm(
