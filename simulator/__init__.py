@@ -7,6 +7,12 @@
 """
 
 if __name__ != "tpsim":  # one name per module
+    import sys as _argv_of
+
+    if __name__ == "simulator" and _argv_of.argv[:1] == ["-m"]:  # `python -m simulator`
+        from tpsim.cli import main as _main  # in the repository's root: the installed tpsim
+
+        _argv_of.exit(_main())
     raise ImportError(f"{__name__}: this folder is tpsim; import tpsim")
 
 import sys as _sys

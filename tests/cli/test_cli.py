@@ -313,3 +313,8 @@ def test_python_dash_m(tmp_path: Path) -> None:
         check=False,
     )
     assert p.returncode == 2 and p.stderr.count("\n") == 1
+    # in the repository's root the source folder answers to its own name too (DESIGN.md)
+    root = Path(__file__).parents[2]
+    p = subprocess.run([sys.executable, "-m", "simulator", "list", "gpus"], cwd=root,
+                       capture_output=True, text=True, check=False)  # fmt: skip
+    assert p.returncode == 0 and "h100-sxm" in p.stdout
