@@ -30,16 +30,22 @@ def outcome(row: Row) -> int:
     return 0 if ok(row) else 1
 
 
-def layout_of(r: Row) -> tuple[int, int, int, int]:
-    """(tp, pp, dp, micro_batches) of a results row (older rows: one TP group)."""
-    return (r["tp"], r.get("pp") or 1, r.get("dp") or 1, r.get("micro_batches") or 1)
+Layout = tuple[int, int, int, int, int, int]
 
 
-def layout_name(key: tuple[int, int, int, int]) -> str:
-    """``TP 4``, ``TP 4 x PP 2 (4 mb)``, ``TP 2 x DP 2``."""
-    tp, pp, dp, mb = key
-    name = f"TP {tp}" + (f" x PP {pp}" if pp > 1 else "") + (f" x DP {dp}" if dp > 1 else "")
-    return name + (f" ({mb} mb)" if mb > 1 else "")
+def layout_of(r: Row) -> Layout:
+    """(tp, pp, dp, micro_batches, ep, attention_dp) of a results row (older rows: one TP
+    group)."""
+    return (r["tp"], r.get("pp") or 1, r.get("dp") or 1, r.get("micro_batches") or 1,
+            r.get("ep") or 1, r.get("attention_dp") or 1)  # fmt: skip
+
+
+def layout_name(key: Layout) -> str:
+    """``TP 4``, ``TP 4 x PP 2 (4 mb)``, ``TP 2 x DP 2``, ``TP 1 x ADP 8 EP 8``."""
+    tp, pp, dp, mb, ep, adp = key
+    name = f"TP {tp}" + (f" x ADP {adp}" if adp > 1 else "")
+    name += (f" x PP {pp}" if pp > 1 else "") + (f" x DP {dp}" if dp > 1 else "")
+    return name + (f" EP {ep}" if ep > 1 else "") + (f" ({mb} mb)" if mb > 1 else "")
 
 
 def bare_figure(width: float, height: float) -> Figure:

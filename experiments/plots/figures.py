@@ -41,10 +41,13 @@ SERIES = (
     "allreduce_algo",
     "sequence_parallel",
     "ideal",
+    "engine",
+    "expert_skew",
 )
 GANTT_LAYERS = (0, 1)
-#: One point of a figure: a TP degree, a layout beyond it (stages, replicas) and a batch.
-POINT = ("tp", "pp", "dp", "micro_batches", "batch")
+#: One point of a figure: a TP degree, a layout beyond it (stages, replicas, experts split
+#: over the GPUs, attention data-parallel groups) and a batch.
+POINT = ("tp", "pp", "dp", "micro_batches", "ep", "attention_dp", "batch")
 
 
 def _key(row: Row) -> tuple[Any, ...]:
@@ -77,6 +80,8 @@ def series_title(row: Row) -> str:
     extras += [f"overlap {row['overlap']}"] if row["overlap"] != "none" else []
     extras += ["sequence parallel"] if row.get("sequence_parallel") else []
     extras += ["ideal"] if row.get("ideal") else []
+    extras += [f"engine {row['engine']}"] if row.get("engine") else []
+    extras += [f"expert skew {row['expert_skew']:g}"] if row.get("expert_skew") else []
     return f"{row['model']} {row['phase']} on {row['topology']} ({lengths}, {', '.join(extras)})"
 
 

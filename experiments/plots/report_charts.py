@@ -53,13 +53,25 @@ def breakdown_figure(entries: Sequence[Entry]) -> go.Figure:
 
 
 #: The fields that name a sweep's series, in the legend's order.
-SERIES_FIELDS = ("model", "topology", "nodes", "tp", "phase", "engine")
+SERIES_FIELDS = ("model", "topology", "nodes", "tp", "pp", "dp", "attention_dp", "ep",
+                 "phase", "prompt_len", "context_len", "dtype", "launch", "engine",
+                 "expert_skew")  # fmt: skip
+#: Values a field takes when it says nothing (left out of the title when shared).
+_QUIET = {"pp": 1, "dp": 1, "attention_dp": 1, "ep": 1, "expert_skew": 0}
 
 
 def _series_label(row: Mapping[str, Any], fields: Sequence[str]) -> str:
     words = {
         "nodes": lambda v: f"x{v}",
         "tp": lambda v: f"TP {v}",
+        "pp": lambda v: f"PP {v}",
+        "dp": lambda v: f"DP {v}",
+        "attention_dp": lambda v: f"ADP {v}",
+        "ep": lambda v: f"EP {v}",
+        "prompt_len": lambda v: f"prompt {v}",
+        "context_len": lambda v: f"context {v}",
+        "launch": lambda v: f"launch {v}",
+        "expert_skew": lambda v: f"skew {v}",
     }
     return " ".join(words.get(f, str)(row.get(f)) for f in fields if row.get(f) not in (None, ""))
 
@@ -131,7 +143,10 @@ def sweep_figure(rows: Sequence[Mapping[str, Any]]) -> go.Figure:
     shared = [
         f"{f} {plain(ok[0].get(f))}"
         for f in SERIES_FIELDS
-        if f not in fields and ok and ok[0].get(f) not in (None, "")
+        if f not in fields
+        and ok
+        and ok[0].get(f) not in (None, "")
+        and (f not in _QUIET or float(ok[0][f]) != _QUIET[f])
     ]
     fig.update_layout(
         height=520,

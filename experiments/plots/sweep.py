@@ -25,6 +25,7 @@ from matplotlib.ticker import FuncFormatter, NullFormatter
 from tpsim.experiments.plots import style
 from tpsim.experiments.plots.figure import (
     FONT,
+    Layout,
     Row,
     bare_figure,
     compact,
@@ -81,7 +82,7 @@ def _tps(rows: Sequence[Row]) -> list[int]:
     return sorted({r["tp"] for r in rows})
 
 
-def _extra_layout(key: tuple[int, int, int, int]) -> str:
+def _extra_layout(key: Layout) -> str:
     """The part of a layout beyond its TP degree: ``, PP 2 x DP 2`` (empty for plain TP)."""
     rest = layout_name((1, *key[1:])).removeprefix("TP 1")
     return f", {rest.removeprefix(' x ')}" if rest else ""
@@ -306,7 +307,9 @@ def draw_in_node_vs_cross_node(rows: Sequence[Row], *, title: str) -> Figure:
         ax.set_visible(False)
     if batches:
         handles, labels = axes[0].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="upper right", fontsize=FONT - 2)
+        right = 1 - 2.2 / fig.get_figwidth()  # the legend's strip, beside the panels
+        fig.legend(handles, labels, loc="center left", bbox_to_anchor=(right, 0.5),
+                   fontsize=FONT - 2)  # fmt: skip
     fig.suptitle(title, fontsize=FONT + 1)
     fig.tight_layout(rect=(0, 0, 1 - 2.2 / fig.get_figwidth(), 1))
     return fig
@@ -337,10 +340,12 @@ def draw_series_comparison(series: Mapping[str, Sequence[Row]], *, title: str) -
     handles = {
         label: h for ax in axes for h, label in zip(*ax.get_legend_handles_labels(), strict=True)
     }
+    right = 1 - 3.4 / fig.get_figwidth()  # the legend's strip, beside the panels
     if handles:
-        fig.legend(list(handles.values()), list(handles), loc="upper right", fontsize=FONT - 3)
+        fig.legend(list(handles.values()), list(handles), loc="center left",
+                   bbox_to_anchor=(right, 0.5), fontsize=FONT - 3)  # fmt: skip
     fig.suptitle(f"{title}\nseries on shared axes", fontsize=FONT)
-    fig.tight_layout(rect=(0, 0, 1 - 3.4 / fig.get_figwidth(), 1))
+    fig.tight_layout(rect=(0, 0, right, 1))
     return fig
 
 

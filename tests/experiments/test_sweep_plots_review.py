@@ -285,3 +285,19 @@ def test_a_layout_that_does_not_fit_gets_no_tokens_per_s() -> None:
     assert sum("tok/s" in t for t in texts) == 1
     legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert "does not fit" in legend
+
+
+def test_engines_and_expert_layouts_are_series_and_points_not_merged(tmp_path: Path) -> None:
+    """A sweep over engines is a series per engine (named in its files and titles); one over
+    EP (or attention DP) a point per layout, never two engines or two layouts on one line."""
+    rows = [
+        row(tp, 1, engine=e) | {"point_id": f"{tp}-{e}", "latency_s": 1e-3 * (1 + (e == "tgi-v1"))}
+        for tp in (1, 2)
+        for e in ("vllm", "tgi-v1")
+    ]
+    written = {p.name for p in plot_results(rows, tmp_path, gantt_ids=[])}
+    assert {"vllm_throughput_vs_tp.png", "tgi-v1_throughput_vs_tp.png"} <= written
+    assert "engine tgi-v1" in figures.series_title(rows[1])
+    moe = [row(8, 64, ep=ep, attention_dp=1) | {"point_id": f"ep{ep}"} for ep in (1, 8)]
+    ticks = [t.get_text() for t in sp.draw_breakdown_bars(moe, title="t").axes[0].get_xticklabels()]
+    assert ticks == ["TP 8", "TP 8 EP 8"]
