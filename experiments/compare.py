@@ -51,20 +51,27 @@ def _rate(bps: float) -> str:
     return f"{gbit:.0f} Gb/s" if gbit < 1000 else f"{gbit / 1000:.1f} Tb/s"
 
 
-def _crosses_hosts(config: Mapping[str, Any]) -> bool:
+def _crosses_hosts(config: Mapping[str, Any], graph: TopologyGraph | None = None) -> bool:
     """Whether one replica's GPUs (its TP group and pipeline stages) sit on more than one
-    host, so that its traffic crosses the network (replicas on hosts of their own do not)."""
+    host, so that its traffic crosses the network (replicas on hosts of their own do not).
+    A GPU's host is the graph's ``host`` of its node (a topology file's, or a join's
+    copy), else the copy its id names (``n1.gpu0``)."""
     if "spans_hosts" in config:  # a summary rebuilt from a results row
         return bool(config["spans_hosts"])
+
+    def host(gpu: str) -> object:
+        if graph is not None and gpu in graph.nodes:
+            return graph.nodes[gpu].get("host", 0)
+        return gpu.split(".", 1)[0] if "." in gpu else ""
+
     placement = config.get("placement")
     if not placement:  # one group: TP, or attention-DP groups of one GPU sharing the MoE
         adp = int(config.get("layout", {}).get("attention_dp", 1))
         gpus = config.get("gpus", [])[: int(config["tp"]) * adp]
-        return len({g.split(".", 1)[0] for g in gpus if "." in g}) > 1
-    hosts: dict[int, set[str]] = {}
+        return len({host(str(g)) for g in gpus}) > 1
+    hosts: dict[int, set[object]] = {}
     for p in placement:
-        gpu = str(p["gpu"])
-        hosts.setdefault(int(p["dp"]), set()).add(gpu.split(".", 1)[0] if "." in gpu else "")
+        hosts.setdefault(int(p["dp"]), set()).add(host(str(p["gpu"])))
     return any(len(h) > 1 for h in hosts.values())
 
 
@@ -88,9 +95,10 @@ def assumptions(graph: TopologyGraph, summary: Mapping[str, Any]) -> dict[str, s
         if kind != "infiniband"
     ]
     out["links"] = ", ".join(scale) or "none"
-    if "infiniband" in links and _crosses_hosts(c):
+    if "infiniband" in links and _crosses_hosts(c, graph):
         rate = "/".join(_rate(b) for b in sorted(links["infiniband"]))
-        out["network"] = f"{nics // hosts} NICs per host at {rate}"
+        per_host = nics // hosts
+        out["network"] = f"{per_host} NIC{'s' if per_host != 1 else ''} per host at {rate}"
     elif hosts > 1 and c.get("nodes", 1) > 1:
         dp = int(c.get("layout", {}).get("dp", 1))
         out["network"] = (

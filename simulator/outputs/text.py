@@ -48,8 +48,8 @@ def title(s: Mapping[str, Any]) -> str:
         f"prompt {w['prompt_len']}" if w["phase"] == "prefill" else f"context {w['context_len']}"
     )
     where = c["topology"]
-    if c["nodes"] > 1 and not where.endswith(f"x{c['nodes']}"):
-        where += f" x{c['nodes']} nodes"
+    if c["nodes"] > 1 and not where.endswith(f"x{c['nodes']}"):  # a file's own hosts
+        where += f" ({c['nodes']} hosts)"
     lay = c.get("layout", {})
     split = f"TP {c['tp']}" + "".join(
         f" x {k.upper()} {lay[k]}" for k in ("pp", "dp") if lay.get(k, 1) > 1

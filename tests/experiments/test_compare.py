@@ -186,3 +186,42 @@ def test_bad_loads_exit_2(
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and needle in err, err
+
+
+TWO_HOSTS = """name: two-hosts
+gpus: {g: h100-sxm}
+nodes:
+  - {id: a0, kind: gpu, type: g, host: 0}
+  - {id: a1, kind: gpu, type: g, host: 0}
+  - {id: b0, kind: gpu, type: g, host: 1}
+  - {id: b1, kind: gpu, type: g, host: 1}
+  - {id: swa, kind: nvswitch, host: 0}
+  - {id: swb, kind: nvswitch, host: 1}
+  - {id: nica, kind: nic, host: 0}
+  - {id: nicb, kind: nic, host: 1}
+  - {id: ib, kind: switch}
+links:
+  - {src: a0, dst: swa, bandwidth_GBps: 450, latency_us: 0.5, duplex: true, link: nvlink}
+  - {src: a1, dst: swa, bandwidth_GBps: 450, latency_us: 0.5, duplex: true, link: nvlink}
+  - {src: b0, dst: swb, bandwidth_GBps: 450, latency_us: 0.5, duplex: true, link: nvlink}
+  - {src: b1, dst: swb, bandwidth_GBps: 450, latency_us: 0.5, duplex: true, link: nvlink}
+  - {src: a0, dst: nica, bandwidth_GBps: 50, latency_us: 1, duplex: true, link: pcie}
+  - {src: a1, dst: nica, bandwidth_GBps: 50, latency_us: 1, duplex: true, link: pcie}
+  - {src: b0, dst: nicb, bandwidth_GBps: 50, latency_us: 1, duplex: true, link: pcie}
+  - {src: b1, dst: nicb, bandwidth_GBps: 50, latency_us: 1, duplex: true, link: pcie}
+  - {src: nica, dst: ib, bandwidth_GBps: 25, latency_us: 1, duplex: true, link: infiniband}
+  - {src: nicb, dst: ib, bandwidth_GBps: 25, latency_us: 1, duplex: true, link: infiniband}
+"""
+
+
+def test_a_file_s_own_hosts_are_told_apart(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A topology file with two hosts (``host:`` on its nodes, GPU ids without a copy's
+    prefix): TP 4 crosses the network and says so; TP 2 stays in one host."""
+    path = tmp_path / "two.yaml"
+    path.write_text(TWO_HOSTS)
+    args = ["--model", "llama-3.1-8b", "--topology", str(path), "--batch", "32"]
+    assert main(["run", *args, "--tp", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "two-hosts (2 hosts), TP 4" in out and "network 1 NIC per host at 200 Gb/s" in out
+    assert main(["run", *args, "--tp", "2"]) == 0
+    assert "network not used (within one host)" in capsys.readouterr().out
