@@ -29,8 +29,10 @@ def _llama(
     max_pos: int,
     dtype: str = "bf16",
     qkv_bias: bool = False,
+    window: int = 0,
 ) -> ModelSpec:
-    """A llama-family model: gated SiLU MLP, rmsnorm, rotary positions, untied head."""
+    """A llama-family model: gated SiLU MLP, rmsnorm, rotary positions, untied head;
+    ``window``: every layer attends over that many last tokens (0: all of them)."""
     return ModelSpec(
         name=name,
         hidden_size=d,
@@ -43,6 +45,8 @@ def _llama(
         dtype=dtype,
         qkv_bias=qkv_bias,
         max_position_embeddings=max_pos,
+        sliding_window=window,
+        sliding_layers=tuple(range(layers)) if window else (),
     )
 
 
@@ -135,7 +139,7 @@ _ENTRIES = [
         vocab=128256,
         max_pos=131072,
     ),
-    # mistralai/Mistral-7B-v0.1
+    # mistralai/Mistral-7B-v0.1 (its config's sliding_window: 4096 on every layer)
     _llama(
         "mistral-7b",
         d=4096,
@@ -145,6 +149,7 @@ _ENTRIES = [
         inner=14336,
         vocab=32000,
         max_pos=32768,
+        window=4096,
     ),
     # Qwen/Qwen2.5-72B (biases on q, k, v only)
     _llama(

@@ -23,10 +23,17 @@ def llama_like(r: Reader, name: str, model_type: str | None, **moe: Any) -> Mode
     heads = r.integer("num_attention_heads")
     kv_heads, head_dim = heads_of(r, d, "num_attention_heads", heads)
     qkv_bias = r.boolean("attention_bias", model_type in ("qwen2", "qwen2_moe"))
+    layers = r.integer("num_hidden_layers")
+    # Mistral and Mixtral attend over the last sliding_window tokens on every layer when it
+    # is set (transformers' MistralConfig; v0.1 checkpoints: 4096); Qwen's is off unless
+    # use_sliding_window (refused then: hf_config)
+    window = 0
+    if model_type in ("mistral", "mixtral") and r.cfg.get("sliding_window") is not None:
+        window = r.integer("sliding_window")
     return ModelSpec(
         name=name,
         hidden_size=d,
-        num_layers=r.integer("num_hidden_layers"),
+        num_layers=layers,
         num_heads=heads,
         num_kv_heads=kv_heads,
         head_dim=head_dim,
@@ -40,6 +47,8 @@ def llama_like(r: Reader, name: str, model_type: str | None, **moe: Any) -> Mode
         mlp_bias=r.boolean("mlp_bias", False),
         max_position_embeddings=r.integer("max_position_embeddings", 0, minimum=0),
         qk_norm=model_type in ("qwen3", "qwen3_moe"),
+        sliding_window=window,
+        sliding_layers=tuple(range(layers)) if window else (),
         **moe,
     )
 
@@ -189,8 +198,8 @@ FAMILIES: dict[str, tuple[Family, tuple[str, ...]]] = {
     "gpt_neox": (_gpt_neox, ()),
     "gpt_oss": (gpt_oss, ("num_local_experts", "num_experts_per_tok", "layer_types")),
     "llama": (lambda r, name: llama_like(r, name, "llama"), ()),
-    "mistral": (lambda r, name: llama_like(r, name, "mistral"), ()),
-    "mixtral": (_mixtral, ("num_local_experts", "num_experts_per_tok")),
+    "mistral": (lambda r, name: llama_like(r, name, "mistral"), ("sliding_window",)),
+    "mixtral": (_mixtral, ("num_local_experts", "num_experts_per_tok", "sliding_window")),
     "opt": (_opt, ()),
     "qwen2": (lambda r, name: llama_like(r, name, "qwen2"), ()),
     "qwen2_moe": (

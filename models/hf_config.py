@@ -50,8 +50,8 @@ and expert biases are not counted (0.03 % of gpt-oss-120b); ``quantization_confi
 
 A ``layer_types`` entry other than ``full_attention`` in a family that does not read it,
 Qwen's ``use_sliding_window: true``, or any field of :data:`UNMODELLED_FIELDS`, is refused
-naming it. Mistral's ``sliding_window`` is read as full attention (pessimistic beyond the
-window: every key read and cached). Each family is one reader
+naming it. Mistral's and Mixtral's ``sliding_window`` (when set) makes every layer attend
+over that many last tokens, its cache holding them. Each family is one reader
 in :data:`tpsim.models.families.FAMILIES`.
 
 "tied" is the default when ``tie_word_embeddings`` is absent. An absent

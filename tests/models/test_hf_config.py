@@ -45,6 +45,22 @@ def test_mistral_config_matches_catalog() -> None:
     spec = load_hf_config(DATA / "mistral.json")
     assert spec.name == "Mistral-7B-v0.1"  # last component of _name_or_path
     assert spec.num_params() == MODELS["mistral-7b"].num_params() == 7_241_732_096
+    # v0.1's sliding window: every layer attends over (and caches) the last 4096 tokens
+    assert spec.sliding_window == MODELS["mistral-7b"].sliding_window == 4096
+    assert spec.sliding_layers == tuple(range(32))
+
+
+def test_a_mistral_window_is_read_and_a_null_one_is_full_attention() -> None:
+    """Mistral and Mixtral set ``sliding_window`` per checkpoint (v0.1 4096, later null):
+    set, every layer's cache and reads stop at it; null, full attention. Qwen's key is off
+    unless ``use_sliding_window`` (a llama config's is not a field of its family)."""
+    cfg = json.loads((DATA / "mistral.json").read_text())
+    full = spec_from_hf_dict({**cfg, "sliding_window": None}, "m")
+    assert full.sliding_window == 0 and full.attended(0, 16384) == 16384
+    windowed = spec_from_hf_dict({**cfg, "sliding_window": 4096}, "m")
+    assert windowed.attended(5, 16384) == 4096 and windowed.attended(5, 1000) == 1000
+    qwen = json.loads((DATA / "qwen2.json").read_text())
+    assert spec_from_hf_dict({**qwen, "sliding_window": 64}, "q").sliding_window == 0
 
 
 def test_qwen2_has_qkv_bias_only() -> None:

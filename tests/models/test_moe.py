@@ -59,7 +59,8 @@ def test_a_dense_model_is_its_own_active_model() -> None:
             assert m.active_params() == m.num_params()
             assert set(m.to_dict()) == {
                 f for f in m.__dataclass_fields__ if f not in LATER_FIELDS
-            } | ({"qk_norm"} if m.qk_norm else set())  # fmt: skip
+            } | ({"qk_norm"} if m.qk_norm else set()) | (
+                {"sliding_window", "sliding_layers"} if m.sliding_window else set())  # fmt: skip
 
 
 def test_every_shipped_config_is_a_catalog_entry() -> None:
