@@ -171,6 +171,23 @@ def test_bad_tables_on_the_command_line_exit_2_with_one_line(tmp_path: Path, cap
         assert len(err.splitlines()) == 1 and needle in err, err
 
 
+def test_a_time_faster_than_the_gpu_s_peaks_is_refused(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """A GEMM row whose time beats the GPU's FLOP and HBM peaks (70B's 940 MB up-projection
+    in 1 us: a unit slip) is refused naming the kernel, not run as 939 TB/s; one at a
+    plausible time runs."""
+    path = tmp_path / "fast.csv"
+    path.write_text("gpu,op,dtype,m,n,k,time_us\nh100-sxm,mlp_up,bf16,1,57344,8192,1\n"
+                    "h100-sxm,mlp_up,bf16,512,57344,8192,2\n")  # fmt: skip
+    args = ["run", "--model", "llama-3.1-70b", "--topology", "dgx-h100", "--tp", "1",
+            "--allow-oom", "--kernel-table", str(path)]  # fmt: skip
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "mlp_up [1, 8192] x [8192, 57344]" in err and "units" in err
+    path.write_text("gpu,op,dtype,m,n,k,time_us\nh100-sxm,mlp_up,bf16,1,57344,8192,300\n"
+                    "h100-sxm,mlp_up,bf16,512,57344,8192,900\n")  # fmt: skip
+    assert main(args) == 0
+
+
 def test_the_same_operator_in_two_files_is_refused(tmp_path: Path) -> None:
     row = "g,fp16,1,1,1,1,1,act,1,0,1\n"
     a, b = write(tmp_path, OPS + row, "a.csv"), write(tmp_path, OPS + row, "b.csv")

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
+from tpsim.core.errors import ConfigError
 from tpsim.core.kernels import attention, costs
 from tpsim.core.kernels.costs import Hardware, KernelCost, RowKernel
 from tpsim.core.kernels.kernel_table import KernelTable
@@ -28,6 +29,28 @@ _T = TypeVar("_T")
 #: Row-per-CTA kernels (norms, SwiGLU/GELU, rotary) and the norms among them.
 NORMS = ("input_norm", "post_attn_norm", "final_norm")
 ROWWISE = (*NORMS, "act", "rotary")
+
+
+#: Weights above this many bytes cannot be served from any GPU's L2 (the largest hold a few
+#: tens of MB): a GEMM reading them streams them from HBM, whatever a benchmark's loop did.
+NOT_IN_L2_BYTES = 256e6
+
+
+def _check_physical(
+    name: str, shape: str, dtype: str, seconds: float, flops: float, weights: float, g: Hardware
+) -> None:
+    """ConfigError when a kernel table's time for a GEMM beats what the GPU can do at its
+    peaks: its FLOPs at the dense peak of its dtype, its weights (when too big for any L2)
+    at the HBM's peak. Such a row is a unit slip (ms written as us), not a measurement."""
+    floor = flops / g.peak_flops if g.peak_flops > 0 else 0.0
+    if weights > NOT_IN_L2_BYTES:
+        floor = max(floor, weights / g.hbm_Bps)
+    if seconds < floor:
+        raise ConfigError(
+            f"kernel table: {name} {shape} {dtype}: time_us={seconds * 1e6:.4g} is faster "
+            f"than {g.name} can run it ({floor * 1e6:.4g} us at its FLOP and HBM peaks); "
+            "check the row's units"
+        )
 
 
 @dataclass(frozen=True)
@@ -100,6 +123,7 @@ class Pricing:
             if t is None:
                 t = self._measured(name, wdtype, m, 0, lambda r, _: price(r).seconds)
             if t is not None:
+                _check_physical(name, detail, wdtype, t, 2.0 * m * n * k, k * n * w, g)
                 cost = replace(cost, seconds=t, measured=True)
                 detail += " (kernel table)"
         return cost, detail
