@@ -87,7 +87,8 @@ def add_study_parsers(sub: Any) -> None:
     pl.add_argument("--out", type=Path, default=Path("tpsim-plots"), help="folder for the PNGs")
     pl.add_argument("--gantt", help="point_ids to draw Gantt charts of (default: the fastest)")
 
-    cc = sub.add_parser("check-claim", help="is a claimed tokens/s possible? (a lower bound)")
+    cc = sub.add_parser("check-claim", help="is a claimed tokens/s possible? (a lower bound; "
+                        "dense models: a mixture-of-experts model is refused)")  # fmt: skip
     cc.add_argument("--model", required=True)
     cc.add_argument("--topology", required=True)
     cc.add_argument("--nodes", type=int, default=1)
@@ -95,8 +96,12 @@ def add_study_parsers(sub: Any) -> None:
     cc.add_argument("--gpus-per-node", type=int, default=0)
     cc.add_argument("--batch", type=int, default=1)
     cc.add_argument("--phase", choices=PHASES, default="decode")
-    cc.add_argument("--prompt-len", type=tokens("--prompt-len"), default=Workload.prompt_len)
-    cc.add_argument("--context-len", type=tokens("--context-len"), default=Workload.context_len)
+    cc.add_argument("--prompt-len", type=tokens("--prompt-len"),
+                    help=f"prefill: tokens per sequence (default: "
+                    f"{Workload.prompt_len})")  # fmt: skip
+    cc.add_argument("--context-len", type=tokens("--context-len"),
+                    help=f"decode: keys each new token attends to (default: "
+                    f"{Workload.context_len})")  # fmt: skip
     cc.add_argument("--dtype", choices=("bf16", "fp16", "fp8", "fp4"))
     cc.add_argument("--kv-dtype", choices=("bf16", "fp16", "fp8"))
     cc.add_argument(
@@ -177,6 +182,10 @@ def _sweep(a: argparse.Namespace) -> int:
         read_rows(a.out)
     if a.plots:
         check_folder(a.plots, "--plots")
+    if a.jobs is not None and not 1 <= a.jobs <= 1024:  # refused before the banner
+        raise ConfigError(f"--jobs={a.jobs}: must be between 1 and 1024")
+    if not 0 < a.wait_workers <= 86_400:
+        raise ConfigError(f"--wait-workers={a.wait_workers:g}: must be in (0, 86400] seconds")
     print(f"tpsim sweep: {describe(points)} -> {a.out}", file=sys.stderr)
     if a.scheduler:  # a lost scheduler or worker is reported here, in one line, not logged
         quiet_dask()
@@ -244,10 +253,17 @@ def _plot(a: argparse.Namespace) -> int:
 
 
 def _check_claim(a: argparse.Namespace) -> int:
+    from tpsim.cli.run import warn
     from tpsim.experiments.claim import check_claim, lower_bound, verdict_text
 
     check_nodes(a.nodes)
-    workload = Workload(a.batch, a.phase, a.prompt_len, a.context_len)
+    ignored = "--prompt-len" if a.phase == "decode" else "--context-len"
+    if (a.prompt_len if a.phase == "decode" else a.context_len) is not None:
+        uses = "--context-len" if a.phase == "decode" else "--prompt-len"
+        warn(f"{ignored} does not apply to {a.phase} (it uses {uses}); ignored")
+    prompt = Workload.prompt_len if a.prompt_len is None else a.prompt_len
+    context = Workload.context_len if a.context_len is None else a.context_len
+    workload = Workload(a.batch, a.phase, prompt, context)
     bound = lower_bound(
         a.model,
         a.topology,
