@@ -115,13 +115,18 @@ def gantt_figure(
     axes_px = (WIDTH_IN - left_in - right_in) * DPI
 
     gap_words = ""
+    lane_words: dict[int, str] = {}
     gap_w = 0.0
     if gap is not None and view.gap_layers is not None:
         a, b = view.gap_layers
         gap_scale, gap_unit = time_unit(gap[1] - gap[0])
         span = float(f"{(gap[1] - gap[0]) * gap_scale:.4g}")
         gap_words = f"… layers {a}–{b} …\n{tick_text(span)} {gap_unit} collapsed"
-        words_px = max(text_px(w, LABEL_PT) for w in gap_words.split("\n")) + 2 * GAP_PAD_PX
+        lane_words = {r: f"… layers {x}–{y} …" for r, x, y in view.gap_layers_by_rank}
+        if lane_words:  # runs of different speeds: each lane hides its own layers
+            gap_words = f"{tick_text(span)} {gap_unit} collapsed"
+        lines = [*gap_words.split("\n"), *lane_words.values()]
+        words_px = max(text_px(w, LABEL_PT) for w in lines) + 2 * GAP_PAD_PX
         gap_w = visible * scale * words_px / (axes_px - words_px)
     axis = GanttTimeAxis(t0, scale, gap, gap_w)
 
@@ -208,16 +213,22 @@ def gantt_figure(
         ax.axvspan(gx0, gx1, facecolor="#f2f2f2", edgecolor="none", zorder=0)
         for gx in (gx0, gx1):
             ax.axvline(gx, color="#777777", linewidth=1.0, linestyle=(0, (4, 3)), zorder=1)
-        ax.text(
-            (gx0 + gx1) / 2,
-            (len(ROWS) - 1) / 2,  # beside the first rank's rows, clear of the separators
-            gap_words,
-            fontsize=LABEL_PT,
-            color="#333333",
-            ha="center",
-            va="center",
-            linespacing=1.4,
-        )
+        words: list[tuple[str, float]] = [(gap_words, (len(ROWS) - 1) / 2)]  # first rank
+        if lane_words:  # each lane's own layers beside its rows, the span below the first
+            words = [(w, row_y[(r, ROWS[0][0])] + (len(ROWS) - 1) / 2 - 0.5)
+                     for r, w in lane_words.items()]  # fmt: skip
+            words.append((gap_words, (len(ROWS) - 1) / 2 + 0.5))
+        for text, text_y in words:
+            ax.text(
+                (gx0 + gx1) / 2,
+                text_y,
+                text,
+                fontsize=LABEL_PT,
+                color="#333333",
+                ha="center",
+                va="center",
+                linespacing=1.4,
+            )
     bar_names(ax, shown, per_px, height)
     for rank in view.ranks:  # a CPU row with nothing in the window says why
         y = row_y[(rank, "cpu")]

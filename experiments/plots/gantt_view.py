@@ -34,6 +34,8 @@ class GanttView:
     note: str  # "" or e.g. "showing 3 of 64 GPUs"
     gap_s: tuple[float, float] | None = None  # (start, end) of the collapsed stretch
     gap_layers: tuple[int, int] | None = None  # the layers it hides, first and last
+    #: where the rows' runs differ in speed (compare's lanes): each rank's own hidden layers
+    gap_layers_by_rank: tuple[tuple[int, int, int], ...] = ()
 
 
 def gantt_view(
@@ -81,16 +83,17 @@ def gantt_view(
     note = f"showing {len(shown)} of {len(all_ranks)} GPUs" if len(shown) < len(all_ranks) else ""
     if identical:
         note = f"all {len(all_ranks)} GPUs run this same timeline"
-    gap, hidden = _collapse(window, shown) if layers is None else (None, None)
-    return GanttView(tuple(shown), t0, t1, note, gap, hidden)
+    gap, hidden, by_rank = _collapse(window, shown) if layers is None else (None, None, ())
+    return GanttView(tuple(shown), t0, t1, note, gap, hidden, by_rank)
 
 
 def _collapse(
     window: Sequence[Record], shown: Sequence[int]
-) -> tuple[tuple[float, float] | None, tuple[int, int] | None]:
+) -> tuple[tuple[float, float] | None, tuple[int, int] | None, tuple[tuple[int, int, int], ...]]:
     """The stretch of time between the first layer and the last that the default view
-    collapses, and the layers it hides; (None, None) when there is nothing worth hiding
-    (few layers, or ranks holding different layers, as pipeline stages do)."""
+    collapses, the layers it hides, and, where the ranks' runs differ in speed (compare's
+    lanes), each rank's own hidden layers; (None, None, ()) when there is nothing worth
+    hiding (few layers, or ranks holding different layers, as pipeline stages do)."""
     starts: dict[int, dict[int, float]] = defaultdict(dict)  # rank -> layer -> first start
     ends: dict[int, dict[int, float]] = defaultdict(dict)
     head: set[int] = set()
@@ -103,10 +106,10 @@ def _collapse(
         if r.name == "lm_head":
             head.add(r.layer)
     if set(starts) != set(shown):
-        return None, None
+        return None, None, ()
     blocks = [sorted(k for k in starts[rank] if k not in head) for rank in shown]
     if any(b != blocks[0] for b in blocks) or len(blocks[0]) < MIN_COLLAPSED + 2:
-        return None, None  # pipeline stages, or too few layers to be worth it
+        return None, None, ()  # pipeline stages, or too few layers to be worth it
     first, second, last = blocks[0][0], blocks[0][1], blocks[0][-1]
     g0 = max(starts[rank][second] for rank in shown)
     g1 = min(starts[rank][last] for rank in shown)
@@ -114,8 +117,15 @@ def _collapse(
         k for k in blocks[0] if all(g0 <= starts[rank][k] and ends[rank][k] <= g1 for rank in shown)
     ]
     if g1 <= g0 or len(inside) < MIN_COLLAPSED or first >= second:
-        return None, None
-    return (g0, g1), (min(inside), max(inside))
+        return None, None, ()
+    own = {  # each rank's layers wholly inside the stretch
+        rank: [k for k in blocks[0] if g0 <= starts[rank][k] and ends[rank][k] <= g1]
+        for rank in shown
+    }
+    ranges = {rank: (min(ks), max(ks)) for rank, ks in own.items()}
+    if len(set(ranges.values())) == 1:
+        return (g0, g1), ranges[shown[0]], ()
+    return (g0, g1), (min(inside), max(inside)), tuple((r, *ranges[r]) for r in shown)
 
 
 def _identical_ranks(records: Sequence[Record]) -> bool:

@@ -179,7 +179,10 @@ def configurations(a: argparse.Namespace, minimum: int = 2) -> list[tuple[str, a
         argv = list(flags)
         for flag, items in lists.values():
             argv += [flag, items[i] if len(items) > 1 else items[0]]
-        ns = run.parse_args(argv)
+        try:
+            ns = run.parse_args(argv)
+        except ConfigError as exc:  # run's parser names itself: the command was compare
+            raise ConfigError(str(exc).replace(f"{run.prog}:", "tpsim compare:", 1)) from None
         if load is not None:  # the same sequences per step everywhere, split over replicas
             groups = ns.dp * ns.attention_dp  # replicas and attention data-parallel groups
             if load % groups:

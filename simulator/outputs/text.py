@@ -180,6 +180,9 @@ def experts_lines(s: Summary) -> list[str]:
     m, lay = s.config.model, s.config.layout
     if not m.is_moe:
         return []
+    if not m.num_moe_layers:
+        return [f"  experts       none routed: every layer's MLP is dense (of {m.num_experts} "
+                "experts in its config, no layer uses them)"]  # fmt: skip
     n, k = m.num_experts, m.experts_per_token
     moved = "tokens dispatched by all-to-all" if lay.attention_dp > 1 else "all-reduce after"
     return [

@@ -225,3 +225,21 @@ def test_a_file_s_own_hosts_are_told_apart(tmp_path, capsys: pytest.CaptureFixtu
     assert "two-hosts (2 hosts), TP 4" in out and "network 1 NIC per host at 200 Gb/s" in out
     assert main(["run", *args, "--tp", "2"]) == 0
     assert "network not used (within one host)" in capsys.readouterr().out
+
+
+def test_compare_gantt_names_each_lane_s_hidden_layers(tmp_path) -> None:
+    """Two runs of different speeds on one time axis: the collapsed stretch hides different
+    layers of each, and each lane says which (one label would be right for neither)."""
+    from tpsim import Layout, Workload, simulate
+    from tpsim.experiments.plots.gantt_view import gantt_view
+
+    fast = simulate("llama-3.1-8b", "dgx-h100", Layout(8), Workload(8))
+    slow = simulate("llama-3.1-8b", "dgx-h100", Layout(1), Workload(8))
+    merged = [r._replace(rank=0) for r in fast.records if r.rank == 0]
+    stride = 1 + max(r.id for r in merged)
+    merged += [r._replace(rank=1, id=r.id + stride) for r in slow.records if r.rank == 0]
+    view = gantt_view(merged)
+    assert view.gap_s is not None and len(view.gap_layers_by_rank) == 2
+    (_, a0, b0), (_, a1, b1) = view.gap_layers_by_rank
+    assert (a0, b0) != (a1, b1)
+    assert b0 > b1  # the faster run got further through its layers in the same stretch
