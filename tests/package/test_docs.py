@@ -161,3 +161,18 @@ def test_cli_reference_is_current() -> None:
     assert committed == render(), (
         "docs/cli.md is stale: python -m tpsim.cli.reference --out docs/cli.md"
     )
+
+
+def test_the_serve_page_s_sample_output_is_current(capsys: pytest.CaptureFixture) -> None:
+    """The abridged output docs/serve.md shows for its first command at 400 requests: every
+    line it shows is a line the command prints today."""
+    page = REPO / "docs" / "serve.md"
+    text = page.read_text()
+    lead = "With 400 requests instead of 100, the first prints"
+    sample = next(body for _, _, body in fences(page) if text.index(body) > text.index(lead))
+    command = next(c for c in page_commands(page, RUN) if "--rate 8" in c)
+    args = shlex.split(command.replace("--requests 100", "--requests 400"))[1:]
+    assert main(args) == 0
+    printed = set(capsys.readouterr().out.splitlines())
+    shown = [line for line in sample.splitlines() if line.strip() and line != "..."]
+    assert len(shown) > 10 and [line for line in shown if line not in printed] == []
