@@ -43,13 +43,19 @@ def test_the_registry_lists_every_algorithm_once_in_order() -> None:
 
 
 def test_choices_everywhere_come_from_the_registry() -> None:
-    assert ALGORITHMS == ALLREDUCE_ALGOS == ("auto", "nccl", *REGISTRY)
+    """``collective --algo`` takes every algorithm; ``--allreduce-algo`` those that run an
+    all-reduce (the all-to-all kernels are ``--moe-a2a``'s)."""
+    assert ("auto", "nccl", *REGISTRY) == ALGORITHMS
+    reduces = tuple(n for n, a in REGISTRY.items() if "all_reduce" in a.ops)
+    assert ("auto", "nccl", *reduces) == ALLREDUCE_ALGOS
+    assert "pairwise" not in ALLREDUCE_ALGOS and "deepep_ll" not in ALLREDUCE_ALGOS
     parser = _parser()
     run = parser._subparsers._group_actions[0].choices["run"]  # type: ignore[union-attr]
     coll = parser._subparsers._group_actions[0].choices["collective"]  # type: ignore[union-attr]
-    for sub, flag in ((run, "--allreduce-algo"), (coll, "--algo")):
+    for sub, flag, choices in ((run, "--allreduce-algo", ALLREDUCE_ALGOS),
+                               (coll, "--algo", ALGORITHMS)):  # fmt: skip
         action = next(a for a in sub._actions if flag in a.option_strings)
-        assert tuple(action.choices) == ALGORITHMS
+        assert tuple(action.choices) == choices
 
 
 @pytest.mark.parametrize("name", list(REGISTRY))
