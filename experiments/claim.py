@@ -3,9 +3,11 @@
 The bound is the largest of three terms, each a time no real system can beat:
 
 - memory: the bytes each GPU must read from HBM in one pass (its shard of the linear weights
-  and of the LM head, plus the KV cache its attention reads) / the peak HBM bandwidth;
-- compute: the FLOPs each GPU must do (linear layers, LM head, attention) / the dense peak
-  of the math dtype;
+  and of the LM head, plus the KV cache its attention reads, a sliding-window layer's at
+  most its window) / the peak HBM bandwidth; of a mixture-of-experts layer's routed experts
+  (tensor-parallel: 1/tp of each) only the k one token picks, the least any routing reads;
+- compute: the FLOPs each GPU must do (linear layers, of a MoE layer the k experts each
+  token uses, LM head, attention) / the dense peak of the math dtype;
 - communication: the bytes each GPU must move for the two all-reduces per layer (Megatron
   TP) over its links' raw bandwidth. Without in-switch reduction a ring, tree or any other
   algorithm makes some GPU send at least 2(p-1)/p x n bytes per all-reduce of n bytes; with
@@ -27,6 +29,7 @@ from typing import Any
 from tpsim.core.comm.group import tp_group
 from tpsim.core.config import Layout, Options, Workload, tp_problem
 from tpsim.core.errors import ConfigError
+from tpsim.core.kernels.attention import causal_pairs
 from tpsim.core.lowering.shard import shard
 from tpsim.core.memory import linear_params_per_gpu, memory_per_gpu
 from tpsim.core.precision import dtype_bytes, run_precision
@@ -75,12 +78,8 @@ def lower_bound(
     graph = get_topology(topology, nodes)
     layout = Layout(layout) if isinstance(layout, int) else layout
     tp = layout.tp
-    if spec.is_moe:  # the bound reads every weight and multiplies every token by all of them
-        raise ConfigError(f"{spec.name}: the claim bound does not model mixture-of-experts yet")
-    if spec.is_mla or spec.sliding_layers:  # its KV bytes and attention pairs differ
-        raise ConfigError(
-            f"{spec.name}: the claim bound does not model latent or sliding-window attention yet"
-        )
+    if spec.is_mla:  # its KV bytes and attention FLOPs differ
+        raise ConfigError(f"{spec.name}: the claim bound does not model latent attention yet")
     problem = tp_problem(tp, spec.num_heads, spec.num_kv_heads)
     if problem:
         raise ConfigError(f"tp={tp} {problem} of {spec.name}")
@@ -93,21 +92,38 @@ def lower_bound(
     heads, kv_heads, vocab = split.heads, split.kv_heads, split.vocab
     act_b = dtype_bytes(prec.act)
 
-    # memory: every weight of the linear layers and the LM head is read once per pass.
+    # memory: every weight of the linear layers and the LM head is read once per pass; of
+    # a MoE layer's routed experts (each split 1/tp wide) at least the k that one token
+    # picks, whatever the routing (the same k for every token at best).
     linear = linear_params_per_gpu(spec, tp)
-    weight_bytes = linear * dtype_bytes(prec.weights) + vocab * d * act_b
+    per_expert = 3 * d * split.expert_width  # one routed expert's slice on one GPU
+    routed_all = spec.num_moe_layers * spec.num_experts * per_expert
+    routed_least = spec.num_moe_layers * spec.experts_per_token * per_expert
+    expert_b = dtype_bytes(prec.experts or prec.weights)
+    weight_bytes = (
+        (linear - routed_all) * dtype_bytes(prec.weights)
+        + routed_least * expert_b
+        + vocab * d * act_b
+    )
     decode = workload.phase == "decode"
     cached = workload.context_len - 1 if decode else 0  # the new token's K and V are computed
-    kv_bytes = workload.batch * cached * kv_heads * hd * 2 * layers * dtype_bytes(prec.kv)
+    # a sliding-window layer reads (and keeps) at most its window of keys
+    kept = sum(spec.attended(i, cached) for i in range(layers))
+    kv_bytes = workload.batch * kept * kv_heads * hd * 2 * dtype_bytes(prec.kv)
     memory_s = (weight_bytes + kv_bytes) / gpu.hbm_Bps
 
-    # compute: 2 FLOPs per weight per token; logits for the last token of each sequence;
-    # attention QK^T and PV (4 x head_dim per query-key pair), causal in prefill.
+    # compute: 2 FLOPs per weight a token uses (of a MoE layer: the k experts it picks);
+    # logits for the last token of each sequence; attention QK^T and PV (4 x head_dim per
+    # query-key pair), causal in prefill, banded on a sliding-window layer.
     tokens = workload.tokens
     s = workload.prompt_len
-    pairs = workload.batch * (workload.context_len if decode else s * (s + 1) // 2)
-    attention_flops = 4.0 * heads * hd * pairs * layers
-    linear_flops = 2.0 * tokens * linear
+    if decode:
+        pairs = workload.batch * sum(spec.attended(i, workload.context_len) for i in range(layers))
+    else:
+        windows = [spec.sliding_window if spec.is_sliding_layer(i) else 0 for i in range(layers)]
+        pairs = workload.batch * sum(causal_pairs(s, w) for w in windows)
+    attention_flops = 4.0 * heads * hd * pairs
+    linear_flops = 2.0 * tokens * (linear - routed_all + routed_least)
     head_flops = 2.0 * workload.batch * vocab * d
     math_peak = gpu.fp8_flops if prec.math == "fp8" and gpu.fp8_flops else gpu.bf16_flops
     if prec.math == "fp4" and gpu.fp4_flops:

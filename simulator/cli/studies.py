@@ -87,8 +87,7 @@ def add_study_parsers(sub: Any) -> None:
     pl.add_argument("--out", type=Path, default=Path("tpsim-plots"), help="folder for the PNGs")
     pl.add_argument("--gantt", help="point_ids to draw Gantt charts of (default: the fastest)")
 
-    cc = sub.add_parser("check-claim", help="is a claimed tokens/s possible? (a lower bound; "
-                        "dense models: a mixture-of-experts model is refused)")  # fmt: skip
+    cc = sub.add_parser("check-claim", help="is a claimed tokens/s possible? (a lower bound)")
     cc.add_argument("--model", required=True)
     cc.add_argument("--topology", required=True)
     cc.add_argument("--nodes", type=int, default=1)

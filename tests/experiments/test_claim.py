@@ -37,6 +37,11 @@ def test_70b_on_8_h100_batch_1_is_bound_by_weight_reads() -> None:
         ("llama-3.1-8b", "dgx-a100", 4, 1, Workload(4, "prefill", prompt_len=1024)),
         ("llama-2-7b", "pcie-l40s", 8, 1, Workload(1, "prefill", prompt_len=2048)),
         ("llama-3.1-8b", "dgx-h100", Layout(8, 4), 2, Workload(16, "decode", context_len=512)),
+        # mixture-of-experts (k experts a layer at least) and sliding windows
+        ("qwen3-30b-a3b", "dgx-h100", 1, 1, Workload(1, "decode", context_len=8192)),
+        ("mixtral-8x7b", "dgx-h100", 8, 1, Workload(64, "decode", context_len=2048)),
+        ("gpt-oss-20b", "dgx-h100", 1, 1, Workload(4, "prefill", prompt_len=16384)),
+        ("mistral-7b", "dgx-h100", 2, 1, Workload(8, "decode", context_len=16384)),
     ],
 )
 def test_no_simulation_beats_the_bound(
@@ -81,3 +86,22 @@ def test_cli(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*args, "--tokens-per-s", "-1"]) == 2
     assert main([*args[:-1], "3", "--tokens-per-s", "1"]) == 2
     assert "tp=3" in capsys.readouterr().err
+
+
+def test_a_moe_token_reads_its_k_experts_at_least() -> None:
+    """Batch 1 of Qwen3-30B-A3B on one GPU: the bound reads the attention, the routers and,
+    per MoE layer, the 8 experts the token picks (of 128), not every expert."""
+    spec = get_model("qwen3-30b-a3b")
+    b = lower_bound("qwen3-30b-a3b", "dgx-h100", 1, Workload(1, "decode", context_len=2))
+    read = b.details["weight_bytes_read_per_gpu"] / 2  # bf16
+    active = spec.active_params(embedding=False)  # attention, routers, 8 experts, the head
+    assert read == pytest.approx(active, rel=0.01)
+    assert read < spec.num_params() / 10
+
+
+def test_a_window_caps_the_kv_read() -> None:
+    """Mistral-7B-v0.1 (window 4096): at 16K of context the cache read is the window's."""
+    at = {n: lower_bound("mistral-7b", "dgx-h100", 1, Workload(1, "decode", context_len=n))
+          for n in (4097, 16384)}  # fmt: skip
+    kv = {n: b.details["kv_bytes_read_per_gpu"] for n, b in at.items()}
+    assert kv[16384] == kv[4097] > 0
