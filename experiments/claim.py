@@ -258,7 +258,7 @@ def verdict_text(v: Verdict) -> str:
         )
     weights, kv = d["weight_bytes_read_per_gpu"] / gb, d["kv_bytes_read_per_gpu"] / gb
     how = {
-        "memory": f"weights {weights:.2f} GB + KV cache {kv:.3f} GB per GPU / "
+        "memory": f"weights read {weights:.2f} GB + KV cache {kv:.3f} GB per GPU / "
         f"{d['hbm_peak_Bps'] / 1e12:.2f} TB/s peak HBM",
         "compute": f"{d['flops_per_gpu'] / 1e9:.4g} GFLOP per GPU / "
         f"{d['peak_flops'] / 1e12:.0f} TFLOP/s {d.get('math', d['dtype'])} peak",
