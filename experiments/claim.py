@@ -117,6 +117,7 @@ def lower_bound(
     # query-key pair), causal in prefill, banded on a sliding-window layer.
     tokens = workload.tokens
     s = workload.prompt_len
+    pairs: float
     if decode:
         pairs = workload.batch * sum(spec.attended(i, workload.context_len) for i in range(layers))
     else:

@@ -52,7 +52,8 @@ def add_plan_parser(sub: Any) -> None:
 
 
 def _plan(a: argparse.Namespace) -> int:
-    from tpsim.experiments.plan import PlanRequest, plan, table, to_dicts
+    from tpsim.experiments.plan import PlanRequest, plan, to_dicts
+    from tpsim.experiments.plan_text import table
 
     check_nodes(a.nodes)
     if a.gpus < 0:
@@ -88,7 +89,7 @@ def _plan(a: argparse.Namespace) -> int:
     else:
         print(table(rows, req))
     if a.plots is not None:
-        from tpsim.experiments.plan import plot_front
+        from tpsim.experiments.plan_text import plot_front
         from tpsim.outputs.export import make_folder
 
         make_folder(a.plots)

@@ -153,7 +153,8 @@ def test_static_plan_batches_are_limited_by_memory_or_the_slo() -> None:
     the rows show."""
     from tpsim.core.api import simulate
     from tpsim.core.config import Layout, Workload
-    from tpsim.experiments.plan import PlanRequest, _fits, plan, recommendation
+    from tpsim.experiments.plan import PlanRequest, _fits, plan
+    from tpsim.experiments.plan_text import recommendation
 
     req = PlanRequest("llama-3.1-8b", "dgx-h100", gpus=2, slo_tpot_ms=30)
     rows = plan(req, jobs=1)
@@ -179,7 +180,8 @@ def test_static_plan_batches_are_limited_by_memory_or_the_slo() -> None:
 
 
 def test_static_plan_with_no_layout_meeting_the_slos_names_the_closest() -> None:
-    from tpsim.experiments.plan import PlanRequest, plan, recommendation
+    from tpsim.experiments.plan import PlanRequest, plan
+    from tpsim.experiments.plan_text import recommendation
 
     rows = plan(PlanRequest("llama-3.1-8b", "dgx-h100", gpus=2, slo_tpot_ms=30, slo_ttft_ms=5),
                 jobs=1)  # fmt: skip
