@@ -117,11 +117,18 @@ def _numbers(value: object, field: str, exponent: int = 0) -> dict[str, float]:
     }
 
 
+#: The longest fixed time any entry may give (us): a second per kernel, launch, collective
+#: or step's host work is far beyond any engine; more is a slip of units.
+MAX_FIXED_US = 1e6
+
+
 def _nonnegative_us(value: object, field: str) -> float:
-    """A time in us, 0 or more, in seconds."""
+    """A time in us, 0 to :data:`MAX_FIXED_US`, in seconds."""
     x = number(value, field)
     if x < 0:
         raise CalibrationError(f"{field}={value!r}: must not be negative")
+    if x > MAX_FIXED_US:
+        raise CalibrationError(f"{field}={value!r}: more than a second (in us); check the units")
     return scale(x, -6)
 
 

@@ -83,12 +83,31 @@ def _kernels(d: Mapping[str, Any]) -> Kernels:
             number(entry(d, "l2_resident_MiB", w), f"{w}.l2_resident_MiB") * 2**20
         ),
         l2_gain=share("l2_gain"),
-        latency_scale=_numbers(entry(d, "latency_scale", w), f"{w}.latency_scale"),
+        latency_scale=_latency_scale(entry(d, "latency_scale", w), archs),
         l2_bytes_per_flop=_l2_feed(entry(d, "l2_bytes_per_flop", w), f"{w}.l2_bytes_per_flop"),
         matmul_efficiency_scale=_scale(d, "matmul_efficiency_scale", w),
         attention_efficiency_scale=_scale(d, "attention_efficiency_scale", w),
         hbm_efficiency_scale=_scale(d, "hbm_efficiency_scale", w),
     )
+
+
+#: The largest factor a profile may scale the fixed times by (a GPU's floors are within a
+#: few times of another's; a thousandfold one is a slip).
+MAX_LATENCY_SCALE = 10.0
+
+
+def _latency_scale(value: object, archs: set[str]) -> dict[str, float]:
+    """The fixed-time factor by GPU architecture (``default`` for the others): each a known
+    architecture, each in [0, MAX_LATENCY_SCALE] (0: no fixed times, the ideal engine's)."""
+    w = "kernels.yaml.latency_scale"
+    out = _numbers(value, w)
+    for arch, x in out.items():
+        if arch != "default" and arch not in archs:
+            known = ", ".join(["default", *sorted(archs)])
+            raise CalibrationError(f"{w}: unknown architecture {arch!r} (known: {known})")
+        if not 0 <= x <= MAX_LATENCY_SCALE:
+            raise CalibrationError(f"{w}.{arch}={x!r}: must be from 0 to {MAX_LATENCY_SCALE:g}")
+    return out
 
 
 def _heads_per_cta(value: object) -> int:

@@ -190,7 +190,10 @@ def profile(name_or_path: str) -> Calibration:
     for where, overrides in chain:
         for file, entries in overrides.items():
             merge(data[file], entries, f"{where}: overrides.{file}")
-    return build(data, f"engine {name}", name)
+    try:
+        return build(data, f"engine {name}", name)
+    except CalibrationError as e:  # a value of the profile's: name the profile, not the data
+        raise CalibrationError(f"engine={show(name_or_path)}: {e}") from None
 
 
 @cache

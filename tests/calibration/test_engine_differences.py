@@ -95,6 +95,24 @@ def test_blackwell_kernel_floors_are_hoppers() -> None:
     assert k.latency_scale_of("blackwell") == k.latency_scale_of("hopper") < 1
 
 
+@pytest.mark.parametrize(("value", "needle"), [
+    ("{hopper: -1}", r"^engine='.*': kernels.yaml.latency_scale.hopper=-1: must"),
+    ("{hopper: 1000}", "must be from 0 to 10"),
+    ("{hoppr: 0.5}", "unknown architecture 'hoppr'"),
+])  # fmt: skip
+def test_a_profile_s_fixed_time_factors_are_checked(
+    tmp_path: Path, value: str, needle: str
+) -> None:
+    """A negative factor would subtract the floors from the kernels' streaming times (a step
+    faster than HBM allows); a thousandfold one, or an architecture misspelt, is a slip.
+    The message names the profile the value came from."""
+    _refused(tmp_path, "kernels", "latency_scale", value, needle)
+
+
+def test_a_fixed_time_beyond_a_second_is_refused(tmp_path: Path) -> None:
+    _refused(tmp_path, "engine", "collective_latency_us", "1.0e+12", "more than a second")
+
+
 def test_vllm_decodes_with_one_kernel_on_blackwell_only(tmp_path: Path) -> None:
     """vLLM runs FlashAttention's split-KV pair on Hopper and FlashInfer's TensorRT-LLM
     decode kernel on Blackwell (SGLang, FlashAttention-3 and trtllm_mha, likewise): the same
