@@ -96,7 +96,7 @@ def test_blackwell_kernel_floors_are_hoppers() -> None:
 
 
 @pytest.mark.parametrize(("value", "needle"), [
-    ("{hopper: -1}", r"^engine='.*': kernels.yaml.latency_scale.hopper=-1: must"),
+    ("{hopper: -1}", r"^engine=.*kernels.yaml.latency_scale.hopper=-1: must"),
     ("{hopper: 1000}", "must be from 0 to 10"),
     ("{hoppr: 0.5}", "unknown architecture 'hoppr'"),
 ])  # fmt: skip
