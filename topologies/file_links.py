@@ -46,9 +46,11 @@ def _links(items: object, nodes: dict[str, dict], file: str) -> list[tuple[str, 
         src, dst = ends
         if src == dst:
             raise _err(f"{f}.dst", file, "same as src (self-loop)", dst)
-        both_gpu = nodes[src]["kind"] == nodes[dst]["kind"] == "gpu"
+        # GPUs join each other, and an NVSwitch, by NVLink unless told
+        kinds = {nodes[src]["kind"], nodes[dst]["kind"]}
+        scaleup = kinds <= {"gpu", "nvswitch"}
         link = _choice(
-            d.get("link", "nvlink" if both_gpu else "pcie"), LINK_KINDS, f"{f}.link", file
+            d.get("link", "nvlink" if scaleup else "pcie"), LINK_KINDS, f"{f}.link", file
         )
         bridge = link == "nvlink_bridge"
         duplex = d.get("duplex", bridge)  # a bridge carries both directions unless told

@@ -38,6 +38,33 @@ TOP_FIELDS = ("name", "gpus", "nodes", "links", "nvls", "p2p", "p2p_pairs", "net
 # --- loading -----------------------------------------------------------------------------
 
 
+def _hosts_from_network(nodes: list[tuple[str, dict]], links: list[tuple[str, str, dict]],
+                        file: str) -> None:  # fmt: skip
+    """A file that names no host: its hosts are the groups of GPUs its links join without
+    the network (``infiniband``: NICs to switches), each node put on its group's host in
+    the order of the GPUs; a file without network links is one host."""
+    parts = nx.Graph()
+    parts.add_nodes_from(n for n, _ in nodes)
+    parts.add_edges_from((u, v) for u, v, a in links if a["link"] != "infiniband")
+    host_of: dict[frozenset[str], int] = {}
+    for node, a in nodes:
+        if a["kind"] == "gpu":
+            host_of.setdefault(frozenset(nx.node_connected_component(parts, node)), len(host_of))
+    if len(host_of) < 2:
+        return
+    sizes = {h: sum(1 for n, a in nodes if a["kind"] == "gpu" and n in c)
+             for c, h in host_of.items()}  # fmt: skip
+    if len(set(sizes.values())) > 1:
+        counts = ", ".join(str(sizes[h]) for h in sorted(sizes))
+        msg = (f"its network links split the GPUs into hosts of {counts}: hosts must hold "
+               "the same number of GPUs (or give each node its host:)")  # fmt: skip
+        raise _err("nodes", file, msg)
+    attrs = dict(nodes)
+    for c, h in host_of.items():
+        for node in c:
+            attrs[node]["host"] = h
+
+
 def _from_data(data: object, file: str) -> nx.DiGraph:
     if not isinstance(data, dict):
         got = "an empty document" if data is None else f"a {type(data).__name__}"
@@ -52,6 +79,11 @@ def _from_data(data: object, file: str) -> nx.DiGraph:
         raise _err("p2p", file, "must be true or false", p2p)
     nodes = _nodes(d["nodes"], _gpus(d.get("gpus", {}), file), file)
     links = _links(d["links"], dict(nodes), file)
+    given = isinstance(d["nodes"], list) and any(
+        isinstance(n, dict) and "host" in n for n in d["nodes"]
+    )
+    if not given:
+        _hosts_from_network(nodes, links, file)
     pairs = _p2p_pairs(d.get("p2p_pairs", []), dict(nodes), file)
     hosts = 1 + max(a["host"] for _, a in nodes if a["kind"] == "gpu")
     n_gpus = sum(1 for _, a in nodes if a["kind"] == "gpu")

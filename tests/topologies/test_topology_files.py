@@ -214,3 +214,52 @@ def test_unreadable_files(tmp_path):
         load_topology(big)
     with pytest.raises(TopologyError, match="cannot read"):
         load_topology(tmp_path)  # a directory
+
+
+def _two_pairs(tmp_path: Path, extra: str = "") -> Path:
+    """Two pairs of GPUs, each GPU with its NIC on one InfiniBand switch, no host: given."""
+    nodes = "".join(f"  - {{id: {g}, kind: gpu, type: g}}\n  - {{id: n{g}, kind: nic}}\n"
+                    for g in ("a0", "a1", "b0", "b1"))  # fmt: skip
+    links = "".join(
+        f"  - {{src: {g}, dst: n{g}, bandwidth_GBps: 50, latency_us: 1, duplex: true}}\n"
+        f"  - {{src: n{g}, dst: ib, bandwidth_GBps: 25, latency_us: 1, duplex: true, "
+        "link: infiniband}\n"
+        for g in ("a0", "a1", "b0", "b1")
+    )
+    pairs = "".join(f"  - {{src: {x}0, dst: {x}1, bandwidth_GBps: 300, latency_us: 0.5, "
+                    "duplex: true}\n" for x in ("a", "b"))  # fmt: skip
+    path = tmp_path / "pairs.yaml"
+    path.write_text(HEAD + "nodes:\n" + nodes + "  - {id: ib, kind: switch}\n" + extra
+                    + "links:\n" + pairs + links)  # fmt: skip
+    return path
+
+
+def test_a_file_s_hosts_follow_its_network_when_it_names_none(tmp_path):
+    """Without host: the GPUs its non-network links join are a host each (a pair and its
+    NICs); the InfiniBand links are then the network."""
+    g = load_topology(_two_pairs(tmp_path))
+    assert g.graph["hosts"] == 2 and g.graph["gpus_per_host"] == 2
+    assert [g.nodes[n]["host"] for n in ("a0", "a1", "na0", "b0", "b1", "nb1")] == [
+        0, 0, 0, 1, 1, 1]  # fmt: skip
+    r = Routes(g)
+    assert r.host(0) == r.host(1) != r.host(2) == r.host(3)
+
+
+def test_gpus_join_an_nvswitch_by_nvlink_unless_told(tmp_path):
+    path = tmp_path / "star.yaml"
+    path.write_text(HEAD + "nodes:\n" + "".join(
+        f"  - {{id: g{i}, kind: gpu, type: g}}\n" for i in range(4)) +
+        "  - {id: sw, kind: nvswitch}\nlinks:\n" + "".join(
+        f"  - {{src: g{i}, dst: sw, bandwidth_GBps: 450, latency_us: 0.5, duplex: true}}\n"
+        for i in range(4)))  # fmt: skip
+    g = load_topology(path)
+    assert {d["link"] for _, _, d in g.edges(data=True)} == {"nvlink"}
+
+
+def test_uneven_network_hosts_are_refused_naming_host(tmp_path):
+    """Hosts inferred from the network must hold as many GPUs each, as given ones must."""
+    path = _two_pairs(tmp_path, "  - {id: c0, kind: gpu, type: g}\n")
+    third = "  - {src: c0, dst: a0, bandwidth_GBps: 300, latency_us: 0.5, duplex: true}\n"
+    path.write_text(path.read_text().replace("links:\n", "links:\n" + third))
+    with pytest.raises(TopologyError, match=r"hosts of 3, 2.*host:"):
+        load_topology(path)

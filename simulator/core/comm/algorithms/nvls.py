@@ -71,7 +71,10 @@ def pipeline_fill_s(fab: Fabric, nbytes: int, rate_Bps: float) -> float:
 
 def _why_not(fab: Fabric, op: str) -> str | None:
     if fab.nvswitch is None:
-        return "needs GPUs on one NVSwitch that reduces in the switch (H100/H200/B200 systems)"
+        return (
+            "needs GPUs on one NVSwitch that reduces in the switch (H100/H200/B200 "
+            "systems; a topology file says so with nvls: true)"
+        )
     return None
 
 

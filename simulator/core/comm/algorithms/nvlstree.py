@@ -134,7 +134,10 @@ def _why_not(fab: Fabric, op: str) -> str | None:
     if len(set(counts)) > 1 or counts[0] < 2:
         return "needs the same number (at least 2) of GPUs on every host"
     if fab.host_switches is None:
-        return "needs each host's GPUs on one NVSwitch that reduces in the switch (H100/B200)"
+        return (
+            "needs each host's GPUs on one NVSwitch that reduces in the switch "
+            "(H100/H200/B200; a topology file says so with nvls: true)"
+        )
     return None
 
 
