@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from tpsim.calibration.bounded import InputError
 
-class ModelError(ValueError):
+
+class ModelError(InputError):
     """Bad model input.
 
     The message is ONE line naming the field and the bad value, e.g.

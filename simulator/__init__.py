@@ -46,13 +46,14 @@ _sys.excepthook = _out_of_memory_at_import
 from tpsim.core.api import simulate  # noqa: E402 (the hook above first)
 from tpsim.core.collective_bench import collective_sweep  # noqa: E402 (the hook above first)
 from tpsim.core.config import Layout, Options, Workload  # noqa: E402 (the hook above first)
-from tpsim.core.errors import ConfigError  # noqa: E402 (the hook above first)
+from tpsim.core.errors import ConfigError, InputError  # noqa: E402 (the hook above first)
 from tpsim.core.records import Record  # noqa: E402 (the hook above first)
 from tpsim.core.result import Result  # noqa: E402 (the hook above first)
 from tpsim.core.summary import Summary  # noqa: E402 (the hook above first)
 
 __all__ = [
     "ConfigError",
+    "InputError",
     "Layout",
     "Options",
     "Record",

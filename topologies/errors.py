@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import reprlib
 
-from tpsim.calibration.bounded import did_you_mean
+from tpsim.calibration.bounded import InputError, did_you_mean
 
 __all__ = ["TopologyError", "did_you_mean", "field_error", "show"]
 
 
-class TopologyError(ValueError):
+class TopologyError(InputError):
     """Bad topology input: ONE line naming the field and value, e.g.
     "links[2].bandwidth_GBps=-5 in ring.yaml: must be a positive finite number"."""
 

@@ -43,9 +43,15 @@ def _hosts_from_network(nodes: list[tuple[str, dict]], links: list[tuple[str, st
     """A file that names no host: its hosts are the groups of GPUs its links join without
     the network (``infiniband``: NICs to switches), each node put on its group's host in
     the order of the GPUs; a file without network links is one host."""
+    network = [(u, v) for u, v, a in links if a["link"] == "infiniband"]
     parts = nx.Graph()
     parts.add_nodes_from(n for n, _ in nodes)
     parts.add_edges_from((u, v) for u, v, a in links if a["link"] != "infiniband")
+    whole = parts.copy()
+    whole.add_edges_from(network)
+    gpus = [n for n, a in nodes if a["kind"] == "gpu"]
+    if not network or not gpus or any(not nx.has_path(whole, gpus[0], g) for g in gpus[1:]):
+        return  # no network, or GPUs it cannot reach (refused by the reachability check)
     host_of: dict[frozenset[str], int] = {}
     for node, a in nodes:
         if a["kind"] == "gpu":

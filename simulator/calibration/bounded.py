@@ -41,7 +41,14 @@ _KINDS = {
 }
 
 
-class ReadRefused(ValueError):
+class InputError(ValueError):
+    """Bad input of any kind (an option, a model, a topology, a calibration file, programs
+    that do not fit together): one line naming the field and the value; the command line
+    reports it with exit code 2. ``tpsim.InputError`` catches every such error the API
+    raises (:class:`tpsim.ConfigError` and the others are its kinds)."""
+
+
+class ReadRefused(InputError):
     """An input file that is not read: its reason, one short line without the path."""
 
 

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from tpsim.calibration.bounded import show
+from tpsim.calibration.bounded import InputError, show
 
 
-class CalibrationError(ValueError):
+class CalibrationError(InputError):
     """A calibration data file or profile that cannot be read; one line naming the value."""
 
 

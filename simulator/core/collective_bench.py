@@ -111,7 +111,7 @@ def collective_sweep(
     per_thread = max(per_host.values()) if how.per_host else 1  # GPUs one thread enqueues
     rows = []
     for n in sizes:
-        if isinstance(n, bool) or n < 1:
+        if isinstance(n, bool) or not isinstance(n, int | float) or not n >= 1:
             raise ConfigError(f"size={n!r}: must be a positive number of bytes")
         call = CollectiveCall(op, int(n), phase=phase, node_dedup=node_dedup, experts=experts)
         op_ = Op(

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from tpsim.calibration.bounded import show
 from tpsim.core.comm.group import Comms, connect
 from tpsim.core.comm.layout import LayoutComms, place, stage_layers
 from tpsim.core.config import Layout, Options, Workload, tp_problem, valid_tp_degrees
@@ -27,7 +28,8 @@ from tpsim.core.memory import MemoryUse, memory_per_stage, what_fits
 from tpsim.core.precision import Precision, run_precision
 from tpsim.models.catalog import get_model
 from tpsim.models.spec import ModelSpec
-from tpsim.topologies.io import get_topology
+from tpsim.topologies.graph import TopologyGraph
+from tpsim.topologies.io import get_topology, validate
 from tpsim.topologies.routing import Routes
 
 if TYPE_CHECKING:
@@ -122,6 +124,22 @@ def check_context(model: ModelSpec, workload: Workload) -> None:
         )
 
 
+def _check_types(model: object, topology: object, layout: object, workload: object,
+                 options: object) -> None:  # fmt: skip
+    """ConfigError naming the argument of ``simulate`` that is not of a type it takes (a
+    TP degree given as "4" would otherwise fail deep inside as an AttributeError)."""
+    wanted: tuple[tuple[str, object, tuple[type, ...], str], ...] = (
+        ("model", model, (str, ModelSpec), "a catalog name, a config.json path or a ModelSpec"),
+        ("topology", topology, (str, TopologyGraph), "a catalog name, a file or a graph"),
+        ("layout", layout, (int, Layout), "a TP degree (int) or a Layout"),
+        ("workload", workload, (Workload, type(None)), "a Workload"),
+        ("options", options, (Options, type(None)), "an Options"),
+    )
+    for name, value, types, what in wanted:
+        if not isinstance(value, types) or isinstance(value, bool):
+            raise ConfigError(f"{name}={show(value)}: must be {what}")
+
+
 def resolve(
     model: ModelSpec | str,
     topology: nx.DiGraph | str,
@@ -133,8 +151,13 @@ def resolve(
 ) -> RunPlan:
     """``simulate``'s arguments resolved into a :class:`RunPlan`; ConfigError for a layout
     that does not split the model, does not fit the topology or its memory."""
+    _check_types(model, topology, layout, workload, options)
     spec = get_model(model) if isinstance(model, str) else model
-    graph = get_topology(topology, nodes) if isinstance(topology, str) else topology
+    if isinstance(topology, str):
+        graph = get_topology(topology, nodes)
+    else:  # a graph built by hand: held to the conventions a loaded one keeps
+        validate(topology, "topology")
+        graph = topology
     layout = Layout(layout) if isinstance(layout, int) else layout
     workload = workload or Workload()
     options = options or Options()
