@@ -176,3 +176,18 @@ def test_the_serve_page_s_sample_output_is_current(capsys: pytest.CaptureFixture
     printed = set(capsys.readouterr().out.splitlines())
     shown = [line for line in sample.splitlines() if line.strip() and line != "..."]
     assert len(shown) > 10 and [line for line in shown if line not in printed] == []
+
+
+def test_the_calibrate_example_is_today_s_truth(tmp_path: Path) -> None:
+    """The guide's measured.csv is what tests/support/calibrate_example.py writes today: the
+    profile it stands for, priced as tpsim prices it now (a profile change that moves these
+    points makes the example's fit read wrong until it is rewritten)."""
+    sys.path.insert(0, str(REPO / "tests" / "support"))
+    try:
+        import calibrate_example
+    finally:
+        sys.path.pop(0)
+    calibrate_example.main(tmp_path)
+    page = REPO / "docs" / "guide.md"
+    shown = next(body for lang, rest, body in fences(page) if rest == "file=measured.csv")
+    assert shown == (tmp_path / "measured.csv").read_text()
