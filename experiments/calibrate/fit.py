@@ -133,6 +133,7 @@ def calibrate(
         raise ConfigError(f"{source}: 1 point; at least 2 are needed (one left out at a time)")
     calibration.profile(base)  # an unknown or malformed base is refused before any work
     points, oom = _runnable(points, base, source)
+    oom += _repeated(points)
     with (
         tempfile.TemporaryDirectory(prefix="tpsim-calibrate-") as tmp,
         Simulator(points, base, Path(tmp), source, jobs) as sim,
@@ -319,6 +320,23 @@ class _Fit:
         predicted = [float(x) for x in sim.predict(values)]
         return Calibrated(sim.source, sim.base, list(sim.points), parameters, warnings,
                           predicted, loo, iterations, sim.simulations, sol.converged)  # fmt: skip
+
+
+def _repeated(points: Sequence[MeasuredPoint]) -> list[str]:
+    """A warning naming rows that measure the same point: the fit counts each as another
+    point, so its uncertainties and leave-one-out errors come out too small."""
+    rows: dict[tuple[object, ...], list[int]] = {}
+    for p in points:
+        rows.setdefault(p.same_point, []).append(p.row)
+    same = [r for r in rows.values() if len(r) > 1]
+    if not same:
+        return []
+    listed = "; ".join(", ".join(map(str, r)) for r in same)
+    return [
+        f"rows {listed} measure the same point: the fit counts each as another point, so "
+        "its uncertainties and leave-one-out errors are too small; put repeated runs of a "
+        "point in one row (their mean)"
+    ]
 
 
 def _runnable(

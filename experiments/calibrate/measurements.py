@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -33,8 +34,9 @@ from tpsim.core.config import (
     tp_problem,
 )
 from tpsim.core.errors import INPUT_ERRORS, ConfigError
-from tpsim.models.catalog import get_model
+from tpsim.models.catalog import MODELS, get_model
 from tpsim.models.spec import ModelSpec
+from tpsim.topologies.builders import TOPOLOGIES
 from tpsim.topologies.gpus import GPUSpec
 from tpsim.topologies.graph import TopologyGraph
 from tpsim.topologies.io import get_topology
@@ -80,6 +82,18 @@ class MeasuredPoint:
     #: the row's cells in columns that are not tpsim's (notes, a run id), in file order:
     #: not read, echoed where the report lists the point
     extra: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+
+    @property
+    def measured_ms(self) -> float:
+        """The measured time in ms as the file wrote it (not seconds times 1e3's last bit)."""
+        return float(f"{self.measured_s * 1e3:.12g}")
+
+    @property
+    def same_point(self) -> tuple[object, ...]:
+        """What the point measures, whatever its row and time: two rows with the same are
+        one point measured twice."""
+        return (self.model, self.topology, self.nodes, self.tp, self.workload, self.dtype,
+                self.decode_steps, self.allreduce)  # fmt: skip
 
     @property
     def decode(self) -> Workload:
@@ -145,7 +159,7 @@ def read_points(path: Path) -> list[MeasuredPoint]:
         raise ConfigError(f"{name} row {header_row}: no {missing[0]!r} column")
     if len(lines) - 1 > MAX_POINTS:
         raise ConfigError(f"{name}: {len(lines) - 1} rows; at most {MAX_POINTS} points")
-    reader = _Reader(name)
+    reader = _Reader(name, path.parent)
     points = []
     for row, line in lines[1:]:
         cells = [c.strip() for c in next(csv.reader([line]))]
@@ -167,8 +181,9 @@ def read_points(path: Path) -> list[MeasuredPoint]:
 class _Reader:
     """Turns rows into points, loading each model and topology once."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, folder: Path | None = None) -> None:
         self.name = name
+        self.folder = folder  # the CSV's: a relative path in it is read from there
         self.models: dict[str, ModelSpec] = {}
         self.graphs: dict[tuple[str, int], TopologyGraph] = {}
 
@@ -215,14 +230,16 @@ class _Reader:
             raise self.fail(row, "nodes", cells["nodes"], str(e)) from None
         try:
             if model not in self.models:
-                self.models[model] = get_model(model)
+                self.models[model] = get_model(self.beside(model, MODELS))
         except INPUT_ERRORS as e:
-            raise self.fail(row, "model", model, str(e).splitlines()[0]) from None
+            raise self.fail(row, "model", model, _why(e, "model", model)) from None
         try:
             if (topology, nodes) not in self.graphs:
-                self.graphs[topology, nodes] = get_topology(topology, nodes)
+                self.graphs[topology, nodes] = get_topology(
+                    self.beside(topology, TOPOLOGIES), nodes
+                )
         except INPUT_ERRORS as e:
-            raise self.fail(row, "topology", topology, str(e).splitlines()[0]) from None
+            raise self.fail(row, "topology", topology, _why(e, "topology", topology)) from None
         spec, graph = self.models[model], self.graphs[topology, nodes]
         try:
             problem = tp_problem(tp, spec.num_heads, spec.num_kv_heads)
@@ -230,13 +247,26 @@ class _Reader:
                 raise ConfigError(f"{problem} of {spec.name}")
             gpu = tp_group(graph, tp).gpu
         except ConfigError as e:
-            raise self.fail(row, "tp", cells["tp"], str(e).removeprefix(f"tp={tp}: ")) from None
+            why = (
+                str(e)
+                .removeprefix(f"tp={tp}: ")
+                .replace("--nodes, or nodes= in the API", "the nodes column")
+            )
+            raise self.fail(row, "tp", cells["tp"], why) from None
         try:
             workload = Workload(batch, phase, prompt, context)
         except ConfigError as e:
             raise ConfigError(f"{self.name} row {row}: {e}") from None
         return MeasuredPoint(row, model, topology, nodes, tp, workload, dtype, measured, spec,
                              graph, gpu, max(0, output - 1), allreduce)  # fmt: skip
+
+    def beside(self, value: str, catalog: Mapping[str, object]) -> str:
+        """``value`` as a path beside the CSV when it names no catalog entry, is no path from
+        here, and is one from the CSV's folder (as a profile's ``extends:`` is read)."""
+        if self.folder is None or value.strip().lower() in catalog or Path(value).exists():
+            return value
+        there = self.folder / value
+        return str(there) if there.exists() else value
 
     def measured(self, row: int, text: str) -> float:
         try:
@@ -250,6 +280,12 @@ class _Reader:
                 row, "measured_ms", text, "must be a time in ms, from 0.001 (1 us) to 1 h"
             )
         return ms * 1e-3
+
+
+def _why(e: Exception, key: str, value: str) -> str:
+    """The first line of ``e`` without the ``key=value:`` the row's message names already."""
+    line = str(e).splitlines()[0]
+    return line.removeprefix(f"{key}={value!r}: ").removeprefix(f"{key}={value}: ")
 
 
 __all__ = ["COLUMNS", "MeasuredPoint", "extra_columns", "read_points"]

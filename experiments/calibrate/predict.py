@@ -25,7 +25,7 @@ from tpsim.core.errors import ConfigError
 from tpsim.experiments.calibrate.fit import Calibrated
 from tpsim.experiments.calibrate.knobs import Knob, profile_yaml
 from tpsim.experiments.calibrate.measurements import MeasuredPoint
-from tpsim.experiments.calibrate.simulate import step_time
+from tpsim.experiments.calibrate.simulate import fits, step_time
 from tpsim.outputs.export import write_text
 
 #: A prediction that moves by more than this when a kept parameter moves rests on it.
@@ -50,6 +50,9 @@ class Prediction:
     point: MeasuredPoint
     predicted_s: float
     rests_on: tuple[Reliance, ...]
+    #: whether its steps fit its GPUs' memory under the fitted profile (one that does not
+    #: is priced as stated, but the engine cannot have run it so: the fit leaves such out)
+    fits: bool = True
 
     @property
     def error(self) -> float:
@@ -107,7 +110,7 @@ def predict(
             for knob, why, how, ts, fitted in moved
             if abs((ts[i] / t) / (1 + fitted) - 1) > RESTS_ON
         )
-        out.append(Prediction(point, t, rests))
+        out.append(Prediction(point, t, rests, fits(point, str(profile))))
     return out
 
 
@@ -121,6 +124,9 @@ def predicted_text(preds: list[Prediction], source: str) -> str:
     for p in preds:
         m, t = p.point.measured_s * 1e3, p.predicted_s * 1e3
         lines.append(f"{p.point.row:>6}{m:>13.4g}{t:>14.4g}{p.error:>+8.1%}  {p.point.label}")
+        if not p.fits:
+            lines.append(f"{'':>8}does not fit in its GPUs' memory: the engine cannot have run "
+                         "it as stated (the fit leaves such points out)")  # fmt: skip
         for r in p.rests_on:
             lines.append(f"{'':>8}rests on {r.knob.name} (kept at the base value: "
                          f"{r.kept_because}): {r.moved}, it moves this point "
@@ -139,9 +145,11 @@ def predicted_dict(preds: list[Prediction]) -> list[dict[str, object]]:
         {
             "row": p.point.row,
             "point": p.point.label,
-            "measured_ms": p.point.measured_s * 1e3,
+            "measured_ms": p.point.measured_ms,
             "predicted_ms": p.predicted_s * 1e3,
             "error": p.error,
+            "fits": p.fits,
+            "extra": dict(p.point.extra),
             "rests_on": [
                 {
                     "parameter": r.knob.name,

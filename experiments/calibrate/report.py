@@ -108,7 +108,7 @@ def report_dict(c: Calibrated, out: Path | None = None) -> dict[str, Any]:
             {
                 "row": p.row,
                 "point": p.label,
-                "measured_ms": p.measured_s * 1e3,
+                "measured_ms": p.measured_ms,
                 "fitted_ms": c.predicted_s[i] * 1e3,
                 "error": fit[i],
                 "leave_one_out_ms": c.loo_s[i] * 1e3,
