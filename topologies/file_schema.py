@@ -54,12 +54,23 @@ def _int(value: object, field: str, file: str, hi: int) -> int:
     return value
 
 
+def _looks_numeric(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def _num(value: Any, field: str, file: str, positive: bool, hi: float) -> float:
     number = isinstance(value, int | float) and not isinstance(value, bool)
     if number and isinstance(value, int) and value.bit_length() > 1000:
         raise _err(field, file, f"implausibly large (limit {hi:g})", value)  # no float holds it
     if not number or not math.isfinite(value) or value < 0 or (positive and value == 0):
         need = "positive" if positive else "non-negative"
+        if isinstance(value, str) and _looks_numeric(value):  # YAML 1.1 reads 1e9 as text
+            raise _err(field, file, f"must be a {need} finite number, not text (YAML reads "
+                       "1e9 as text: write 1.0e9)", value)  # fmt: skip
         raise _err(field, file, f"must be a {need} finite number", value)
     if value > hi:
         raise _err(field, file, f"implausibly large (limit {hi:g})", value)

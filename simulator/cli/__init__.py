@@ -123,8 +123,10 @@ def _parser() -> argparse.ArgumentParser:
         "synchronise after every call: host and kernel in series)",
     )
     coll.add_argument("--sizes", type=parse_sizes, help="comma list: 8K,1M,1G")
-    coll.add_argument("--min-bytes", type=parse_size, default=8)
-    coll.add_argument("--max-bytes", type=parse_size, default=128 * 1024**2)
+    coll.add_argument("--min-bytes", type=parse_size, help="the sweep's first size, doubled "
+                      "up to --max-bytes (default: 8; not with --sizes)")  # fmt: skip
+    coll.add_argument("--max-bytes", type=parse_size, help="the sweep's last size (default: "
+                      "128M; not with --sizes)")  # fmt: skip
     coll.add_argument(
         "--engine",
         default="ideal",
@@ -157,8 +159,15 @@ def _collective(a: argparse.Namespace) -> int:
 
     check_nodes(a.nodes)
     if a.sizes:
+        for flag in ("min_bytes", "max_bytes"):
+            if getattr(a, flag) is not None:
+                value = getattr(a, flag)
+                raise ConfigError(f"--{flag.replace('_', '-')}={value}: give --sizes or a "
+                                  "range (--min-bytes, --max-bytes), not both")  # fmt: skip
         sizes = a.sizes
     else:
+        a.min_bytes = 8 if a.min_bytes is None else a.min_bytes
+        a.max_bytes = 128 * 1024**2 if a.max_bytes is None else a.max_bytes
         if a.min_bytes > a.max_bytes:
             raise ConfigError(f"--min-bytes={a.min_bytes}: larger than --max-bytes={a.max_bytes}")
         sizes, n = [], a.min_bytes

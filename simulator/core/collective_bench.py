@@ -105,6 +105,12 @@ def collective_sweep(
         )
     comms = connect(graph, ranks, calib=calib, algo=algo)
     planner = comms.planner  # an algorithm the group cannot run is refused before any size
+    hbm = comms.group.gpu.hbm_bytes
+    for n in sizes:  # a buffer (nccl-tests: the send buffer, an all-gather's output) in HBM
+        if isinstance(n, int | float) and not isinstance(n, bool) and n > hbm:
+            raise ConfigError(
+                f"size={n:,}: larger than the {hbm / 2**30:g} GiB of one {comms.group.gpu.name}"
+            )
     how = launchers[launcher]
     group = comms.group
     per_host = Counter(group.routes.host(g) for g in group.gpu_ranks)
