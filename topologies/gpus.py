@@ -51,6 +51,9 @@ class GPUSpec:
     #: SM boost clock (Hz); None: not given, NCCL's latencies taken as they are (at the
     #: calibration's reference clock)
     sm_clock_Hz: float | None = None
+    #: on-chip last-level cache (bytes); not given: the largest of any catalog GPU (256 MB),
+    #: so that nothing is taken to stream from HBM that a cache could hold
+    l2_bytes: int = 256_000_000
 
 
 class _Catalog(Mapping[str, GPUSpec]):
@@ -102,6 +105,7 @@ _SCALED = {
     "scaleup_GBps": ("scaleup_Bps", 9),
     "kernel_overhead_us": ("kernel_overhead_s", -6),
     "sm_clock_GHz": ("sm_clock_Hz", 9),
+    "l2_MB": ("l2_bytes", 6),
 }
 _REQUIRED = ("bf16_tflops", "hbm_TBps", "hbm_GB")
 # Defaults of the optional fields (file units), from the calibration's GPU defaults.
@@ -119,6 +123,7 @@ GPU_FILE_DEFAULTS: dict[str, Any] = {
     "arch": None,  # the catalog GPU's of the same name, else "default"
     "nvlink_bridge": None,  # the catalog GPU's of the same name, else "none"
     "sm_clock_GHz": None,  # the catalog GPU's of the same name, else not given
+    "l2_MB": None,  # the catalog GPU's of the same name, else 256 (the largest known)
 }
 GPU_FILE_FIELDS = ("name", *_REQUIRED, *GPU_FILE_DEFAULTS)
 
@@ -196,6 +201,8 @@ def gpu_from_dict(d: dict, where: str) -> GPUSpec:
     if f["sm_clock_GHz"] is None and name in GPUS:
         clock = GPUS[name].sm_clock_Hz
         f["sm_clock_GHz"] = None if clock is None else scale(clock, -9)
+    if f["l2_MB"] is None:
+        f["l2_MB"] = scale(GPUS[name].l2_bytes if name in GPUS else GPUSpec.l2_bytes, -6)
     si: dict[str, Any] = {}
     for key, (field, exponent) in _SCALED.items():
         if key in ("fp8_tflops", "fp4_tflops", "sm_clock_GHz") and f[key] is None:
@@ -206,6 +213,7 @@ def gpu_from_dict(d: dict, where: str) -> GPUSpec:
         v = _number(f[key], f"{prefix}.{key}", suffix, 0.0, hi, lo_ok)
         si[field] = scale(v, exponent)
     si["hbm_bytes"] = round(si["hbm_bytes"])
+    si["l2_bytes"] = round(si["l2_bytes"])
     for key in ("matmul_efficiency", "hbm_efficiency"):
         si[key] = _number(f[key], f"{prefix}.{key}", suffix, 0.0, 1.0, False)
     return GPUSpec(

@@ -26,6 +26,7 @@ _GPU_FIELDS = {
     "hbm_TBps": True,
     "hbm_GiB": True,
     "sm_count": True,
+    "l2_MB": False,
     "sm_clock_GHz": True,
     "scaleup_GBps": True,
     "scaleup_kind": True,
@@ -105,6 +106,11 @@ def gpu_catalog() -> dict[str, dict[str, Any]]:
             "hbm_Bps": scale(hbm, 12),
             "hbm_bytes": int(number(row["hbm_GiB"], f"{w}.hbm_GiB")) * GiB,
             "sm_count": int(row["sm_count"]),
+            **(
+                {}
+                if "l2_MB" not in row
+                else {"l2_bytes": round(scale(number(row["l2_MB"], f"{w}.l2_MB"), 6))}
+            ),
             "sm_clock_Hz": scale(number(row["sm_clock_GHz"], f"{w}.sm_clock_GHz"), 9),
             "scaleup_Bps": scale(number(row["scaleup_GBps"], f"{w}.scaleup_GBps"), 9),
             "scaleup_kind": str(row["scaleup_kind"]),

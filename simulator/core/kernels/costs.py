@@ -121,6 +121,7 @@ class Hardware:
     attention_block_m: int = 1  # query rows per attention CTA
     traits: Traits = Traits()  # the engine's kernels (neutral: the best achievable)
     arch: str = ""  # the GPU's architecture (gpus.yaml arch), "" where not known
+    l2_bytes: int = 256_000_000  # its on-chip last-level cache (GPUSpec.l2_bytes)
 
     @property
     def matmul_flops(self) -> float:
@@ -180,6 +181,7 @@ def hardware_for(
         attention_block_m=k.attention_block_m,
         traits=Traits.of(k, gpu.arch),
         arch=gpu.arch,
+        l2_bytes=gpu.l2_bytes,
     )
 
 

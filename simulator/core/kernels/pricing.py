@@ -31,19 +31,15 @@ NORMS = ("input_norm", "post_attn_norm", "final_norm")
 ROWWISE = (*NORMS, "act", "rotary")
 
 
-#: Weights above this many bytes cannot be served from any GPU's L2 (the largest hold a few
-#: tens of MB): a GEMM reading them streams them from HBM, whatever a benchmark's loop did.
-NOT_IN_L2_BYTES = 256e6
-
-
 def _check_physical(
     name: str, shape: str, dtype: str, seconds: float, flops: float, weights: float, g: Hardware
 ) -> None:
     """ConfigError when a kernel table's time for a GEMM beats what the GPU can do at its
-    peaks: its FLOPs at the dense peak of its dtype, its weights (when too big for any L2)
-    at the HBM's peak. Such a row is a unit slip (ms written as us), not a measurement."""
+    peaks: its FLOPs at the dense peak of its dtype, its weights at the HBM's peak (weights
+    its L2 could hold may have stayed there in a benchmark's loop). Such a row is a unit
+    slip (ms written as us), not a measurement."""
     floor = flops / g.peak_flops if g.peak_flops > 0 else 0.0
-    if weights > NOT_IN_L2_BYTES:
+    if weights > g.l2_bytes:
         floor = max(floor, weights / g.hbm_Bps)
     if seconds < floor:
         raise ConfigError(
