@@ -187,12 +187,11 @@ class _Prober:
         n = self.count(load)
         r = self._serve(load, n)
         if req.rate is not None and r.requests and not r.summary()["saturated"]:
-            e2e = float(np.mean([x.done_s - x.arrival_s for x in r.requests]))
-            wanted = min(math.ceil(load * WINDOW * e2e), MAX_PROBE_REQUESTS)
+            wanted = min(math.ceil(load * WINDOW * _mean_latency(r)), MAX_PROBE_REQUESTS)
             if wanted > LONGER * n:
                 r = self._serve(load, wanted)
         if not self.latency_s and r.requests:
-            self.latency_s = float(np.mean([x.done_s - x.arrival_s for x in r.requests]))
+            self.latency_s = _mean_latency(r)
         return r
 
     def _serve(self, load: float, n: int) -> ServeResult:
@@ -228,6 +227,11 @@ class _Prober:
         if not fail and r.summary()["saturated"]:
             fail = "saturation"
         return fail, ttft, tpot, max(ratios)
+
+
+def _mean_latency(r: ServeResult) -> float:
+    """A run's mean request latency (arrival to last token), in seconds."""
+    return float(np.mean([x.done_s - x.arrival_s for x in r.requests]))
 
 
 def _batch(r: ServeResult, groups: int = 1) -> float:

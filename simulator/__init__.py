@@ -7,12 +7,12 @@
 """
 
 if __name__ != "tpsim":  # one name per module
-    import sys as _argv_of
+    import sys as _sys
 
-    if __name__ == "simulator" and _argv_of.argv[:1] == ["-m"]:  # `python -m simulator`
+    if __name__ == "simulator" and _sys.argv[:1] == ["-m"]:  # `python -m simulator`
         import importlib as _importlib  # in the repository's root: the installed tpsim's CLI
 
-        _argv_of.exit(_importlib.import_module("tpsim.cli").main())
+        _sys.exit(_importlib.import_module("tpsim.cli").main())
     raise ImportError(f"{__name__}: this folder is tpsim; import tpsim")
 
 import sys as _sys

@@ -95,13 +95,19 @@ def run_topology(a: argparse.Namespace) -> Any:
     )
 
 
-def run_inputs(a: argparse.Namespace) -> tuple[Layout, Workload, Options]:
-    """The layout, workload and options of ``run``'s flags (also ``compare``'s, one
-    configuration at a time); bad values are refused here with the field named."""
+def warn_unused_length(a: argparse.Namespace) -> None:
+    """A warning when ``a`` gives the length its phase does not use (``--prompt-len`` for a
+    decode, ``--context-len`` for a prefill)."""
     ignored = "--prompt-len" if a.phase == "decode" else "--context-len"
     if (a.prompt_len if a.phase == "decode" else a.context_len) is not None:
         uses = "--context-len" if a.phase == "decode" else "--prompt-len"
         warn(f"{ignored} does not apply to {a.phase} (it uses {uses}); ignored")
+
+
+def run_inputs(a: argparse.Namespace) -> tuple[Layout, Workload, Options]:
+    """The layout, workload and options of ``run``'s flags (also ``compare``'s, one
+    configuration at a time); bad values are refused here with the field named."""
+    warn_unused_length(a)
     defaults = Workload()
     workload = Workload(
         a.batch,

@@ -252,14 +252,11 @@ def _plot(a: argparse.Namespace) -> int:
 
 
 def _check_claim(a: argparse.Namespace) -> int:
-    from tpsim.cli.run import warn
+    from tpsim.cli.run import warn_unused_length
     from tpsim.experiments.claim import check_claim, lower_bound, verdict_text
 
     check_nodes(a.nodes)
-    ignored = "--prompt-len" if a.phase == "decode" else "--context-len"
-    if (a.prompt_len if a.phase == "decode" else a.context_len) is not None:
-        uses = "--context-len" if a.phase == "decode" else "--prompt-len"
-        warn(f"{ignored} does not apply to {a.phase} (it uses {uses}); ignored")
+    warn_unused_length(a)
     prompt = Workload.prompt_len if a.prompt_len is None else a.prompt_len
     context = Workload.context_len if a.context_len is None else a.context_len
     workload = Workload(a.batch, a.phase, prompt, context)

@@ -119,6 +119,22 @@ class ExpertSplit:
         """Distinct tokens the group routes when each attention group holds ``tokens``."""
         return tokens * self.attention_dp
 
+    def _hot_experts(self, ep_rank: int, layer: int) -> float:
+        """Under ``expert_skew``: the mean loads (in experts' worth of pairs) that rank
+        ``ep_rank``'s experts take in ``layer``: the hot expert ``s`` times the mean on the
+        rank ``layer % ep``, the others the rest evenly."""
+        n, local = self.experts, self.local_experts
+        s = min(self.skew, n / self.top_k)  # an expert takes each token at most once
+        rest = (n - s) / (n - 1) if n > 1 else 1.0  # the others' share of the mean
+        return s + (local - 1) * rest if ep_rank == layer % self.ep else local * rest
+
+    def _histogram_rows(self, ep_rank: int, layer: int) -> tuple[float, ...]:
+        """Under a routing histogram: the shares of the pairs rank ``ep_rank``'s experts take
+        in ``layer``."""
+        row = self.histogram[layer % len(self.histogram)]
+        local = self.local_experts
+        return row[ep_rank * local : (ep_rank + 1) * local]
+
     def rank_shares(self, layer: int) -> tuple[float, ...]:
         """Per rank of the group, its share of the bytes MoE layer ``layer``'s dispatch
         sends: its expert-parallel rank's experts' share of the token-expert pairs, over the
@@ -126,17 +142,10 @@ class ExpertSplit:
         uniform routing (every rank alike)."""
         if not self.uneven:
             return ()
-        n, e, local = self.experts, self.ep, self.local_experts
         if self.histogram:
-            row = self.histogram[layer % len(self.histogram)]
-            total = math.fsum(row)
-            per_ep = [math.fsum(row[r * local : (r + 1) * local]) / total for r in range(e)]
+            per_ep = [math.fsum(self._histogram_rows(r, layer)) for r in range(self.ep)]
         else:
-            s = min(self.skew, n / self.top_k)
-            rest = (n - s) / (n - 1) if n > 1 else 1.0
-            hot = layer % e
-            per_ep = [((s + (local - 1) * rest) if r == hot else local * rest) / n
-                      for r in range(e)]  # fmt: skip
+            per_ep = [self._hot_experts(r, layer) / self.experts for r in range(self.ep)]
         return tuple(per_ep[self.ep_rank(g)] / self.moe_tp for g in range(self.group))
 
     def load(self, tokens: int, ep_rank: int, layer: int) -> Load:
@@ -149,22 +158,15 @@ class ExpertSplit:
         hit = 1.0 - (1.0 - k / n) ** tokens  # an expert is picked by some token
         local = self.local_experts
         if self.histogram:
-            row = self.histogram[layer % len(self.histogram)]
-            mine = row[ep_rank * local : (ep_rank + 1) * local]
+            mine = self._histogram_rows(ep_rank, layer)
             pairs = tokens * k * sum(mine)
             read = sum(1.0 - (1.0 - min(1.0, k * x)) ** tokens for x in mine)
         elif not self.skew:
             pairs = expected_max(tokens * k, 1.0 / e, e)
             read = expected_max(local, hit, e)
         else:
-            s = min(self.skew, n / k)  # an expert takes each token at most once
-            rest = (n - s) / (n - 1) if n > 1 else 1.0  # the others' share of the mean
-            if ep_rank == layer % e:
-                pairs = per_expert * (s + (local - 1) * rest)
-                read = 1.0 + (local - 1) * hit
-            else:
-                pairs = per_expert * local * rest
-                read = local * hit
+            pairs = per_expert * self._hot_experts(ep_rank, layer)
+            read = (1.0 + (local - 1) * hit) if ep_rank == layer % e else local * hit
         rows = max(1, round(pairs)) if pairs > 0 else 0
         return Load(rows, min(read, float(rows)))
 
