@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tpsim.models.family_latent import deepseek, gpt_oss
-from tpsim.models.hf_reader import Reader, dtype_of, heads_of, top_k
+from tpsim.models.hf_reader import Reader, heads_of, linear_dtype, top_k
 from tpsim.models.spec import ModelSpec
 
 
@@ -41,7 +41,7 @@ def llama_like(r: Reader, name: str, model_type: str | None, **moe: Any) -> Mode
         vocab_size=r.integer("vocab_size"),
         gated_mlp=True,
         tied_embeddings=r.boolean("tie_word_embeddings", False),
-        dtype=dtype_of(r),
+        dtype=linear_dtype(r),
         norm="rmsnorm",
         qkv_bias=qkv_bias,
         mlp_bias=r.boolean("mlp_bias", False),
@@ -109,7 +109,7 @@ def _gpt_neox(r: Reader, name: str) -> ModelSpec:
         vocab_size=r.integer("vocab_size"),
         gated_mlp=False,
         tied_embeddings=r.boolean("tie_word_embeddings", False),
-        dtype=dtype_of(r),
+        dtype=linear_dtype(r),
         norm="layernorm",
         qkv_bias=True,
         mlp_bias=True,
@@ -133,7 +133,7 @@ def _gpt2(r: Reader, name: str) -> ModelSpec:
         vocab_size=r.integer("vocab_size"),
         gated_mlp=False,
         tied_embeddings=r.boolean("tie_word_embeddings", True),
-        dtype=dtype_of(r),
+        dtype=linear_dtype(r),
         norm="layernorm",
         qkv_bias=True,
         mlp_bias=True,
@@ -161,7 +161,7 @@ def _opt(r: Reader, name: str) -> ModelSpec:
         vocab_size=r.integer("vocab_size"),
         gated_mlp=False,
         tied_embeddings=r.boolean("tie_word_embeddings", True),
-        dtype=dtype_of(r),
+        dtype=linear_dtype(r),
         norm="layernorm",
         qkv_bias=bias,
         mlp_bias=bias,

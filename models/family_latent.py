@@ -5,11 +5,17 @@ sinks). What each reads is listed in :mod:`tpsim.models.hf_config`.
 
 from __future__ import annotations
 
-from tpsim.models.hf_reader import Reader, dtype_of, layer_list, quant_method, top_k
+from tpsim.models.hf_reader import (
+    Reader,
+    dtype_of,
+    layer_list,
+    linear_dtype,
+    quant_method,
+    top_k,
+)
 from tpsim.models.spec import ModelSpec
 
 #: ``quant_method`` values that set the checkpoint's linear layers' dtype, per family.
-_DEEPSEEK_QUANT = {"fp8": "fp8"}
 _GPT_OSS_QUANT = {"mxfp4": "mxfp4"}
 
 
@@ -41,7 +47,7 @@ def deepseek(r: Reader, name: str, model_type: str) -> ModelSpec:
     topk_group = r.integer("topk_group", 0, minimum=0)
     if topk_group > groups:
         raise r.fail("topk_group", topk_group, f"must be at most n_group={groups}")
-    dtype = _quant(r, _DEEPSEEK_QUANT) or dtype_of(r)
+    dtype = linear_dtype(r)
     return ModelSpec(
         name=name,
         hidden_size=d,

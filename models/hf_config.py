@@ -59,7 +59,10 @@ in :data:`tpsim.models.families.FAMILIES`.
 hidden_size // heads. ``torch_dtype`` (or ``dtype``) maps bfloat16/float16/float32 to
 bf16/fp16/fp32; absent means bf16.
 
-Any other (or absent) model_type whose config has the llama keys loads as llama-like.
+A config without model_type that has the llama keys loads as llama-like; an unknown
+model_type is refused (naming the family its ``architectures`` class belongs to, when tpsim
+reads that one). ``quantization_config`` sets the linear layers' dtype in every family
+(:func:`tpsim.models.hf_reader.linear_dtype`: fp8, NVFP4); other quantisations are refused.
 Every malformed input raises ModelError with a one-line message naming the field.
 """
 
@@ -96,6 +99,24 @@ UNMODELLED_FIELDS = {
     "moe_intermediate_size": "mixture-of-experts FFN",
     "kv_lora_rank": "multi-head latent attention (DeepSeek)",
     "q_lora_rank": "multi-head latent attention (DeepSeek)",
+    "moe_num_experts": "mixture-of-experts (DBRX, JetMoE)",
+    "moe_top_k": "mixture-of-experts routing (DBRX)",
+    "ffn_config": "an FFN configured apart (DBRX: its experts)",
+    "text_config": "a model nested in text_config (multimodal: Llama 4, Gemma 3, Mllama)",
+}
+#: The ``architectures`` class of each family tpsim reads: named in the refusal of an
+#: unknown model_type whose architecture is one of them (Kimi-K2: kimi_k2, a
+#: DeepseekV3ForCausalLM).
+ARCHITECTURE_TYPES = {
+    "DeepseekV2ForCausalLM": "deepseek_v2",
+    "DeepseekV3ForCausalLM": "deepseek_v3",
+    "LlamaForCausalLM": "llama",
+    "MistralForCausalLM": "mistral",
+    "MixtralForCausalLM": "mixtral",
+    "Qwen2ForCausalLM": "qwen2",
+    "Qwen2MoeForCausalLM": "qwen2_moe",
+    "Qwen3ForCausalLM": "qwen3",
+    "Qwen3MoeForCausalLM": "qwen3_moe",
 }
 #: Families tpsim knows and does not model yet: model_type and what is missing (none now).
 REFUSED_TYPES: dict[str, str] = {}
@@ -113,6 +134,9 @@ def spec_from_hf_dict(cfg: dict[str, Any], name: str, *, source: str = "config.j
     if model_type in REFUSED_TYPES:
         raise r.fail("model_type", model_type, REFUSED_TYPES[model_type])
     family = FAMILIES.get(model_type) if model_type is not None else None
+    if model_type is not None and family is None:
+        # a family tpsim does not know is refused, never run as the llama its keys resemble
+        raise r.fail("model_type", model_type, _unknown_family(cfg))
     reads = family[1] if family else ()
     for key, what in UNMODELLED_FIELDS.items():
         value = cfg.get(key)
@@ -146,17 +170,26 @@ def spec_from_hf_dict(cfg: dict[str, Any], name: str, *, source: str = "config.j
         return family[0](r, name)
     if model_type is None and all(k in cfg for k in _LLAMA_KEYS):
         return llama_like(r, name, None)
-    if model_type is None:
-        raise ModelError(
-            f"model_type missing in {source}: required unless the llama keys "
-            f"({', '.join(_LLAMA_KEYS)}) are all present"
-        )
-    # a family tpsim does not know is refused, never run as the llama its keys resemble
-    raise r.fail(
-        "model_type",
-        model_type,
-        f"unsupported model family; supported: {', '.join(SUPPORTED_TYPES)} (or a config "
-        "without model_type that has the llama keys)",
+    raise ModelError(
+        f"model_type missing in {source}: required unless the llama keys "
+        f"({', '.join(_LLAMA_KEYS)}) are all present"
+    )
+
+
+def _unknown_family(cfg: dict[str, Any]) -> str:
+    """Why an unknown model_type is refused, naming first the family its ``architectures``
+    says it is built as, when tpsim reads that one."""
+    arch = cfg.get("architectures")
+    names = arch if isinstance(arch, list) else []
+    known = [ARCHITECTURE_TYPES[a] for a in names if isinstance(a, str) and a in ARCHITECTURE_TYPES]
+    hint = (
+        f" (its architectures name {names[0]}: if it is that model, set model_type to {known[0]!r})"
+        if known
+        else ""
+    )
+    return (
+        f"unsupported model family{hint}; supported: {', '.join(SUPPORTED_TYPES)} (or a "
+        "config without model_type that has the llama keys)"
     )
 
 

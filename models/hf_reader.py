@@ -132,6 +132,70 @@ def quant_method(r: Reader) -> str | None:
     return str(q["quant_method"])
 
 
+#: ``quantization_config.quant_method`` values whose linear layers tpsim runs in one of its
+#: dtypes: block- or row-scaled e4m3 (transformers' FineGrainedFP8, DeepSeek-V3's and
+#: Qwen3's -FP8 checkpoints; FBGEMM's, Meta's Llama-3.1-405B-FP8).
+FP8_METHODS = ("fp8", "fbgemm_fp8")
+#: The quantisations of :func:`linear_dtype` in words, for its refusals.
+MODELLED_QUANT = (
+    "fp8, fbgemm_fp8, compressed-tensors with 8-bit float or NVFP4 weights, modelopt FP8 or NVFP4"
+)
+
+
+def linear_dtype(r: Reader) -> str:
+    """The dtype of the checkpoint's linear layers: its ``quantization_config``'s format
+    where tpsim runs it (fp8 or NVFP4: ``fp4``), else ``torch_dtype``'s. Any other
+    quantisation (AWQ, GPTQ, bitsandbytes, integer compressed-tensors, ...) is refused
+    naming it: sized as the 16-bit model it is not, its weights would be 2-4x too large."""
+    method = quant_method(r)
+    if method is None:
+        return dtype_of(r)
+    q = r.cfg["quantization_config"]
+    if method in FP8_METHODS:
+        return "fp8"
+    if method == "modelopt":
+        algo = q.get("quant_algo")
+        formats = {"FP8": "fp8", "NVFP4": "fp4"}
+        if algo not in formats:
+            raise r.fail("quantization_config.quant_algo", algo,
+                         f"not modelled; modelled: {MODELLED_QUANT}")  # fmt: skip
+        return formats[algo]
+    if method == "compressed-tensors":
+        return _compressed_tensors(r, q)
+    raise r.fail(
+        "quantization_config.quant_method",
+        method,
+        f"not modelled (its weights are not a format tpsim prices); modelled: {MODELLED_QUANT}",
+    )
+
+
+def _compressed_tensors(r: Reader, q: dict[str, Any]) -> str:
+    """llm-compressor's format: every config group's weights 8-bit float (fp8) or 4-bit
+    float in groups of 16 (NVFP4)."""
+    groups = q.get("config_groups")
+    if not isinstance(groups, dict) or not groups:
+        raise r.fail("quantization_config.config_groups", groups,
+                     "must be an object of quantisation groups")  # fmt: skip
+    found = set()
+    for name, group in groups.items():
+        weights = group.get("weights") if isinstance(group, dict) else None
+        key = f"quantization_config.config_groups.{name}.weights"
+        if not isinstance(weights, dict):
+            raise r.fail(key, weights, "must be an object with num_bits and type")
+        form = (weights.get("type"), weights.get("num_bits"))
+        if form == ("float", 8):
+            found.add("fp8")
+        elif form == ("float", 4) and weights.get("group_size") == 16:
+            found.add("fp4")
+        else:
+            shown = f"{form[0]} {form[1]}-bit"
+            raise r.fail(key, shown, f"not modelled; modelled: {MODELLED_QUANT}")
+    if len(found) > 1:
+        raise r.fail("quantization_config.config_groups", sorted(found),
+                     "mixes weight formats across layers; not modelled")  # fmt: skip
+    return found.pop()
+
+
 def top_k(r: Reader, experts: int) -> int:
     k = r.integer("num_experts_per_tok")
     if k > experts:
@@ -146,6 +210,7 @@ __all__ = [
     "dtype_of",
     "heads_of",
     "layer_list",
+    "linear_dtype",
     "quant_method",
     "show",
     "top_k",

@@ -86,23 +86,25 @@ def precision(
     ``dtype="auto"``: "FP16 precision for FP32 and FP16 models, BF16 for BF16 models"), and
     routed experts stored in their own ``expert_dtype`` (gpt-oss's MXFP4) stay in it. A
     ``--dtype`` quantises (or dequantises) every linear layer, the experts too. The KV cache
-    is ``--kv-dtype``, else ``--dtype``'s; a checkpoint stored in fp8 (DeepSeek-V3's) run
-    without ``--dtype`` keeps a 16-bit cache, as vLLM's ``kv_cache_dtype="auto"`` does.
+    is ``--kv-dtype``, else ``--dtype``'s; a checkpoint stored in fp8 (DeepSeek-V3's) or
+    NVFP4 run without ``--dtype`` keeps a 16-bit cache, as vLLM's ``kv_cache_dtype="auto"``
+    does.
     """
     experts = "" if options.dtype else expert_dtype
     base = options.dtype or model_dtype
     if base == "fp32":
         base = "fp16"
     act = model_dtype if model_dtype in ("bf16", "fp16") else "bf16"
+    stored = options.dtype is None  # a quantised checkpoint run as stored
     if base == "fp4":
-        kv = options.kv_dtype or ("fp8" if fp8_tensor_cores else act)
+        kv = options.kv_dtype or ("fp8" if fp8_tensor_cores and not stored else act)
         if fp4_tensor_cores:
             return Precision("fp4", "fp4", act, kv, "fp4")
         if fp8_tensor_cores:
             return Precision("fp4", "fp8", act, kv, "fp8")  # W4A8: dequantised to fp8
         return Precision("fp4", act, act, kv, act)  # W4A16 (Marlin): Ampere
     # an fp8 checkpoint run as stored keeps a 16-bit cache (vLLM's kv_cache_dtype "auto")
-    kv = options.kv_dtype or (act if options.dtype is None and base == "fp8" else base)
+    kv = options.kv_dtype or (act if stored and base == "fp8" else base)
     if base != "fp8":
         return Precision(base, base, base, kv, base, experts)
     if fp8_tensor_cores:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from tpsim.models import MODELS, ModelError, get_model, load_hf_config
+from tpsim.models.catalog import CONFIGS
 from tpsim.models.hf_config import spec_from_hf_dict
 
 DATA = Path(__file__).parents[1] / "data" / "models"
@@ -120,6 +121,94 @@ def test_an_unknown_model_type_is_refused_even_with_llama_keys() -> None:
     assert spec_from_hf_dict(cfg, "mine").gated_mlp
 
 
+def test_an_unknown_type_built_as_a_known_one_is_refused_naming_it() -> None:
+    """Kimi-K2's config says model_type kimi_k2, architectures DeepseekV3ForCausalLM: the
+    refusal names the family to set, before its expert fields are taken for a dense model."""
+    cfg = {**_deepseek_like(), "model_type": "kimi_k2", "architectures": ["DeepseekV3ForCausalLM"]}
+    with pytest.raises(ModelError, match=r"^model_type='kimi_k2'.*set model_type to 'deepseek_v3'"):
+        spec_from_hf_dict(cfg, "kimi")
+    assert spec_from_hf_dict({**cfg, "model_type": "deepseek_v3"}, "kimi").num_experts == 256
+
+
+def _deepseek_like() -> dict:
+    return json.loads((CONFIGS / "deepseek-v3.json").read_text())
+
+
+def test_dbrx_nested_experts_are_refused_not_read_as_dense() -> None:
+    cfg = json.loads((DATA / "illustrative.json").read_text())
+    cfg.pop("model_type", None)
+    cfg["ffn_config"] = {"moe_num_experts": 16, "moe_top_k": 4}
+    with pytest.raises(ModelError, match=r"^ffn_config=.*not modelled"):
+        spec_from_hf_dict(cfg, "dbrx")
+
+
+_ILLUSTRATIVE = DATA / "illustrative.json"
+
+
+@pytest.mark.parametrize(
+    ("quant", "dtype"),
+    [
+        ({"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}, "fp8"),
+        ({"quant_method": "fbgemm_fp8", "activation_scale_ub": 1200.0}, "fp8"),
+        (
+            {
+                "quant_method": "compressed-tensors",
+                "config_groups": {"group_0": {"weights": {"num_bits": 8, "type": "float"}}},
+            },
+            "fp8",
+        ),
+        (
+            {
+                "quant_method": "compressed-tensors",
+                "config_groups": {
+                    "group_0": {"weights": {"num_bits": 4, "type": "float", "group_size": 16}}
+                },
+            },
+            "fp4",
+        ),
+        ({"quant_method": "modelopt", "quant_algo": "FP8"}, "fp8"),
+        ({"quant_method": "modelopt", "quant_algo": "NVFP4"}, "fp4"),
+    ],
+)
+def test_a_quantised_checkpoint_is_sized_in_its_format(quant: dict, dtype: str) -> None:
+    """Qwen3-FP8, Llama-3.1-405B-FP8, llm-compressor and ModelOpt checkpoints: their linear
+    layers in fp8 or NVFP4, in every family (they were sized at 16 bits, 2-4x too large)."""
+    cfg = {**json.loads(_ILLUSTRATIVE.read_text()), "quantization_config": quant}
+    spec = spec_from_hf_dict(cfg, "q")
+    assert spec.dtype == dtype
+    plain = spec_from_hf_dict(json.loads(_ILLUSTRATIVE.read_text()), "plain")
+    assert spec.num_params() == plain.num_params()
+
+
+@pytest.mark.parametrize(
+    ("quant", "says"),
+    [
+        (
+            {"quant_method": "awq", "bits": 4},
+            r"^quantization_config.quant_method='awq'.*modelled: fp8",
+        ),
+        ({"quant_method": "gptq", "bits": 4}, r"quant_method='gptq'"),
+        ({"quant_method": "bitsandbytes"}, r"quant_method='bitsandbytes'"),
+        ({"quant_method": "modelopt", "quant_algo": "W4A8_AWQ"}, r"quant_algo='W4A8_AWQ'"),
+        (
+            {
+                "quant_method": "compressed-tensors",
+                "config_groups": {"g": {"weights": {"num_bits": 4, "type": "int"}}},
+            },
+            r"config_groups.g.weights='int 4-bit'.*not modelled",
+        ),
+        ({"quant_method": "compressed-tensors"}, r"config_groups=None.*must be an object"),
+        ([1, 2], r"^quantization_config=\[1, 2\].*quant_method string"),
+    ],
+)
+def test_an_unmodelled_quantisation_is_refused_naming_it(quant: object, says: str) -> None:
+    """AWQ, GPTQ, bitsandbytes, integer llm-compressor schemes: refused, never sized as the
+    16-bit model (Mixtral-8x7B-AWQ is 24.7 GB, not 93.5)."""
+    cfg = {**json.loads(_ILLUSTRATIVE.read_text()), "quantization_config": quant}
+    with pytest.raises(ModelError, match=says):
+        spec_from_hf_dict(cfg, "q")
+
+
 @pytest.mark.parametrize(
     ("field", "value"),
     [
@@ -130,6 +219,7 @@ def test_an_unknown_model_type_is_refused_even_with_llama_keys() -> None:
         ("moe_intermediate_size", 768),
         ("kv_lora_rank", 512),
         ("q_lora_rank", 1536),
+        ("moe_num_experts", 16),
     ],
 )
 def test_a_moe_or_mla_field_is_refused_not_read_as_dense(field: str, value: int) -> None:
