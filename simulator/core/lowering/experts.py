@@ -162,13 +162,19 @@ class ExpertSplit:
             pairs = tokens * k * sum(mine)
             read = sum(1.0 - (1.0 - min(1.0, k * x)) ** tokens for x in mine)
         elif not self.skew:
+            # the busiest rank: the expected largest count over the ranks, each drawn alone;
+            # it reads one expert at least (some rank holds each token's experts), which the
+            # independent draws miss at a token or two (Mixtral, EP 8, one token: 0.90)
             pairs = expected_max(tokens * k, 1.0 / e, e)
-            read = expected_max(local, hit, e)
+            read = max(1.0, expected_max(local, hit, e))
         else:
             pairs = per_expert * self._hot_experts(ep_rank, layer)
             read = (1.0 + (local - 1) * hit) if ep_rank == layer % e else local * hit
+        # rows are a GEMM's M (whole tokens); the experts read stay a mean, held to the
+        # pairs (an expert read has a pair at least), not to their rounding: 1.375 pairs
+        # rounded to 1 row read one expert where 1.42 are (Mixtral, EP 2, one token)
         rows = max(1, round(pairs)) if pairs > 0 else 0
-        return Load(rows, min(read, float(rows)))
+        return Load(rows, min(read, max(pairs, 1.0) if pairs > 0 else 0.0))
 
 
 @lru_cache(maxsize=4096)
