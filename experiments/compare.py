@@ -156,7 +156,8 @@ def common_title(entries: Sequence[Entry]) -> str:
     batch = same(lambda c: c["workload"]["batch"])
     loads = {load(e.summary) for e in entries}
     if len(loads) == 1:
-        parts.append(f"{loads.pop()} sequences per step")
+        n = loads.pop()
+        parts.append(f"{n} sequence{'s' if n != 1 else ''} per step")
     elif batch is not None:
         parts.append(f"batch {batch} per replica")
     for name, get in (

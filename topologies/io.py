@@ -102,6 +102,14 @@ def _from_data(data: object, file: str) -> nx.DiGraph:
         p2p_pairs=pairs,
     )
     if "network" in d:  # the network its hosts join over (--nodes)
+        if hosts > 1:  # its own hosts join over its own NIC links; it is never copied
+            raise _err(
+                "network",
+                file,
+                f"the file has its own {hosts} hosts, joined by its NIC links (set their "
+                "bandwidth there); network: describes the join of a one-host file's --nodes "
+                "copies",
+            )
         g.graph["network"] = network_from_dict(d["network"], file)
     g.add_nodes_from(nodes)
     g.add_edges_from(links)

@@ -214,9 +214,11 @@ def _simulate(a: argparse.Namespace, minimum: int) -> list[Any]:
     from tpsim.experiments.compare import Entry, assumptions
 
     out = []
-    for label, ns in configurations(a, minimum):
+    entries = configurations(a, minimum)
+    joined = any(ns.nodes > 1 for _, ns in entries)  # the network flags apply to those
+    for label, ns in entries:
         layout, workload, options = run_inputs(ns)
-        graph = run_topology(ns)
+        graph = run_topology(ns, warn_unused=not joined)
         result = simulate(ns.model, graph, layout, workload, options, nodes=ns.nodes)
         out.append((Entry(label, result.summary, assumptions(graph, result.summary)), result))
     return out

@@ -80,9 +80,10 @@ def network_flags(p: argparse.ArgumentParser) -> None:
     add_option(p, BY_NAME["nics_per_node"])
 
 
-def run_topology(a: argparse.Namespace) -> Any:
+def run_topology(a: argparse.Namespace, warn_unused: bool = True) -> Any:
     """The graph of ``--topology`` on ``--nodes`` hosts, joined over the network that
-    ``--nic-gbps`` / ``--nics-per-node`` describe when given (else the topology's own)."""
+    ``--nic-gbps`` / ``--nics-per-node`` describe when given (else the topology's own); on
+    one host those flags are ignored, with a warning unless ``warn_unused`` is False."""
     from tpsim.topologies.io import get_topology
     from tpsim.topologies.network import Network, check_nic_gbps, check_nics_per_node
 
@@ -90,6 +91,16 @@ def run_topology(a: argparse.Namespace) -> Any:
     count = check_nics_per_node(a.nics_per_node)
     if gbps is None and count is None:
         return get_topology(a.topology, a.nodes)
+    if a.nodes == 1 and warn_unused:
+        given = " and ".join(
+            f for f, v in (("--nic-gbps", gbps), ("--nics-per-node", count)) if v is not None
+        )
+        verb = "describe" if " and " in given else "describes"
+        warn(
+            f"{given} {verb} the network --nodes N > 1 copies of the topology join over; "
+            "this run is on --nodes 1 (a topology file's own hosts join by its NIC links): "
+            "ignored"
+        )
     return get_topology(
         a.topology, a.nodes, Network(None if gbps is None else gbps * 1e9 / 8, count)
     )

@@ -263,3 +263,22 @@ def test_uneven_network_hosts_are_refused_naming_host(tmp_path):
     path.write_text(path.read_text().replace("links:\n", "links:\n" + third))
     with pytest.raises(TopologyError, match=r"hosts of 3, 2.*host:"):
         load_topology(path)
+
+
+def test_a_network_block_in_a_file_with_its_own_hosts_is_refused(tmp_path):
+    """network: describes the join of a one-host file's --nodes copies; a file with its own
+    hosts is never copied, so the block would be ignored while its NIC links set the
+    network (it was, and the run said 100 Gb/s where the block said 400)."""
+    path = _two_pairs(tmp_path)
+    path.write_text(path.read_text() + "network: {nic_gbps: 400, nics_per_node: 4}\n")
+    with pytest.raises(TopologyError, match=r"^network in .*own 2 hosts.*NIC links"):
+        load_topology(path)
+
+
+def test_network_flags_on_one_host_warn_that_they_are_ignored(capsys):
+    from tpsim.cli import main
+
+    assert main(["run", "--model", "llama-3.1-8b", "--topology", "dgx-h100", "--tp", "8",
+                 "--nic-gbps", "400"]) == 0  # fmt: skip
+    err = capsys.readouterr().err
+    assert "--nic-gbps describes the network --nodes N > 1" in err and "ignored" in err
