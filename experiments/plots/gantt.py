@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tpsim.core.records import Record
 from tpsim.experiments.plots.gantt_draw import gantt_figure
+from tpsim.experiments.plots.gantt_lanes import align_lanes
 from tpsim.experiments.plots.gantt_svg import save_svg_with_tooltips
 from tpsim.experiments.plots.gantt_view import Layers
 from tpsim.experiments.plots.save import figure_format, save_figure
@@ -60,7 +61,10 @@ def gantt_compare(
     layers: Layers = None,
 ) -> None:
     """Several runs' GPU 0 timelines one above the other on one time axis (``compare
-    --gantt``): each run is (label, records, critical path ids)."""
+    --gantt``): each run is (label, records, critical path ids). The lanes are aligned
+    (:func:`.gantt_lanes.align_lanes`): by default each hides the same layers, its last
+    layer starting after the gap with the others'; ``layers=(a, b)`` starts each one's
+    layer a at 0."""
     figure_format(path)
     merged: list[Record] = []
     critical: set[int] = set()
@@ -72,13 +76,16 @@ def gantt_compare(
                 cause = r.cause + i * stride if r.cause >= 0 else -1
                 merged.append(r._replace(id=r.id + i * stride, rank=i, cause=cause))
         critical.update(c + i * stride for c in crit)
+    lanes = list(range(len(runs)))
+    aligned, view = align_lanes(merged, lanes, layers)
     chart = gantt_figure(
-        merged,
+        aligned,
         title=title,
-        ranks=list(range(len(runs))),
+        ranks=lanes,
         layers=layers,
         critical=critical,
         lane_titles={i: label for i, (label, _, _) in enumerate(runs)},
+        view=view,
     )
     if figure_format(path) == "svg":
         save_svg_with_tooltips(chart, path)

@@ -68,11 +68,14 @@ def gantt_figure(
     critical: Collection[int] = (),
     rank_labels: Mapping[int, str] | None = None,
     lane_titles: Mapping[int, str] | None = None,
+    view: GanttView | None = None,
 ) -> GanttChart:
     """The Gantt chart of :func:`gantt`, drawn but not saved. ``lane_titles`` replaces the
-    "GPU r (label)" name of a rank's rows (a comparison names its configurations)."""
+    "GPU r (label)" name of a rank's rows (a comparison names its configurations); ``view``,
+    where given, is what to show (:func:`.gantt_lanes.align_lanes`'s), else
+    :func:`.gantt_view.gantt_view` chooses it from ``ranks`` and ``layers``."""
 
-    view = gantt_view(records, ranks=ranks, layers=layers)
+    view = view or gantt_view(records, ranks=ranks, layers=layers)
     labels = rank_labels or {}
     crit = frozenset(critical)
     t0, t1 = view.t0_s, view.t1_s
@@ -125,6 +128,12 @@ def gantt_figure(
         lane_words = {r: f"… layers {x}–{y} …" for r, x, y in view.gap_layers_by_rank}
         if lane_words:  # runs of different speeds: each lane hides its own layers
             gap_words = f"{tick_text(span)} {gap_unit} collapsed"
+        if view.hidden_s_by_rank:  # lanes moved to hide the same layers, each its own time
+            lane_words = {
+                r: f"… layers {a}–{b}: {tick_text(float(f'{h * gap_scale:.4g}'))} {gap_unit} …"
+                for r, h in view.hidden_s_by_rank
+            }
+            gap_words = "each configuration's own time"
         lines = [*gap_words.split("\n"), *lane_words.values()]
         words_px = max(text_px(w, LABEL_PT) for w in lines) + 2 * GAP_PAD_PX
         gap_w = visible * scale * words_px / (axes_px - words_px)
@@ -193,16 +202,23 @@ def gantt_figure(
     pad = 0.01 * x_end
     x_lo, x_hi = -pad, x_end + pad
     ax.set_xlim(x_lo, x_hi)
-    ax.set_xlabel(f"time ({unit})", fontsize=LABEL_PT)
+    note = f"; {view.axis_note}" if view.axis_note else ""
+    ax.set_xlabel(f"time ({unit}){note}", fontsize=LABEL_PT)
     # round times as ticks, in each visible stretch; the gap keeps none
     segments = (
         [(t0 * scale, gap[0] * scale), (gap[1] * scale, t1 * scale)]
         if gap is not None
         else [(t0 * scale, t1 * scale)]
     )
-    values = round_ticks(segments, visible * scale)
-    ax.set_xticks([axis.x(v / scale) for v in values])
-    ax.set_xticklabels([tick_text(v) for v in values], fontsize=TICK_PT)
+    if gap is not None and view.hidden_s_by_rank:  # lanes moved: after the gap, from its end
+        after = gap[1] * scale
+        ticks = [(v, tick_text(v)) for v in round_ticks([segments[0]], visible * scale)]
+        tail = round_ticks([(0.0, t1 * scale - after)], visible * scale)
+        ticks += [(after + v, f"+{tick_text(v)}") for v in tail]
+    else:
+        ticks = [(v, tick_text(v)) for v in round_ticks(segments, visible * scale)]
+    ax.set_xticks([axis.x(v / scale) for v, _ in ticks])
+    ax.set_xticklabels([text for _, text in ticks], fontsize=TICK_PT)
     ax.tick_params(axis="y", labelsize=LABEL_PT)
     ax.grid(axis="x", color="#eeeeee", linewidth=0.6)
     ax.set_axisbelow(True)

@@ -36,6 +36,11 @@ class GanttView:
     gap_layers: tuple[int, int] | None = None  # the layers it hides, first and last
     #: where the rows' runs differ in speed (compare's lanes): each rank's own hidden layers
     gap_layers_by_rank: tuple[tuple[int, int, int], ...] = ()
+    #: lanes moved in time to hide the same layers (:mod:`.gantt_lanes`): each one's hidden
+    #: seconds; the ticks after the gap then count from its end
+    hidden_s_by_rank: tuple[tuple[int, float], ...] = ()
+    #: what the time axis counts from, where not the step's start ("" for the step's clock)
+    axis_note: str = ""
 
 
 def gantt_view(

@@ -243,3 +243,32 @@ def test_compare_gantt_names_each_lane_s_hidden_layers(tmp_path) -> None:
     (_, a0, b0), (_, a1, b1) = view.gap_layers_by_rank
     assert (a0, b0) != (a1, b1)
     assert b0 > b1  # the faster run got further through its layers in the same stretch
+
+
+def test_compare_gantt_lanes_hide_the_same_layers_each_in_its_own_time() -> None:
+    """The default: every lane hides layers 1..L-2, its own stretch of time, and its last
+    layer starts at the gap's end; with layers (a, b) each lane's layer a starts at 0.
+    (One shared stretch hid layers 2-78 of a TP 8 lane and 1-55 of a TP 16 one.)"""
+    from tpsim import Layout, Workload, simulate
+    from tpsim.experiments.plots.gantt_lanes import align_lanes
+
+    fast = simulate("llama-3.1-8b", "dgx-h100", Layout(8), Workload(8))
+    slow = simulate("llama-3.1-8b", "dgx-h100", Layout(1), Workload(8))
+    merged = [r._replace(rank=0) for r in fast.records if r.rank == 0]
+    stride = 1 + max(r.id for r in merged)
+    merged += [r._replace(rank=1, id=r.id + stride) for r in slow.records if r.rank == 0]
+    last = 31
+    out, view = align_lanes(merged, [0, 1], None)
+    assert view.gap_s is not None and view.gap_layers == (1, last - 1)
+    assert not {r.layer for r in out} & set(range(1, last))
+    for lane in (0, 1):
+        first = min(r.start_s for r in out if r.rank == lane and r.layer == last
+                    and r.stream == "compute")  # fmt: skip
+        assert first == pytest.approx(view.gap_s[1], abs=1e-12)
+    (_, h0), (_, h1) = view.hidden_s_by_rank
+    assert h1 > 2 * h0  # TP 1's hidden layers take longer
+    out, view = align_lanes(merged, [0, 1], (2, 3))
+    assert {r.layer for r in out} == {2, 3} and view.t0_s == 0.0
+    for lane in (0, 1):
+        assert min(r.start_s for r in out if r.rank == lane and r.stream != "cpu") == 0.0
+    assert "from the start of layer 2" in view.axis_note
