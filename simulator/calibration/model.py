@@ -231,6 +231,9 @@ class Calibration:
                 deepep=None,
                 switch_all_to_all_efficiency=1.0,
                 reference_clock_Hz=0.0,
+                symm_mem=(
+                    None if c.symm_mem is None else replace(c.symm_mem, base_s=0.0, efficiency=1.0)
+                ),
             ),
             links=replace(
                 self.links,
