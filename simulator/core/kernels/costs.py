@@ -261,6 +261,18 @@ def gemm(
     return _priced(t, nbytes, flops, hw, stream=tr.gemm_stream_efficiency, fixed_s=tr.gemm_fixed_s)
 
 
+#: The fused MoE kernel's block at small batch with 16-bit math (bf16/fp16, and 4-bit
+#: weights dequantised to 16 bits): 16 rows (a token or two per expert) by 32 columns, on
+#: mma.sync m16n8k16 on every NVIDIA GPU since Ampere. vLLM's and SGLang's Triton fused_moe
+#: ``get_default_config``: BLOCK_SIZE_M 16, BLOCK_SIZE_N 32 while the tokens are at most the
+#: experts (64 rows above; fp8 W8A8: 64 rows at any batch, as TensorRT-LLM's and DeepGEMM's
+#: grouped kernels, which the GPU's own tiles price); the W4A16 path 16 rows up to 20
+#: tokens. Without it a Hopper prices each expert's row or two padded to wgmma's 64.
+MOE_SMALL_TILE = TileShape(16, 32, 16)
+#: Rows per expert up to which the small block is among the kernels the MoE picks from.
+MOE_SMALL_ROWS = 16
+
+
 def grouped_gemm(
     rows: int,
     n: int,
@@ -291,7 +303,10 @@ def grouped_gemm(
     else:
         groups = max(1, math.ceil(experts_read - 1e-9))
         per = max(1, -(-rows // groups))
-        t = compute_seconds(per, n * groups, k, peak_flops=peak, tile=hw.tile,
+        tiles = hw.tile
+        if act_bytes >= 2 and per <= MOE_SMALL_ROWS:  # 16-bit math: the small-batch block
+            tiles = (*tiles, MOE_SMALL_TILE)
+        t = compute_seconds(per, n * groups, k, peak_flops=peak, tile=tiles,
                             sm_count=hw.sm_count, split_k_min=hw.split_k_min,
                             feed=Feed(hw.l2_Bps, act_bytes, w_bytes))  # fmt: skip
     return _priced(t, nbytes, flops, hw, stream=tr.gemm_stream_efficiency, fixed_s=tr.gemm_fixed_s)

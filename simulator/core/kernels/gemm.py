@@ -103,8 +103,10 @@ def tile_seconds(
     p = plan(m, n, k, tile, sm_count, split_k_min)
     per_tile = 2.0 * p.tile_m * p.tile_n * p.k_slice / (peak_flops / sm_count)
     if feed.l2_Bps > 0:
-        # bytes of A and B per unit of K, less what cluster multicast shares
-        a = p.tile_m * feed.a_bytes / tile.cluster_n
+        # bytes of A and B per unit of K, less what cluster multicast shares; the rows of a
+        # tile beyond M (padding) are masked (TMA's out-of-bounds fill, a masked load) and
+        # move no bytes
+        a = min(m, p.tile_m) * feed.a_bytes / tile.cluster_n
         operand = a + p.tile_n * feed.w_bytes / tile.cluster_m
         per_tile = max(per_tile, operand * p.k_slice / (feed.l2_Bps / sm_count))
     return p.waves * per_tile
