@@ -5,6 +5,7 @@ forms behind them."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import re
 
@@ -397,7 +398,7 @@ def test_small_batch_experts_read_their_weights_without_padding_to_wgmma_rows() 
     steps = [
         simulate("gpt-oss-120b", "dgx-h100", Layout(2), Workload(b)).latency_s for b in range(2, 9)
     ]
-    steps_up = [b - a for a, b in zip(steps, steps[1:], strict=False)]
+    steps_up = [b - a for a, b in itertools.pairwise(steps)]
     assert min(steps_up) > 0.5 * max(steps_up)
     run = simulate("gpt-oss-120b", "dgx-h100", Layout(2), Workload(3))
     up = next(r for r in run.records if r.name == "experts_up")
