@@ -69,3 +69,16 @@ def test_skew_is_not_collapsed() -> None:
     wl = Workload(4, "decode", context_len=128)
     skew = simulate(model, "dgx-h100", 16, wl, Options(launch_skew_s=1e-5), nodes=2)
     assert skew.summary["engine"]["ranks_simulated"] == 16
+
+
+def test_a_step_that_waited_for_a_late_peer_says_so() -> None:
+    """A ring step whose record starts at the late peer's send (the critical path runs
+    through it) says when its own rank posted and how long it waited."""
+    model = dataclasses.replace(get_model("llama-3.1-8b"), num_layers=2)
+    run = simulate(model, "dgx-h100", 4, Workload(8), Options(launch_skew_s=5e-5,
+                   allreduce_algo="ring"))  # fmt: skip
+    waited = [r for r in run.records if "waited" in r.detail]
+    assert waited
+    for r in waited:
+        posted = float(r.detail.split("posted at ")[1].split(" us")[0]) * 1e-6
+        assert posted < r.start_s and run.records[r.cause].rank != r.rank

@@ -211,12 +211,17 @@ class _Run:
             if wait is not None:
                 yield wait
             start, by, shift = ready, cause, 0
+            detail = details[s]
             if msgs and msgs[-1][2] > own_done:  # a peer's send ended the step
                 peer_start, peer_cause, _, peer_shift = msgs[-1]
                 if peer_start > ready:
+                    # the record starts where the late peer's send did (the critical path
+                    # runs through it); the wait since this rank posted its own sends is said
                     start, by, shift = peer_start, peer_cause, peer_shift
+                    detail += _waited(ready, peer_start)
             nbytes = sum(x.payload for x in step.sends)
-            detail = details[s] + NET_STEP if nets[s] else details[s]
+            if nets[s]:
+                detail += NET_STEP
             rid = log.op(rank, "comm", i, op, names[s], nbytes, start, env.now, by[0], detail)
             if shift:
                 log.cause_shift[rid] = shift
@@ -285,6 +290,13 @@ class _Run:
         else:
             start(None)
         return arrived
+
+
+def _waited(ready: float, start: float) -> str:
+    """The detail's note of a step that waited for a late peer: when this rank posted its
+    sends and how long it waited (the record's cause, and the trace's flow into it, name
+    the peer)."""
+    return f"; posted at {ready * 1e6:.3f} us, waited {(start - ready) * 1e6:.3f} us"
 
 
 def run(
