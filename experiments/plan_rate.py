@@ -178,16 +178,19 @@ class _Prober:
         return min(n, MAX_PROBE_REQUESTS)
 
     def run(self, load: float) -> ServeResult:
-        """A run at ``load``. Open loop, a run that does not saturate but whose requests took
-        so long that its arrivals spanned fewer than :data:`WINDOW` of their lifetimes (its
-        count came from the latency at 1 req/s, and queueing or batching at this load made
-        them longer) runs again, long enough: a short burst would hide a queue that grows
-        too slowly to show in it."""
+        """A run at ``load``. Open loop, a run whose arrivals spanned fewer than
+        :data:`WINDOW` of its requests' lifetimes (its count came from the latency at
+        1 req/s, and batching at this load made them longer) runs again, long enough: a
+        short burst hides a queue that grows too slowly to show in it, and shows as growth
+        the fill of one that settles. A run judged saturated is measured by the lifetimes
+        of its first quarter's requests, before a queue built up."""
         req = self.req
         n = self.count(load)
         r = self._serve(load, n)
-        if req.rate is not None and r.requests and not r.summary()["saturated"]:
-            wanted = min(math.ceil(load * WINDOW * _mean_latency(r)), MAX_PROBE_REQUESTS)
+        if req.rate is not None and r.requests:
+            saturated = r.summary()["saturated"]
+            life = _early_latency(r) if saturated else _mean_latency(r)
+            wanted = min(math.ceil(load * WINDOW * life), MAX_PROBE_REQUESTS)
             if wanted > LONGER * n:
                 r = self._serve(load, wanted)
         if not self.latency_s and r.requests:
@@ -232,6 +235,14 @@ class _Prober:
 def _mean_latency(r: ServeResult) -> float:
     """A run's mean request latency (arrival to last token), in seconds."""
     return float(np.mean([x.done_s - x.arrival_s for x in r.requests]))
+
+
+def _early_latency(r: ServeResult) -> float:
+    """The mean latency of the requests that arrived in a run's first quarter (of its
+    arrivals' span): a request's lifetime before the queue of an overloaded run built up."""
+    arrivals = np.array([x.arrival_s for x in r.requests])
+    cut = arrivals.min() + (arrivals.max() - arrivals.min()) / 4
+    return float(np.mean([x.done_s - x.arrival_s for x in r.requests if x.arrival_s <= cut]))
 
 
 def _batch(r: ServeResult, groups: int = 1) -> float:

@@ -108,8 +108,8 @@ def parse_lengths(flag: str, text: str) -> Lengths:
     kind, sep, rest = t.partition(":")
     kind = kind.strip().lower()
     if not sep:
-        if t and (t[0].isdigit() or t[0] == "."):
-            return Lengths("fixed", _whole(flag, t, t))
+        if t and (t[0].isdigit() or t[0] == "." or (t[0] in "+-" and t[1:2].isdigit())):
+            return Lengths("fixed", _whole(flag, t, t))  # a signed number: not a file name
         return _from_file(flag, t)
     if kind == "uniform":
         lo, dash, hi = rest.partition("-")

@@ -35,7 +35,8 @@ SCHEDULER_FLAGS = (
     ("max_num_seqs", int, "sequences running at once (default: the engine profile's)"),
     ("max_num_batched_tokens", int, "tokens per iteration (default: the engine profile's)"),
     ("gpu_memory_utilization", float, "share of GPU memory for weights, activations and KV cache "
-     "(default: the engine profile's)"),
+     "(trtllm: of the memory free after its weights, as its free_gpu_memory_fraction; default: "
+     "the engine profile's)"),
     ("block_size", int, "KV cache block, tokens (default: the engine profile's)"),
 )  # fmt: skip
 

@@ -151,6 +151,7 @@ BAD = [
     (["--rate", "1", "--prompt-len", "uniform:9-1"], "--prompt-len=uniform:9-1"),
     (["--rate", "1", "--output-len", "lognormal:x,1"], "--output-len=lognormal:x,1"),
     (["--rate", "1", "--prompt-len", "/no/such/file"], "--prompt-len=/no/such/file"),
+    (["--rate", "1", "--prompt-len", "-5"], "--prompt-len=-5: lengths must be whole"),
     (["--trace", "/no/such.csv"], "--trace=/no/such.csv"),
     (["--rate", "1", "--pp", "2", "--attention-dp", "2"], "pp=2"),
     (["--rate", "1", "--pp", "2", "--decode-workers", "2"], "pp=2"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from types import SimpleNamespace
 
 import pytest
 from tpsim.cli import main
@@ -189,3 +190,31 @@ def test_static_plan_with_no_layout_meeting_the_slos_names_the_closest() -> None
     assert rows[0].miss == min(r.miss for r in rows) > 1
     text = recommendation(rows)
     assert text.startswith("No layout meets the SLOs. The closest is " + rows[0].label)
+
+
+def test_a_short_probe_judged_saturated_runs_again_long_enough(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A probe that looks saturated after fewer than 10 lifetimes of its first quarter's
+    requests runs again, long enough (a short run can show a queue's fill as growth, and
+    such probes were taken as the unit's limit: TP 4 at 50 req/s where it sustains 58)."""
+    req = RateRequest("llama-3.1-8b", "dgx-h100", rate=30, **SMALL)  # type: ignore[arg-type]
+    prober = _Prober(req, _setup(req, 1, 1, 0, 1))
+    prober.run(1.0)
+    real = prober._serve
+    asked: list[int] = []
+
+    def serve(load: float, n: int):  # type: ignore[no-untyped-def]
+        asked.append(n)
+        r = real(load, n)
+        if len(asked) == 1:  # the first run as a saturated one: its summary says so
+            return SimpleNamespace(
+                requests=r.requests,
+                timer=r.timer,
+                summary=lambda: {**r.summary(), "saturated": True},
+            )
+        return r
+
+    monkeypatch.setattr(prober, "_serve", serve)
+    prober.run(60.0)  # about twice what it sustains: its requests live longer than at 1
+    assert len(asked) == 2 and asked[1] > asked[0]
