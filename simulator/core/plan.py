@@ -177,6 +177,12 @@ def resolve(
         histogram = read_histogram(options.routing, spec.num_experts, spec.num_moe_layers)
     xs = expert_split(spec, tp, layout.attention_dp, layout.ep, layout.expert_tp,
                       options.expert_skew, histogram)  # fmt: skip
+    if options.moe_a2a != "nccl" and not xs.dispatch:
+        raise ConfigError(
+            f"moe_a2a={options.moe_a2a}: the all-to-all kernels of token dispatch run with "
+            "attention_dp > 1; without it every rank holds every token and the experts' "
+            "outputs are all-reduced"
+        )
     if xs.dispatch and options.sequence_parallel:
         raise ConfigError(
             f"attention_dp={layout.attention_dp}: cannot be combined with sequence "

@@ -403,3 +403,11 @@ def test_small_batch_experts_read_their_weights_without_padding_to_wgmma_rows() 
     run = simulate("gpt-oss-120b", "dgx-h100", Layout(2), Workload(3))
     up = next(r for r in run.records if r.name == "experts_up")
     assert up.category == "memory"
+
+
+def test_deepep_without_attention_dp_is_refused_naming_it() -> None:
+    """--moe-a2a picks the dispatch kernels of attention DP; without it there is no
+    dispatch, and the choice ran as a silent no-op."""
+    with pytest.raises(ConfigError, match=r"^moe_a2a=deepep: .*attention_dp > 1"):
+        simulate("qwen3-30b-a3b", "dgx-h100", Layout(8, ep=8), Workload(4),
+                 Options(moe_a2a="deepep"))  # fmt: skip
