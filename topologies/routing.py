@@ -48,11 +48,23 @@ class Routes:
         self._nodes = [n for _, n in ranked]
         self._hosts = [g.nodes[n].get("host", 0) for n in self._nodes]
         self.num_ranks = len(self._nodes)
-        # adjacency: node -> [(neighbour, bandwidth_Bps, latency_ps, latency_s)], sorted
+        # adjacency: node -> [(neighbour, bandwidth_Bps, latency_ps, latency_s)], sorted; a
+        # path passes through a GPU only over NVLink-class links (NCCL's NVB: a GPU forwards
+        # over NVLink, never from PCIe or to it), so the search has two adjacencies: one that
+        # never enters a GPU on the way, and one of the peer links alone
+        self._gpus = {n for n, d in g.nodes(data=True) if d.get("kind") == "gpu"}
         self._adj: dict[str, list[tuple[str, float, int, float]]] = {
             n: sorted(
                 (v, d["bandwidth_Bps"], _ps(d["latency_s"]), d["latency_s"])
                 for v, d in g.adj[n].items()
+            )
+            for n in g.nodes
+        }
+        self._peer_adj: dict[str, list[tuple[str, float, int, float]]] = {
+            n: sorted(
+                (v, d["bandwidth_Bps"], _ps(d["latency_s"]), d["latency_s"])
+                for v, d in g.adj[n].items()
+                if d.get("link") in PEER_LINKS
             )
             for n in g.nodes
         }
@@ -148,7 +160,17 @@ class Routes:
         edges = self.graph.edges
         return tuple(edges[e]["link"] for e in self.path(src, dst))
 
-    def _widest(self, s: str, t: str) -> float:
+    def _next(self, u: str, s: str, t: str, relay: bool) -> list[tuple[str, float, int, float]]:
+        """Where a path may go from ``u``: over peer links alone (``relay``: through GPUs),
+        else anywhere but into a GPU other than ``t`` (and out of one other than ``s``)."""
+        if relay:
+            return self._peer_adj[u]
+        if u != s and u in self._gpus:
+            return []
+        return [x for x in self._adj[u] if x[0] == t or x[0] not in self._gpus]
+
+    def _widest(self, s: str, t: str, relay: bool) -> float:
+        """The widest bottleneck from s to t (0 when none)."""
         best = {s: float("inf")}
         heap = [(-best[s], s)]
         done: set[str] = set()
@@ -159,12 +181,12 @@ class Routes:
             if u in done:
                 continue
             done.add(u)
-            for v, bw, _, _ in self._adj[u]:
+            for v, bw, _, _ in self._next(u, s, t, relay):
                 b = min(-neg, bw)
                 if b > best.get(v, 0.0):
                     best[v] = b
                     heapq.heappush(heap, (-b, v))
-        raise TopologyError(f"{t} cannot be reached from {s} in {self.graph.graph.get('name')!r}")
+        return 0.0
 
     def _route(self, s: str, t: str) -> tuple[tuple[str, str], ...]:
         """The best path from node s to node t along the graph (no transport rules)."""
@@ -175,18 +197,34 @@ class Routes:
     def _search(self, s: str, t: str) -> tuple[tuple[str, str], ...]:
         if s == t:
             return ()
-        floor = self._widest(s, t)
+        found = []
+        for relay in (False, True):
+            floor = self._widest(s, t, relay)
+            if floor > 0:
+                lat, hops, nodes = self._within(s, t, relay, floor)
+                found.append((-floor, lat, hops, nodes))
+        if not found:
+            raise TopologyError(
+                f"{t} cannot be reached from {s} in {self.graph.graph.get('name')!r} (a path "
+                "may pass through a GPU over NVLink-class links only)"
+            )
+        return tuple(itertools.pairwise(min(found)[3]))
+
+    def _within(
+        self, s: str, t: str, relay: bool, floor: float
+    ) -> tuple[int, int, tuple[str, ...]]:
+        """The lowest-latency path of bottleneck ``floor`` (then fewest hops, then node ids)."""
         heap: list[tuple[int, int, tuple[str, ...]]] = [(0, 0, (s,))]
         done: set[str] = set()
         while heap:
             lat, hops, nodes = heapq.heappop(heap)
             u = nodes[-1]
             if u == t:
-                return tuple(itertools.pairwise(nodes))
+                return lat, hops, nodes
             if u in done:
                 continue
             done.add(u)
-            for v, bw, ps, _ in self._adj[u]:
+            for v, bw, ps, _ in self._next(u, s, t, relay):
                 if bw >= floor and v not in done:
                     heapq.heappush(heap, (lat + ps, hops + 1, (*nodes, v)))
         raise AssertionError("unreachable: widest path exists")  # pragma: no cover

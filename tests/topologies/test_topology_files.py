@@ -282,3 +282,20 @@ def test_network_flags_on_one_host_warn_that_they_are_ignored(capsys):
                  "--nic-gbps", "400"]) == 0  # fmt: skip
     err = capsys.readouterr().err
     assert "--nic-gbps describes the network --nodes N > 1" in err and "ignored" in err
+
+
+def test_a_gpu_forwards_only_over_nvlink(tmp_path):
+    """Two hosts whose pairs join by PCIe, plus an NVLink from a1 to b0 across them: a0's
+    bytes for b0 go over the network, not over PCIe into a1 and on by its NVLink (NCCL
+    forwards through a GPU over NVLink alone); a1's own go over the NVLink."""
+    path = _two_pairs(tmp_path)
+    text = path.read_text().replace("duplex: true}\n", "duplex: true, link: pcie}\n", 2)
+    text = text.replace("links:\n", "links:\n  - {src: a1, dst: b0, bandwidth_GBps: 400, "
+                        "latency_us: 0.5, duplex: true, link: nvlink}\n")  # fmt: skip
+    path.write_text(text)
+    g = load_topology(path)
+    r = Routes(g)
+    a0, a1, b0 = (g.nodes[n]["rank"] for n in ("a0", "a1", "b0"))
+    assert "a1" not in {u for u, _ in r.path(a0, b0)}
+    assert "ib" in {v for _, v in r.path(a0, b0)}
+    assert r.path(a1, b0) == (("a1", "b0"),)
