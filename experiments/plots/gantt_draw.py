@@ -39,6 +39,9 @@ OTHER_COLOR = OTHER_COLOUR
 
 #: Rows of one rank, top to bottom, with their y-axis labels.
 ROWS: tuple[tuple[str, str], ...] = (("cpu", "CPU"), ("compute", "compute"), ("comm", "comm"))
+#: A pipeline's point-to-point sends and receives: a row of their own under comm when the
+#: window holds any (on the comm row, a collective running beside a send hid it).
+P2P_ROW = ("p2p", "p2p")
 
 DENSE_BARS_PER_ROW = 300  # above this many bars per row (on average), drop the bar edges
 RAIL = 0.15  # height of the critical-path rail under a bar (a row is 1)
@@ -84,11 +87,17 @@ def gantt_figure(
     scale, unit = time_unit(visible)
 
     # y position of each (rank, stream) row; a blank row separates rank groups.
-    group = len(ROWS) + 1
+    shown_ranks = set(view.ranks)
+    p2p = any(
+        r.stream == "p2p" and r.rank in shown_ranks and r.end_s >= t0 and r.start_s <= t1
+        for r in records
+    )
+    rows = (*ROWS, P2P_ROW) if p2p else ROWS
+    group = len(rows) + 1
     row_y = {
         (rank, stream): g * group + j
         for g, rank in enumerate(view.ranks)
-        for j, (stream, _) in enumerate(ROWS)
+        for j, (stream, _) in enumerate(rows)
     }
     n_rows = len(view.ranks) * group - 1
     lane_names = {
@@ -98,7 +107,7 @@ def gantt_figure(
         for rank in view.ranks
     }
     lane_labels = {
-        y: f"{lane_names[rank]} · {dict(ROWS)[stream]}" for (rank, stream), y in row_y.items()
+        y: f"{lane_names[rank]} · {dict(rows)[stream]}" for (rank, stream), y in row_y.items()
     }
 
     # Layout in inches, from measured text: lane names on the left, the title and the layer
@@ -144,7 +153,7 @@ def gantt_figure(
     kinds_seen: set[str] = set()
     shown: list[tuple[Record, int, tuple[float, float]]] = []
     for r in records:
-        row = row_y.get((r.rank, "comm" if r.stream == "p2p" else r.stream))  # sends: comm row
+        row = row_y.get((r.rank, r.stream))
         if row is None or r.end_s < t0 or r.start_s > t1:
             continue
         kind = r.kind
@@ -229,11 +238,11 @@ def gantt_figure(
         ax.axvspan(gx0, gx1, facecolor="#f2f2f2", edgecolor="none", zorder=0)
         for gx in (gx0, gx1):
             ax.axvline(gx, color="#777777", linewidth=1.0, linestyle=(0, (4, 3)), zorder=1)
-        words: list[tuple[str, float]] = [(gap_words, (len(ROWS) - 1) / 2)]  # first rank
+        words: list[tuple[str, float]] = [(gap_words, (len(rows) - 1) / 2)]  # first rank
         if lane_words:  # each lane's own layers beside its rows, the span below the first
-            words = [(w, row_y[(r, ROWS[0][0])] + (len(ROWS) - 1) / 2 - 0.5)
+            words = [(w, row_y[(r, rows[0][0])] + (len(rows) - 1) / 2 - 0.5)
                      for r, w in lane_words.items()]  # fmt: skip
-            words.append((gap_words, (len(ROWS) - 1) / 2 + 0.5))
+            words.append((gap_words, (len(rows) - 1) / 2 + 0.5))
         for text, text_y in words:
             ax.text(
                 (gx0 + gx1) / 2,

@@ -69,7 +69,9 @@ def add_run_parser(sub: Any) -> argparse.ArgumentParser:
         help="layers to zoom on, e.g. 0-1 or 3 (-1: embedding), or 'all' for the whole step "
         "(default: the whole step with the layers between the first and the last collapsed)",
     )
-    run.add_argument("--trace", type=Path, help="write a Chrome/Perfetto trace (.json)")
+    run.add_argument(
+        "--trace", type=Path, help="write a Chrome/Perfetto trace (.json, or .json.gz compressed)"
+    )
     run.add_argument("--json", action="store_true", help="print the summary as JSON")
     return run
 
@@ -156,7 +158,9 @@ def _run(a: argparse.Namespace) -> int:
     from tpsim.core.api import simulate
 
     check_output(a.gantt, "--gantt", (".png", ".svg"), a)
-    check_output(a.trace, "--trace", (".json",), a)
+    check_output(a.trace, "--trace", (".json", ".gz"), a)
+    if a.trace is not None and not a.trace.name.lower().endswith((".json", ".json.gz")):
+        raise ConfigError(f"--trace={a.trace}: must end in .json or .json.gz")
     layout, workload, options = run_inputs(a)
     if a.gantt_ranks and max(a.gantt_ranks) >= layout.ranks:
         last = layout.ranks - 1

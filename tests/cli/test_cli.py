@@ -131,6 +131,23 @@ def test_gantt_and_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["g.png", "g.svg", "t.json"]
 
 
+def test_a_trace_ending_in_gz_is_the_same_json_compressed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Perfetto opens gzipped JSON; a large run's link counters make hundreds of MB of it.
+    The same run gives the same bytes (no time stamp in the gzip header)."""
+    import gzip
+
+    plain, packed, again = tmp_path / "t.json", tmp_path / "t.json.gz", tmp_path / "u.json.gz"
+    for path in (plain, packed, again):
+        assert cli(capsys, *RUN, "--trace", str(path))[0] == 0
+    assert gzip.decompress(packed.read_bytes()) == plain.read_bytes()
+    assert packed.read_bytes() == again.read_bytes()
+    assert packed.stat().st_size < plain.stat().st_size / 4
+    rc, _, err = cli(capsys, *RUN, "--trace", str(tmp_path / "t.gz"))
+    assert rc == 2 and "must end in .json or .json.gz" in err
+
+
 def test_collective_table(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, _ = cli(
         capsys,
