@@ -66,7 +66,8 @@ def add_run_parser(sub: Any) -> argparse.ArgumentParser:
     run.add_argument(
         "--gantt-layers",
         type=parse_gantt_layers,
-        help="layers to zoom on, e.g. 0-1 or 3 (-1: embedding), or 'all' for the whole step "
+        help="layers to zoom on, e.g. 0-1, 3 or emb-0 (emb or -1: the embedding; "
+        "--gantt-layers=-1-0), or 'all' for the whole step "
         "(default: the whole step with the layers between the first and the last collapsed)",
     )
     run.add_argument(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import math
 from collections.abc import Callable
 
@@ -44,13 +45,16 @@ def number(low: float, high: float, *, low_open: bool = True) -> Callable[[str],
     return parse
 
 
+_LAYERS = re.compile(r"^\s*(emb|-?\d+)\s*(?:-\s*(emb|-?\d+)\s*)?$", re.IGNORECASE)
+
+
 def parse_layers(text: str) -> tuple[int, int]:
-    a, sep, b = text.strip().partition("-") if not text.startswith("-") else (text, "", "")
-    try:
-        lo = int(a)
-        hi = int(b) if sep else lo
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid layers {text!r} (e.g. 0-1 or 3)") from None
+    """``A-B`` or ``A``: layer indices, the embedding ``-1`` (or ``emb``: ``emb-0``,
+    ``-1-0``)."""
+    m = _LAYERS.match(text)
+    if m is None:
+        raise argparse.ArgumentTypeError(f"invalid layers {text!r} (e.g. 0-1, 3 or emb-0)")
+    lo, hi = (-1 if x.lower() == "emb" else int(x) for x in (m[1], m[2] or m[1]))
     if hi < lo:
         raise argparse.ArgumentTypeError(f"invalid layers {text!r}: empty range")
     return lo, hi

@@ -335,3 +335,14 @@ def test_python_dash_m(tmp_path: Path) -> None:
     p = subprocess.run([sys.executable, "-m", "simulator", "list", "gpus"], cwd=root,
                        capture_output=True, text=True, check=False)  # fmt: skip
     assert p.returncode == 0 and "h100-sxm" in p.stdout
+
+
+@pytest.mark.parametrize(
+    ("text", "layers"), [("0-1", (0, 1)), ("3", (3, 3)), ("emb-0", (-1, 0)), ("-1-0", (-1, 0)),
+                         ("EMB", (-1, -1)), ("-1", (-1, -1))],
+)  # fmt: skip
+def test_gantt_layers_reach_the_embedding(text: str, layers: tuple[int, int]) -> None:
+    """The Gantt labels the embedding 'emb' (layer -1); --gantt-layers=-1-0 was refused."""
+    from tpsim.cli.types import parse_gantt_layers
+
+    assert parse_gantt_layers(text) == layers
