@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import re
 import math
+import re
 from collections.abc import Callable
 
 from tpsim.core.config import parse_tokens
