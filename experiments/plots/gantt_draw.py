@@ -254,7 +254,7 @@ def gantt_figure(
                 va="center",
                 linespacing=1.4,
             )
-    bar_names(ax, shown, per_px, height)
+    bar_names(ax, shown, per_px, height, (x_lo, x_hi))
     for rank in view.ranks:  # a CPU row with nothing in the window says why
         y = row_y[(rank, "cpu")]
         if not any(row == y for _, row, _ in shown):

@@ -49,11 +49,19 @@ def wrap(text: str, size_pt: float, width_px: float) -> str:
 
 
 def bar_names(
-    ax: Any, shown: Sequence[tuple[Record, int, tuple[float, float]]], per_px: float, height: float
+    ax: Any,
+    shown: Sequence[tuple[Record, int, tuple[float, float]]],
+    per_px: float,
+    height: float,
+    visible: tuple[float, float] = (-math.inf, math.inf),
 ) -> None:
-    """Write each op's name inside its bar where the bar holds it, as Agg measures it."""
+    """Write each op's name inside the ``visible`` part of its bar (the axes' x range: a bar
+    that starts before the window is named in what shows of it) where that holds it, as Agg
+    measures it."""
     written = 0
-    for r, y, (x, w) in shown:
+    for r, y, (x0, w0) in shown:
+        x = max(x0, visible[0])
+        w = min(x0 + w0, visible[1]) - x
         if r.kind in ("launch", "dispatch") or w / per_px < text_px(r.name, BAR_NAME_PT) + 4:
             continue
         ax.text(
