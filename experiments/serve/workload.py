@@ -56,6 +56,17 @@ class Lengths:
         return np.clip(np.rint(x), 1, MAX_LENGTH).astype(np.int64)
 
     @property
+    def clipped_mean(self) -> float:
+        """A normal's mean once cut at 1 token (``E[max(1, X)]``); other kinds: their own
+        mean is kept (``a`` for fixed, lognormal and normal unclipped)."""
+        if self.kind != "normal" or self.b <= 0:
+            return self.a
+        z = (1.0 - self.a) / self.b
+        below = 0.5 * math.erfc(-z / math.sqrt(2.0))  # P(X < 1)
+        density = math.exp(-z * z / 2) / math.sqrt(2 * math.pi)
+        return below + self.a * (1 - below) + self.b * density
+
+    @property
     def largest(self) -> int | None:
         """The longest it draws, or None where it has no bound below the clip (normal,
         lognormal)."""

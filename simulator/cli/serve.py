@@ -200,6 +200,15 @@ def _serve(a: argparse.Namespace) -> int:
     prefix = (a.prefix_len, a.prefix_groups)
     prompt = parse_lengths("--prompt-len", a.prompt_len or str(PROMPT_DEFAULT))
     output = parse_lengths("--output-len", a.output_len or str(OUTPUT_DEFAULT))
+    for flag, lengths in (("--prompt-len", prompt), ("--output-len", output)):
+        if lengths.kind == "normal" and lengths.clipped_mean > 1.05 * lengths.a:
+            from tpsim.cli.run import warn
+
+            warn(
+                f"{flag}=normal:{lengths.a:g},{lengths.b:g}: lengths are cut at 1 token, so "
+                f"their mean is {lengths.clipped_mean:.0f}, not {lengths.a:g} "
+                "(lognormal:MEAN,STD keeps its mean)"
+            )
     longest = prompt.largest
     if a.trace is not None:
         reqs = read_trace(a.trace, requests=a.requests or 0, duration_s=a.duration)

@@ -193,3 +193,20 @@ def test_bad_values_exit_2_with_one_line(
     assert len(err.strip().splitlines()) == 1, err
     assert needle in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_normal_cut_at_one_token_says_its_mean(capsys: pytest.CaptureFixture[str]) -> None:
+    """normal:100,200 draws below 1 token a third of the time; cut there its mean is 140,
+    which the warning says (and the drawn lengths hold to)."""
+    import numpy as np
+    from tpsim.experiments.serve.workload import parse_lengths
+
+    lengths = parse_lengths("--prompt-len", "normal:100,200")
+    drawn = lengths.draw(np.random.default_rng(0), 200_000)
+    assert lengths.clipped_mean == pytest.approx(drawn.mean(), rel=0.01)
+    rc, _, err = run([*BASE, "--rate", "1", "--requests", "20", "--prompt-len",
+                      "normal:100,200"], capsys)  # fmt: skip
+    assert rc == 0 and "mean is 140, not 100" in err
+    rc, _, err = run([*BASE, "--rate", "1", "--requests", "20", "--prompt-len",
+                      "normal:1000,100"], capsys)  # fmt: skip
+    assert rc == 0 and "cut at 1 token" not in err
