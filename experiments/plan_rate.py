@@ -62,8 +62,10 @@ class RateRequest:
     nodes: int = 1
     rate: float | None = None  # requests/s to serve (open loop), or
     concurrency: int | None = None  # clients to serve (closed loop)
-    prompt_len: int = 1024
-    output_len: int = 1024
+    #: tokens per prompt and per output: a number, or a distribution as ``tpsim serve``
+    #: reads it (``uniform:A-B``, ``normal:MEAN,STD``, ``lognormal:MEAN,STD``, a file)
+    prompt_len: int | str = 1024
+    output_len: int | str = 1024
     slo_ttft_ms: float | None = None
     slo_tpot_ms: float | None = None
     percentile: float = 99.0
@@ -211,9 +213,15 @@ class _Prober:
 
     def judge(self, r: ServeResult) -> tuple[str, float, float, float]:
         """(what fails, or "" when it passes; TTFT and TPOT at the percentile, ms; the
-        worst ratio to an SLO)."""
+        worst ratio to an SLO). A closed loop is judged without its clients' first requests
+        (sent together at the start)."""
         req = self.req
-        v = per_request(r.requests)
+        done = r.requests
+        if req.concurrency is not None:  # the clients' first requests, all sent at once: a
+            # cold start that a steady stream of users never sees again
+            start = min((x.arrival_s for x in done), default=0.0)
+            done = [x for x in done if x.arrival_s > start] or done
+        v = per_request(done)
         q = req.percentile
         ttft = float(np.percentile(v["ttft"], q)) * 1e3 if len(v["ttft"]) else 0.0
         tpot = float(np.percentile(v["tpot"], q)) * 1e3 if len(v["tpot"]) else 0.0
@@ -326,7 +334,7 @@ def _output_rate(
     times the output length; closed loop, the clients shared out over the units (some one
     more than others) and each unit run at its share (the run at ``good`` clients reused)."""
     if req.rate is not None:
-        return req.rate * req.output_len
+        return req.rate * prober.output.mean
     share, extra = divmod(int(req.concurrency or 0), n)
     total = 0.0
     for clients, units in ((share + 1, extra), (share, n - extra)):
@@ -401,6 +409,14 @@ def table(rows: list[RateRow], req: RateRequest) -> str:
             line += f"  {r.usd_per_mtok:>7.3f}" if r.usd_per_mtok is not None else "        -"
         lines.append(line)
     lines += ["", verdict(rows, req)]
+    fixed = all(str(x).strip()[:1].isdigit() for x in (req.prompt_len, req.output_len))
+    if req.concurrency is not None and fixed:
+        lines.append(
+            "Note: with one prompt and one output length the clients stay in step, each "
+            "wave's prompts arriving together (as vllm bench serve --max-concurrency runs "
+            "them); for users who are not, give --prompt-len and --output-len as "
+            "distributions (uniform:A-B, ...)."
+        )
     return "\n".join(lines)
 
 

@@ -56,6 +56,15 @@ class Lengths:
         return np.clip(np.rint(x), 1, MAX_LENGTH).astype(np.int64)
 
     @property
+    def mean(self) -> float:
+        """The mean length it draws (a normal's once cut at 1 token)."""
+        if self.kind == "uniform":
+            return (self.a + self.b) / 2
+        if self.kind == "file":
+            return sum(self.values) / len(self.values)
+        return self.clipped_mean
+
+    @property
     def clipped_mean(self) -> float:
         """A normal's mean once cut at 1 token (``E[max(1, X)]``); other kinds: their own
         mean is kept (``a`` for fixed, lognormal and normal unclipped)."""
@@ -77,16 +86,6 @@ class Lengths:
         if self.kind == "file":
             return max(self.values)
         return None
-
-    @property
-    def mean(self) -> float:
-        if self.kind == "fixed":
-            return self.a
-        if self.kind == "uniform":
-            return (self.a + self.b) / 2
-        if self.kind == "file":
-            return sum(self.values) / len(self.values)
-        return self.a
 
 
 def _bad(flag: str, text: str, why: str) -> ConfigError:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tpsim.cli.types import number, tokens
-from tpsim.core.config import Workload, check_nodes
+from tpsim.core.config import Workload, check_nodes, parse_tokens
 from tpsim.core.errors import ConfigError
 
 
@@ -25,7 +25,10 @@ def add_plan_parser(sub: Any) -> None:
     p.add_argument("--batch-max", type=int, default=0, help="largest batch per replica "
                    "(default: what memory allows, bounded by the TPOT SLO)")  # fmt: skip
     # one default context everywhere: the Workload's, as run, sweep and check-claim use
-    p.add_argument("--prompt-len", type=tokens("--prompt-len"), default=Workload.prompt_len)
+    p.add_argument("--prompt-len", default=str(Workload.prompt_len),
+                   help="tokens per prompt (default: 512); under traffic also a distribution, "
+                   "as tpsim serve's: uniform:A-B, normal:MEAN,STD, lognormal:MEAN,STD or a "
+                   "file")  # fmt: skip
     p.add_argument("--context-len", type=tokens("--context-len"), default=Workload.context_len)
     p.add_argument("--slo-ttft-ms", type=number(0, 1e7))
     p.add_argument("--slo-tpot-ms", type=number(0, 1e7))
@@ -40,8 +43,8 @@ def add_plan_parser(sub: Any) -> None:
     t.add_argument("--rate", type=number(0, 1e6), help="requests/s to serve (Poisson): "
                    "the units and GPUs it needs")  # fmt: skip
     t.add_argument("--concurrency", type=int, help="concurrent clients to serve (closed loop)")
-    t.add_argument("--output-len", type=tokens("--output-len"), help="output tokens per "
-                   "request (default: --context-len minus --prompt-len)")  # fmt: skip
+    t.add_argument("--output-len", help="output tokens per request, or a distribution as "
+                   "--prompt-len's (default: --context-len minus --prompt-len)")  # fmt: skip
     t.add_argument("--slo-percentile", type=number(0, 100), help="the percentile of TTFT "
                    "and TPOT held to the SLOs (default 99)")  # fmt: skip
     t.add_argument("--requests", type=int, help="requests per simulated run, at least "
@@ -68,6 +71,13 @@ def _plan(a: argparse.Namespace) -> int:
             raise ConfigError(f"--{flag.replace('_', '-')}={v}: must be positive")
     if a.rate is not None or a.concurrency is not None:
         return _plan_traffic(a)
+    try:
+        a.prompt_len = parse_tokens(a.prompt_len, "--prompt-len")
+    except ConfigError:
+        raise ConfigError(
+            f"--prompt-len={a.prompt_len}: a number of tokens (a distribution of lengths "
+            "applies under traffic, with --rate or --concurrency)"
+        ) from None
     for flag in TRAFFIC_ONLY:
         if getattr(a, flag) not in (None, False):
             value = "" if getattr(a, flag) is True else f"={getattr(a, flag)}"
@@ -101,6 +111,7 @@ def _plan(a: argparse.Namespace) -> int:
 
 def _plan_traffic(a: argparse.Namespace) -> int:
     from tpsim.experiments.plan_rate import RateRequest, plan_rate, table, to_dicts
+    from tpsim.experiments.serve.workload import parse_lengths
 
     if a.rate is not None and a.concurrency is not None:
         raise ConfigError(f"--concurrency={a.concurrency}: give --rate or --concurrency, not both")
@@ -126,9 +137,17 @@ def _plan_traffic(a: argparse.Namespace) -> int:
         if getattr(a, flag):
             raise ConfigError(f"--{flag.replace('_', '-')}={getattr(a, flag)}: applies to "
                               "the static plan (without --rate or --concurrency)")  # fmt: skip
-    output = a.output_len if a.output_len is not None else a.context_len - a.prompt_len
-    if output < 1:
-        raise ConfigError(f"--output-len={output}: must be at least 1 (give --output-len)")
+    prompt = parse_lengths("--prompt-len", a.prompt_len)
+    if a.output_len is None:
+        if prompt.kind != "fixed":
+            raise ConfigError(f"--prompt-len={a.prompt_len}: a distribution; give "
+                              "--output-len too")  # fmt: skip
+        output = str(a.context_len - int(prompt.a))
+        if int(output) < 1:
+            raise ConfigError(f"--output-len={output}: must be at least 1 (give --output-len)")
+    else:
+        output = a.output_len
+        parse_lengths("--output-len", output)
     req = RateRequest(a.model, a.topology, a.nodes, a.rate, a.concurrency, a.prompt_len,
                       output, a.slo_ttft_ms, a.slo_tpot_ms, a.slo_percentile, a.gpu_hour_usd,
                       a.engine, a.ideal, a.requests, a.seed,

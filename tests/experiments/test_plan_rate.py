@@ -218,3 +218,50 @@ def test_a_short_probe_judged_saturated_runs_again_long_enough(
     monkeypatch.setattr(prober, "_serve", serve)
     prober.run(60.0)  # about twice what it sustains: its requests live longer than at 1
     assert len(asked) == 2 and asked[1] > asked[0]
+
+
+def test_traffic_lengths_may_be_distributions(capsys: pytest.CaptureFixture[str]) -> None:
+    """Under traffic --prompt-len and --output-len take tpsim serve's distributions (clients
+    with one length stay in step; varied lengths are not); the static plan refuses them, and
+    a distributed prompt needs its --output-len."""
+    base = ["plan", "--model", "llama-3.1-8b", "--topology", "dgx-h100", "--requests", "40",
+            "--slo-tpot-ms", "15", "--jobs", "1", "--no-disaggregated", "--nodes", "1"]  # fmt: skip
+    assert main([*base, "--rate", "4", "--prompt-len", "uniform:256-768", "--output-len",
+                 "uniform:8-24", "--json"]) == 0  # fmt: skip
+    units = json.loads(capsys.readouterr().out)["units"]
+    assert units and all(u["max_load"] > 0 for u in units)
+    for argv, says in (
+        (["--prompt-len", "uniform:256-768"], "a number of tokens (a distribution"),
+        (["--rate", "4", "--prompt-len", "uniform:256-768"], "give --output-len too"),
+        (["--rate", "4", "--output-len", "zipf:1"], "--output-len=zipf:1"),
+    ):
+        assert main([*base[:5], *argv]) == 2
+        err = capsys.readouterr().err
+        assert says in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_output_rate_of_a_distribution_is_its_mean() -> None:
+    req = RateRequest("llama-3.1-8b", "dgx-h100", rate=3, gpu_hour_usd=2.0,
+                      **{**SMALL, "output_len": "uniform:10-30"})  # type: ignore[arg-type]  # fmt: skip
+    prober = _Prober(req, _setup(req, 1, 1, 0, 1))
+    from tpsim.experiments.plan_rate import _output_rate
+
+    assert _output_rate(req, prober, 3.0, prober.run(1.0), 1) == pytest.approx(3 * 20)
+
+
+def test_a_closed_loop_is_judged_without_its_cold_start() -> None:
+    """Every client's first request is sent at t = 0: that wave queues as no steady stream of
+    users does, and set the p99 TTFT of a 10-requests-a-client probe alone."""
+    import numpy as np
+    from tpsim.experiments.serve.metrics import per_request
+
+    lengths = {**SMALL, "prompt_len": "uniform:256-768", "output_len": "uniform:16-48"}
+    req = RateRequest("llama-3.1-8b", "dgx-h100", concurrency=16,
+                      **lengths)  # type: ignore[arg-type]  # fmt: skip
+    prober = _Prober(req, _setup(req, 1, 1, 0, 1))
+    r = prober.run(16.0)
+    later = [x for x in r.requests if x.arrival_s > 0]
+    assert 0 < len(later) < len(r.requests)
+    _, ttft, _, _ = prober.judge(r)
+    assert ttft == pytest.approx(float(np.percentile(per_request(later)["ttft"], 99)) * 1e3)
+    assert ttft < float(np.percentile(per_request(r.requests)["ttft"], 99)) * 1e3
