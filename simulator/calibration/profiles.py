@@ -9,9 +9,10 @@ is what a run uses, the profile's or its first-principles variant (``--ideal``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+import os
+from collections.abc import Callable, Mapping
 from dataclasses import replace
-from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -179,7 +180,43 @@ def _overrides(name_or_path: str, depth: int = 0) -> tuple[str, list[tuple[str, 
     return name, chain
 
 
-@cache
+def _stamp(files: tuple[str, ...]) -> tuple[tuple[int, int], ...] | None:
+    """Each file's modification time and size (None when one cannot be read)."""
+    try:
+        return tuple((st.st_mtime_ns, st.st_size) for st in map(os.stat, files))
+    except OSError:
+        return None
+
+
+def _by_file(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Cache ``fn(name_or_path, *rest)`` by the profile's resolved path and the files its
+    ``extends`` chain read, as they are now: a profile file edited, or a relative path
+    meaning another file from another folder, is read again (a bare ``@cache`` by the
+    path's text kept the first for the life of the process)."""
+    store: dict[tuple[Any, ...], tuple[tuple[str, ...], Any, Any]] = {}
+
+    @functools.wraps(fn)
+    def cached(name_or_path: str, *rest: Any) -> Any:
+        file = is_profile_file(name_or_path)
+        key = (str(Path(name_or_path).resolve()) if file else name_or_path, *rest)
+        hit = store.get(key)
+        if hit is not None and (not hit[0] or _stamp(hit[0]) == hit[1]):
+            return hit[2]
+        files: tuple[str, ...] = ()
+        if file:  # the files of the chain (a shipped profile is not edited under tpsim)
+            chain = (Path(w) for w, _ in _overrides(name_or_path)[1])
+            files = tuple(str(w.resolve()) for w in chain if w.is_file())
+        stamps = _stamp(files)
+        value = fn(name_or_path, *rest)
+        if stamps is not None:
+            store[key] = (files, stamps, value)
+        return value
+
+    cached.cache_clear = store.clear  # type: ignore[attr-defined]  # as functools.cache's
+    return cached
+
+
+@_by_file
 def profile(name_or_path: str) -> Calibration:
     """The calibration of an engine profile: the shipped data with the profile's overrides
     (and those of the profiles it ``extends``) put in. ``ideal`` is the data unchanged."""
@@ -196,7 +233,7 @@ def profile(name_or_path: str) -> Calibration:
         raise CalibrationError(f"engine={show(name_or_path)}: {e}") from None
 
 
-@cache
+@_by_file
 def merged_file(name_or_path: str, file: str) -> dict[str, Any]:
     """One data file (``scheduler``: what ``tpsim serve`` reads) with the profile's overrides
     (and those of what it extends) put in; ``ideal`` is the file unchanged."""
@@ -213,7 +250,7 @@ def ideal(engine: str = "ideal") -> Calibration:
     return _ideal(engine)
 
 
-@cache
+@_by_file
 def _ideal(engine: str) -> Calibration:
     return profile(engine).ideal()
 
@@ -227,7 +264,7 @@ def for_options(ideal_mode: bool, engine: str = "ideal", synchronous: bool = Fal
     return _synchronous(engine) if synchronous else profile(engine)
 
 
-@cache
+@_by_file
 def _synchronous(engine: str) -> Calibration:
     c = profile(engine)
     return replace(c, engine=c.engine.synchronous())

@@ -364,3 +364,30 @@ def test_an_engine_without_its_async_scheduling_overlaps_less_host_work() -> Non
     assert b.latency_s > a.latency_s
     ft = Options(engine="fastertransformer", async_scheduling=False)
     assert ft.calibration == Options(engine="fastertransformer").calibration
+
+
+def test_a_profile_file_is_read_as_it_is_now(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """An edited profile file, or a relative path meaning another file from another folder,
+    is read again: the cache by the path's text kept the first for the life of the process
+    (a notebook that edits its profile saw none of it)."""
+    from tpsim import Options, Workload, simulate
+
+    def write(path, us):  # type: ignore[no-untyped-def]
+        head = "name: mine\nextends: vllm\noverrides:\n  engine:\n    step_host_us:\n"
+        path.write_text(f"{head}      value:\n        schedule: [{us}, 1.5]\n      source: x\n")
+
+    for folder, us in (("a", 40), ("b", 40000)):
+        (tmp_path / folder).mkdir()
+        write(tmp_path / folder / "p.yaml", us)
+
+    def step() -> float:
+        opts = Options(engine="p.yaml", launch="eager")
+        return simulate("llama-3.1-8b", "dgx-h100", 1, Workload(batch=16), opts).latency_s
+
+    monkeypatch.chdir(tmp_path / "a")
+    fast = step()
+    monkeypatch.chdir(tmp_path / "b")
+    slow = step()
+    assert slow > 4 * fast
+    write(tmp_path / "b" / "p.yaml", 40)
+    assert step() == fast
