@@ -132,11 +132,13 @@ def run_sweep(
     scheduler: str | None = None,
     resume: bool = False,
     overwrite: bool = False,
-    progress: bool = True,
+    progress: bool | None = None,
     evaluate: Evaluate = run_point,
     wait_workers_s: float = WAIT_WORKERS_S,
 ) -> SweepReport:
-    """Run the points not yet done in ``out`` and append their rows as they finish."""
+    """Run the points not yet done in ``out`` and append their rows as they finish;
+    ``progress``: a bar on stderr (None: when stderr is a terminal, as a library call
+    should: nothing printed into a notebook's or a service's logs unasked)."""
     if jobs is not None and not 1 <= jobs <= 1024:
         raise ConfigError(f"--jobs={jobs}: must be between 1 and 1024")
     if not 0 < wait_workers_s <= 86_400:
@@ -156,7 +158,7 @@ def run_sweep(
         initial=len(points) - len(todo),
         unit="point",
         file=sys.stderr,
-        disable=not progress,
+        disable=None if progress is None else not progress,
         dynamic_ncols=True,
     )
     batches = iter_rows(

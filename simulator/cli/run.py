@@ -141,7 +141,7 @@ def run_inputs(a: argparse.Namespace) -> tuple[Layout, Workload, Options]:
         kernel_table=a.kernel_table,
         sequence_parallel=a.sequence_parallel,
         overlap_chunks=a.overlap_chunks,
-        launch_skew_s=a.launch_skew_us * 1e-6,
+        launch_skew_s=a.launch_skew_us / 1e6,  # 20 us is 2e-05 s, as the API's
         max_records=a.max_records,
         engine=a.engine,
         expert_skew=a.expert_skew,

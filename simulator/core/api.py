@@ -9,6 +9,7 @@ every rank's program lowered, the engine run (one TP group through
 
 from __future__ import annotations
 
+import os
 import time
 from typing import TYPE_CHECKING
 
@@ -39,8 +40,8 @@ if TYPE_CHECKING:
 
 
 def simulate(
-    model: ModelSpec | str,
-    topology: nx.DiGraph | str,
+    model: ModelSpec | str | os.PathLike[str],
+    topology: nx.DiGraph | str | os.PathLike[str],
     layout: Layout | int,
     workload: Workload | None = None,
     options: Options | None = None,

@@ -10,6 +10,7 @@ other layout is placed by :func:`tpsim.core.comm.layout.place`.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -141,8 +142,8 @@ def _check_types(model: object, topology: object, layout: object, workload: obje
 
 
 def resolve(
-    model: ModelSpec | str,
-    topology: nx.DiGraph | str,
+    model: ModelSpec | str | os.PathLike[str],
+    topology: nx.DiGraph | str | os.PathLike[str],
     layout: Layout | int,
     workload: Workload | None = None,
     options: Options | None = None,
@@ -151,6 +152,10 @@ def resolve(
 ) -> RunPlan:
     """``simulate``'s arguments resolved into a :class:`RunPlan`; ConfigError for a layout
     that does not split the model, does not fit the topology or its memory."""
+    if isinstance(model, os.PathLike):  # a path to a config.json, as a str would name it
+        model = os.fspath(model)
+    if isinstance(topology, os.PathLike):
+        topology = os.fspath(topology)
     _check_types(model, topology, layout, workload, options)
     spec = get_model(model) if isinstance(model, str) else model
     if isinstance(topology, str):
@@ -158,6 +163,13 @@ def resolve(
     else:  # a graph built by hand: held to the conventions a loaded one keeps
         validate(topology, "topology")
         graph = topology
+        if nodes != 1:  # its hosts are its own: nothing joins copies of it
+            raise ConfigError(
+                f"nodes={show(nodes)}: a graph passed as the topology is used as it is "
+                f"({graph.graph.get('hosts', 1)} host(s)); join hosts by naming a catalog "
+                "topology or a file with nodes=, or build the joined graph "
+                "(tpsim.topologies.get_topology(name, nodes))"
+            )
     layout = Layout(layout) if isinstance(layout, int) else layout
     workload = workload or Workload()
     options = options or Options()

@@ -37,3 +37,30 @@ def test_every_bad_input_is_an_input_error() -> None:
     ):
         with pytest.raises(InputError):
             call()
+
+
+def test_paths_name_models_and_topologies_as_strings_do(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A pathlib.Path to a config.json or a topology file works as its str does (it was
+    refused: 'must be a catalog name, a config.json path or a ModelSpec')."""
+    from pathlib import Path
+
+    from tpsim import simulate
+    from tpsim.models.catalog import CONFIGS
+    from tpsim.topologies import get_topology, save_topology
+
+    config = Path(CONFIGS) / "qwen3-32b.json"
+    topo = tmp_path / "t.yaml"
+    save_topology(get_topology("dgx-h100"), topo)
+    by_path = simulate(config, topo, 2)
+    assert by_path.latency_s == simulate(str(config), str(topo), 2).latency_s
+
+
+def test_nodes_with_a_graph_is_refused_not_ignored() -> None:
+    """nodes= joins copies of a named topology; a graph is used as it is, and nodes=2 with
+    one ran on its one host while the error of a too-large TP pointed at nodes=."""
+    from tpsim import ConfigError, simulate
+    from tpsim.topologies import get_topology
+
+    with pytest.raises(ConfigError, match=r"^nodes=2: a graph passed as the topology"):
+        simulate("llama-3.1-8b", get_topology("dgx-h100"), 8, nodes=2)
+    assert simulate("llama-3.1-8b", get_topology("dgx-h100", 2), 16).latency_s > 0
