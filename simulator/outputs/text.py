@@ -214,12 +214,24 @@ def layout_lines(s: Summary) -> list[str]:
         b = s.config.workload.batch
         tpot = pipelined_tpot(s.latency_s, s.breakdown.bubble or 0.0, lay.pp)
         rate = lay.dp * lay.pp * b / tpot
-        out.append(
-            f"  in flight     as serving engines run a pipeline, {lay.pp} batches like this one "
-            f"at once (one a stage): a token every {seconds(tpot)} each, {rate:,.0f} tokens/s "
-            f"({rate / (lay.tp * lay.attention_dp * lay.pp * lay.dp):,.0f} per GPU) with "
-            f"{lay.pp}x the KV cache below, as `plan` prices it"
-        )
+        stages = s.memory_per_stage or (s.memory,)
+        # the other batches' KV caches beside this one's, on every stage
+        need = max(m.total_bytes_per_gpu + (lay.pp - 1) * m.kv_cache_bytes_per_gpu for m in stages)
+        room = min(m.capacity_bytes_per_gpu for m in stages)
+        if need <= room:
+            out.append(
+                f"  in flight     as serving engines run a pipeline, {lay.pp} batches like this "
+                f"one at once (one a stage): a token every {seconds(tpot)} each, {rate:,.0f} "
+                f"tokens/s ({rate / (lay.tp * lay.attention_dp * lay.pp * lay.dp):,.0f} per "
+                f"GPU) with {lay.pp}x the KV cache below, as `plan` prices it"
+            )
+        else:
+            out.append(
+                f"  in flight     as serving engines run a pipeline, {lay.pp} batches like this "
+                f"one at once would need {need / 1e9:.1f} GB per GPU ({lay.pp}x the KV cache "
+                f"below), more than the {room / 1e9:.1f} GB there: give --batch "
+                f"{b // lay.pp or 1} or less for {lay.pp} batches in flight"
+            )
     for k, m in enumerate(s.memory_per_stage or ()):
         out.append(
             f"    stage {k:<3} {m.total_bytes_per_gpu / 1e9:7.2f} GB per GPU "

@@ -63,6 +63,11 @@ def test_run_text_gives_the_pipeline_with_its_batches_in_flight() -> None:
     filled = simulate("llama-2-7b", "dgx-h100", Layout(2, pp=2, micro_batches=2),
                       Workload(16, "decode", 512, 1024)).typed  # fmt: skip
     assert "in flight" not in summary_text(filled)  # a micro-batched step is its own schedule
+    # a batch whose KV cache fits once but not once per stage: no throughput it cannot hold
+    big = simulate("llama-3.1-70b", "dgx-h100", Layout(4, pp=2),
+                   Workload(900, "decode", 512, 1024)).typed  # fmt: skip
+    line = next(ln for ln in summary_text(big).splitlines() if "in flight" in ln)
+    assert "would need" in line and "--batch 450 or less" in line and "tokens/s" not in line
 
 
 def test_the_batch_is_where_tokens_per_s_peaks_not_only_the_largest_meeting_the_slo() -> None:
