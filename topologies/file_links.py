@@ -17,11 +17,9 @@ from tpsim.topologies.errors import did_you_mean as _hint
 from tpsim.topologies.errors import field_error as _err
 from tpsim.topologies.file_schema import MAX_FILE_ITEMS, _choice, _fields, _num, _str
 from tpsim.topologies.gpus import scale
-from tpsim.topologies.graph import LINK_KINDS
+from tpsim.topologies.graph import LINK_KINDS, MAX_BANDWIDTH_GBPS, MAX_LATENCY_US
 from tpsim.topologies.link_bandwidths import bridge_bandwidth_Bps
 
-MAX_BANDWIDTH_GBPS = 1e6
-MAX_LATENCY_US = 1e6
 LINK_FIELDS = ("src", "dst", "bandwidth_GBps", "latency_us", "duplex", "link", "bridges")
 P2P_PAIR_FIELDS = ("gpus", "p2p")
 

@@ -14,10 +14,11 @@ Without P2P a pair's traffic goes through host memory (tpsim.topologies.routing)
 from __future__ import annotations
 
 import math
+import sys
 
 import networkx as nx
 from tpsim.topologies.errors import TopologyError, show
-from tpsim.topologies.gpus import GPUSpec
+from tpsim.topologies.gpus import MIN_POSITIVE, GPUSpec, gpu_from_dict, gpu_to_dict
 
 #: A topology as every layer passes it around: a directed graph of GPUs, switches and hosts
 #: whose edges are links (the conventions of :func:`validate`). Code outside the topologies
@@ -39,6 +40,11 @@ def first_gpu(g: nx.DiGraph) -> GPUSpec:
     return next(d["gpu"] for _, d in g.nodes(data=True) if d.get("kind") == "gpu")
 
 
+#: A link's bounds, in a file's units (topology files and graphs built in code alike).
+MAX_BANDWIDTH_GBPS = 1e6
+MAX_LATENCY_US = 1e6
+
+
 def validate(g: nx.DiGraph, where: str) -> None:
     """Check a graph against the conventions of this module; TopologyError if broken."""
     if not isinstance(g, nx.DiGraph):
@@ -52,10 +58,13 @@ def validate(g: nx.DiGraph, where: str) -> None:
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise _verr(f"graph.{key}", where, "must be a positive integer", value)
     ranks: list[int] = []
+    checked: set[GPUSpec] = set()
     for node, d in g.nodes(data=True):
         f = f"nodes[{node!r}]"
         if not isinstance(node, str):
             raise _verr("node id", where, "must be a string", node)
+        if not node.isprintable() or not node:
+            raise _verr("node id", where, "must be printable, without control characters", node)
         if d.get("kind") not in NODE_KINDS:
             raise _verr(
                 f"{f}.kind", where, f"must be one of {', '.join(NODE_KINDS)}", d.get("kind")
@@ -64,6 +73,13 @@ def validate(g: nx.DiGraph, where: str) -> None:
             continue
         if not isinstance(d.get("gpu"), GPUSpec):
             raise _verr(f"{f}.gpu", where, "must be a GPUSpec", d.get("gpu"))
+        spec = d["gpu"]
+        if spec not in checked:  # held to a file's bounds (a GPUSpec built by hand too)
+            try:
+                gpu_from_dict(gpu_to_dict(spec), f"{f}.gpu in {where}")
+            except (TypeError, ValueError) as e:
+                raise _verr(f"{f}.gpu", where, f"malformed GPUSpec ({e})") from None
+            checked.add(spec)
         for key in ("rank", "host"):
             if not isinstance(d.get(key), int) or isinstance(d.get(key), bool) or d[key] < 0:
                 raise _verr(f"{f}.{key}", where, "must be a non-negative integer", d.get(key))
@@ -86,8 +102,16 @@ def validate(g: nx.DiGraph, where: str) -> None:
         bw, lat = d.get("bandwidth_Bps"), d.get("latency_s")
         if not isinstance(bw, float | int) or isinstance(bw, bool) or not 0 < bw < math.inf:
             raise _verr(f"{f}.bandwidth_Bps", where, "must be a positive finite number", bw)
+        gbps = bw / 1e9  # a file's bounds, in its units (to a rounding of the scale)
+        if not MIN_POSITIVE * (1 - 1e-9) <= gbps <= MAX_BANDWIDTH_GBPS * (1 + 1e-9):
+            raise _verr(f"{f}.bandwidth_Bps", where, f"must be from {MIN_POSITIVE * 1e9:g} to "
+                        f"{MAX_BANDWIDTH_GBPS * 1e9:g} B/s", bw)  # fmt: skip
         if not isinstance(lat, float | int) or isinstance(lat, bool) or not 0 <= lat < math.inf:
             raise _verr(f"{f}.latency_s", where, "must be a non-negative finite number", lat)
+        us = lat * 1e6
+        if us > MAX_LATENCY_US * (1 + 1e-9) or 0 < us < sys.float_info.min * (1 - 1e-9):
+            raise _verr(f"{f}.latency_s", where, f"must be 0 or up to {MAX_LATENCY_US * 1e-6:g} "
+                        "s, not denormal", lat)  # fmt: skip
         if d.get("link") not in LINK_KINDS:
             raise _verr(
                 f"{f}.link", where, f"must be one of {', '.join(LINK_KINDS)}", d.get("link")

@@ -163,10 +163,11 @@ def resolve(
     else:  # a graph built by hand: held to the conventions a loaded one keeps
         validate(topology, "topology")
         graph = topology
-        if nodes != 1:  # its hosts are its own: nothing joins copies of it
+        hosts = graph.graph.get("hosts", 1)
+        if nodes not in (1, hosts):  # its hosts are its own: nothing joins copies of it
             raise ConfigError(
                 f"nodes={show(nodes)}: a graph passed as the topology is used as it is "
-                f"({graph.graph.get('hosts', 1)} host(s)); join hosts by naming a catalog "
+                f"({hosts} host{'s' if hosts != 1 else ''}); join hosts by naming a catalog "
                 "topology or a file with nodes=, or build the joined graph "
                 "(tpsim.topologies.get_topology(name, nodes))"
             )

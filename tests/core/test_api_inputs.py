@@ -63,4 +63,46 @@ def test_nodes_with_a_graph_is_refused_not_ignored() -> None:
 
     with pytest.raises(ConfigError, match=r"^nodes=2: a graph passed as the topology"):
         simulate("llama-3.1-8b", get_topology("dgx-h100"), 8, nodes=2)
-    assert simulate("llama-3.1-8b", get_topology("dgx-h100", 2), 16).latency_s > 0
+    with pytest.raises(ConfigError, match=r"^nodes=3: .*\(2 hosts\)"):
+        simulate("llama-3.1-8b", get_topology("dgx-h100", 2), 16, nodes=3)
+    two = get_topology("dgx-h100", 2)
+    assert simulate("llama-3.1-8b", two, 16, nodes=2).latency_s > 0  # as the CLI passes it
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ("bandwidth", r"bandwidth_Bps=5e-324.*must be from"),
+        ("huge", r"bandwidth_Bps=1e\+20.*must be from"),
+        ("flops", r"bf16_tflops=0.*must be a finite number > 0"),
+        ("hbm", r"hbm_TBps=nan.*must be a finite number"),
+        ("efficiency", r"matmul_efficiency=5.*<= 1"),
+        ("control", r"node id=.*control characters"),
+    ],
+)
+def test_a_graph_built_in_code_is_held_to_a_file_s_bounds(change: str, says: str) -> None:
+    """A link of 5e-324 B/s divided by zero, one of 1e-310 made an infinite latency, and a
+    GPUSpec with no FLOPs or a NaN bandwidth ran: a file with those values is refused."""
+    import dataclasses
+    import math
+
+    from tpsim.topologies import TopologyError, get_topology
+
+    g = get_topology("dgx-h100").copy()
+    a, b = next(iter(g.edges))
+    gpu = next(n for n, d in g.nodes(data=True) if d["kind"] == "gpu")
+    spec = g.nodes[gpu]["gpu"]
+    if change == "bandwidth":
+        g.edges[a, b]["bandwidth_Bps"] = 5e-324
+    elif change == "huge":
+        g.edges[a, b]["bandwidth_Bps"] = 1e20
+    elif change == "control":
+        g = nx.relabel_nodes(g, {gpu: "gpu\x07"})
+    else:
+        field, value = {"flops": ("bf16_flops", 0.0), "hbm": ("hbm_Bps", math.nan),
+                        "efficiency": ("matmul_efficiency", 5.0)}[change]  # fmt: skip
+        for _, d in g.nodes(data=True):
+            if d["kind"] == "gpu":
+                d["gpu"] = dataclasses.replace(spec, **{field: value})
+    with pytest.raises(TopologyError, match=says):
+        simulate("llama-3.1-8b", g, 8)
