@@ -32,6 +32,14 @@ def table(rows: list[PlanRow], req: PlanRequest) -> str:
         lines.append(line)
     lines.append("")
     lines.append(recommendation(rows))
+    piped = next((r for r in rows if r.pp > 1), None)
+    if piped is not None:  # its batch is what it holds in flight, not one run's --batch
+        b = piped.batch // piped.pp
+        lines.append(
+            f"A pipeline's batch is its sequences in flight, one batch a stage: "
+            f"{piped.label} at {piped.batch} is {piped.pp} batches of {b} (tpsim run --pp "
+            f"{piped.pp} --batch {b} times one, and its 'in flight' line gives the rest)."
+        )
     return "\n".join(lines)
 
 
