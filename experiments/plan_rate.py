@@ -220,7 +220,7 @@ class _Prober:
         if req.concurrency is not None:  # the clients' first requests, all sent at once: a
             # cold start that a steady stream of users never sees again
             start = min((x.arrival_s for x in done), default=0.0)
-            done = [x for x in done if x.arrival_s > start] or done
+            done = tuple(x for x in done if x.arrival_s > start) or done
         v = per_request(done)
         q = req.percentile
         ttft = float(np.percentile(v["ttft"], q)) * 1e3 if len(v["ttft"]) else 0.0

@@ -221,13 +221,13 @@ def gantt_figure(
     )
     if gap is not None and view.hidden_s_by_rank:  # lanes moved: after the gap, from its end
         after = gap[1] * scale
-        ticks = [(v, tick_text(v)) for v in round_ticks([segments[0]], visible * scale)]
+        xticks = [(v, tick_text(v)) for v in round_ticks([segments[0]], visible * scale)]
         tail = round_ticks([(0.0, t1 * scale - after)], visible * scale)
-        ticks += [(after + v, f"+{tick_text(v)}") for v in tail]
+        xticks += [(after + v, f"+{tick_text(v)}") for v in tail]
     else:
-        ticks = [(v, tick_text(v)) for v in round_ticks(segments, visible * scale)]
-    ax.set_xticks([axis.x(v / scale) for v, _ in ticks])
-    ax.set_xticklabels([text for _, text in ticks], fontsize=TICK_PT)
+        xticks = [(v, tick_text(v)) for v in round_ticks(segments, visible * scale)]
+    ax.set_xticks([axis.x(v / scale) for v, _ in xticks])
+    ax.set_xticklabels([text for _, text in xticks], fontsize=TICK_PT)
     ax.tick_params(axis="y", labelsize=LABEL_PT)
     ax.grid(axis="x", color="#eeeeee", linewidth=0.6)
     ax.set_axisbelow(True)
