@@ -25,8 +25,9 @@ def add_plan_parser(sub: Any) -> None:
     p.add_argument("--batch-max", type=int, default=0, help="largest batch per replica "
                    "(default: what memory allows, bounded by the TPOT SLO)")  # fmt: skip
     # one default context everywhere: the Workload's, as run, sweep and check-claim use
-    p.add_argument("--prompt-len", default=str(Workload.prompt_len),
-                   help="tokens per prompt (default: 512); under traffic also a distribution, "
+    p.add_argument("--prompt-len", default=Workload.prompt_len,
+                   help=f"tokens per prompt (default: {Workload.prompt_len}); under traffic "
+                   "also a distribution, "
                    "as tpsim serve's: uniform:A-B, normal:MEAN,STD, lognormal:MEAN,STD or a "
                    "file")  # fmt: skip
     p.add_argument("--context-len", type=tokens("--context-len"), default=Workload.context_len)
@@ -72,7 +73,7 @@ def _plan(a: argparse.Namespace) -> int:
     if a.rate is not None or a.concurrency is not None:
         return _plan_traffic(a)
     try:
-        a.prompt_len = parse_tokens(a.prompt_len, "--prompt-len")
+        a.prompt_len = parse_tokens(str(a.prompt_len), "--prompt-len")
     except ConfigError:
         raise ConfigError(
             f"--prompt-len={a.prompt_len}: a number of tokens (a distribution of lengths "
@@ -137,6 +138,7 @@ def _plan_traffic(a: argparse.Namespace) -> int:
         if getattr(a, flag):
             raise ConfigError(f"--{flag.replace('_', '-')}={getattr(a, flag)}: applies to "
                               "the static plan (without --rate or --concurrency)")  # fmt: skip
+    a.prompt_len = str(a.prompt_len)
     prompt = parse_lengths("--prompt-len", a.prompt_len)
     if a.output_len is None:
         if prompt.kind != "fixed":
