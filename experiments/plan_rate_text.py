@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tpsim.experiments.serve.workload import parse_lengths
+
 if TYPE_CHECKING:
     from tpsim.experiments.plan_rate import RateRequest, RateRow
 
@@ -44,7 +46,10 @@ def table(rows: list[RateRow], req: RateRequest) -> str:
             line += f"  {r.usd_per_mtok:>7.3f}" if r.usd_per_mtok is not None else "        -"
         lines.append(line)
     lines += ["", verdict(rows, req)]
-    fixed = all(str(x).strip()[:1].isdigit() for x in (req.prompt_len, req.output_len))
+    fixed = all(
+        parse_lengths(flag, str(x)).kind == "fixed"
+        for flag, x in (("--prompt-len", req.prompt_len), ("--output-len", req.output_len))
+    )
     if req.concurrency is not None and fixed:
         lines.append(
             "Note: with one prompt and one output length the clients stay in step, each "
