@@ -34,6 +34,7 @@ from tpsim.core.lowering.shard import shard
 from tpsim.core.memory import linear_params_per_gpu, memory_per_gpu
 from tpsim.core.precision import dtype_bytes, run_precision
 from tpsim.models.catalog import get_model
+from tpsim.models.spec import ModelSpec
 from tpsim.topologies.graph import TopologyGraph
 from tpsim.topologies.io import get_topology
 from tpsim.topologies.routing import max_inflow
@@ -64,8 +65,8 @@ class Bound:
 
 
 def lower_bound(
-    model: str,
-    topology: str,
+    model: str | ModelSpec,
+    topology: str | TopologyGraph,
     layout: Layout | int,
     workload: Workload,
     *,
@@ -73,9 +74,10 @@ def lower_bound(
     kv_dtype: str | None = None,
     nodes: int = 1,
 ) -> Bound:
-    """The fastest one pass of ``model`` could possibly run on this layout."""
-    spec = get_model(model)
-    graph = get_topology(topology, nodes)
+    """The fastest one pass of ``model`` could possibly run on this layout (a model and a
+    topology by name, or as loaded: a topology's graph already spans its nodes)."""
+    spec = model if isinstance(model, ModelSpec) else get_model(model)
+    graph = topology if isinstance(topology, TopologyGraph) else get_topology(topology, nodes)
     layout = Layout(layout) if isinstance(layout, int) else layout
     tp = layout.tp
     if spec.is_mla:  # its KV bytes and attention FLOPs differ

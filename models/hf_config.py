@@ -62,7 +62,8 @@ bf16/fp16/fp32; absent means bf16.
 A config without model_type that has the llama keys loads as llama-like; an unknown
 model_type is refused (naming the family its ``architectures`` class belongs to, when tpsim
 reads that one). ``quantization_config`` sets the linear layers' dtype in every family
-(:func:`tpsim.models.hf_reader.linear_dtype`: fp8, NVFP4); other quantisations are refused.
+(:func:`tpsim.models.hf_reader.linear_dtype`: fp8, NVFP4, AWQ/GPTQ int4); other quantisations
+are refused.
 Every malformed input raises ModelError with a one-line message naming the field.
 """
 

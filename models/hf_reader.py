@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from tpsim.models.dtypes import INT4_GROUP
 from tpsim.models.errors import ModelError
 from tpsim.models.spec import MAX_MODEL_DIM, MAX_POSITIONS
 
@@ -136,23 +137,35 @@ def quant_method(r: Reader) -> str | None:
 #: dtypes: block- or row-scaled e4m3 (transformers' FineGrainedFP8, DeepSeek-V3's and
 #: Qwen3's -FP8 checkpoints; FBGEMM's, Meta's Llama-3.1-405B-FP8).
 FP8_METHODS = ("fp8", "fbgemm_fp8")
+#: ``quant_method`` values of 4-bit integer weights with group scales and zero points
+#: (AutoAWQ's and AutoGPTQ/GPTQModel's checkpoints; vLLM runs both with Marlin: ``int4``).
+INT4_METHODS = ("awq", "gptq")
 #: The quantisations of :func:`linear_dtype` in words, for its refusals.
 MODELLED_QUANT = (
-    "fp8, fbgemm_fp8, compressed-tensors with 8-bit float or NVFP4 weights, modelopt FP8 or NVFP4"
+    "fp8, fbgemm_fp8, awq or gptq 4-bit in groups of 128, compressed-tensors with 8-bit "
+    "float, NVFP4 or 4-bit integer weights, modelopt FP8 or NVFP4"
 )
 
 
 def linear_dtype(r: Reader) -> str:
     """The dtype of the checkpoint's linear layers: its ``quantization_config``'s format
     where tpsim runs it (fp8 or NVFP4: ``fp4``), else ``torch_dtype``'s. Any other
-    quantisation (AWQ, GPTQ, bitsandbytes, integer compressed-tensors, ...) is refused
-    naming it: sized as the 16-bit model it is not, its weights would be 2-4x too large."""
+    quantisation (bitsandbytes, 8-bit or 3-bit integers, other AWQ/GPTQ group sizes, ...) is
+    refused naming it: sized as the 16-bit model it is not, its weights would be 2-4x too
+    large. AWQ and GPTQ 4-bit checkpoints in groups of 128 are ``int4`` (W4A16, Marlin)."""
     method = quant_method(r)
     if method is None:
         return dtype_of(r)
     q = r.cfg["quantization_config"]
     if method in FP8_METHODS:
         return "fp8"
+    if method in INT4_METHODS:
+        bits = q.get("bits", q.get("w_bit"))
+        if bits != 4:
+            raise r.fail("quantization_config.bits", bits,
+                         f"not modelled; modelled: {MODELLED_QUANT}")  # fmt: skip
+        _int4_group(r, "quantization_config", q.get("group_size", q.get("q_group_size")))
+        return "int4"
     if method == "modelopt":
         algo = q.get("quant_algo")
         formats = {"FP8": "fp8", "NVFP4": "fp4"}
@@ -187,6 +200,9 @@ def _compressed_tensors(r: Reader, q: dict[str, Any]) -> str:
             found.add("fp8")
         elif form == ("float", 4) and weights.get("group_size") == 16:
             found.add("fp4")
+        elif form == ("int", 4) and not group.get("input_activations"):  # W4A16
+            _int4_group(r, key, weights.get("group_size"))
+            found.add("int4")
         else:
             shown = f"{form[0]} {form[1]}-bit"
             raise r.fail(key, shown, f"not modelled; modelled: {MODELLED_QUANT}")
@@ -194,6 +210,15 @@ def _compressed_tensors(r: Reader, q: dict[str, Any]) -> str:
         raise r.fail("quantization_config.config_groups", sorted(found),
                      "mixes weight formats across layers; not modelled")  # fmt: skip
     return found.pop()
+
+
+def _int4_group(r: Reader, key: str, group: object) -> None:
+    """Refuse 4-bit integer weights whose scales are not per group of 128 (``int4``'s
+    bytes): per channel (-1) or in groups of 32 or 64 the checkpoint is 4-11% off."""
+    if group != INT4_GROUP:
+        raise r.fail(f"{key}.group_size", group,
+                     f"not modelled; 4-bit integer weights are modelled in groups of "
+                     f"{INT4_GROUP} (int4)")  # fmt: skip
 
 
 def top_k(r: Reader, experts: int) -> int:

@@ -46,7 +46,9 @@ from tpsim.experiments.calibrate.knobs import KNOBS, Knob, profile_yaml
 from tpsim.experiments.calibrate.measurements import (
     COLUMNS,
     MeasuredPoint,
+    check_physical,
     extra_columns,
+    ignored_cells,
     read_points,
 )
 from tpsim.experiments.calibrate.simulate import Simulator, fits
@@ -131,9 +133,15 @@ def calibrate(
     source = str(csv_path)
     if len(points) < 2:
         raise ConfigError(f"{source}: 1 point; at least 2 are needed (one left out at a time)")
+    if len({p.same_point for p in points}) < 2:
+        raise ConfigError(
+            f"{source}: rows {', '.join(str(p.row) for p in points)} all measure one point; "
+            "at least 2 different points are needed (one left out at a time)"
+        )
+    check_physical(points, source)
     calibration.profile(base)  # an unknown or malformed base is refused before any work
     points, oom = _runnable(points, base, source)
-    oom += _repeated(points)
+    oom += _repeated(points) + ignored_cells(points)
     with (
         tempfile.TemporaryDirectory(prefix="tpsim-calibrate-") as tmp,
         Simulator(points, base, Path(tmp), source, jobs) as sim,
@@ -332,11 +340,25 @@ def _repeated(points: Sequence[MeasuredPoint]) -> list[str]:
     if not same:
         return []
     listed = "; ".join(", ".join(map(str, r)) for r in same)
-    return [
+    out = [
         f"rows {listed} measure the same point: the fit counts each as another point, so "
         "its uncertainties and leave-one-out errors are too small; put repeated runs of a "
         "point in one row (their mean)"
     ]
+    ms = {p.row: p.measured_ms for p in points}
+    for r in same:
+        lo, hi = min(ms[x] for x in r), max(ms[x] for x in r)
+        if hi > CONFLICT * lo:
+            out.append(
+                f"rows {', '.join(map(str, r))} measure the same point {lo:g} to {hi:g} ms apart "
+                f"({hi / lo:.2g}x): a row's configuration is not what ran (a misspelt column "
+                "left at its default?)"
+            )
+    return out
+
+
+#: Times of one point further apart than this are not one configuration measured twice.
+CONFLICT = 1.2
 
 
 def _runnable(

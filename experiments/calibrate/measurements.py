@@ -82,6 +82,9 @@ class MeasuredPoint:
     #: the row's cells in columns that are not tpsim's (notes, a run id), in file order:
     #: not read, echoed where the report lists the point
     extra: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+    #: cells given that the row's phase does not read (``prompt_len`` of a decode step):
+    #: ``(column, value, what the point uses instead)``
+    ignored: tuple[tuple[str, str, str], ...] = field(default=(), compare=False)
 
     @property
     def measured_ms(self) -> float:
@@ -257,8 +260,14 @@ class _Reader:
             workload = Workload(batch, phase, prompt, context)
         except ConfigError as e:
             raise ConfigError(f"{self.name} row {row}: {e}") from None
+        ignored = []
+        if phase == "decode" and cells.get("prompt_len"):
+            ignored.append(("prompt_len", cells["prompt_len"], f"context_len {context}"))
+        if phase == "prefill" and cells.get("context_len"):
+            ignored.append(("context_len", cells["context_len"], f"prompt_len {prompt}"))
         return MeasuredPoint(row, model, topology, nodes, tp, workload, dtype, measured, spec,
-                             graph, gpu, max(0, output - 1), allreduce)  # fmt: skip
+                             graph, gpu, max(0, output - 1), allreduce,
+                             ignored=tuple(ignored))  # fmt: skip
 
     def beside(self, value: str, catalog: Mapping[str, object]) -> str:
         """``value`` as a path beside the CSV when it names no catalog entry, is no path from
@@ -282,10 +291,62 @@ class _Reader:
         return ms * 1e-3
 
 
+def ignored_cells(points: list[MeasuredPoint]) -> list[str]:
+    """A warning per row with a cell its phase does not read (``tpsim run`` warns alike)."""
+    return [
+        f"row {p.row}: {col}={value} does not apply to {p.workload.phase} (it uses "
+        f"{instead}); ignored"
+        for p in points
+        for col, value, instead in p.ignored
+    ]
+
+
+def least_time_s(point: MeasuredPoint) -> float | None:
+    """The least time the point can take on its GPUs (``tpsim check-claim``'s bound: its
+    weights and KV cache read at peak HBM bandwidth, its FLOPs at the peak, its all-reduces
+    at the links' rate); a request, its prefill's and every decode step's. None where the
+    bound does not model the model (latent attention)."""
+    from tpsim.experiments.claim import lower_bound
+
+    steps = [(point.workload, 1)] + (
+        [(point.decode, point.decode_steps)] if point.decode_steps else []
+    )
+    try:
+        return sum(
+            n * lower_bound(point.spec, point.graph, point.tp, w, dtype=point.dtype).step_s
+            for w, n in steps
+        )
+    except ConfigError:
+        return None
+
+
+def check_physical(points: list[MeasuredPoint], source: str) -> None:
+    """Refuse a row measured faster than its step can possibly run (a time in seconds, a
+    wrong model, GPU or TP degree): no profile can fit it."""
+    for p in points:
+        least = least_time_s(p)
+        if least is None or p.measured_s >= least:
+            continue
+        hint = "; a time in seconds?" if p.measured_s * 1e3 >= least else ""
+        raise ConfigError(
+            f"{source} row {p.row}, measured_ms={p.measured_ms:g}: below {least * 1e3:.4g} ms, "
+            f"the least time {p.label} can take (weights and KV cache read at peak HBM "
+            f"bandwidth, FLOPs at the peak: tpsim check-claim's bound){hint}"
+        )
+
+
 def _why(e: Exception, key: str, value: str) -> str:
     """The first line of ``e`` without the ``key=value:`` the row's message names already."""
     line = str(e).splitlines()[0]
     return line.removeprefix(f"{key}={value!r}: ").removeprefix(f"{key}={value}: ")
 
 
-__all__ = ["COLUMNS", "MeasuredPoint", "extra_columns", "read_points"]
+__all__ = [
+    "COLUMNS",
+    "MeasuredPoint",
+    "check_physical",
+    "extra_columns",
+    "ignored_cells",
+    "least_time_s",
+    "read_points",
+]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -114,13 +115,26 @@ def predict(
     return out
 
 
-def predicted_text(preds: list[Prediction], source: str) -> str:
+def predict_warnings(preds: list[Prediction], path: Path) -> list[str]:
+    """What ``--predict``'s file holds that is not read as written: columns that are not
+    tpsim's (a misspelt ``bacth`` left at its default), cells a phase does not read."""
+    from tpsim.experiments.calibrate.measurements import COLUMNS, extra_columns, ignored_cells
+
+    columns = extra_columns(path)
+    out = (
+        [f"{path}: column{'s' if len(columns) > 1 else ''} {', '.join(map(repr, columns))} "
+         f"not tpsim's ({', '.join(COLUMNS)}): not read"]
+        if columns
+        else []
+    )  # fmt: skip
+    return out + [f"{path} {w}" for w in ignored_cells([p.point for p in preds])]
+
+
+def predicted_text(preds: list[Prediction], source: str, warnings: Sequence[str] = ()) -> str:
     """The predictions as ``tpsim calibrate`` prints them after its report."""
-    lines = [
-        "",
-        f"predicted ({source}, points the fit did not see):",
-        f"{'row':>6}{'measured ms':>13}{'predicted ms':>14}{'error':>8}  point",
-    ]
+    lines = ["", f"predicted ({source}, points the fit did not see):"]
+    lines += [f"  warning: {w}" for w in warnings]
+    lines.append(f"{'row':>6}{'measured ms':>13}{'predicted ms':>14}{'error':>8}  point")
     for p in preds:
         m, t = p.point.measured_s * 1e3, p.predicted_s * 1e3
         lines.append(f"{p.point.row:>6}{m:>13.4g}{t:>14.4g}{p.error:>+8.1%}  {p.point.label}")

@@ -138,10 +138,17 @@ def about(name_or_path: str) -> str:
     return str(data.get("about", "")).strip() if isinstance(data, dict) else ""
 
 
-def _overrides(name_or_path: str, depth: int = 0) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
-    """The profile's name and its overrides, those of what it extends first."""
+def _overrides(
+    name_or_path: str, depth: int = 0, seen: tuple[str, ...] = ()
+) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
+    """The profile's name and its overrides, those of what it extends first (``seen``: the
+    files extending it, resolved, to name a loop)."""
     if depth > MAX_EXTENDS:
         raise CalibrationError(f"engine={name_or_path!r}: extends more than {MAX_EXTENDS} deep")
+    here = str(Path(name_or_path).resolve()) if is_profile_file(name_or_path) else name_or_path
+    if here in seen:
+        loop = " -> ".join(Path(f).name for f in (*seen[seen.index(here) :], here))
+        raise CalibrationError(f"engine={show(name_or_path)}: extends itself ({loop})")
     text, where = _profile_text(name_or_path)
     try:
         data = yaml_load(text, max_nodes=100_000)
@@ -167,7 +174,7 @@ def _overrides(name_or_path: str, depth: int = 0) -> tuple[str, list[tuple[str, 
         if is_profile_file(base) and not Path(base).is_absolute() and is_profile_file(where):
             # a relative path is the profile's own neighbour, wherever tpsim runs from
             base = str(Path(where).parent / base)
-        chain = _overrides(base, depth + 1)[1]
+        chain = _overrides(base, depth + 1, (*seen, here))[1]
     overrides = data.get("overrides", {})
     if not isinstance(overrides, dict):
         raise CalibrationError(f"{where}: overrides must be a mapping of data files")
@@ -178,6 +185,12 @@ def _overrides(name_or_path: str, depth: int = 0) -> tuple[str, list[tuple[str, 
             )
     chain.append((where, overrides))
     return name, chain
+
+
+def chain_files(name_or_path: str) -> list[Path]:
+    """The profile files a profile reads: itself and those its ``extends`` chain names
+    (shipped profiles are no files of the user's and are left out)."""
+    return [Path(w) for w, _ in _overrides(name_or_path)[1] if Path(w).is_file()]
 
 
 def _stamp(files: tuple[str, ...]) -> tuple[tuple[int, int], ...] | None:

@@ -17,7 +17,7 @@ from typing import Any
 from tpsim.calibration.bounded import shorten
 from tpsim.cli import paths, signals
 from tpsim.cli.types import number, tokens
-from tpsim.core.config import PHASES, Layout, Workload, check_nodes
+from tpsim.core.config import COMPUTE_DTYPES, KV_DTYPES, PHASES, Layout, Workload, check_nodes
 from tpsim.core.errors import ConfigError
 from tpsim.core.run_options import RUN_OPTIONS, RunOption, sweepable
 
@@ -101,8 +101,8 @@ def add_study_parsers(sub: Any) -> None:
     cc.add_argument("--context-len", type=tokens("--context-len"),
                     help=f"decode: keys each new token attends to (default: "
                     f"{Workload.context_len})")  # fmt: skip
-    cc.add_argument("--dtype", choices=("bf16", "fp16", "fp8", "fp4"))
-    cc.add_argument("--kv-dtype", choices=("bf16", "fp16", "fp8"))
+    cc.add_argument("--dtype", choices=COMPUTE_DTYPES)
+    cc.add_argument("--kv-dtype", choices=KV_DTYPES)
     cc.add_argument(
         "--tokens-per-s", type=number(0, 1e12), required=True, help="the claimed throughput"
     )
@@ -126,6 +126,7 @@ def add_study_parsers(sub: Any) -> None:
     )
     ca.add_argument("--engine", required=True, help="the profile to fit: a name or a .yaml")
     ca.add_argument("--out", type=Path, required=True, help="the fitted profile to write (.yaml)")
+    ca.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     ca.add_argument("--jobs", type=int, help="worker processes (default: CPUs, at most 8)")
     ca.add_argument("--json", action="store_true", help="print the report as JSON")
     ca.add_argument(
@@ -325,10 +326,12 @@ def _calibrate(a: argparse.Namespace) -> int:
     if a.jobs is not None and not 1 <= a.jobs <= 64:
         raise ConfigError(f"--jobs={a.jobs}: must be between 1 and 64")
     paths.check_output(out, "--out", (".yaml", ".yml"), a)  # an engine profile
+    _check_profile_out(out, a.engine, a.overwrite)
     # nor any model or topology file the measurements name
-    from tpsim.experiments.calibrate.measurements import read_points
+    from tpsim.experiments.calibrate.measurements import check_physical, read_points
 
     held = read_points(a.predict) if a.predict is not None else []  # refused before the fit
+    check_physical(held, str(a.predict))
     named = {(p.model, p.topology) for p in [*read_points(Path(a.measurements)), *held]}
     paths.check_not_an_input(
         out,
@@ -344,17 +347,40 @@ def _calibrate(a: argparse.Namespace) -> int:
     if a.json:
         doc = report_dict(result, out)
         if a.predict is not None:
-            from tpsim.experiments.calibrate.predict import predicted_dict
+            from tpsim.experiments.calibrate.predict import predict_warnings, predicted_dict
 
             doc["predicted"] = predicted_dict(preds)
+            doc["predict_warnings"] = predict_warnings(preds, a.predict)
         print(json.dumps(doc, indent=2, allow_nan=False))
     else:
         print(report_text(result, out))
         if a.predict is not None:
-            from tpsim.experiments.calibrate.predict import predicted_text
+            from tpsim.experiments.calibrate.predict import predict_warnings, predicted_text
 
-            print(predicted_text(preds, str(a.predict)))
+            print(predicted_text(preds, str(a.predict), predict_warnings(preds, a.predict)))
     return 0
+
+
+def _check_profile_out(out: Path, engine: str, overwrite: bool) -> None:
+    """Refuse an ``--out`` that is a profile the base extends (written, the chain would
+    extend itself), or any existing file unless ``--overwrite`` (a hand-written profile)."""
+    from tpsim.calibration.profiles import chain_files, is_profile_file
+
+    if not out.exists():
+        return
+    chain = chain_files(engine) if is_profile_file(engine) else []
+    for f in chain:
+        try:
+            same = os.path.samefile(out, f)
+        except OSError:
+            same = False
+        if same:
+            raise ConfigError(
+                f"--out={out}: is a profile --engine {engine} extends (its chain: "
+                f"{' -> '.join(p.name for p in reversed(chain))}); write it elsewhere"
+            )
+    if not overwrite:
+        raise ConfigError(f"--out={out}: exists; give --overwrite to replace it")
 
 
 def _predictions(result: Any, out: Path, held: list[Any], source: str) -> list[Any]:

@@ -24,7 +24,7 @@ ALLREDUCE_ALGOS: tuple[str, ...] = (
 )  # fmt: skip
 #: The all-to-all kernels of MoE token dispatch (Options.moe_a2a).
 MOE_A2A: tuple[str, ...] = ("nccl", "deepep")
-COMPUTE_DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp4")
+COMPUTE_DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp4", "int4")
 #: KV cache dtypes (``--kv-dtype``): no 4-bit cache is modelled.
 KV_DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8")
 

@@ -31,7 +31,16 @@ class Precision:
     cores (Hopper, Ada) the weights are dequantised to fp8 in the GEMM prologue and the GEMM
     runs at the fp8 peak with fp8 inputs (W4A8); on Ampere they are dequantised to 16 bits
     (W4A16, Marlin). The KV cache is then fp8 where the GPU has fp8 tensor cores, else
-    16-bit. ``experts``: the routed experts' weights, which a checkpoint may store apart
+    16-bit.
+
+    ``--dtype int4`` stores them as AWQ and GPTQ checkpoints do (4-bit integers, a 16-bit
+    scale and a 4-bit zero point per 128 weights: 0.52 byte per weight), and runs them as
+    vLLM and SGLang do on every GPU since Ampere: weight-only (W4A16), the Marlin kernels
+    (awq_marlin, gptq_marlin; Machete for GPTQ on Hopper) dequantising each tile in
+    registers ahead of the 16-bit tensor cores, so the GEMM reads 4-bit weights at the 16-bit
+    peak. The KV cache stays 16-bit (no integer cache is modelled).
+
+    ``experts``: the routed experts' weights, which a checkpoint may store apart
     (gpt-oss: MXFP4, run weight-only at the GEMMs' own math).
     """
 
@@ -49,7 +58,12 @@ class Precision:
     def note(self, gpu: str) -> str:
         """One line saying how 8- and 4-bit weights run on ``gpu`` ('' for 16-bit runs)."""
         parts = []
-        if self.weights in ("fp8", "fp4"):
+        if self.weights == "int4":
+            parts.append(
+                f"linear weights int4 (AWQ/GPTQ: a 16-bit scale and 4-bit zero per 128), "
+                f"dequantised to {self.math} in the GEMM (Marlin), {self.math} math (W4A16)"
+            )
+        elif self.weights in ("fp8", "fp4"):
             bits = 4 if self.weights == "fp4" else 8
             form = " (NVFP4: e2m1, an fp8 scale per 16)" if bits == 4 else ""
             if self.math == self.weights:
@@ -96,6 +110,8 @@ def precision(
         base = "fp16"
     act = model_dtype if model_dtype in ("bf16", "fp16") else "bf16"
     stored = options.dtype is None  # a quantised checkpoint run as stored
+    if base == "int4":  # W4A16 everywhere (Marlin); no integer KV cache
+        return Precision("int4", act, act, options.kv_dtype or act, act, experts)
     if base == "fp4":
         kv = options.kv_dtype or ("fp8" if fp8_tensor_cores and not stored else act)
         if fp4_tensor_cores:

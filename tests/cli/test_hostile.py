@@ -129,7 +129,7 @@ def cli_cases(tmp: Path) -> list[tuple[str, list[str], tuple[str, ...]]]:
             cases.append((f"collective {flag} {v!r}", _coll_with(flag, v), (flag,)))
     choices = {
         "--phase": "train",
-        "--dtype": "int4",
+        "--dtype": "int3",
         "--kv-dtype": "fp4",
         "--launch": "lazy",
         "--overlap": "always",

@@ -168,8 +168,30 @@ _ILLUSTRATIVE = DATA / "illustrative.json"
         ),
         ({"quant_method": "modelopt", "quant_algo": "FP8"}, "fp8"),
         ({"quant_method": "modelopt", "quant_algo": "NVFP4"}, "fp4"),
+        (
+            {"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemm",
+             "zero_point": True},
+            "int4",
+        ),
+        (
+            {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False,
+             "sym": True},
+            "int4",
+        ),
+        (
+            {
+                "quant_method": "compressed-tensors",
+                "config_groups": {
+                    "group_0": {
+                        "weights": {"num_bits": 4, "type": "int", "group_size": 128},
+                        "input_activations": None,
+                    }
+                },
+            },
+            "int4",
+        ),
     ],
-)
+)  # fmt: skip
 def test_a_quantised_checkpoint_is_sized_in_its_format(quant: dict, dtype: str) -> None:
     """Qwen3-FP8, Llama-3.1-405B-FP8, llm-compressor and ModelOpt checkpoints: their linear
     layers in fp8 or NVFP4, in every family (they were sized at 16 bits, 2-4x too large)."""
@@ -185,15 +207,32 @@ def test_a_quantised_checkpoint_is_sized_in_its_format(quant: dict, dtype: str) 
     [
         (
             {"quant_method": "awq", "bits": 4},
-            r"^quantization_config.quant_method='awq'.*modelled: fp8",
+            r"^quantization_config.group_size=None.*groups of 128 \(int4\)",
         ),
-        ({"quant_method": "gptq", "bits": 4}, r"quant_method='gptq'"),
+        (
+            {"quant_method": "gptq", "bits": 8, "group_size": 128},
+            r"^quantization_config.bits=8.*not modelled; modelled: fp8",
+        ),
+        ({"quant_method": "gptq", "bits": 4, "group_size": -1}, r"group_size=-1"),
+        ({"quant_method": "awq", "bits": 4, "group_size": 64}, r"group_size=64"),
         ({"quant_method": "bitsandbytes"}, r"quant_method='bitsandbytes'"),
         ({"quant_method": "modelopt", "quant_algo": "W4A8_AWQ"}, r"quant_algo='W4A8_AWQ'"),
         (
             {
                 "quant_method": "compressed-tensors",
-                "config_groups": {"g": {"weights": {"num_bits": 4, "type": "int"}}},
+                "config_groups": {"g": {"weights": {"num_bits": 8, "type": "int"}}},
+            },
+            r"config_groups.g.weights='int 8-bit'.*not modelled",
+        ),
+        (
+            {
+                "quant_method": "compressed-tensors",
+                "config_groups": {
+                    "g": {
+                        "weights": {"num_bits": 4, "type": "int", "group_size": 128},
+                        "input_activations": {"num_bits": 8, "type": "int"},
+                    }
+                },
             },
             r"config_groups.g.weights='int 4-bit'.*not modelled",
         ),
@@ -202,8 +241,8 @@ def test_a_quantised_checkpoint_is_sized_in_its_format(quant: dict, dtype: str) 
     ],
 )
 def test_an_unmodelled_quantisation_is_refused_naming_it(quant: object, says: str) -> None:
-    """AWQ, GPTQ, bitsandbytes, integer llm-compressor schemes: refused, never sized as the
-    16-bit model (Mixtral-8x7B-AWQ is 24.7 GB, not 93.5)."""
+    """bitsandbytes, 8-bit integers, W4A8, AWQ/GPTQ scales not per 128: refused, never sized
+    as the 16-bit model (Mixtral-8x7B-AWQ is 24.7 GB, not 93.5)."""
     cfg = {**json.loads(_ILLUSTRATIVE.read_text()), "quantization_config": quant}
     with pytest.raises(ModelError, match=says):
         spec_from_hf_dict(cfg, "q")

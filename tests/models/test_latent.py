@@ -71,7 +71,10 @@ def test_deepseek_without_q_latent_reads_one_q_projection() -> None:
 @pytest.mark.parametrize(
     ("change", "says"),
     [
-        ({"quantization_config": {"quant_method": "awq"}}, "quant_method='awq'.*modelled: fp8"),
+        (
+            {"quantization_config": {"quant_method": "bitsandbytes"}},
+            "quant_method='bitsandbytes'.*modelled: fp8",
+        ),
         ({"topk_group": 9}, "topk_group=9.*n_group=8"),
         ({"first_k_dense_replace": 61}, "first_k_dense_replace=61.*none of the 61"),
         ({"kv_lora_rank": None}, "kv_lora_rank missing"),

@@ -116,8 +116,8 @@ def test_modelspec_rejects_bad_fields(override: dict[str, object], expected: str
 
 def test_with_dtype_and_weight_bytes_reject_unknown_dtype() -> None:
     spec = ModelSpec(**TINY)  # type: ignore[arg-type]
-    with pytest.raises(ModelError, match="dtype='int4'"):
-        spec.with_dtype("int4")
+    with pytest.raises(ModelError, match="dtype='int3'"):
+        spec.with_dtype("int3")
     with pytest.raises(ModelError, match="dtype='fp64'"):
         spec.weight_bytes("fp64")
 
