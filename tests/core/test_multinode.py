@@ -239,3 +239,20 @@ def test_nic_flags_change_the_collective(capsys) -> None:  # type: ignore[no-unt
     slow = yaml.safe_load(capsys.readouterr().out)["results"][0]["time_s"]
     assert slow > 2 * base  # 100 GB/s of NICs against NVLSTree's NVLink-bound ~250
     assert math.isfinite(slow)
+
+
+# ------------------------------------------------------- a ring's latency chain across hosts
+@pytest.mark.parametrize("op", ["all_gather", "reduce_scatter"])
+def test_a_ring_over_two_hosts_pays_the_network_latency_where_chunks_cross(op: str) -> None:
+    """16 ranks on 2 hosts, a 1 ms network: a ring's chunk crosses hosts at most twice, so
+    its p - 1 = 15 steps take about 2 ms, not 15 (each rank's next step waits for what it
+    receives, and a send across the network is handed to the NIC: the boundary rank does
+    not wait for it to land before its next step). The closed form agrees."""
+    slow = Network(latency_s=1e-3)
+    (row,) = collective_sweep(
+        get_topology("dgx-h100", 2, slow), 16, [8 * 1024], op=op, algo="ring", ideal=True
+    )
+    assert 1.9e-3 < row["time_s"] < 2.2e-3, row["time_s"]
+    comms = connect(get_topology("dgx-h100", 2, slow), 16, calib=calibration.ideal(), algo="ring")
+    sched = comms.planner(CollectiveCall(op, 8 * 1024))
+    assert predict(comms.fabric, sched) == pytest.approx(row["time_s"], rel=0.02)

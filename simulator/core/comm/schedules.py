@@ -211,10 +211,29 @@ def model_time(fab: Fabric, sched: Schedule) -> float:
 
 
 def predict(fab: Fabric, sched: Schedule) -> float:
-    """Closed-form time of a schedule when every rank starts together and steps stay in
-    lockstep: the base latency plus, per step, the longest latency and the heaviest link
-    load (bytes over capacity) or the slowest capped flow."""
-    return sched.base_s + sum(lat + busy for lat, busy in step_costs(fab, sched))
+    """Closed-form time of a schedule when every rank starts together, as the engine runs
+    it: the base latency, then step by step each send takes its latency and the step's
+    heaviest link load (bytes over capacity) or its slowest capped flow; a rank's step ends
+    when what it receives has arrived and its own sends have landed, or for a send across
+    the network, left (the NIC carries it on: tpsim.core.engine.simulation). With every
+    send in one host this is the lockstep sum of the steps' longest latency and heaviest
+    load; a ring over hosts pays the network's latency where its chunks cross."""
+    costs = step_costs(fab, sched)
+    done = [0.0] * len(sched.steps)  # each rank's end of its last step
+    end = 0.0
+    for s, (_, busy) in enumerate(costs):
+        after = done[:]
+        for r, rank_steps in enumerate(sched.steps):
+            if s >= len(rank_steps):
+                continue
+            for snd in rank_steps[s].sends:
+                landed = done[r] + snd.latency_s + busy
+                end = max(end, landed)
+                after[r] = max(after[r], landed - snd.latency_s if snd.net else landed)
+                for q in snd.notify:
+                    after[q] = max(after[q], landed)
+        done = after
+    return sched.base_s + max(end, *done)
 
 
 def step_costs(fab: Fabric, sched: Schedule) -> list[tuple[float, float]]:

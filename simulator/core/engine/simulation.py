@@ -202,10 +202,14 @@ class _Run:
         nets = self.net_steps.get((call, rank))
         if nets is None:  # which steps cross the network: fixed by the schedule, found once
             nets = self.net_steps[call, rank] = tuple(any(x.net for x in st.sends) for st in steps)
+        landing: list[simpy.Event] = []
         for s, step in enumerate(steps):
             ready = env.now
             sent = [self._send(seq, s, snd, ready, cause) for snd in step.sends]
-            yield from sent
+            yield from (own for own, _ in sent)
+            landing += [landed for _, landed in sent]
+            if s == len(steps) - 1:  # the collective is over when its sends have landed
+                yield from landing
             own_done = env.now
             wait, msgs = boxes.wait((seq, rank, s), step.expect)
             if wait is not None:
@@ -262,17 +266,51 @@ class _Run:
         return (rid, env.now)
 
     # ------------------------------------------------------------------ transfers
-    def _send(self, seq: int, s: int, snd: Send, ready: float, cause: Cause) -> simpy.Event:
-        """A collective step's send: on arrival, a message in each notified rank's box."""
-        if not snd.notify:
-            return self._transfer(snd, None)
+    def _send(
+        self, seq: int, s: int, snd: Send, ready: float, cause: Cause
+    ) -> tuple[simpy.Event, simpy.Event]:
+        """A collective step's send: on arrival, a message in each notified rank's box.
+        Returns what the sending rank's step waits for, and the arrival.
+
+        Over NVLink or PCIe the sender's threads write into the peer's buffer, and the step
+        waits for the write to land. A send across the network is handed to the NIC (NCCL's
+        proxy posts it from the send buffer) and flies on: the step waits for its bytes to
+        leave, and they land one network latency later. A ring over two hosts then pays
+        that latency where its chunks cross hosts, not on every step of every rank (each
+        rank's next step waits for what it receives)."""
         boxes = self.boxes
+        deliver: Callable[[object], None] | None = None
+        if snd.notify:
 
-        def deliver(_e: object) -> None:
-            for k, r in enumerate(snd.notify):
-                boxes.deliver((seq, r, s), ready, cause, snd.shifts[k] if snd.shifts else snd.shift)
+            def deliver(_e: object) -> None:
+                for k, r in enumerate(snd.notify):
+                    shift = snd.shifts[k] if snd.shifts else snd.shift
+                    boxes.deliver((seq, r, s), ready, cause, shift)
 
-        return self._transfer(snd, deliver)
+        if snd.net:
+            return self._handed_over(snd, deliver)
+        arrived = self._transfer(snd, deliver)
+        return arrived, arrived
+
+    def _handed_over(
+        self, snd: Send, deliver: Callable[[object], None] | None
+    ) -> tuple[simpy.Event, simpy.Event]:
+        """A send across the network: its bytes flow over its links at once (the event
+        ``left`` when they have), then arrive after its latency (``arrived``)."""
+        env = self.env
+        left, arrived = env.event(), env.event()
+        if deliver is not None:
+            arrived.callbacks.append(deliver)
+
+        def land(_e: object) -> None:
+            if snd.latency_s > 0:
+                env.timeout(snd.latency_s).callbacks.append(lambda _t: arrived.succeed())
+            else:
+                arrived.succeed()
+
+        left.callbacks.append(land)
+        self.net.send(snd.links, snd.wire, snd.cap_Bps, left)
+        return left, arrived
 
     def _transfer(self, snd: Send, deliver: Callable[[object], None] | None) -> simpy.Event:
         """Start ``snd``: after its latency, a flow over its links; the event fires when it
