@@ -236,8 +236,7 @@ def decode_step(req: PlanRequest, tp: int, pp: int, dp: int, ep: int = 1, adp: i
             return DecodeStep(b, s.latency_s, s.tokens_per_s, s.regime, whole, _headroom(s))
         n, each = pipeline_batches(b, pp)
         s = run(each, 1)
-        bubble = s.breakdown.bubble or 0.0
-        tpot = pipelined_tpot(s.latency_s, bubble, n)
+        tpot = pipelined_tpot(s.latency_s, max(s.stage_s or (s.latency_s,)), n)
         # on TPOT's basis, with no fill (every stage busy with a batch): the last stage's
         # part of the step, once per batch in flight (when it bounds TPOT: n times), or its
         # mix over the whole pass (when one batch's own pass is longer)

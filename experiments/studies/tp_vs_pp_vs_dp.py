@@ -101,7 +101,10 @@ def _tokens_per_s(r: Row, total: int) -> float:
     if pp == 1:
         return float(r["tokens_per_s"])
     k, each = pipeline_batches(max(1, total // dp), pp)
-    return dp * k * each / pipelined_tpot(float(r["latency_s"]), float(r["bubble_s"]), k)
+    # the sweep's rows hold the bubble, not each stage's time: the last stage's share stands
+    # for the slowest (the study splits the layers evenly, the LM head on the last stage)
+    latency = float(r["latency_s"])
+    return dp * k * each / pipelined_tpot(latency, latency - float(r["bubble_s"]), k)
 
 
 def _speed(r: Row, base: Row, phase: str, total: int) -> float:

@@ -123,9 +123,14 @@ def summarize(
         last = set(range(d * per_replica + (pp - 1) * tp, (d + 1) * per_replica))
         parts = metrics.pipeline_breakdown(records, path, last)
         fill = metrics.pipeline_tail(path, last)
+        first = d * per_replica
+        stage_s = tuple(metrics.stage_times(
+            records, [set(range(first + k * tp, first + (k + 1) * tp)) for k in range(pp)]
+        ))  # fmt: skip
     else:
         parts = metrics.breakdown(records, path)
         fill = 0
+        stage_s = None
     latency = metrics.makespan(records)
     # every attention data-parallel group runs its own batch
     tokens = workload.tokens * layout.attention_dp
@@ -177,4 +182,5 @@ def summarize(
         tokens_per_s_per_replica=None if one else per_s,
         memory_stage=None if one else plan.worst_stage,
         memory_per_stage=None if one else plan.memory,
+        stage_s=stage_s,
     )

@@ -161,15 +161,32 @@ def pipeline_breakdown(
     return out
 
 
-def pipelined_tpot(latency_s: float, bubble_s: float, in_flight: int) -> float:
+def pipelined_tpot(latency_s: float, slowest_stage_s: float, in_flight: int) -> float:
     """Seconds between a batch's tokens when ``in_flight`` batches cross a pipeline at once,
     as serving engines run one (vLLM's virtual engines, the micro-batches TensorRT-LLM and
-    SGLang keep in flight), from one such batch's step alone: ``latency_s``, of which
-    ``bubble_s`` came before the last stage took it (:func:`pipeline_breakdown`). Each batch
-    crosses the stages while the others occupy the rest, so no stage waits for a fill: a
-    batch gets its next token after its own pass, or once the last stage (the LM head's,
-    the one timed apart) has served every batch in flight, whichever is later."""
-    return max(latency_s, in_flight * (latency_s - bubble_s))
+    SGLang keep in flight), from one such batch's step alone: ``latency_s``, of which its
+    slowest stage held it ``slowest_stage_s`` (:func:`stage_times`). Each batch crosses the
+    stages while the others occupy the rest, so no stage waits for a fill: a batch gets its
+    next token after its own pass, or once the slowest stage has served every batch in
+    flight, whichever is later."""
+    return max(latency_s, in_flight * slowest_stage_s)
+
+
+def stage_times(records: Sequence[Record], stages: Sequence[set[int]]) -> list[float]:
+    """Seconds one batch spends in each pipeline stage (``stages``: each one's ranks): from
+    the end of its receive of the previous stage's activations (on the first stage, its
+    first kernel: the engine's host work for the step runs while the GPUs serve the other
+    batches in flight) to its stage's last record, its send to the next included. What one
+    batch in flight occupies the stage for."""
+    out = []
+    for k, ranks in enumerate(stages):
+        mine = [r for r in records if r.rank in ranks]
+        if k:
+            start = max((r.end_s for r in mine if r.name == "pp_recv"), default=0.0)
+        else:
+            start = min((r.start_s for r in mine if r.stream != "cpu"), default=0.0)
+        out.append(max((r.end_s for r in mine), default=start) - start)
+    return out
 
 
 def pipeline_batches(batch: int, pp: int) -> tuple[int, int]:

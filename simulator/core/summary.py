@@ -237,6 +237,8 @@ class Summary:
     tokens_per_s_per_replica: float | None = None
     memory_stage: int | None = None
     memory_per_stage: tuple[MemoryUse, ...] | None = None
+    #: a pipeline's: seconds one batch spends in each stage (tpsim.core.metrics.stage_times)
+    stage_s: tuple[float, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON contract: today's keys in today's order."""
@@ -256,6 +258,8 @@ class Summary:
         out["memory"] = memory
         if self.memory_per_stage is not None:
             out["memory_per_stage"] = [m.to_dict() for m in self.memory_per_stage]
+        if self.stage_s is not None:
+            out["stage_s"] = list(self.stage_s)
         out["communication"] = self.communication.to_dict()
         out["model_split"] = self.model_split.to_dict()
         out["layers"] = [layer.to_dict() for layer in self.layers]

@@ -212,7 +212,7 @@ def layout_lines(s: Summary) -> list[str]:
     in_flight = s.config.options.calibration.engine.pipeline_split_tokens is None
     if lay.pp > 1 and lay.micro_batches == 1 and s.config.workload.phase == "decode" and in_flight:
         b = s.config.workload.batch
-        tpot = pipelined_tpot(s.latency_s, s.breakdown.bubble or 0.0, lay.pp)
+        tpot = pipelined_tpot(s.latency_s, max(s.stage_s or (s.latency_s,)), lay.pp)
         rate = lay.dp * lay.pp * b / tpot
         stages = s.memory_per_stage or (s.memory,)
         # the other batches' KV caches beside this one's, on every stage

@@ -56,7 +56,8 @@ def test_run_text_gives_the_pipeline_with_its_batches_in_flight() -> None:
 
     s = simulate("llama-2-7b", "dgx-h100", Layout(2, pp=2),
                  Workload(16, "decode", 512, 1024)).typed  # fmt: skip
-    tpot = pipelined_tpot(s.latency_s, s.breakdown.bubble or 0.0, 2)
+    assert s.stage_s is not None and sum(s.stage_s) == pytest.approx(s.latency_s, rel=0.03)
+    tpot = pipelined_tpot(s.latency_s, max(s.stage_s), 2)
     assert s.latency_s <= tpot < 1.2 * s.latency_s
     line = next(ln for ln in summary_text(s).splitlines() if "in flight" in ln)
     assert f"{2 * 16 / tpot:,.0f} tokens/s" in line and "2 batches like this one" in line
@@ -81,3 +82,20 @@ def test_the_batch_is_where_tokens_per_s_peaks_not_only_the_largest_meeting_the_
     assert row is not None and row.batch == 256 and row.batch_limit == "tokens/s peak"
     larger = decode_step(req, 8, 1, 1)(320)
     assert larger.tpot_s * 1e3 <= 30 and larger.tokens_per_s < row.tokens_per_s
+
+
+@pytest.mark.parametrize("layers", [(70, 10), (10, 70)])
+def test_the_slowest_stage_sets_the_pipeline_s_rate_wherever_it_sits(layers: tuple) -> None:
+    """Two batches in flight over stages of 70 and 10 layers: the 70-layer stage serves
+    both every token, first stage or last (the last stage's share alone priced 70,10 as
+    fast as a balanced split)."""
+    lay = Layout(8, pp=2, pp_layers=layers)
+    s = simulate("llama-3.1-70b", "dgx-h100", lay, Workload(32, "decode", 512, 2048),
+                 nodes=2).typed  # fmt: skip
+    assert s.stage_s is not None
+    big = s.stage_s[layers.index(70)]
+    assert big > 5 * s.stage_s[layers.index(10)]
+    from tpsim.outputs.text import summary_text
+
+    line = next(ln for ln in summary_text(s).splitlines() if "in flight" in ln)
+    assert f"{2 * 32 / (2 * big):,.0f} tokens/s" in line
