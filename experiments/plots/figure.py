@@ -48,6 +48,24 @@ def layout_name(key: Layout) -> str:
     return name + (f" EP {ep}" if ep > 1 else "") + (f" ({mb} mb)" if mb > 1 else "")
 
 
+def fewest_hosts(rows: list[Row] | tuple[Row, ...]) -> dict[tuple[Any, Layout], int]:
+    """(batch, layout) -> the fewest hosts any row of it spans: a sweep over
+    ``--gpus-per-node`` places one layout more ways than one (TP 8 in one host, or 4 + 4
+    over two)."""
+    out: dict[tuple[Any, Layout], int] = {}
+    for r in rows:
+        key = (r["batch"], layout_of(r))
+        out[key] = min(out.get(key, 1 << 30), r.get("hosts") or 1)
+    return out
+
+
+def spread_over(r: Row, fewest: dict[tuple[Any, Layout], int]) -> int:
+    """The hosts a row's layout is spread over beyond the fewest its sweep placed it in
+    (0: the fewest), which the figures draw apart ("split over 2 hosts")."""
+    hosts = r.get("hosts") or 1
+    return hosts if hosts > fewest.get((r["batch"], layout_of(r)), hosts) else 0
+
+
 def bare_figure(width: float, height: float) -> Figure:
     """A ``Figure`` of ``width`` x ``height`` inches on an Agg canvas (no pyplot)."""
     fig = Figure(figsize=(width, height))

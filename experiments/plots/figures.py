@@ -126,13 +126,14 @@ def plot_results(
     for group in groups.values():
         head = series_title(group[0])
         prefix = _slug(group[0], varying) if len(groups) > 1 else ""
-        simple = _one_per(group, POINT)
-        plots = [
-            ("throughput_vs_tp", sweep_plots.throughput_vs_tp, simple, head),
-            ("breakdown", sweep_plots.breakdown_bars, simple, head),
-            ("regime_map", sweep_plots.regime_map, simple, f"{head}: regime and tokens/s"),
-        ]
+        # a point placed over more hosts than its fewest (--gpus-per-node) is drawn apart
+        # ("split over 2 hosts"); the regime map shows the fewest and counts the others
         placed = _one_per(group, (*POINT, "hosts"))
+        plots = [
+            ("throughput_vs_tp", sweep_plots.throughput_vs_tp, placed, head),
+            ("breakdown", sweep_plots.breakdown_bars, placed, head),
+            ("regime_map", sweep_plots.regime_map, placed, f"{head}: regime and tokens/s"),
+        ]
         if len({r["hosts"] for r in placed if sweep_plots.ok(r)}) > 1:
             plots.append(("in_node_vs_cross_node", sweep_plots.in_node_vs_cross_node, placed, head))
         for name, draw, data, title in plots:

@@ -45,9 +45,16 @@ def draw_regime_map(rows: Sequence[shared.Row], *, title: str) -> Figure:
     cmap = ListedColormap([*shades, "#DDDDDD", "#FFFFFF"])
     failed, empty = 2 * n, 2 * n + 1
     grid = [[empty] * len(tps) for _ in batches]
-    # one row per cell: a run that fits over one that does not over an error
-    ordered = sorted(rows, key=shared.outcome, reverse=True)
+    # one row per cell: a run that fits over one that does not over an error, then the
+    # placement over the fewest hosts (the others are in throughput_vs_tp and breakdown)
+    ordered = sorted(rows, key=lambda r: (shared.outcome(r), r.get("hosts") or 1), reverse=True)
     cells = {(r["batch"], shared.layout_of(r)): r for r in ordered}
+    hidden = sum(
+        1
+        for r in rows
+        if not r.get("error")
+        and (r.get("hosts") or 1) > (cells[r["batch"], shared.layout_of(r)].get("hosts") or 1)
+    )
     fig = shared.bare_figure(1.6 * len(tps) + 5.0, 0.75 * len(batches) + 2.5)
     ax = fig.subplots()
     present: set[str] = set()
@@ -120,7 +127,13 @@ def draw_regime_map(rows: Sequence[shared.Row], *, title: str) -> Figure:
     if any(r.get("error") for r in rows):
         handles.append(Patch(facecolor="#DDDDDD", label="error"))
     shared.legend_outside(ax, handles=handles, fontsize=shared.FONT - 2)
-    ax.set_title(title, fontsize=shared.FONT)
+    note = (
+        f"\n{hidden} placement{'s' if hidden > 1 else ''} over more hosts not drawn "
+        "(throughput_vs_tp and breakdown show them)"
+        if hidden > 0
+        else ""
+    )
+    ax.set_title(title + note, fontsize=shared.FONT)
     fig.tight_layout()
     return fig
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
-from matplotlib.ticker import FuncFormatter, NullFormatter
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 from tpsim.experiments.plots import style
 from tpsim.experiments.plots.figure import (
     FONT,
@@ -29,10 +29,12 @@ from tpsim.experiments.plots.figure import (
     Row,
     bare_figure,
     compact,
+    fewest_hosts,
     layout_name,
     layout_of,
     legend_outside,
     ok,
+    spread_over,
 )
 from tpsim.experiments.plots.regime_map import REGIME_COLOURS, draw_regime_map, regime_map
 from tpsim.experiments.plots.save import save_figure
@@ -100,13 +102,18 @@ def _style(ax: Any, xlabel: str, ylabel: str, tps: list[int] | None = None) -> N
 
 
 def _plain_log_y(ax: Any) -> None:
-    """A log y axis labelled 15k, 20k, not 1.5x10^4; within one decade (no major tick in
-    view) the minor ticks carry the labels."""
+    """A log y axis labelled 15k, 20k, not 1.5x10^4. Where fewer than three decade ticks
+    are in view (data spanning a decade or two), the 2x and 5x ticks of each decade are
+    labelled too, so that a value can be read off the axis."""
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(FuncFormatter(compact))
     lo, hi = ax.get_ylim()
-    narrow = lo > 0 and math.floor(math.log10(hi)) == math.floor(math.log10(lo))
-    ax.yaxis.set_minor_formatter(FuncFormatter(compact) if narrow else NullFormatter())
+    decades = math.floor(math.log10(hi)) - math.ceil(math.log10(lo)) + 1 if lo > 0 else 3
+    if decades >= 3:
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        return
+    ax.yaxis.set_minor_locator(LogLocator(base=10, subs=(2.0, 5.0)))
+    ax.yaxis.set_minor_formatter(FuncFormatter(compact))
 
 
 def host_boundary(rows: Sequence[Row]) -> tuple[int, int] | None:
@@ -145,15 +152,22 @@ def draw_throughput_vs_tp(rows: Sequence[Row], *, title: str) -> Figure:
     fig = bare_figure(13, 5)
     ax1, ax2 = fig.subplots(1, 2)
     batches = sorted({r["batch"] for r in good})
-    # one line per batch and per layout beyond TP (stages, replicas), against the TP degree
-    series = sorted({(r["batch"], layout_of(r)[1:]) for r in good})
-    for i, (batch, rest) in enumerate(series):
+    # one line per batch and per layout beyond TP (stages, replicas), against the TP degree;
+    # a layout also placed over more hosts than its fewest (--gpus-per-node) a line apart
+    fewest = fewest_hosts(good)
+    series = sorted({(r["batch"], layout_of(r)[1:], spread_over(r, fewest)) for r in good})
+    for i, (batch, rest, spread) in enumerate(series):
         pts = sorted(
-            (r["tp"], r["tokens_per_s"], r["tokens_per_s_per_gpu"])
-            for r in good
-            if r["batch"] == batch and layout_of(r)[1:] == rest
+            {
+                r["tp"]: (r["tp"], r["tokens_per_s"], r["tokens_per_s_per_gpu"])
+                for r in good
+                if r["batch"] == batch
+                and layout_of(r)[1:] == rest
+                and spread_over(r, fewest) == spread
+            }.values()
         )
-        label = f"batch {batch}{_extra_layout((0, *rest))}"
+        split = f", split over {spread} hosts" if spread else ""
+        label = f"batch {batch}{_extra_layout((0, *rest))}{split}"
         style = {"color": LINE_COLOURS[i % 7], "marker": MARKERS[i % 7], "label": label}
         ax1.plot([p[0] for p in pts], [p[1] for p in pts], "-", **style)
         ax2.plot([p[0] for p in pts], [p[2] for p in pts], "-", **style)
@@ -205,9 +219,17 @@ def draw_breakdown_bars(rows: Sequence[Row], *, title: str) -> Figure:
     fig = bare_figure(max(7.0, per_panel * ncols + 2.2), 3.4 * nrows + 1.0)
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
     used: dict[str, str] = {}
+    fewest = fewest_hosts(good)
     for ax, batch in zip(axes, batches, strict=False):
-        at = sorted((r for r in good if r["batch"] == batch), key=layout_of)
-        labels = [layout_name(layout_of(r)) for r in at]
+        at = sorted(
+            (r for r in good if r["batch"] == batch),
+            key=lambda r: (layout_of(r), spread_over(r, fewest)),
+        )
+        labels = [
+            layout_name(layout_of(r))
+            + (f" ({spread_over(r, fewest)} hosts)" if spread_over(r, fewest) else "")
+            for r in at
+        ]
         bottoms = [0.0] * len(at)
         for cat, colour in CATEGORY_COLOURS.items():
             values = [(r.get(f"{cat}_s") or 0.0) * 1e3 for r in at]

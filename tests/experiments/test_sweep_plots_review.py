@@ -301,3 +301,33 @@ def test_engines_and_expert_layouts_are_series_and_points_not_merged(tmp_path: P
     moe = [row(8, 64, ep=ep, attention_dp=1) | {"point_id": f"ep{ep}"} for ep in (1, 8)]
     ticks = [t.get_text() for t in sp.draw_breakdown_bars(moe, title="t").axes[0].get_xticklabels()]
     assert ticks == ["TP 8", "TP 8 EP 8"]
+
+
+def test_an_axis_spanning_a_decade_or_two_is_readable() -> None:
+    """152 to 5,572 tok/s had one label ("1k"): within two decades the 2x and 5x ticks are
+    labelled too, at least three labels on every axis."""
+    rows = [row(1, 1, latency_s=6.6e-3), row(8, 64, latency_s=11.5e-3)]
+    fig = sp.draw_throughput_vs_tp(rows, title="t")
+    fig.canvas.draw()
+    for ax in fig.axes[:2]:
+        lo, hi = ax.get_ylim()
+        shown = [t for t in ax.get_yticklabels(minor=True) + ax.get_yticklabels()
+                 if t.get_text() and lo <= t.get_position()[1] <= hi]  # fmt: skip
+        assert len(shown) >= 3, [t.get_text() for t in shown]
+
+
+def test_a_layout_placed_over_more_hosts_is_drawn_apart(tmp_path: Path) -> None:
+    """A sweep over --gpus-per-node placed TP 8 in one host and 4 + 4 over two: every figure
+    showed only the one-host point, the other silently left out."""
+    rows = [row(4, 8), row(8, 8), row(8, 8, hosts=2, latency_s=2e-3), row(16, 8, hosts=2)]
+    for r in rows:
+        r["nodes"] = 2
+    fig = sp.draw_throughput_vs_tp(rows, title="t")
+    labels = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
+    assert labels == ["batch 8", "batch 8, split over 2 hosts"]
+    bars = sp.draw_breakdown_bars(rows, title="t")
+    ticks = [t.get_text() for t in bars.axes[0].get_xticklabels()]
+    assert ticks == ["TP 4", "TP 8", "TP 8 (2 hosts)", "TP 16"]
+    title = sp.draw_regime_map(rows, title="t").axes[0].get_title()
+    assert "1 placement over more hosts not drawn" in title
+    plot_results(rows, tmp_path, gantt_ids=[])
