@@ -109,7 +109,25 @@ def assumptions(graph: TopologyGraph, summary: Mapping[str, Any]) -> dict[str, s
     opts = c["options"]
     out["engine"] = str(opts["engine"])
     out["launch"] = launch_label(c)
+    if opts.get("kernel_table"):
+        out["kernels"] = f"measured where {opts['kernel_table']} has them, else modelled"
     return out
+
+
+#: The assumptions every configuration has, then those only some have (a kernel table),
+#: which a table of several shows as "modelled" where one has none.
+ASSUMPTIONS = ("gpu", "links", "network", "engine", "launch")
+OPTIONAL_ASSUMPTIONS = {"kernels": "modelled"}
+
+
+def assumption_keys(entries: Sequence[Entry]) -> list[str]:
+    """The assumption rows of a table of ``entries``: every one's, and those some have."""
+    some = [k for k in OPTIONAL_ASSUMPTIONS if any(k in e.assumptions for e in entries)]
+    return [*ASSUMPTIONS, *some]
+
+
+def assumption_of(e: Entry, key: str) -> str:
+    return e.assumptions.get(key, OPTIONAL_ASSUMPTIONS.get(key, ""))
 
 
 def load(summary: Mapping[str, Any]) -> int:
@@ -275,8 +293,8 @@ def table_rows(entries: Sequence[Entry]) -> list[tuple[str, list[str]]]:
         if any(v > 0 for v in vals):
             rows.append((f"  {part}", [_ms(v) for v in vals]))
     rows.append(("assumptions:", []))
-    for key in ("gpu", "links", "network", "engine", "launch"):
-        rows.append((f"  {key}", [e.assumptions[key] for e in entries]))
+    for key in assumption_keys(entries):
+        rows.append((f"  {key}", [assumption_of(e, key) for e in entries]))
     return rows
 
 

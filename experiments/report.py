@@ -20,6 +20,8 @@ from typing import Any
 import plotly.graph_objects as go
 from tpsim.experiments.compare import (
     Entry,
+    assumption_keys,
+    assumption_of,
     facts,
     load_note,
     regime_text,
@@ -154,11 +156,11 @@ def html_report(
         )
     if entries:
         parts.append("<h2>Assumptions</h2>")
-        keys = ("gpu", "links", "network", "engine", "launch")
+        keys = assumption_keys(entries)
         head = "".join(f"<th>{html.escape(e.label)}</th>" for e in entries)
         rows = "".join(
             f"<tr><th>{k}</th>"
-            + "".join(f"<td>{html.escape(e.assumptions[k])}</td>" for e in entries)
+            + "".join(f"<td>{html.escape(assumption_of(e, k))}</td>" for e in entries)
             + "</tr>"
             for k in keys
         )

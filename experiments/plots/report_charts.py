@@ -103,6 +103,10 @@ def _log_axis(title: str, ticks: Sequence[float], fmt: str) -> dict[str, Any]:
     }
 
 
+_DASHES = ("solid", "dash", "dot", "dashdot")
+_SYMBOLS = ("circle", "square", "diamond", "triangle-up")
+
+
 def sweep_figure(rows: Sequence[Mapping[str, Any]]) -> go.Figure:
     """Tokens/s per GPU against batch, one line per configuration of a sweep (log axes).
     The legend names only what differs between the lines; lines with the same points are
@@ -130,7 +134,12 @@ def sweep_figure(rows: Sequence[Mapping[str, Any]]) -> go.Figure:
                 x=[r["batch"] for r in pts],
                 y=[r["tokens_per_s_per_gpu"] for r in pts],
                 mode="lines+markers",
-                line={"color": LINE_COLOURS[i % len(LINE_COLOURS)]},
+                # past the palette's 7 colours, each round of them in its own dash and marker
+                line={
+                    "color": LINE_COLOURS[i % len(LINE_COLOURS)],
+                    "dash": _DASHES[i // len(LINE_COLOURS) % len(_DASHES)],
+                },
+                marker={"symbol": _SYMBOLS[i // len(LINE_COLOURS) % len(_SYMBOLS)]},
                 customdata=[[plain(r.get("regime", "")), r.get("latency_s", 0) * 1e3] for r in pts],
                 hovertemplate="batch %{x}: %{y:,.1f} tokens/s per GPU<br>"
                 "%{customdata[0]}, %{customdata[1]:.3f} ms<extra>%{fullData.name}</extra>",

@@ -250,3 +250,15 @@ def test_the_profile_holds_what_the_fit_script_fits() -> None:
     for name, structural in kernel_fit.STRUCTURE.items():
         assert entries[name]["value"] == structural
     assert kernel_fit.kernels_of(values) == profile("_kernels").kernels
+
+
+def test_the_text_says_which_kernels_are_measured(capsys) -> None:  # type: ignore[no-untyped-def]
+    """A run with a kernel table printed the same header and assumptions as one without:
+    only --json told measured from modelled."""
+    from tpsim.cli import main
+
+    argv = ["run", "--model", "llama-2-7b", "--topology", "dgx-a100", "--tp", "1"]
+    assert main([*argv, "--kernel-table", "vidur-a100"]) == 0
+    assert "kernels measured where vidur-a100 has them, else modelled" in capsys.readouterr().out
+    assert main(argv) == 0
+    assert "kernels measured" not in capsys.readouterr().out

@@ -173,3 +173,17 @@ def test_sweep_chart_merges_identical_lines_and_labels_few_ticks() -> None:
     assert list(fig.layout.yaxis.tickvals) == log_ticks(60.0, 1600.0)
     assert log_ticks(60.0, 1600.0) == [50.0, 100.0, 200.0, 500.0, 1000.0]
     assert len(log_ticks(1.0, 1e9)) <= 10
+
+
+def test_every_line_of_a_sweep_chart_has_its_own_look() -> None:
+    """Eight series: the 7-colour palette wrapped round and gave two the same colour and
+    marker; past it, lines differ in dash and marker."""
+    row = {"model": "m", "topology": "t", "nodes": 1, "phase": "decode", "engine": "vllm"}
+    rows = [
+        {**row, "tp": tp, "batch": b, "tokens_per_s_per_gpu": tp * 10.0 + b, "latency_s": 0.01}
+        for tp in range(1, 9)
+        for b in (1, 2)
+    ]
+    fig = sweep_figure(rows)
+    looks = {(t.line.color, t.line.dash, t.marker.symbol) for t in fig.data}
+    assert len(fig.data) == 8 and len(looks) == 8
