@@ -138,9 +138,9 @@ def calibrate(
             f"{source}: rows {', '.join(str(p.row) for p in points)} all measure one point; "
             "at least 2 different points are needed (one left out at a time)"
         )
-    check_physical(points, source)
     calibration.profile(base)  # an unknown or malformed base is refused before any work
     points, oom = _runnable(points, base, source)
+    check_physical(points, source)  # of the points that can run as stated
     oom += _repeated(points) + ignored_cells(points)
     with (
         tempfile.TemporaryDirectory(prefix="tpsim-calibrate-") as tmp,

@@ -95,7 +95,9 @@ class MeasuredPoint:
     def same_point(self) -> tuple[object, ...]:
         """What the point measures, whatever its row and time: two rows with the same are
         one point measured twice."""
-        return (self.model, self.topology, self.nodes, self.tp, self.workload, self.dtype,
+        w = self.workload  # the length the phase reads (run ignores the other)
+        shape = (w.batch, w.phase, w.context_len if w.phase == "decode" else w.prompt_len)
+        return (self.model, self.topology, self.nodes, self.tp, shape, self.dtype,
                 self.decode_steps, self.allreduce)  # fmt: skip
 
     @property
@@ -330,8 +332,7 @@ def check_physical(points: list[MeasuredPoint], source: str) -> None:
         hint = "; a time in seconds?" if p.measured_s * 1e3 >= least else ""
         raise ConfigError(
             f"{source} row {p.row}, measured_ms={p.measured_ms:g}: below {least * 1e3:.4g} ms, "
-            f"the least time {p.label} can take (weights and KV cache read at peak HBM "
-            f"bandwidth, FLOPs at the peak: tpsim check-claim's bound){hint}"
+            f"the least time its step can take on its GPUs (check-claim's bound){hint}"
         )
 
 

@@ -126,7 +126,11 @@ def add_study_parsers(sub: Any) -> None:
     )
     ca.add_argument("--engine", required=True, help="the profile to fit: a name or a .yaml")
     ca.add_argument("--out", type=Path, required=True, help="the fitted profile to write (.yaml)")
-    ca.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    ca.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing --out that no earlier fit wrote (a hand-written profile)",
+    )
     ca.add_argument("--jobs", type=int, help="worker processes (default: CPUs, at most 8)")
     ca.add_argument("--json", action="store_true", help="print the report as JSON")
     ca.add_argument(
@@ -326,7 +330,6 @@ def _calibrate(a: argparse.Namespace) -> int:
     if a.jobs is not None and not 1 <= a.jobs <= 64:
         raise ConfigError(f"--jobs={a.jobs}: must be between 1 and 64")
     paths.check_output(out, "--out", (".yaml", ".yml"), a)  # an engine profile
-    _check_profile_out(out, a.engine, a.overwrite)
     # nor any model or topology file the measurements name
     from tpsim.experiments.calibrate.measurements import check_physical, read_points
 
@@ -338,6 +341,7 @@ def _calibrate(a: argparse.Namespace) -> int:
         "--out",
         argparse.Namespace(model=[m for m, _ in named], topology=[t for _, t in named]),
     )
+    _check_profile_out(out, a.engine, a.overwrite)
     result = calibrate(a.measurements, a.engine, out.stem, a.jobs or default_jobs(), out.parent)
     preds = _predictions(result, out, held, str(a.predict)) if held else []
     try:
@@ -363,7 +367,8 @@ def _calibrate(a: argparse.Namespace) -> int:
 
 def _check_profile_out(out: Path, engine: str, overwrite: bool) -> None:
     """Refuse an ``--out`` that is a profile the base extends (written, the chain would
-    extend itself), or any existing file unless ``--overwrite`` (a hand-written profile)."""
+    extend itself), or an existing file that no earlier fit wrote unless ``--overwrite`` (a
+    hand-written profile); a fit's own output is replaced, as a fit is re-run."""
     from tpsim.calibration.profiles import chain_files, is_profile_file
 
     if not out.exists():
@@ -379,8 +384,23 @@ def _check_profile_out(out: Path, engine: str, overwrite: bool) -> None:
                 f"--out={out}: is a profile --engine {engine} extends (its chain: "
                 f"{' -> '.join(p.name for p in reversed(chain))}); write it elsewhere"
             )
-    if not overwrite:
-        raise ConfigError(f"--out={out}: exists; give --overwrite to replace it")
+    if not overwrite and not _fitted_before(out):
+        raise ConfigError(
+            f"--out={out}: exists and is not a profile tpsim calibrate wrote; give "
+            "--overwrite to replace it"
+        )
+
+
+def _fitted_before(path: Path) -> bool:
+    """Whether ``path`` is a profile an earlier ``tpsim calibrate`` wrote (its ``about``)."""
+    try:
+        head = path.read_bytes()[:4096].decode("utf-8", "replace")
+    except OSError:
+        return False
+    return any(
+        line.startswith("about:") and "fitted by tpsim calibrate" in line
+        for line in head.splitlines()
+    )
 
 
 def _predictions(result: Any, out: Path, held: list[Any], source: str) -> list[Any]:

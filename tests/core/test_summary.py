@@ -44,6 +44,7 @@ def test_layout_summary_keys() -> None:
     s = r.typed_summary
     assert s is not None and s.to_dict() == r.summary
     keys = [*TP_KEYS[:3], "tokens_per_s_per_replica", *TP_KEYS[3:7], "memory_per_stage"]
+    keys.append("stage_s")
     assert list(r.summary) == keys + TP_KEYS[7:]
     assert list(r.summary["config"]) == [*CONFIG_KEYS[:9], "placement", *CONFIG_KEYS[9:]]
     assert list(r.summary["breakdown_s"])[-2:] == ["idle", "bubble"]

@@ -204,7 +204,7 @@ REQUEST = f"{HEADER},output_len,allreduce\n{MODEL},dgx-h100,1,2,8,prefill,256,,,
         (GOOD.replace(",2,1,", f",{'9' * 5000},1,"), "m.csv row 3, tp='9999999999"),
         (GOOD.replace(",7.8", ",1e400"), "m.csv row 3, measured_ms='1e400': must be a time"),
         (GOOD.replace(",2,1,", ",16,1,"), "m.csv row 3, tp='16': larger than the 8 GPUs"),
-        (GOOD.replace("decode,,1024,,7.8", "decode,,1024,int4,7.8"), "row 3, dtype='int4'"),
+        (GOOD.replace("decode,,1024,,7.8", "decode,,1024,int3,7.8"), "row 3, dtype='int3'"),
         (GOOD.replace("1,2,1,decode", "1,2,1,train"), "m.csv row 3, phase='train'"),
         (GOOD.replace(f"{MODEL},dgx-h100,1,2", "llama-9b,dgx-h100,1,2"), "row 3, model='llama-9b'"),
         (GOOD.replace("dgx-h100,1,2", "dgx-h999,1,2"), "m.csv row 3, topology='dgx-h999'"),
@@ -213,8 +213,12 @@ REQUEST = f"{HEADER},output_len,allreduce\n{MODEL},dgx-h100,1,2,8,prefill,256,,,
         (REQUEST.replace(",prefill,", ",decode,"), "m.csv row 2, phase='decode': a request"),
         (REQUEST.replace(",256,nccl", ",256,magic"), "m.csv row 2, allreduce='magic': must be"),
         (REQUEST.replace(",256,nccl", ",0,nccl"), "m.csv row 2, output_len='0': must be a posi"),
+        (GOOD.replace(",2,1,decode,,1024,,7.8", ",1,1,decode,,1024,,7.7"),
+         "m.csv: rows 2, 3 all measure one point; at least 2 different points"),
+        (GOOD.replace(",7.8", ",0.0078"),
+         "m.csv row 3, measured_ms=0.0078: below 2.26 ms, the least time its step"),
     ],
-)
+)  # fmt: skip
 def test_bad_measurements_exit_2_with_one_line_and_no_profile(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, message: str
 ) -> None:
@@ -300,3 +304,55 @@ def test_extra_columns_are_kept_and_ignored(tmp_path: Path) -> None:
     noted.write_text("\n".join([*lines[:at], lines[at] + ",notes", *extra]) + "\n")
     assert [p.measured_s for p in read_points(noted)] == [p.measured_s for p in read_points(plain)]
     assert extra_columns(noted) == ["notes"] and extra_columns(plain) == []
+
+
+def test_an_out_the_base_extends_or_written_by_hand_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Writing --out over a profile the --engine chain extends left both extending each
+    other; over a hand-written profile it was silently lost. A fit's own output is
+    replaced, as fits are re-run."""
+    csv = tmp_path / "m.csv"
+    csv.write_text(GOOD)
+    base = tmp_path / "base.yaml"
+    base.write_text("name: base\nabout: mine\nextends: vllm-v0\noverrides: {}\n")
+    child = tmp_path / "child.yaml"
+    child.write_text("name: child\nabout: mine\nextends: base.yaml\noverrides: {}\n")
+    argv = ["calibrate", str(csv), "--engine", str(child), "--out", str(base)]
+    assert main(argv) == 2
+    assert "is a profile --engine" in capsys.readouterr().err
+    assert main([*argv, "--overwrite"]) == 2  # never over its own chain
+    hand = tmp_path / "mine.yaml"
+    hand.write_text(base.read_text())
+    assert main(["calibrate", str(csv), "--engine", "vllm-v0", "--out", str(hand)]) == 2
+    assert "not a profile tpsim calibrate wrote; give --overwrite" in capsys.readouterr().err
+    assert hand.read_text() == base.read_text()
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text("name: a\nabout: x\nextends: b.yaml\noverrides: {}\n")
+    b.write_text("name: b\nabout: x\nextends: a.yaml\noverrides: {}\n")
+    assert main(["run", "--model", MODEL, "--topology", "dgx-h100", "--tp", "1",
+                 "--engine", str(a)]) == 2  # fmt: skip
+    assert "extends itself (a.yaml -> b.yaml -> a.yaml)" in capsys.readouterr().err
+
+
+def test_rows_read_otherwise_than_written_are_named(tmp_path: Path) -> None:
+    """A cell the phase does not read, and repeats of one point that disagree (a misspelt
+    column left at its default), are warned, as tpsim run warns of the first."""
+    from tpsim.experiments.calibrate.fit import _repeated
+    from tpsim.experiments.calibrate.measurements import ignored_cells, read_points
+
+    csv = tmp_path / "m.csv"
+    csv.write_text(HEADER + "\n" + "\n".join([
+        f"{MODEL},dgx-h100,1,1,1,decode,2048,1024,,7.7",
+        f"{MODEL},dgx-h100,1,1,1,prefill,512,1024,,40",
+        f"{MODEL},dgx-h100,1,1,1,decode,,1024,,13.0",
+    ]) + "\n")  # fmt: skip
+    points = read_points(csv)
+    said = ignored_cells(points)
+    assert said == [
+        "row 2: prompt_len=2048 does not apply to decode (it uses context_len 1024); ignored",
+        "row 3: context_len=1024 does not apply to prefill (it uses prompt_len 512); ignored",
+    ]
+    assert any(
+        "rows 2, 4 measure the same point 7.7 to 13 ms apart" in w for w in _repeated(points)
+    )
