@@ -101,7 +101,10 @@ def _collapsed(
         for r in by_lane[lane]:
             if r.layer in hidden:
                 continue
-            late = r.layer >= last or (r.layer < 0 and r.start_s >= g1[lane])
+            # the head's host work that overlaps the layers (vLLM's next-step host, started
+            # with the first layers) stays where it ran, as the embedding's does
+            early = (r.layer < 0 or r.layer > last) and r.start_s < g1[lane]
+            late = not early and (r.layer >= last or r.layer < 0)
             out.append(_shift(r, dt) if late else r)
     t0 = min(r.start_s for r in out)
     t1 = max(r.end_s for r in out)

@@ -267,6 +267,12 @@ def test_compare_gantt_lanes_hide_the_same_layers_each_in_its_own_time() -> None
         assert first == pytest.approx(view.gap_s[1], abs=1e-12)
     (_, h0), (_, h1) = view.hidden_s_by_rank
     assert h1 > 2 * h0  # TP 1's hidden layers take longer
+    # the head's host work that ran beside the first layers stays where it ran, in both
+    # lanes (moved with the last layer, the faster lane's fell into the gap, out of view)
+    for lane, src in ((0, fast), (1, slow)):
+        host = [r for r in out if r.rank == lane and r.name == "next_step_host"]
+        ran = [r for r in src.records if r.rank == 0 and r.name == "next_step_host"]
+        assert host and [r.start_s for r in host] == [r.start_s for r in ran]
     out, view = align_lanes(merged, [0, 1], (2, 3))
     assert {r.layer for r in out} == {2, 3} and view.t0_s == 0.0
     for lane in (0, 1):
