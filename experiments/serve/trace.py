@@ -88,10 +88,16 @@ def _count(path: str, row: int, what: str, value: object, least: int) -> int:
     return int(n)
 
 
+#: The longest a trace may span, first arrival to last (as ``--duration`` at most): 115 days.
+MAX_SPAN_S = 1e7
+
+
 def _pick(path: str, keys: list[str], names: tuple[str, ...], what: str) -> str:
-    for name in names:
-        if name in keys:
-            return name
+    found = [name for name in names if name in keys]
+    if len(found) > 1:
+        raise _bad(path, f"columns {' and '.join(found)} both give the {what}: keep one")
+    for name in found:
+        return name
     raise _bad(
         path, f"no {what} column (one of {', '.join(names)}); it has {shorten(', '.join(keys), 80)}"
     )
@@ -113,6 +119,10 @@ def _rows(path: str, text: str) -> list[dict[str, object]]:
             rows.append(obj)
         return rows
     lines = [ln for ln in text.splitlines() if not ln.startswith("#")]
+    header = next(csv.reader(lines[:1]), [])
+    twice = sorted({c for c in header if header.count(c) > 1})
+    if twice:
+        raise _bad(path, f"column {twice[0]!r} appears twice in the header")
     return list(csv.DictReader(io.StringIO("\n".join(lines))))
 
 
@@ -143,6 +153,12 @@ def read_trace(path: str, *, requests: int = 0, duration_s: float | None = None)
         t = _seconds(path, k, row.get(tk))
         if times and t < times[-1]:
             raise _bad(path, f"row {k}: arrival times must not decrease")
+        if times and t - times[0] > MAX_SPAN_S:
+            raise _bad(
+                path,
+                f"row {k}: arrives {t - times[0]:.3g} s after the first; a trace spans at "
+                f"most {MAX_SPAN_S:g} s",
+            )
         times.append(t)
         prompt.append(_count(path, k, pk, row.get(pk), 1))
         output.append(max(1, _count(path, k, ok, row.get(ok), 0)))

@@ -23,7 +23,14 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from tpsim.calibration.bounded import ReadRefused, read_text, shorten, show, yaml_load
+from tpsim.calibration.bounded import (
+    ReadRefused,
+    UniqueKeyLoader,
+    read_text,
+    shorten,
+    show,
+    yaml_load,
+)
 from tpsim.core.config import Layout, Options, Workload
 from tpsim.core.errors import INPUT_ERRORS, ConfigError
 from tpsim.core.run_options import RUN_OPTIONS, RunOption, sweepable
@@ -221,26 +228,6 @@ def grid_from_flags(flags: Mapping[str, str | None]) -> list[GridPoint]:
     return expand(grid, "sweep")
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """A SafeLoader that refuses duplicate keys (a typo is an error, never a silent value)."""
-
-
-def _mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        if key_node.tag == "tag:yaml.org,2002:merge":  # <<: *base, as topology files accept
-            continue
-        key = loader.construct_object(key_node)
-        if key in seen:
-            line = key_node.start_mark.line + 1
-            raise ConfigError(f"key {show(key)} appears twice (line {line})")
-        seen.add(key)
-    return loader.construct_mapping(node)
-
-
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
-
-
 def grid_from_yaml(path: str | Path) -> list[GridPoint]:
     """Points of a YAML grid file: one mapping, or a list of mappings (concatenated)."""
     where = f"grid file {shorten(str(path), 100)}"
@@ -249,7 +236,7 @@ def grid_from_yaml(path: str | Path) -> list[GridPoint]:
     except ReadRefused as exc:
         raise ConfigError(f"{where}: {exc}") from None
     try:
-        data = yaml_load(text, _UniqueKeyLoader, max_nodes=MAX_GRID_NODES)
+        data = yaml_load(text, UniqueKeyLoader, max_nodes=MAX_GRID_NODES)
     except (ConfigError, ReadRefused) as exc:
         raise ConfigError(f"{where}: {exc}") from None
     except yaml.YAMLError as exc:

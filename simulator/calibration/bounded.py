@@ -23,6 +23,7 @@ import yaml
 __all__ = [
     "MAX_YAML_NODES",
     "ReadRefused",
+    "UniqueKeyLoader",
     "read_lines",
     "read_text",
     "shorten",
@@ -188,6 +189,27 @@ def _depth(root: yaml.Node, limit: int) -> int:
         elif isinstance(node, yaml.MappingNode):
             stack.extend((c, d + 1) for pair in node.value for c in pair)
     return deepest
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """A SafeLoader that refuses a key given twice in one mapping (ReadRefused naming it and
+    its line): a typo or a pasted block is an error, never a silent last-one-wins."""
+
+
+def _unique_mapping(loader: UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # <<: *base, as topology files accept
+            continue
+        key = loader.construct_object(key_node)
+        if key in seen:
+            raise ReadRefused(f"key {shorten(repr(key), 60)} appears twice (line "
+                              f"{key_node.start_mark.line + 1})")  # fmt: skip
+        seen.add(key)
+    return loader.construct_mapping(node)
+
+
+UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
 
 
 def yaml_load(

@@ -301,14 +301,32 @@ def read_all() -> dict[str, dict[str, Any]]:
 def build(data: Mapping[str, Mapping[str, Any]], name: str, engine: str = "ideal") -> Calibration:
     """A calibration from parsed data files (:func:`read_all`, maybe with an engine's
     overrides); ``engine`` names the engine profile it stands for."""
+    kernels = _kernels(data["kernels"])
+    collectives = _collectives(data["nccl"], data["deepep"])
+    eng = _engine(data["engine"], engine)
+    # the GPU architectures the calibration knows are those with tiles (kernels.yaml): a
+    # table keyed by another (a typo, "hoper") would be silently unused
+    archs = {str(a) for a in entry(data["kernels"], "tiles", "kernels.yaml")} - {"default"}
+    known = ", ".join(["default", *sorted(archs)])
+    for arch in collectives.host_enqueue:
+        if arch != "default" and arch not in archs:
+            raise CalibrationError(
+                f"nccl.yaml.host_enqueue: unknown architecture {arch!r} (known: {known})"
+            )
+    for arch in eng.pdl_archs:
+        if arch not in archs:
+            raise CalibrationError(
+                f"engine.yaml.pdl_archs: unknown architecture {arch!r} (known: "
+                f"{', '.join(sorted(archs))})"
+            )
     return Calibration(
         name,
-        _kernels(data["kernels"]),
+        kernels,
         _launch(data["launch"]),
-        _collectives(data["nccl"], data["deepep"]),
+        collectives,
         _links(data["links"]),
         _memory(data["memory"]),
-        _engine(data["engine"], engine),
+        eng,
     )
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 from tpsim.calibration.bounded import (
     ReadRefused,
+    UniqueKeyLoader,
     did_you_mean,
     read_text,
     shorten,
@@ -151,7 +152,7 @@ def _overrides(
         raise CalibrationError(f"engine={show(name_or_path)}: extends itself ({loop})")
     text, where = _profile_text(name_or_path)
     try:
-        data = yaml_load(text, max_nodes=100_000)
+        data = yaml_load(text, UniqueKeyLoader, max_nodes=100_000)
     except (ReadRefused, ValueError) as e:  # aliases past the bound, a 5000-digit number
         raise CalibrationError(f"{where}: {shorten(str(e))}") from None
     except yaml.YAMLError as e:
@@ -164,8 +165,13 @@ def _overrides(
         if key not in PROFILE_KEYS:
             raise CalibrationError(f"{where}: {key}: unknown key; keys: {', '.join(PROFILE_KEYS)}")
     name = data.get("name")
-    if not isinstance(name, str) or not name.strip():
-        raise CalibrationError(f"{where}: name={name!r}: must be a non-empty string")
+    if not isinstance(name, str) or not name.strip() or not name.isprintable():
+        raise CalibrationError(
+            f"{where}: name={shorten(repr(name), 60)}: must be a non-empty string on one line "
+            "(no control characters)"
+        )
+    if not isinstance(data.get("about", ""), str):
+        raise CalibrationError(f"{where}: about={shorten(repr(data['about']), 60)}: must be text")
     chain: list[tuple[str, dict[str, Any]]] = []
     if "extends" in data:
         base = data["extends"]

@@ -388,6 +388,8 @@ def _report(a: argparse.Namespace) -> int:
     if a.results is None and a.model is None:
         raise ConfigError("report: give a results file, or run's flags (--model, --topology, --tp)")
     rows = read_rows(a.results) if a.results is not None else []
+    if a.results is not None and not rows:
+        raise ConfigError(f"report: the results file {a.results} has no rows")  # as plot says
     runs = []
     if a.model is not None:
         for entry, result in _simulate(a, 1):

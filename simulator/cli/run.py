@@ -176,6 +176,16 @@ def _run(a: argparse.Namespace) -> int:
         nodes=a.nodes,
         link_usage=a.trace is not None,
     )
+    if a.kernel_table:
+        from tpsim.core.kernels.kernel_table import load
+
+        gpu = str(result.summary["config"]["gpu"])
+        known = load(a.kernel_table).gpus
+        if gpu.lower() not in known:
+            warn(
+                f"--kernel-table {a.kernel_table} has no rows for {gpu} (its GPUs: "
+                f"{', '.join(sorted(known))}): every kernel is modelled"
+            )
     title = report.title(result.summary)
     if a.gantt and isinstance(a.gantt_layers, tuple):
         lo, hi = a.gantt_layers

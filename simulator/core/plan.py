@@ -184,6 +184,11 @@ def resolve(
     check_tp(spec, layout.tp, gpu_count)
     tp, pp = layout.tp, layout.pp
     histogram: tuple[tuple[float, ...], ...] = ()
+    if layout.moe_tp and not spec.is_moe:  # as --ep and --attention-dp are (expert_split)
+        raise ConfigError(
+            f"moe_tp={layout.moe_tp}: {spec.name} has no experts (a dense model; use --tp, "
+            "--pp and --dp)"
+        )
     if options.routing is not None:
         if not spec.is_moe:
             raise ConfigError(f"routing={options.routing}: {spec.name} has no experts to route")

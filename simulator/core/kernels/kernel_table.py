@@ -110,6 +110,11 @@ class KernelTable:
     ops: dict[OpKey, Grid]
     bound: Shape | None = None
 
+    @property
+    def gpus(self) -> set[str]:
+        """The GPUs the table has rows for (lower case, as rows are matched)."""
+        return {k[1] for k in self.rows} | {k[1] for k in self.ops}
+
     def points(self, op: str, gpu: str, dtype: str, n: int, k: int) -> Points:
         g = gpu.lower()
         return self.rows.get((op, g, dtype, n, k)) or self.rows.get(("gemm", g, dtype, n, k), ())
@@ -215,6 +220,8 @@ def load(spec: str | Path) -> KernelTable:
     for path in files:
         name = str(path)
         kind, points = parse(name, _read(path))
+        if not points:
+            raise ConfigError(f"kernel_table={shorten(name, 100)!r}: a header and no rows")
         vidur = kind.startswith("vidur")  # Vidur's files repeat points: their median
         for p in points:
             key: object = (

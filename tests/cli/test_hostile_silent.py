@@ -1,0 +1,100 @@
+"""Inputs that were read otherwise than written, silently (a fourth adversarial round): a key
+given twice in an engine profile or a grid, an architecture name no GPU has, a profile name
+that breaks the header, a header-only kernel table, a trace whose columns are ambiguous or
+whose times run for millennia, an empty results file under ``report``, ``--moe-tp`` on a
+dense model. Each exits 2 with one line naming the field and the value, and writes nothing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tpsim.cli import main
+
+RUN = ["run", "--model", "llama-3.1-8b", "--topology", "dgx-h100", "--tp", "2"]
+SERVE = ["serve", "--model", "llama-3.1-8b", "--topology", "dgx-h100", "--tp", "1"]
+PROFILE = "name: my\nextends: vllm\noverrides:\n"
+
+CASES = {
+    "profile extends twice": (
+        "p.yaml", "name: my\nextends: vllm\nextends: trtllm\noverrides: {}\n",
+        [*RUN, "--engine", "{f}"], "key 'extends' appears twice (line 3)",
+    ),
+    "profile entry twice": (
+        "p.yaml", PROFILE + "  engine:\n    host_overlap: {value: 0.1, source: a}\n"
+        "    host_overlap: {value: 0.9, source: b}\n",
+        [*RUN, "--engine", "{f}"], "key 'host_overlap' appears twice (line 6)",
+    ),
+    "grid key twice": (
+        "g.yaml", "model: [llama-3.1-8b]\nmodel: [llama-3.1-70b]\n",
+        ["sweep", "--grid", "{f}", "--out", "{d}/o.csv"], "key 'model' appears twice",
+    ),
+    "host_enqueue architecture typo": (
+        "p.yaml", PROFILE + "  nccl:\n    host_enqueue:\n      value: {hoper: {gpu_us: 400, "
+        "channel_us: 0.3, ring_channels: 24}}\n      source: x\n",
+        [*RUN, "--engine", "{f}"], "host_enqueue: unknown architecture 'hoper'",
+    ),
+    "pdl architecture unknown": (
+        "p.yaml", PROFILE + "  engine:\n    pdl_archs: {value: [banana], source: x}\n",
+        [*RUN, "--engine", "{f}"], "pdl_archs: unknown architecture 'banana'",
+    ),
+    "profile name on two lines": (
+        "p.yaml", 'name: "a\\nb"\nextends: vllm\noverrides: {}\n',
+        [*RUN, "--engine", "{f}"], "name='a\\nb': must be a non-empty string on one line",
+    ),
+    "profile about not text": (
+        "p.yaml", "name: x\nabout: 5\nextends: vllm\noverrides: {}\n",
+        [*RUN, "--engine", "{f}"], "about=5: must be text",
+    ),
+    "kernel table header only": (
+        "k.csv", "gpu,op,dtype,m,n,k,time_us\n",
+        [*RUN, "--kernel-table", "{f}"], "a header and no rows",
+    ),
+    "trace column twice": (
+        "t.csv", "arrival_s,prompt_tokens,output_tokens,prompt_tokens\n0,100,10,5000\n",
+        [*SERVE, "--trace", "{f}"], "column 'prompt_tokens' appears twice",
+    ),
+    "trace two prompt columns": (
+        "t.csv", "arrival_s,ContextTokens,prompt_tokens,output_tokens\n0,100,100,10\n",
+        [*SERVE, "--trace", "{f}"], "columns ContextTokens and prompt_tokens both give",
+    ),
+    "trace for millennia": (
+        "t.csv", "arrival_s,prompt_tokens,output_tokens\n0,100,10\n1e300,100,10\n",
+        [*SERVE, "--trace", "{f}"], "row 2: arrives 1e+300 s after the first",
+    ),
+    "report of an empty results file": (
+        "r.csv", "", ["report", "{f}", "--out", "{d}/r.html"], "has no rows",
+    ),
+    "moe-tp on a dense model": (
+        "", "", [*RUN, "--moe-tp", "2"], "moe_tp=2: llama-3.1-8b has no experts",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_an_input_read_otherwise_than_written_is_refused(
+    case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name, text, argv, says = CASES[case]
+    work = tmp_path / "in"
+    work.mkdir()
+    f = work / name if name else work / "unused"
+    f.write_text(text)
+    before = sorted(p.name for p in work.iterdir())
+    args = [a.replace("{f}", str(f)).replace("{d}", str(work)) for a in argv]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("tpsim: error: ") and says in err, err
+    assert sorted(p.name for p in work.iterdir()) == before  # nothing written
+
+
+def test_a_kernel_table_with_no_row_for_the_gpu_is_said(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A misspelt GPU (h100-sxn) matched nothing: the run was the modelled one, unsaid."""
+    f = tmp_path / "k.csv"
+    f.write_text("gpu,op,dtype,m,n,k,time_us\nh100-sxn,mlp_up,bf16,1,28672,4096,43\n")
+    assert main([*RUN, "--kernel-table", str(f)]) == 0
+    err = capsys.readouterr().err
+    assert "has no rows for h100-sxm (its GPUs: h100-sxn): every kernel is modelled" in err
