@@ -110,6 +110,23 @@ def simulate(
     )
 
 
+def network_of(graph: nx.DiGraph) -> dict[str, float] | None:
+    """The network a multi-host graph joins its hosts over, as simulated: NICs per host, one
+    NIC's rate (Gb/s; where a host has more NICs than GPUs, each GPU's link pools its share)
+    and the NIC-to-NIC latency (us). None for one host."""
+    if "ib_switch" not in graph:
+        return None
+    nics = [n for n, d in graph.nodes(data=True) if d.get("kind") == "nic" and d.get("host") == 0]
+    if not nics:
+        return None
+    edge = graph.edges[nics[0], "ib_switch"]
+    return {
+        "nics_per_node": len(nics),
+        "nic_gbps": float(f"{edge['bandwidth_Bps'] * 8 / 1e9:.12g}"),
+        "latency_us": float(f"{2 * edge['latency_s'] * 1e6:.12g}"),
+    }
+
+
 def summarize(
     plan: RunPlan, records: list[Record], path: list[Record], engine: EngineStats
 ) -> Summary:
@@ -165,6 +182,7 @@ def summarize(
         launch_effective=plan.launch,
         placement=None if isinstance(plan.comms, Comms) else placement(plan.comms, layout),
         precision_note=plan.precision.note(plan.gpu.name),
+        network=network_of(graph),
     )
     split = plan.split
     return Summary(

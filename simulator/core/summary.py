@@ -197,6 +197,9 @@ class RunConfig:
     #: how 8- and 4-bit weights run on this GPU (Precision.note; '' for 16-bit runs):
     #: said in the run's text, not in the JSON
     precision_note: str = ""
+    #: hosts joined over a network: its NICs per host, each one's rate and the one-way
+    #: NIC-to-NIC latency, as simulated (None on one host)
+    network: dict[str, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -212,6 +215,8 @@ class RunConfig:
         }
         if self.placement is not None:
             out["placement"] = [p.to_dict() for p in self.placement]
+        if self.network is not None:
+            out["network"] = dict(self.network)
         out["workload"] = asdict(self.workload)
         out["options"] = asdict(self.options) | {"dtype": self.dtype, "kv_dtype": self.kv_dtype}
         out["launch_effective"] = self.launch_effective

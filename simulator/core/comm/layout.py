@@ -90,10 +90,14 @@ def place(
         order = [r for h in sorted(hosts) for r in hosts[h]]
     need = tp * pp * dp
     if need > len(order):
-        raise ConfigError(
-            f"tp*pp*dp={tp}*{pp}*{dp}={need}: more than the {len(order)} GPUs of {name} "
-            "(add hosts: --nodes, or nodes= in the API)"
+        taken = (
+            f"the {len(order)} GPUs gpus_per_node={per_host} takes of {name}'s "
+            f"{routes.num_ranks} ({per_host} from each of its {len(hosts)} hosts; add hosts "
+            "with --nodes, or place the ranks with --placement)"
+            if per_host and len(order) < routes.num_ranks
+            else f"the {len(order)} GPUs of {name} (add hosts: --nodes, or nodes= in the API)"
         )
+        raise ConfigError(f"tp*pp*dp={tp}*{pp}*{dp}={need}: more than {taken}")
     return tuple(order[:need])
 
 
