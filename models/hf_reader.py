@@ -141,10 +141,7 @@ FP8_METHODS = ("fp8", "fbgemm_fp8")
 #: (AutoAWQ's and AutoGPTQ/GPTQModel's checkpoints; vLLM runs both with Marlin: ``int4``).
 INT4_METHODS = ("awq", "gptq")
 #: The quantisations of :func:`linear_dtype` in words, for its refusals.
-MODELLED_QUANT = (
-    "fp8, fbgemm_fp8, awq or gptq 4-bit in groups of 128, compressed-tensors with 8-bit "
-    "float, NVFP4 or 4-bit integer weights, modelopt FP8 or NVFP4"
-)
+MODELLED_QUANT = "fp8, fbgemm_fp8, awq/gptq int4 g128, compressed-tensors fp8/NVFP4/W4A16, modelopt"
 
 
 def linear_dtype(r: Reader) -> str:
@@ -200,7 +197,11 @@ def _compressed_tensors(r: Reader, q: dict[str, Any]) -> str:
             found.add("fp8")
         elif form == ("float", 4) and weights.get("group_size") == 16:
             found.add("fp4")
-        elif form == ("int", 4) and not group.get("input_activations"):  # W4A16
+        elif form == ("int", 4):  # W4A16 (integer activations are not modelled)
+            acts = group.get("input_activations")
+            if acts:
+                raise r.fail(f"quantization_config.config_groups.{name}.input_activations",
+                             acts, "integer activations (W4A8) not modelled; W4A16 is")  # fmt: skip
             _int4_group(r, key, weights.get("group_size"))
             found.add("int4")
         else:

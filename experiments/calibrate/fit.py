@@ -133,14 +133,14 @@ def calibrate(
     source = str(csv_path)
     if len(points) < 2:
         raise ConfigError(f"{source}: 1 point; at least 2 are needed (one left out at a time)")
-    if len({p.same_point for p in points}) < 2:
+    calibration.profile(base)  # an unknown or malformed base is refused before any work
+    points, oom = _runnable(points, base, source)
+    if len({p.same_point for p in points}) < 2:  # of the points that can run as stated
         raise ConfigError(
             f"{source}: rows {', '.join(str(p.row) for p in points)} all measure one point; "
             "at least 2 different points are needed (one left out at a time)"
         )
-    calibration.profile(base)  # an unknown or malformed base is refused before any work
-    points, oom = _runnable(points, base, source)
-    check_physical(points, source)  # of the points that can run as stated
+    check_physical(points, source)
     oom += _repeated(points) + ignored_cells(points)
     with (
         tempfile.TemporaryDirectory(prefix="tpsim-calibrate-") as tmp,

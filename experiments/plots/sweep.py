@@ -77,6 +77,8 @@ CATEGORY_COLOURS = {
 }
 LINE_COLOURS = style.LINE_COLOURS
 MARKERS = ["o", "s", "^", "D", "v", "P", "X"]
+#: past the 7 colours, each round of them in its own line style
+LINE_STYLES = ["-", "--", ":", "-."]
 HOST_BOUNDARY = "host-boundary"  # the gid of the line where a TP group leaves its host
 
 
@@ -168,9 +170,10 @@ def draw_throughput_vs_tp(rows: Sequence[Row], *, title: str) -> Figure:
         )
         split = f", split over {spread} hosts" if spread else ""
         label = f"batch {batch}{_extra_layout((0, *rest))}{split}"
-        style = {"color": LINE_COLOURS[i % 7], "marker": MARKERS[i % 7], "label": label}
-        ax1.plot([p[0] for p in pts], [p[1] for p in pts], "-", **style)
-        ax2.plot([p[0] for p in pts], [p[2] for p in pts], "-", **style)
+        style = {"color": LINE_COLOURS[i % 7], "marker": MARKERS[i % 7], "label": label,
+                 "linestyle": LINE_STYLES[i // 7 % len(LINE_STYLES)]}  # fmt: skip
+        ax1.plot([p[0] for p in pts], [p[1] for p in pts], **style)
+        ax2.plot([p[0] for p in pts], [p[2] for p in pts], **style)
     for ax, label in ((ax1, "tokens/s (whole TP group)"), (ax2, "tokens/s per GPU")):
         _style(ax, "TP degree (GPUs)", label, _tps(good))
         _plain_log_y(ax)
@@ -289,7 +292,7 @@ def _tp_line(ax: Any, i: int, label: str, rows: Sequence[Row]) -> None:
         ax.plot(
             [p[0] for p in pts],
             [p[1] for p in pts],
-            "-",
+            linestyle=LINE_STYLES[i // 7 % len(LINE_STYLES)],
             color=LINE_COLOURS[i % 7],
             marker=MARKERS[i % 7],
             label=label,

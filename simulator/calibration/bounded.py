@@ -202,6 +202,12 @@ def _unique_mapping(loader: UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any
         if key_node.tag == "tag:yaml.org,2002:merge":  # <<: *base, as topology files accept
             continue
         key = loader.construct_object(key_node)
+        try:
+            hash(key)
+        except TypeError:  # a list or mapping as a key: no setting is named so
+            raise ReadRefused(
+                f"a {type(key).__name__} as a key (line {key_node.start_mark.line + 1})"
+            ) from None
         if key in seen:
             raise ReadRefused(f"key {shorten(repr(key), 60)} appears twice (line "
                               f"{key_node.start_mark.line + 1})")  # fmt: skip

@@ -22,6 +22,10 @@ class TileShape:
     mma_m: int
     cluster_m: int = 1
     cluster_n: int = 1
+    #: the kernel splits its tiles' K loops into blocks of this depth and spreads them
+    #: evenly over the SMs (Marlin's striped partition, a global reduction joining the
+    #: pieces of a tile): no wave quantisation beyond one block (0: one CTA per tile)
+    stripe_k: int = 0
 
 
 @dataclass(frozen=True)

@@ -176,6 +176,13 @@ def _run(a: argparse.Namespace) -> int:
         nodes=a.nodes,
         link_usage=a.trace is not None,
     )
+    stored = str(result.summary["config"]["model"]["dtype"])
+    if a.dtype and stored in ("fp8", "fp4", "int4") and a.dtype != stored:
+        warn(
+            f"--dtype {a.dtype} runs the checkpoint's {stored} linear layers as {a.dtype} "
+            "(tpsim's --dtype sets the weights; vLLM's only the activations): leave it out "
+            "to run the checkpoint as stored"
+        )
     if a.kernel_table:
         from tpsim.core.kernels.kernel_table import load
 

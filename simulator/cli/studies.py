@@ -334,7 +334,10 @@ def _calibrate(a: argparse.Namespace) -> int:
     from tpsim.experiments.calibrate.measurements import check_physical, read_points
 
     held = read_points(a.predict) if a.predict is not None else []  # refused before the fit
-    check_physical(held, str(a.predict))
+    from tpsim.experiments.calibrate.simulate import fits
+
+    # as the fit's own: of the points that can run as stated (the others are priced, said)
+    check_physical([p for p in held if fits(p, a.engine)], str(a.predict))
     named = {(p.model, p.topology) for p in [*read_points(Path(a.measurements)), *held]}
     paths.check_not_an_input(
         out,

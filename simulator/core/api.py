@@ -120,9 +120,12 @@ def network_of(graph: nx.DiGraph) -> dict[str, float] | None:
     if not nics:
         return None
     edge = graph.edges[nics[0], "ib_switch"]
+    net = graph.graph.get("network")
+    count = (net.nics_per_node if net is not None else None) or len(nics)
+    pooled = max(1.0, count / len(nics))  # more NICs than GPUs: a GPU's link pools its share
     return {
-        "nics_per_node": len(nics),
-        "nic_gbps": float(f"{edge['bandwidth_Bps'] * 8 / 1e9:.12g}"),
+        "nics_per_node": count,
+        "nic_gbps": float(f"{edge['bandwidth_Bps'] / pooled * 8 / 1e9:.12g}"),
         "latency_us": float(f"{2 * edge['latency_s'] * 1e6:.12g}"),
     }
 
@@ -134,16 +137,18 @@ def summarize(
     spec, layout, workload = plan.model, plan.layout, plan.workload
     tp, pp, dp = layout.tp, layout.pp, layout.dp
     if pp > 1:
-        per_replica = tp * pp
+        stride = tp * layout.attention_dp  # a stage's ranks: its attention-DP groups' TP ranks
+        per_replica = stride * pp
         end = path[-1].rank if path else 0
         d = end // per_replica
-        last = set(range(d * per_replica + (pp - 1) * tp, (d + 1) * per_replica))
+        first = d * per_replica
+        stages = [set(range(first + k * stride, first + (k + 1) * stride)) for k in range(pp)]
+        last = stages[-1]
         parts = metrics.pipeline_breakdown(records, path, last)
         fill = metrics.pipeline_tail(path, last)
-        first = d * per_replica
-        stage_s = tuple(metrics.stage_times(
-            records, [set(range(first + k * tp, first + (k + 1) * tp)) for k in range(pp)]
-        ))  # fmt: skip
+        # one batch's time in each stage (with micro-batches a stage serves several: no one
+        # batch's share, and the pipeline is its own schedule)
+        stage_s = tuple(metrics.stage_times(records, stages)) if layout.micro_batches == 1 else None
     else:
         parts = metrics.breakdown(records, path)
         fill = 0

@@ -181,9 +181,10 @@ def stage_times(records: Sequence[Record], stages: Sequence[set[int]]) -> list[f
     out = []
     for k, ranks in enumerate(stages):
         mine = [r for r in records if r.rank in ranks]
-        if k:
-            start = max((r.end_s for r in mine if r.name == "pp_recv"), default=0.0)
-        else:
+        recvs = [r.end_s for r in mine if r.name == "pp_recv"]
+        if k and recvs:
+            start = max(recvs)
+        else:  # the first stage (or one that receives nothing): from its first kernel
             start = min((r.start_s for r in mine if r.stream != "cpu"), default=0.0)
         out.append(max((r.end_s for r in mine), default=start) - start)
     return out

@@ -120,8 +120,10 @@ def _engines_help() -> str:
 
 
 _DTYPE = (
-    "weights and activations (default: the model's); fp4: NVFP4 weights, run on fp4 tensor "
-    "cores (Blackwell), else dequantised to fp8 (Hopper, Ada) or 16-bit (Ampere)"
+    "the linear layers' weights, and their inputs where the GPU computes in it (default: the "
+    "model's, a quantised checkpoint's as stored); fp4: NVFP4 weights, run on fp4 tensor "
+    "cores (Blackwell), else dequantised to fp8 (Hopper, Ada) or 16-bit (Ampere); int4: "
+    "AWQ/GPTQ 4-bit weights, run weight-only at 16 bits (Marlin)"
 )
 
 #: Every option of ``tpsim run``. Its order is the grid's expansion order and the order of
@@ -227,8 +229,8 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
         "kv_dtype",
         "choice",
         "options",
-        "KV cache (default: --dtype; with fp4, fp8 where the GPU has fp8 tensor cores; an "
-        "fp8 checkpoint run as stored: 16-bit)",
+        "KV cache (default: --dtype; with fp4, fp8 where the GPU has fp8 tensor cores; with "
+        "int4, or an fp8 checkpoint run as stored: 16-bit)",
         choice_check("kv_dtype", KV_DTYPES, optional=True),
         choices=KV_DTYPES,
     ),

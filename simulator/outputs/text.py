@@ -213,7 +213,7 @@ def layout_lines(s: Summary) -> list[str]:
     if lay.pp > 1 and lay.micro_batches == 1 and s.config.workload.phase == "decode" and in_flight:
         b = s.config.workload.batch
         tpot = pipelined_tpot(s.latency_s, max(s.stage_s or (s.latency_s,)), lay.pp)
-        rate = lay.dp * lay.pp * b / tpot
+        rate = lay.dp * lay.attention_dp * lay.pp * b / tpot
         stages = s.memory_per_stage or (s.memory,)
         # the other batches' KV caches beside this one's, on every stage
         need = max(m.total_bytes_per_gpu + (lay.pp - 1) * m.kv_cache_bytes_per_gpu for m in stages)

@@ -98,3 +98,22 @@ def test_a_kernel_table_with_no_row_for_the_gpu_is_said(
     assert main([*RUN, "--kernel-table", str(f)]) == 0
     err = capsys.readouterr().err
     assert "has no rows for h100-sxm (its GPUs: h100-sxn): every kernel is modelled" in err
+
+
+def test_a_list_as_a_key_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "p.yaml"
+    f.write_text("name: x\nabout: y\nextends: vllm\n? [a, b]\n: 1\n")
+    assert main([*RUN, "--engine", str(f)]) == 2
+    assert "a list as a key (line 4)" in capsys.readouterr().err
+
+
+def test_the_json_names_the_network_as_configured() -> None:
+    """16 NICs of 200 Gb/s per host pool two a GPU: said as 16 of 200, not 8 of 400."""
+    from tpsim import Layout, Workload, simulate
+    from tpsim.topologies.io import get_topology
+    from tpsim.topologies.network import Network
+
+    g = get_topology("dgx-h100", 2, Network(nic_Bps=25e9, nics_per_node=16))
+    r = simulate("llama-3.1-8b", g, Layout(16), Workload(8))
+    assert r.summary["config"]["network"] == {"nics_per_node": 16, "nic_gbps": 200.0,
+                                              "latency_us": 1.2}  # fmt: skip

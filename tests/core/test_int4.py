@@ -86,3 +86,43 @@ def test_run_prints_the_w4a16_line() -> None:
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     assert "precision     linear weights int4" in out and "(W4A16)" in out
+
+
+@pytest.mark.parametrize("gpu", ["h100-sxm", "b200"])
+def test_int4_gemms_run_in_marlin_s_16_row_blocks(gpu: str) -> None:
+    """A decode token's int4 GEMM was padded to Hopper's and Blackwell's 64-row wgmma tiles:
+    4x the arithmetic, priced compute-bound beside its 4-bit weight read (70B TP 2 on H100
+    at batch 1, 72% compute). In Marlin's m16 blocks it is memory-bound, and 65 rows cost
+    80 rows' arithmetic, not 128's."""
+    g = GPUS[gpu]
+    opts = Options(dtype="int4")
+    prec = run_precision(opts, MODELS["llama-3.1-70b"], g)
+    hw = hardware_for(g, prec.math, opts.calibration.kernels, kv_dtype=prec.kv)
+    from tpsim.core.kernels.costs import gemm
+
+    one = gemm(1, 28672, 8192, hw, act_bytes=2, w_bytes=prec_bytes(prec))
+    assert one.category == "memory"
+    at64, at65 = (gemm(m, 28672, 8192, hw, act_bytes=2, w_bytes=prec_bytes(prec)).seconds
+                  for m in (64, 65))  # fmt: skip
+    assert at65 < 1.45 * at64
+
+
+def prec_bytes(prec: object) -> float:
+    return DTYPE_BYTES[prec.weights]  # type: ignore[attr-defined]
+
+
+def test_a_dtype_over_a_quantised_checkpoint_is_said(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """vLLM's --dtype sets the activations of an AWQ checkpoint; tpsim's sets its weights:
+    run with --dtype bf16, the checkpoint is dequantised, and the run says so."""
+    from tpsim.cli import main
+
+    cfg = {**json.loads((CONFIGS / "mixtral-8x7b.json").read_text()), "quantization_config": AWQ}
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps(cfg))
+    argv = ["run", "--model", str(f), "--topology", "dgx-h100", "--tp", "4"]
+    assert main([*argv, "--dtype", "bf16"]) == 0
+    assert (
+        "--dtype bf16 runs the checkpoint's int4 linear layers as bf16" in capsys.readouterr().err
+    )
+    assert main(argv) == 0
+    assert "warning" not in capsys.readouterr().err

@@ -99,3 +99,20 @@ def test_the_slowest_stage_sets_the_pipeline_s_rate_wherever_it_sits(layers: tup
 
     line = next(ln for ln in summary_text(s).splitlines() if "in flight" in ln)
     assert f"{2 * 32 / (2 * big):,.0f} tokens/s" in line
+
+
+def test_a_stage_of_attention_dp_groups_is_timed_over_all_its_ranks() -> None:
+    """With attention DP a stage is tp x attention_dp ranks: taking tp of them timed other
+    groups' ranks (Qwen3-30B-A3B, 40 + 8 layers: 1.13 ms for the 40-layer stage, not 4.9),
+    and the in-flight rate left the groups' batches out."""
+    from tpsim.outputs.text import summary_text
+
+    lay = Layout(2, pp=2, attention_dp=2, pp_layers=(40, 8))
+    s = simulate("qwen3-30b-a3b", "dgx-h100", lay, Workload(2, "decode", 512, 1024)).typed
+    assert s.stage_s is not None and s.stage_s[0] > 3 * s.stage_s[1]
+    assert s.breakdown.bubble is not None and s.breakdown.bubble < s.latency_s
+    line = next(ln for ln in summary_text(s).splitlines() if "in flight" in ln)
+    assert f"{2 * 2 * 2 / (2 * s.stage_s[0]):,.0f} tokens/s" in line
+    micro = simulate("llama-2-7b", "dgx-h100", Layout(2, pp=2, micro_batches=2),
+                     Workload(8, "decode", 512, 1024)).typed  # fmt: skip
+    assert micro.stage_s is None  # a stage serves several micro-batches: no one batch's share

@@ -234,7 +234,7 @@ def test_a_quantised_checkpoint_is_sized_in_its_format(quant: dict, dtype: str) 
                     }
                 },
             },
-            r"config_groups.g.weights='int 4-bit'.*not modelled",
+            r"config_groups.g.input_activations=.*integer activations \(W4A8\) not modelled",
         ),
         ({"quant_method": "compressed-tensors"}, r"config_groups=None.*must be an object"),
         ([1, 2], r"^quantization_config=\[1, 2\].*quant_method string"),

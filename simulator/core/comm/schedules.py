@@ -215,9 +215,16 @@ def predict(fab: Fabric, sched: Schedule) -> float:
     it: the base latency, then step by step each send takes its latency and the step's
     heaviest link load (bytes over capacity) or its slowest capped flow; a rank's step ends
     when what it receives has arrived and its own sends have landed, or for a send across
-    the network, left (the NIC carries it on: tpsim.core.engine.simulation). With every
-    send in one host this is the lockstep sum of the steps' longest latency and heaviest
-    load; a ring over hosts pays the network's latency where its chunks cross."""
+    the network, left (the NIC carries it on: tpsim.core.engine.simulation). Latencies add
+    up along the chain of arrivals: a ring over hosts pays the network's where its chunks
+    cross. Where every send has one latency (one host, one kind of link) this is the
+    lockstep sum of the steps' latency and heaviest load, exact for symmetric schedules;
+    else it can differ from the engine: a send is charged the step's heaviest load, not its
+    own links' (over hosts, an NVLink send the network's: the closed form is then above the
+    engine at mid sizes, 4 MiB on 2 DGX H100 +34%). Pricing each send by its own links
+    matched the engine over two hosts but moved NCCL's choice of tree over ring at
+    128-512 KiB, which the 2-node measurements (nccltests_multinode_allreduce.csv) do not
+    support: kept as is."""
     costs = step_costs(fab, sched)
     done = [0.0] * len(sched.steps)  # each rank's end of its last step
     end = 0.0

@@ -248,12 +248,15 @@ def gemm(
     flops = 2.0 * m * n * k
     nbytes = round(m * k * act_bytes + k * n * w_bytes + m * n * out_b)
     tr = hw.traits
+    tiles = hw.tile
+    if tiles is not None and w_bytes < 1 and act_bytes >= 2:  # 4-bit weights, 16-bit math
+        tiles = (*tiles, *MARLIN_TILES)
     t = compute_seconds(
         m,
         n,
         k,
         peak_flops=hw.matmul_flops * tr.matmul_fraction,
-        tile=hw.tile,
+        tile=tiles,
         sm_count=hw.sm_count,
         split_k_min=hw.split_k_min,
         feed=Feed(hw.l2_Bps, act_bytes, w_bytes),
@@ -261,6 +264,15 @@ def gemm(
     return _priced(t, nbytes, flops, hw, stream=tr.gemm_stream_efficiency, fixed_s=tr.gemm_fixed_s)
 
 
+#: The blocks of the W4A16 kernels that run 4-bit weights at 16-bit math (Marlin: vLLM's
+#: awq_marlin, gptq_marlin, and its fp4 and MXFP4 Marlin paths): mma.sync m16n8k16 on every
+#: NVIDIA GPU since Ampere, Hopper's and Blackwell's too, 16 rows per m-block and up to 4
+#: m-blocks a CTA (thread_m_blocks), 256 columns, K in blocks of 64, its tiles' K blocks
+#: striped evenly over the SMs with a global reduction (IST-DASLab/marlin README: "near-ideal
+#: ~4x speedups up to batchsizes of 16-32 tokens"; its "striped" partitioning). Without them
+#: a Hopper prices a decode token padded to wgmma's 64 rows: 4x the arithmetic, compute-bound
+#: beside 4-bit weight reads.
+MARLIN_TILES = tuple(TileShape(rows, 256, 16, stripe_k=64) for rows in (16, 32, 64))
 #: The fused MoE kernel's block at small batch with 16-bit math (bf16/fp16, and 4-bit
 #: weights dequantised to 16 bits): 16 rows (a token or two per expert) by 32 columns, on
 #: mma.sync m16n8k16 on every NVIDIA GPU since Ampere. vLLM's and SGLang's Triton fused_moe

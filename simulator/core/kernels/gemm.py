@@ -101,6 +101,11 @@ def tile_seconds(
     """Tensor-core time of the GEMM run with one kernel, ``tile``: waves of the longer of a
     tile's math and its operand feed."""
     p = plan(m, n, k, tile, sm_count, split_k_min)
+    if tile.stripe_k:  # K blocks of every tile spread evenly over the SMs
+        blocks = p.tiles * math.ceil(k / tile.stripe_k)
+        p = TilePlan(p.tile_m, p.tile_n, p.tiles, k, k / math.ceil(k / tile.stripe_k), 1)
+        rounds = math.ceil(blocks / sm_count - 1e-9)
+        p = TilePlan(p.tile_m, p.tile_n, p.tiles, k, p.k_slice, max(rounds, 1))
     per_tile = 2.0 * p.tile_m * p.tile_n * p.k_slice / (peak_flops / sm_count)
     if feed.l2_Bps > 0:
         # bytes of A and B per unit of K, less what cluster multicast shares; the rows of a

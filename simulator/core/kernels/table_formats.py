@@ -37,7 +37,7 @@ ATTENTION_OPS = ("attn_prefill", "attn_decode")
 #: Operators an ``ops`` table may hold: the lowering's kernel names (``attn`` split by phase).
 OPS = ("qkv_proj", "o_proj", "mlp_up", "mlp_down", "input_norm", "post_attn_norm",
        "final_norm", "residual", "act", "rotary", "embedding", *ATTENTION_OPS)  # fmt: skip
-DTYPES = ("bf16", "fp16", "fp8", "fp4")  # fp4: NVFP4 weights (--dtype fp4)
+DTYPES = ("bf16", "fp16", "fp8", "fp4", "int4")  # fp4: NVFP4 weights; int4: AWQ/GPTQ (W4A16)
 #: Vidur's operator columns and the lowering's kernel each one measures.
 VIDUR_OPS = {
     "attn_pre_proj": "qkv_proj",
