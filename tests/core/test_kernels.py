@@ -282,7 +282,7 @@ def test_table_overrides_the_roofline_in_a_run() -> None:
         ("gpu,op,dtype,m,n,time_us\n", r"row 1: column='k': missing"),
         ("gpu,op,dtype,m,n,k,time_us,x\n", r"row 1: column='x': unknown"),
         (HEADER + "g,gemm,bf16,1,2,3,4\ng,gemm,bf16,x,2,3,4\n", r"row 3: m='x': must be a pos"),
-        (HEADER + "g,gemm,int4,1,2,3,4\n", r"row 2: dtype='int4'"),
+        (HEADER + "g,gemm,int3,1,2,3,4\n", r"row 2: dtype='int3'"),
         (HEADER + "g,attn,bf16,1,2,3,4\n", r"row 2: op='attn'"),
         (HEADER + "g,gemm,bf16,1,2,3,-4\n", r"row 2: time_us='-4'"),
         (HEADER + "g,gemm,bf16,1,2,3\n", r"row 2: row='g,gemm,bf16,1,2,3': has 6 fields"),
