@@ -302,9 +302,12 @@ class _Run:
         if deliver is not None:
             arrived.callbacks.append(deliver)
 
+        def arrive(_e: object) -> None:
+            arrived.succeed()
+
         def land(_e: object) -> None:
             if snd.latency_s > 0:
-                env.timeout(snd.latency_s).callbacks.append(lambda _t: arrived.succeed())
+                env.timeout(snd.latency_s).callbacks.append(arrive)
             else:
                 arrived.succeed()
 
