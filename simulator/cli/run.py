@@ -176,6 +176,8 @@ def _run(a: argparse.Namespace) -> int:
         nodes=a.nodes,
         link_usage=a.trace is not None,
     )
+    if a.overlap_chunks and a.overlap != "chunked":
+        warn(f"--overlap-chunks {a.overlap_chunks} applies to --overlap chunked only; ignored")
     stored = str(result.summary["config"]["model"]["dtype"])
     if a.dtype and stored in ("fp8", "fp4", "int4") and a.dtype != stored:
         warn(

@@ -240,7 +240,10 @@ def _serve(a: argparse.Namespace) -> int:
     if disagg is not None:
         layout = disagg.label()
     layout += f", ep {a.ep}" if a.ep > 1 else ""
-    setup_line = f"{result.model_name} on {a.topology}, {layout}, engine {a.engine}; {what}"
+    # the dtypes asked for (the model's own otherwise): an int4 run and a bf16 one differ
+    dtypes = "".join(f", {k.replace('_', '-')} {v}" for k, v in
+                     (("dtype", a.dtype), ("kv_dtype", a.kv_dtype)) if v)  # fmt: skip
+    setup_line = f"{result.model_name} on {a.topology}, {layout}{dtypes}, engine {a.engine}; {what}"
     if a.out is not None:
         from tpsim.outputs.export import write_text
 

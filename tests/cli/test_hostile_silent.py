@@ -117,3 +117,14 @@ def test_the_json_names_the_network_as_configured() -> None:
     r = simulate("llama-3.1-8b", g, Layout(16), Workload(8))
     assert r.summary["config"]["network"] == {"nics_per_node": 16, "nic_gbps": 200.0,
                                               "latency_us": 1.2}  # fmt: skip
+
+
+def test_flags_that_do_nothing_or_change_the_weights_are_said(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--overlap-chunks without chunked overlap was accepted silently; serve's header did not
+    say the dtype it ran, so an int4 and a bf16 result could not be told apart."""
+    assert main([*RUN, "--overlap-chunks", "3"]) == 0
+    assert "--overlap-chunks 3 applies to --overlap chunked only" in capsys.readouterr().err
+    assert main([*SERVE, "--dtype", "int4", "--requests", "20", "--rate", "5"]) == 0
+    assert "llama-3.1-8b on dgx-h100, tp 1, dtype int4, engine vllm" in capsys.readouterr().out
