@@ -17,9 +17,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tpsim.core.config import Options, Workload
-from tpsim.core.errors import INPUT_ERRORS
-from tpsim.core.lowering.step import launch_mode
 from tpsim.outputs.text import engine_label, launch_label, regime_shares, regime_text
 from tpsim.topologies.graph import TopologyGraph
 
@@ -396,67 +393,3 @@ def comparison(entries: Sequence[Entry]) -> dict[str, Any]:
         "load_note": load_note(entries),
         "verdict": verdict(entries),
     }
-
-
-def config_from_row(row: Mapping[str, Any]) -> dict[str, Any]:
-    """The parts of a run's ``config`` a comparison reads, rebuilt from a sweep results row
-    (``spans_hosts`` from the hosts its group spans)."""
-    model = str(row["model"])
-    return {
-        "model": {"name": model.rsplit("/", 1)[-1]},
-        "topology": row["topology"],
-        "nodes": row["nodes"],
-        "gpu": row["gpu"],
-        "tp": row["tp"],
-        "spans_hosts": (row.get("hosts") or 1) > 1,
-        "workload": {
-            "batch": row["batch"],
-            "phase": row["phase"],
-            "prompt_len": row.get("prompt_len"),
-            "context_len": row.get("context_len"),
-        },
-        "options": {
-            "engine": row.get("engine") or Options.engine,
-            "launch": row["launch"],
-            "dtype": row.get("dtype") or "model's",
-        },
-        "launch_effective": _launch_ran(row),
-    }
-
-
-def _launch_ran(row: Mapping[str, Any]) -> str:
-    """The launch mode a row's step ran in: its ``launch``, or eager where the engine has no
-    CUDA graph for the step (as ``tpsim run`` says it)."""
-    lengths = {k: int(row[k]) for k in ("prompt_len", "context_len") if row.get(k)}
-    try:
-        workload = Workload(int(row["batch"]), str(row["phase"]), **lengths)
-        engine = str(row.get("engine") or Options.engine)
-        options = Options(engine=engine, launch=str(row["launch"]), ideal=bool(row.get("ideal")))
-        return launch_mode(workload, options)
-    except INPUT_ERRORS:
-        return str(row["launch"])
-
-
-def summary_from_row(row: Mapping[str, Any]) -> dict[str, Any]:
-    """The parts of a run summary a comparison reads, rebuilt from a sweep results row
-    (``compare --results FILE --rows ID,ID``). Raises ValueError for a row without a result."""
-    if row.get("error") or not row.get("latency_s"):
-        reason = row.get("error") or "no result"
-        raise ValueError(f"point_id={row['point_id']}: {reason}")
-    return {
-        "latency_s": row["latency_s"],
-        "tokens_per_s": row["tokens_per_s"],
-        "tokens_per_s_per_gpu": row["tokens_per_s_per_gpu"],
-        "regime": row["regime"],
-        "breakdown_s": breakdown_from_row(row),
-        "memory": {
-            "total_bytes_per_gpu": row["total_bytes_per_gpu"] or 0,
-            "capacity_bytes_per_gpu": row["capacity_bytes_per_gpu"] or 0,
-        },
-        "config": config_from_row(row),
-    }
-
-
-def breakdown_from_row(row: Mapping[str, Any]) -> dict[str, float]:
-    """A results row's critical path by part (its ``<part>_s`` columns; absent: 0)."""
-    return {p: float(row.get(f"{p}_s") or 0.0) for p in PARTS}

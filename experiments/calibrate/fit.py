@@ -42,16 +42,15 @@ from tpsim.calibration import Calibration
 from tpsim.core.errors import ConfigError
 from tpsim.core.lowering.host import step_mode
 from tpsim.experiments.calibrate import lsq
+from tpsim.experiments.calibrate.checks import checked
 from tpsim.experiments.calibrate.knobs import KNOBS, Knob, profile_yaml
 from tpsim.experiments.calibrate.measurements import (
     COLUMNS,
     MeasuredPoint,
-    check_physical,
     extra_columns,
-    ignored_cells,
     read_points,
 )
-from tpsim.experiments.calibrate.simulate import Simulator, fits
+from tpsim.experiments.calibrate.simulate import Simulator
 
 #: Largest |d log(step) / d log(parameter)| at which no point is taken to depend on it:
 #: doubling the parameter would move no prediction by more than 0.14%.
@@ -134,14 +133,7 @@ def calibrate(
     if len(points) < 2:
         raise ConfigError(f"{source}: 1 point; at least 2 are needed (one left out at a time)")
     calibration.profile(base)  # an unknown or malformed base is refused before any work
-    points, oom = _runnable(points, base, source)
-    if len({p.same_point for p in points}) < 2:  # of the points that can run as stated
-        raise ConfigError(
-            f"{source}: rows {', '.join(str(p.row) for p in points)} all measure one point; "
-            "at least 2 different points are needed (one left out at a time)"
-        )
-    check_physical(points, source)
-    oom += _repeated(points) + ignored_cells(points)
+    points, oom = checked(points, base, source)
     with (
         tempfile.TemporaryDirectory(prefix="tpsim-calibrate-") as tmp,
         Simulator(points, base, Path(tmp), source, jobs) as sim,
@@ -328,61 +320,6 @@ class _Fit:
         predicted = [float(x) for x in sim.predict(values)]
         return Calibrated(sim.source, sim.base, list(sim.points), parameters, warnings,
                           predicted, loo, iterations, sim.simulations, sol.converged)  # fmt: skip
-
-
-def _repeated(points: Sequence[MeasuredPoint]) -> list[str]:
-    """A warning naming rows that measure the same point: the fit counts each as another
-    point, so its uncertainties and leave-one-out errors come out too small."""
-    rows: dict[tuple[object, ...], list[int]] = {}
-    for p in points:
-        rows.setdefault(p.same_point, []).append(p.row)
-    same = [r for r in rows.values() if len(r) > 1]
-    if not same:
-        return []
-    listed = "; ".join(", ".join(map(str, r)) for r in same)
-    out = [
-        f"rows {listed} measure the same point: the fit counts each as another point, so "
-        "its uncertainties and leave-one-out errors are too small; put repeated runs of a "
-        "point in one row (their mean)"
-    ]
-    ms = {p.row: p.measured_ms for p in points}
-    for r in same:
-        lo, hi = min(ms[x] for x in r), max(ms[x] for x in r)
-        if hi > CONFLICT * lo:
-            out.append(
-                f"rows {', '.join(map(str, r))} measure the same point {lo:g} to {hi:g} ms apart "
-                f"({hi / lo:.2g}x): a row's configuration is not what ran (a misspelt column "
-                "left at its default?)"
-            )
-    return out
-
-
-#: Times of one point further apart than this are not one configuration measured twice.
-CONFLICT = 1.2
-
-
-def _runnable(
-    points: list[MeasuredPoint], base: str, source: str
-) -> tuple[list[MeasuredPoint], list[str]]:
-    """The points whose steps fit their GPUs' memory under ``base``, and the warning naming
-    the others: the engine cannot have run those as stated (it holds back sequences, or
-    preempts them, until the cache fits), so their times say nothing about the stated step."""
-    rows = [p.row for p in points if not fits(p, base)]
-    if not rows:
-        return points, []
-    listed = ", ".join(map(str, rows))
-    kept = [p for p in points if p.row not in rows]
-    if len(kept) < 2:
-        raise ConfigError(
-            f"{source}: rows {listed} do not fit in their GPUs' memory under {base}; "
-            f"{len(kept)} point{'s' if len(kept) != 1 else ''} left, at least 2 are needed"
-        )
-    return kept, [
-        f"row{'s' if len(rows) > 1 else ''} {listed}: the weights, KV cache and activations do "
-        f"not fit in the GPUs' memory under {base}, so the engine cannot have run "
-        f"{'them' if len(rows) > 1 else 'it'} as stated (it holds back or preempts "
-        "sequences); left out of the fit"
-    ]
 
 
 def _sigma(sol: lsq.Solution, kept: Sequence[int]) -> np.ndarray:

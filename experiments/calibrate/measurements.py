@@ -293,61 +293,10 @@ class _Reader:
         return ms * 1e-3
 
 
-def ignored_cells(points: list[MeasuredPoint]) -> list[str]:
-    """A warning per row with a cell its phase does not read (``tpsim run`` warns alike)."""
-    return [
-        f"row {p.row}: {col}={value} does not apply to {p.workload.phase} (it uses "
-        f"{instead}); ignored"
-        for p in points
-        for col, value, instead in p.ignored
-    ]
-
-
-def least_time_s(point: MeasuredPoint) -> float | None:
-    """The least time the point can take on its GPUs (``tpsim check-claim``'s bound: its
-    weights and KV cache read at peak HBM bandwidth, its FLOPs at the peak, its all-reduces
-    at the links' rate); a request, its prefill's and every decode step's. None where the
-    bound does not model the model (latent attention)."""
-    from tpsim.experiments.claim import lower_bound
-
-    steps = [(point.workload, 1)] + (
-        [(point.decode, point.decode_steps)] if point.decode_steps else []
-    )
-    try:
-        return sum(
-            n * lower_bound(point.spec, point.graph, point.tp, w, dtype=point.dtype).step_s
-            for w, n in steps
-        )
-    except ConfigError:
-        return None
-
-
-def check_physical(points: list[MeasuredPoint], source: str) -> None:
-    """Refuse a row measured faster than its step can possibly run (a time in seconds, a
-    wrong model, GPU or TP degree): no profile can fit it."""
-    for p in points:
-        least = least_time_s(p)
-        if least is None or p.measured_s >= least:
-            continue
-        hint = "; a time in seconds?" if p.measured_s * 1e3 >= least else ""
-        raise ConfigError(
-            f"{source} row {p.row}, measured_ms={p.measured_ms:g}: below {least * 1e3:.4g} ms, "
-            f"the least time its step can take on its GPUs (check-claim's bound){hint}"
-        )
-
-
 def _why(e: Exception, key: str, value: str) -> str:
     """The first line of ``e`` without the ``key=value:`` the row's message names already."""
     line = str(e).splitlines()[0]
     return line.removeprefix(f"{key}={value!r}: ").removeprefix(f"{key}={value}: ")
 
 
-__all__ = [
-    "COLUMNS",
-    "MeasuredPoint",
-    "check_physical",
-    "extra_columns",
-    "ignored_cells",
-    "least_time_s",
-    "read_points",
-]
+__all__ = ["COLUMNS", "MeasuredPoint", "extra_columns", "read_points"]

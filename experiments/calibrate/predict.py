@@ -118,7 +118,8 @@ def predict(
 def predict_warnings(preds: list[Prediction], path: Path) -> list[str]:
     """What ``--predict``'s file holds that is not read as written: columns that are not
     tpsim's (a misspelt ``bacth`` left at its default), cells a phase does not read."""
-    from tpsim.experiments.calibrate.measurements import COLUMNS, extra_columns, ignored_cells
+    from tpsim.experiments.calibrate.checks import ignored_cells
+    from tpsim.experiments.calibrate.measurements import COLUMNS, extra_columns
 
     columns = extra_columns(path)
     out = (

@@ -247,7 +247,8 @@ def _run_flags_given(a: argparse.Namespace) -> list[str]:
 
 def _entries_from_rows(a: argparse.Namespace) -> list[Any]:
     """Comparison entries from rows of a sweep results file (``--results F --rows ID,ID``)."""
-    from tpsim.experiments.compare import Entry, assumptions, summary_from_row
+    from tpsim.experiments.compare import Entry, assumptions
+    from tpsim.experiments.compare_rows import summary_from_row
     from tpsim.experiments.sweep.reading import stream_rows
     from tpsim.topologies.io import get_topology
 

@@ -331,7 +331,8 @@ def _calibrate(a: argparse.Namespace) -> int:
         raise ConfigError(f"--jobs={a.jobs}: must be between 1 and 64")
     paths.check_output(out, "--out", (".yaml", ".yml"), a)  # an engine profile
     # nor any model or topology file the measurements name
-    from tpsim.experiments.calibrate.measurements import check_physical, read_points
+    from tpsim.experiments.calibrate.checks import check_physical
+    from tpsim.experiments.calibrate.measurements import read_points
 
     held = read_points(a.predict) if a.predict is not None else []  # refused before the fit
     from tpsim.experiments.calibrate.simulate import fits

@@ -338,8 +338,8 @@ def test_an_out_the_base_extends_or_written_by_hand_is_refused(
 def test_rows_read_otherwise_than_written_are_named(tmp_path: Path) -> None:
     """A cell the phase does not read, and repeats of one point that disagree (a misspelt
     column left at its default), are warned, as tpsim run warns of the first."""
-    from tpsim.experiments.calibrate.fit import _repeated
-    from tpsim.experiments.calibrate.measurements import ignored_cells, read_points
+    from tpsim.experiments.calibrate.checks import ignored_cells, repeated
+    from tpsim.experiments.calibrate.measurements import read_points
 
     csv = tmp_path / "m.csv"
     csv.write_text(HEADER + "\n" + "\n".join([
@@ -353,6 +353,4 @@ def test_rows_read_otherwise_than_written_are_named(tmp_path: Path) -> None:
         "row 2: prompt_len=2048 does not apply to decode (it uses context_len 1024); ignored",
         "row 3: context_len=1024 does not apply to prefill (it uses prompt_len 512); ignored",
     ]
-    assert any(
-        "rows 2, 4 measure the same point 7.7 to 13 ms apart" in w for w in _repeated(points)
-    )
+    assert any("rows 2, 4 measure the same point 7.7 to 13 ms apart" in w for w in repeated(points))
