@@ -43,6 +43,10 @@ CASES = {
         "p.yaml", 'name: "a\\nb"\nextends: vllm\noverrides: {}\n',
         [*RUN, "--engine", "{f}"], "name='a\\nb': must be a non-empty string on one line",
     ),
+    "scheduler flag not a flag": (
+        "p.yaml", PROFILE + "  scheduler:\n    async_scheduling: {value: maybe, source: x}\n",
+        [*RUN, "--engine", "{f}"], "scheduler.async_scheduling='maybe': must be true or false",
+    ),
     "profile about not text": (
         "p.yaml", "name: x\nabout: 5\nextends: vllm\noverrides: {}\n",
         [*RUN, "--engine", "{f}"], "about=5: must be text",
