@@ -24,8 +24,8 @@ from tpsim.topologies.graph import TopologyGraph
 PARTS = ("compute", "memory", "communication", "launch_overhead", "host", "bubble", "idle")
 #: What each part means in a sentence.
 PART_WORDS = {
-    "compute": "compute",
-    "memory": "memory traffic",
+    "compute": "compute-bound kernel time",
+    "memory": "memory-bound kernel time",
     "communication": "communication",
     "launch_overhead": "kernel launch overhead",
     "host": "engine host work",
@@ -297,11 +297,12 @@ def table_rows(entries: Sequence[Entry]) -> list[tuple[str, list[str]]]:
 
 def table(entries: Sequence[Entry]) -> str:
     """The side-by-side table: one column per configuration, ratios against the first."""
-    longest = max(len(v) for e in entries for v in (e.label, *e.assumptions.values()))
+    rows = table_rows(entries)
+    longest = max(len(c) for _, cells in rows for c in cells)  # every cell, the share's too
     width = max(14, longest + 2)
     return "\n".join(
         f"{name:<24}" + "".join(f"{c:>{width}}" for c in cells) if cells else name
-        for name, cells in table_rows(entries)
+        for name, cells in rows
     )
 
 

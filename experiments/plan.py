@@ -56,6 +56,8 @@ class PlanRequest:
     gpu_hour_usd: float | None = None
     engine: str = "vllm"
     ideal: bool = False
+    dtype: str | None = None  # --dtype (None: the model's)
+    kv_dtype: str | None = None  # --kv-dtype (None: as --dtype)
 
 
 @dataclass(frozen=True)
@@ -151,7 +153,7 @@ def _stage_memory(
     spec = get_model(req.model)
     xs = expert_split(spec, tp, adp, ep, tp * adp // ep) if spec.is_moe else None
     gpu = first_gpu(get_topology(req.topology, 1))
-    opts = Options(ideal=req.ideal, engine=req.engine)
+    opts = Options(ideal=req.ideal, engine=req.engine, dtype=req.dtype, kv_dtype=req.kv_dtype)
     stages = stage_layers(spec.num_layers, pp)
 
     def memory(b: int) -> list[MemoryUse]:
@@ -219,7 +221,7 @@ def decode_step(req: PlanRequest, tp: int, pp: int, dp: int, ep: int = 1, adp: i
     in flight at once (:func:`~tpsim.core.metrics.pipeline_batches`), a token each per
     :func:`~tpsim.core.metrics.pipelined_tpot` of one such batch's simulated step."""
     memory = _stage_memory(req, tp, pp, ep, adp)
-    opts = Options(ideal=req.ideal, engine=req.engine)
+    opts = Options(ideal=req.ideal, engine=req.engine, dtype=req.dtype, kv_dtype=req.kv_dtype)
 
     def run(b: int, micro_batches: int) -> Summary:
         lay = Layout(tp, pp=pp, dp=dp, micro_batches=micro_batches, ep=ep, attention_dp=adp)
@@ -258,7 +260,7 @@ def evaluate(
     batches = fitting_batches(req, tp, pp, ep, adp)
     if not batches:
         return None
-    opts = Options(ideal=req.ideal, engine=req.engine)
+    opts = Options(ideal=req.ideal, engine=req.engine, dtype=req.dtype, kv_dtype=req.kv_dtype)
     prefill = simulate(req.model, req.topology,
                        Layout(tp, pp=pp, dp=dp, micro_batches=0, ep=ep, attention_dp=adp),
                        Workload(1, "prefill", req.prompt_len, req.context_len), opts,

@@ -74,6 +74,8 @@ class RateRequest:
     requests: int = 300  # per probe run
     seed: int = 0
     disaggregated: bool = True  # also try xP + yD units
+    dtype: str | None = None  # --dtype (None: the model's)
+    kv_dtype: str | None = None  # --kv-dtype (None: as --dtype)
 
 
 @dataclass(frozen=True)
@@ -150,7 +152,7 @@ def units(req: RateRequest) -> list[Unit]:
 def _setup(
     req: RateRequest, tp: int, ep: int, p: int, d: int, adp: int = 1, pp: int = 1
 ) -> ServeSetup:
-    opts = Options(ideal=req.ideal, engine=req.engine)
+    opts = Options(ideal=req.ideal, engine=req.engine, dtype=req.dtype, kv_dtype=req.kv_dtype)
     disagg = Disagg(tp, p, tp, d) if p else None
     return ServeSetup(req.model, req.topology, tp, nodes=req.nodes, options=opts, ep=ep,
                       disagg=disagg, attention_dp=adp, pp=pp)  # fmt: skip

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from tpsim.cli.types import number, tokens
-from tpsim.core.config import Workload, check_nodes, parse_tokens
+from tpsim.core.config import COMPUTE_DTYPES, KV_DTYPES, Workload, check_nodes, parse_tokens
 from tpsim.core.errors import ConfigError
+from tpsim.core.run_options import BY_NAME
 
 
 def add_plan_parser(sub: Any) -> None:
@@ -36,6 +37,8 @@ def add_plan_parser(sub: Any) -> None:
     p.add_argument("--gpu-hour-usd", type=number(0, 1e5), help="price of one GPU-hour: adds $/Mtok")
     p.add_argument("--engine", default="vllm")
     p.add_argument("--ideal", action="store_true")
+    p.add_argument("--dtype", choices=COMPUTE_DTYPES, help=BY_NAME["dtype"].help_text)
+    p.add_argument("--kv-dtype", choices=KV_DTYPES, help=BY_NAME["kv_dtype"].help_text)
     p.add_argument(
         "--jobs", type=int, help="worker processes, 1 to 64 (default: the CPUs, at most 8)"
     )
@@ -89,7 +92,7 @@ def _plan(a: argparse.Namespace) -> int:
                           "(a decode attends to its prompt and what it generated)")  # fmt: skip
     req = PlanRequest(a.model, a.topology, a.nodes, a.gpus, a.batch_max, a.prompt_len,
                       a.context_len, a.slo_ttft_ms, a.slo_tpot_ms, a.gpu_hour_usd, a.engine,
-                      a.ideal)  # fmt: skip
+                      a.ideal, a.dtype, a.kv_dtype)  # fmt: skip
     if a.plots is not None:
         from tpsim.cli.studies import check_folder
 
@@ -99,6 +102,10 @@ def _plan(a: argparse.Namespace) -> int:
         print(json.dumps({"layouts": to_dicts(rows)}, indent=2))
     else:
         print(table(rows, req))
+        if a.dtype or a.kv_dtype:  # what the rows were priced in, beside the model's own
+            asked = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in
+                              (("dtype", a.dtype), ("kv_dtype", a.kv_dtype)) if v)  # fmt: skip
+            print(f"Priced with {asked} (engine {a.engine}).")
     if a.plots is not None:
         from tpsim.experiments.plan_text import plot_front
         from tpsim.outputs.export import make_folder
@@ -153,7 +160,7 @@ def _plan_traffic(a: argparse.Namespace) -> int:
     req = RateRequest(a.model, a.topology, a.nodes, a.rate, a.concurrency, a.prompt_len,
                       output, a.slo_ttft_ms, a.slo_tpot_ms, a.slo_percentile, a.gpu_hour_usd,
                       a.engine, a.ideal, a.requests, a.seed,
-                      not a.no_disaggregated)  # fmt: skip
+                      not a.no_disaggregated, a.dtype, a.kv_dtype)  # fmt: skip
     rows = plan_rate(req, a.jobs or 0)
     if a.json:
         print(json.dumps({"units": to_dicts(rows)}, indent=2))

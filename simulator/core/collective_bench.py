@@ -103,6 +103,8 @@ def collective_sweep(
             f"ranks={ranks}: larger than the {gpus} GPUs of {name} "
             "(add hosts: --nodes, or nodes= in the API)"
         )
+    if algo == "auto" and calib.engine.allreduce == "nccl":
+        algo = "nccl"  # an engine without a custom all-reduce: NCCL's own, as run does
     comms = connect(graph, ranks, calib=calib, algo=algo)
     planner = comms.planner  # an algorithm the group cannot run is refused before any size
     hbm = comms.group.gpu.hbm_bytes

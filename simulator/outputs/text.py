@@ -274,7 +274,9 @@ def gpu_ranges(gpus: list[str]) -> str:
 #: What the collective table's header says each ``--algo`` choice means.
 ALGO_HEADER = {
     "nccl": "NCCL's own choice, as nccl-tests measures (--algo nccl)",
-    "auto": "the fastest of NCCL's and the custom peer-memory kernels (--algo auto)",
+    "auto": "the engine's: its custom peer-memory kernels where it picks them (its own rule, "
+    "as vLLM's first tier that applies), else NCCL's; NCCL's alone for an engine without "
+    "them (--algo auto)",
 }
 
 

@@ -132,3 +132,28 @@ def test_flags_that_do_nothing_or_change_the_weights_are_said(
     assert "--overlap-chunks 3 applies to --overlap chunked only" in capsys.readouterr().err
     assert main([*SERVE, "--dtype", "int4", "--requests", "20", "--rate", "5"]) == 0
     assert "llama-3.1-8b on dgx-h100, tp 1, dtype int4, engine vllm" in capsys.readouterr().out
+
+
+def test_plan_prices_the_dtype_asked_for(capsys: pytest.CaptureFixture[str]) -> None:
+    """plan had no --dtype: an fp8 70B could be planned only from an fp8 config.json."""
+    argv = ["plan", "--model", "llama-3.1-70b", "--topology", "dgx-h100", "--slo-tpot-ms", "40",
+            "--gpus", "2", "--json"]  # fmt: skip
+    import json
+
+    assert main(argv) == 0
+    bf16 = json.loads(capsys.readouterr().out)["layouts"]
+    assert main([*argv, "--dtype", "fp8"]) == 0
+    fp8 = json.loads(capsys.readouterr().out)["layouts"]
+    assert fp8[0]["tokens_per_s"] > 1.3 * bf16[0]["tokens_per_s"]
+
+
+def test_collective_auto_follows_an_engine_without_custom_kernels(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """gpt-fast runs NCCL only: collective --algo auto gave it one-shot kernels run never uses."""
+    argv = ["collective", "--topology", "dgx-h100", "--ranks", "8", "--algo", "auto", "--sizes",
+            "16K"]  # fmt: skip
+    assert main([*argv, "--engine", "gpt-fast"]) == 0
+    assert "oneshot" not in capsys.readouterr().out
+    assert main([*argv, "--engine", "vllm"]) == 0
+    assert "oneshot" in capsys.readouterr().out
