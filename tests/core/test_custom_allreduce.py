@@ -186,3 +186,15 @@ def test_claimed_groups_within_15_percent(name: str) -> None:
     points, err = cal.compare(group, table)
     assert len(points) >= 5
     assert err < CLAIMED[name], f"{name}: {err:.1%}"
+
+
+def test_trtllm_s_custom_kernels_take_its_own_workspace() -> None:
+    """TensorRT-LLM's workspace (max_workspace_size_auto): 16,000,000 B at TP 2 or less,
+    8,000,000 B above; the profile had vLLM's 8 MiB at every size of group. Its fused
+    all-reduce and norm follows the same limit."""
+    from tpsim import calibration
+
+    c = calibration.profile("trtllm").collectives
+    assert c.custom_max("hopper", 2) == 16_000_000
+    assert c.custom_max("hopper", 8) == c.custom_max("blackwell", 4) == 8_000_000
+    assert calibration.profile("vllm").collectives.custom_max("ampere", 2) == 8 * 2**20

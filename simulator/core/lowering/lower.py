@@ -76,7 +76,8 @@ class _Megatron(LatentAttention, ExpertBlock):
         if (engine.allreduce_fusion == "residual_rms_norm" and self.fuse and not self.sp
                 and self.chunks == 1
                 and options.collective_algo in ("auto", "oneshot", "twoshot")):  # fmt: skip
-            self.ar_norm_max = options.calibration.collectives.custom_max_bytes
+            # the engine's custom kernels' own limit at this many ranks on this GPU
+            self.ar_norm_max = options.calibration.collectives.custom_max(price.hw.arch, tp)
         self.d, self.hd = model.hidden_size, model.head_dim
         split = shard(model, tp, self.xs)
         self.h = split.heads  # query heads per rank: heads / tp
