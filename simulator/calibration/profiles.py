@@ -235,6 +235,10 @@ def _by_file(fn: Callable[..., Any]) -> Callable[..., Any]:
     return cached
 
 
+#: The cache of :func:`profile`, for what else is read per profile file (its scheduler).
+by_file = _by_file
+
+
 @_by_file
 def profile(name_or_path: str) -> Calibration:
     """The calibration of an engine profile: the shipped data with the profile's overrides
@@ -247,16 +251,9 @@ def profile(name_or_path: str) -> Calibration:
         for file, entries in overrides.items():
             merge(data[file], entries, f"{where}: overrides.{file}")
     try:
-        built = build(data, f"engine {name}", name)
+        return build(data, f"engine {name}", name)
     except CalibrationError as e:  # a value of the profile's: name the profile, not the data
         raise CalibrationError(f"engine={show(name_or_path)}: {e}") from None
-    if any("scheduler" in overrides for _, overrides in chain):
-        # what serve reads, checked wherever the profile is used: run reads its
-        # async_scheduling too, and a value only serve refused was taken as true by run
-        from tpsim.calibration.scheduler import scheduler
-
-        scheduler(name_or_path, 0.0)
-    return built
 
 
 @_by_file

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpsim.calibration.entries import CalibrationError, entry, number
-from tpsim.calibration.profiles import merged_file
+from tpsim.calibration.profiles import by_file, merged_file
 
 POLICIES = ("continuous", "static")
 ADMISSIONS = ("on_demand", "reserve")
@@ -90,4 +90,13 @@ def scheduler(engine: str, gpu_memory_bytes: float) -> SchedulerSpec:
     )
 
 
-__all__ = ["SchedulerSpec", "scheduler"]
+@by_file
+def checked(engine: str) -> bool:
+    """Whether ``engine``'s scheduler overrides are valid (CalibrationError if not): what
+    ``tpsim serve`` reads, checked wherever the profile is used, so that a profile is not
+    valid for one command and refused by another. Once per profile file as it is now."""
+    scheduler(engine, 0.0)
+    return True
+
+
+__all__ = ["SchedulerSpec", "checked", "scheduler"]

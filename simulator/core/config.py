@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from tpsim import calibration
 from tpsim.calibration import Calibration
+from tpsim.calibration.scheduler import checked
 from tpsim.core.comm.algorithms import REGISTRY
 from tpsim.core.errors import ConfigError
 
@@ -300,7 +301,9 @@ class Options:
         """The constants this run is priced with: the engine profile's calibration, or its
         first-principles variant under ``ideal`` (the one place either is read). An unknown
         engine or a malformed profile raises CalibrationError."""
-        return calibration.for_options(self.ideal, self.engine, self.async_scheduling is False)
+        calib = calibration.for_options(self.ideal, self.engine, self.async_scheduling is False)
+        checked(self.engine)  # its scheduler too, as serve reads it (cached per profile)
+        return calib
 
     @property
     def collective_algo(self) -> str:
