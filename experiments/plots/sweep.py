@@ -228,10 +228,10 @@ def draw_breakdown_bars(rows: Sequence[Row], *, title: str) -> Figure:
             (r for r in good if r["batch"] == batch),
             key=lambda r: (layout_of(r), spread_over(r, fewest)),
         )
+        spreads = [spread_over(r, fewest) for r in at]
         labels = [
-            layout_name(layout_of(r))
-            + (f" ({spread_over(r, fewest)} hosts)" if spread_over(r, fewest) else "")
-            for r in at
+            layout_name(layout_of(r)) + (f" ({h} hosts)" if h else "")
+            for r, h in zip(at, spreads, strict=True)
         ]
         bottoms = [0.0] * len(at)
         for cat, colour in CATEGORY_COLOURS.items():

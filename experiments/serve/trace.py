@@ -96,8 +96,8 @@ def _pick(path: str, keys: list[str], names: tuple[str, ...], what: str) -> str:
     found = [name for name in names if name in keys]
     if len(found) > 1:
         raise _bad(path, f"columns {' and '.join(found)} both give the {what}: keep one")
-    for name in found:
-        return name
+    if found:
+        return found[0]
     raise _bad(
         path, f"no {what} column (one of {', '.join(names)}); it has {shorten(', '.join(keys), 80)}"
     )

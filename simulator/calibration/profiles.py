@@ -207,7 +207,7 @@ def _stamp(files: tuple[str, ...]) -> tuple[tuple[int, int], ...] | None:
         return None
 
 
-def _by_file(fn: Callable[..., Any]) -> Callable[..., Any]:
+def by_file(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Cache ``fn(name_or_path, *rest)`` by the profile's resolved path and the files its
     ``extends`` chain read, as they are now: a profile file edited, or a relative path
     meaning another file from another folder, is read again (a bare ``@cache`` by the
@@ -221,10 +221,8 @@ def _by_file(fn: Callable[..., Any]) -> Callable[..., Any]:
         hit = store.get(key)
         if hit is not None and (not hit[0] or _stamp(hit[0]) == hit[1]):
             return hit[2]
-        files: tuple[str, ...] = ()
-        if file:  # the files of the chain (a shipped profile is not edited under tpsim)
-            chain = (Path(w) for w, _ in _overrides(name_or_path)[1])
-            files = tuple(str(w.resolve()) for w in chain if w.is_file())
+        # the files of the chain (a shipped profile is not edited under tpsim)
+        files = tuple(str(w.resolve()) for w in chain_files(name_or_path)) if file else ()
         stamps = _stamp(files)
         value = fn(name_or_path, *rest)
         if stamps is not None:
@@ -235,11 +233,7 @@ def _by_file(fn: Callable[..., Any]) -> Callable[..., Any]:
     return cached
 
 
-#: The cache of :func:`profile`, for what else is read per profile file (its scheduler).
-by_file = _by_file
-
-
-@_by_file
+@by_file
 def profile(name_or_path: str) -> Calibration:
     """The calibration of an engine profile: the shipped data with the profile's overrides
     (and those of the profiles it ``extends``) put in. ``ideal`` is the data unchanged."""
@@ -256,7 +250,7 @@ def profile(name_or_path: str) -> Calibration:
         raise CalibrationError(f"engine={show(name_or_path)}: {e}") from None
 
 
-@_by_file
+@by_file
 def merged_file(name_or_path: str, file: str) -> dict[str, Any]:
     """One data file (``scheduler``: what ``tpsim serve`` reads) with the profile's overrides
     (and those of what it extends) put in; ``ideal`` is the file unchanged."""
@@ -273,7 +267,7 @@ def ideal(engine: str = "ideal") -> Calibration:
     return _ideal(engine)
 
 
-@_by_file
+@by_file
 def _ideal(engine: str) -> Calibration:
     return profile(engine).ideal()
 
@@ -287,7 +281,7 @@ def for_options(ideal_mode: bool, engine: str = "ideal", synchronous: bool = Fal
     return _synchronous(engine) if synchronous else profile(engine)
 
 
-@_by_file
+@by_file
 def _synchronous(engine: str) -> Calibration:
     c = profile(engine)
     return replace(c, engine=c.engine.synchronous())

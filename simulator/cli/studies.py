@@ -333,10 +333,9 @@ def _calibrate(a: argparse.Namespace) -> int:
     # nor any model or topology file the measurements name
     from tpsim.experiments.calibrate.checks import check_physical
     from tpsim.experiments.calibrate.measurements import read_points
-
-    held = read_points(a.predict) if a.predict is not None else []  # refused before the fit
     from tpsim.experiments.calibrate.simulate import fits
 
+    held = read_points(a.predict) if a.predict is not None else []  # refused before the fit
     # as the fit's own: of the points that can run as stated (the others are priced, said)
     check_physical([p for p in held if fits(p, a.engine)], str(a.predict))
     named = {(p.model, p.topology) for p in [*read_points(Path(a.measurements)), *held]}

@@ -32,6 +32,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 from statistics import median
 
@@ -212,11 +213,29 @@ def _read(path: Path) -> str:
 
 def load(spec: str | Path) -> KernelTable:
     """Read and validate a kernel table (one file, a shipped name or a comma-separated list);
-    ConfigError (file, row, field) on any defect."""
+    ConfigError (file, row, field) on any defect. Read once per set of files as they are
+    now (a sweep's points, and run's check of the table's GPUs, share one parse)."""
+    files = resolve(str(spec))
+    try:
+        stamps = tuple((st.st_mtime_ns, st.st_size) for st in (f.stat() for f in files))
+    except OSError:  # read below, and refused there
+        stamps = None
+    if stamps is None:
+        return _load(str(spec), tuple(files))
+    return _cached(str(spec), tuple(files), stamps)
+
+
+@lru_cache(maxsize=16)
+def _cached(
+    spec: str, files: tuple[Path, ...], _stamps: tuple[tuple[int, int], ...]
+) -> KernelTable:
+    return _load(spec, files)
+
+
+def _load(spec: str, files: tuple[Path, ...]) -> KernelTable:
     gemm: dict[Key, dict[int, float]] = {}
     ops: dict[OpKey, dict[tuple[int, int], list[float]]] = {}
     owner: dict[object, str] = {}  # key -> the file its rows come from
-    files = resolve(str(spec))
     for path in files:
         name = str(path)
         kind, points = parse(name, _read(path))
@@ -245,7 +264,7 @@ def load(spec: str | Path) -> KernelTable:
                     raise bad(name, p.line, "tokens", p.x, why)
                 at.setdefault((p.x, p.y), []).append(p.seconds)
     return KernelTable(
-        str(spec),
+        spec,
         {key: tuple(sorted(v.items())) for key, v in gemm.items()},
         {key: _grid(v) for key, v in ops.items()},
     )
