@@ -41,10 +41,11 @@ from tpsim.calibration.model_p2p import P2PTuning
 
 def _protocol(name: str, d: Mapping[str, Any], field: str) -> Protocol:
     keys = {"base_us", "hop_us", "wire_factor", "max_busbw_GBps", "nvlink_only"}
-    if not isinstance(d, dict) or not keys <= set(d) <= keys | {"tree_hop_us", "net_flush"}:
+    optional = {"tree_hop_us", "net_flush", "measured_base_us", "measured_hop_us"}
+    if not isinstance(d, dict) or not keys <= set(d) <= keys | optional:
         raise CalibrationError(
             f"{field}: needs exactly {', '.join(sorted(keys))} "
-            "(and optionally tree_hop_us, net_flush)"
+            f"(and optionally {', '.join(sorted(optional))})"
         )
     base = _numbers(d["base_us"], f"{field}.base_us", -6)
     hop = _numbers(d["hop_us"], f"{field}.hop_us", -6)
@@ -55,6 +56,14 @@ def _protocol(name: str, d: Mapping[str, Any], field: str) -> Protocol:
     for cls in ("nvlink", "pci", "net"):
         if cls not in hop:
             raise CalibrationError(f"{field}.hop_us: no hop latency for {cls}")
+    measured_base = _numbers(d.get("measured_base_us", {}), f"{field}.measured_base_us", -6)
+    measured_hop = _numbers(d.get("measured_hop_us", {}), f"{field}.measured_hop_us", -6)
+    for family in measured_base:
+        if family not in base:
+            raise CalibrationError(f"{field}.measured_base_us: {family!r} is not in base_us")
+    for cls in measured_hop:
+        if cls not in hop:
+            raise CalibrationError(f"{field}.measured_hop_us: {cls!r} is not in hop_us")
     return Protocol(
         name,
         base,
@@ -64,6 +73,8 @@ def _protocol(name: str, d: Mapping[str, Any], field: str) -> Protocol:
         bool(d["nvlink_only"]),
         tree_hop,
         bool(d.get("net_flush", False)),
+        measured_base,
+        measured_hop,
     )
 
 

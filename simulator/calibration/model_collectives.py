@@ -30,12 +30,33 @@ class Protocol:
     #: a network step also waits for a flush of the received data (GPUDirect RDMA), one more
     #: network latency (NCCL adds the net device's latency twice for Simple)
     net_flush: bool = False
+    #: per algorithm family: the fixed latency its kernels take, measured, where it differs
+    #: from NCCL's model (``base_s``, by which NCCL chooses); empty: the model's
+    measured_base_s: Mapping[str, float] = field(default_factory=dict)
+    #: per link class: a ring step's latency as measured, where it differs from the model's
+    #: ``hop_s``; empty: the model's
+    measured_hop_s: Mapping[str, float] = field(default_factory=dict)
 
     def hop(self, family: str, link_class: str) -> float:
-        """One step's latency over a path of ``link_class`` in an algorithm ``family``."""
+        """One step's latency over a path of ``link_class`` in an algorithm ``family`` (a
+        ring's as measured where the calibration has it)."""
         if family == "tree" and link_class in self.tree_hop_s:
             return self.tree_hop_s[link_class]
+        if family == "ring" and link_class in self.measured_hop_s:
+            return self.measured_hop_s[link_class]
         return self.hop_s[link_class]
+
+    @property
+    def measured(self) -> bool:
+        """Whether some latency it takes differs from the one NCCL's model gives it."""
+        return bool(self.measured_base_s or self.measured_hop_s)
+
+    def modelled(self) -> Protocol:
+        """This protocol as NCCL's tuning model prices it (what NCCL chooses by): its
+        measured latencies replaced by the model's."""
+        if not self.measured:
+            return self
+        return replace(self, measured_base_s={}, measured_hop_s={})
 
     def clocked(self, factor: float) -> Protocol:
         """This protocol on a GPU whose SM runs ``1 / factor`` times the reference clock: the
@@ -53,11 +74,16 @@ class Protocol:
             base_s={k: v * factor for k, v in self.base_s.items()},
             hop_s=scaled(self.hop_s),
             tree_hop_s=scaled(self.tree_hop_s),
+            measured_base_s={k: v * factor for k, v in self.measured_base_s.items()},
+            measured_hop_s=scaled(self.measured_hop_s),
         )
 
     def base(self, family: str) -> float:
-        """Fixed latency of one collective of an algorithm family; an unknown family is a
-        defect of the calibration, never a silent 0."""
+        """Fixed latency of one collective of an algorithm family (as measured where the
+        calibration has it); an unknown family is a defect of the calibration, never a
+        silent 0."""
+        if family in self.measured_base_s:
+            return self.measured_base_s[family]
         try:
             return self.base_s[family]
         except KeyError:
@@ -372,7 +398,7 @@ class Collectives:
         return _by_scale(caps, hosts)
 
     def ring_copy_cap(
-        self, proto: str, scaleup_kind: str, op: str, ranks: int, blocks: int
+        self, proto: Protocol, scaleup_kind: str, op: str, ranks: int, blocks: int
     ) -> float:
         """Wire B/s a ring's ``blocks`` channels let each rank send under ``proto`` (inf: no
         cap).
@@ -382,9 +408,12 @@ class Collectives:
         destinations; per byte a rank sends, its blocks load and store
         :func:`ring_copy_bytes` bytes. Simple and LL128 move whole lines at the block's
         copy rate (LL128 its 128-byte lines, flags included); LL's flag-per-8-bytes loop has
-        its own, lower cap (``max_busbw_GBps``), which this leaves alone."""
+        its own, lower cap (``max_busbw_GBps``), which this leaves alone: priced at this
+        rate with its flags (twice the bytes in each store and load), its channels made 8
+        H100s' 32-512 KiB all-reduce 20-27% slow where the nccl-tests box is flat at 3 us
+        over its floor (measured/nccltests_single_node_a100_h100.csv)."""
         rate = self.ring_block_copy_Bps.get(scaleup_kind)
-        if proto not in ("Simple", "LL128") or rate is None or ranks < 2:
+        if proto.name not in ("Simple", "LL128") or rate is None or ranks < 2:
             return math.inf
         return blocks * rate / ring_copy_bytes(op, ranks)
 

@@ -130,8 +130,11 @@ def ring(
 
     Its ``model_s`` is the time of the same ring without the two mechanisms NCCL's tuning
     model leaves out, the last receive (:func:`final_receive_s`) and the thread blocks'
-    copy rate (:func:`ring_copy_cap`): what NCCL predicts for it, and chooses by (``model``:
-    build that ring itself)."""
+    copy rate (:func:`ring_copy_cap`), and with the model's latencies where the
+    calibration has measured ones (:meth:`~tpsim.calibration.Protocol.modelled`): what NCCL
+    predicts for it, and chooses by (``model``: build that ring itself)."""
+    if model:
+        proto = proto.modelled()
     p = fab.ranks
     phases = RING_PHASES[op]
     nsteps = len(phases) * (p - 1)
@@ -160,7 +163,8 @@ def ring(
     expects = [[len(orders)] * nsteps for _ in range(p)]
     last = 0.0 if model else final_receive_s(fab, proto, orders)
     sched = Schedule("ring", proto.name, proto.base("ring") + last, steps(sends, expects))
-    if model or (last == 0.0 and copy_cap == math.inf and model_cap == math.inf):
+    exact = last == 0.0 and copy_cap == math.inf and model_cap == math.inf
+    if model or (exact and not proto.measured):
         return sched  # NCCL's model is this schedule's closed form
     return replace(sched, model_s=predict(fab, ring(fab, op, nbytes, proto, orders, model=True)))
 
@@ -200,7 +204,7 @@ def ring_copy_cap(fab: Fabric, op: str, nbytes: int, proto: Protocol) -> float:
         return math.inf
     most = ring_channels(c, fab.gpu.arch)
     blocks = nccl_channels(c, "ring", proto.name, nbytes, fab.ranks, most, fab.multi_host)
-    return c.ring_copy_cap(proto.name, fab.gpu.scaleup_kind, op, fab.ranks, blocks)
+    return c.ring_copy_cap(proto, fab.gpu.scaleup_kind, op, fab.ranks, blocks)
 
 
 # ---------------------------------------------------------------------------- prediction

@@ -73,7 +73,7 @@ def peer_send(fab: Fabric, src: int, dst: int, nbytes: int, proto: Protocol) -> 
     the chunk pipeline's fill (one chunk, or the whole part if smaller, at a channel's rate)
     before the first data is consumed: inside a host it stands for the protocol's hop (the
     step's handshake) when longer; across hosts it comes on top of the network's latency."""
-    base = send(fab, src, dst, nbytes, proto)
+    base = send(fab, src, dst, nbytes, proto, family="p2p")  # NCCL's hop: not a ring's
     tun = fab.tuning.p2p
     rate = channel_rate(fab, proto)
     if tun is None or math.isinf(rate) or nbytes == 0:

@@ -1,0 +1,110 @@
+"""LL's ring runs at its measured fixed cost and step (``nccl.yaml`` ``measured_base_us``,
+``measured_hop_us``: 5.4 us and 0.73 us a step at the reference clock), while NCCL chooses its
+protocol by its own model's 6.6 and 0.6: a schedule's ``model_s`` keeps the model's
+figures, its steps and base run the measured ones."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import pytest
+from tpsim import calibration
+from tpsim.calibration.entries import CalibrationError
+from tpsim.calibration.loader_nccl import _protocol
+from tpsim.core.collective_bench import collective_sweep
+from tpsim.core.comm.group import tp_group
+from tpsim.core.comm.schedules import model_time, predict, ring
+from tpsim.topologies.io import get_topology
+
+MEASURED = Path(calibration.__file__).parent / "measured" / "nccltests_single_node_a100_h100.csv"
+
+
+def _fabric(topology: str, ranks: int):
+    return tp_group(get_topology(topology), ranks).fabric(calibration.default())
+
+
+def test_the_protocol_prices_the_measured_figures_and_keeps_the_model() -> None:
+    ll = calibration.default().collectives.protocols["LL"]
+    assert ll.measured
+    assert ll.base("ring") == pytest.approx(5.4e-6)
+    assert ll.hop("ring", "nvlink") == pytest.approx(0.73e-6)
+    assert ll.base("tree") == pytest.approx(6.8e-6)  # no measurement: the model's
+    assert ll.hop("tree", "nvlink") == pytest.approx(0.6e-6)
+    assert ll.hop("p2p", "nvlink") == pytest.approx(0.6e-6)  # send/recv: the model's
+    model = ll.modelled()
+    assert not model.measured
+    assert model.base("ring") == pytest.approx(6.6e-6)
+    assert model.hop("ring", "nvlink") == pytest.approx(0.6e-6)
+    assert calibration.default().collectives.protocols["Simple"].modelled() is not None
+
+
+def test_at_another_clock_the_measured_figures_scale_with_the_models() -> None:
+    c = calibration.default().collectives.at_clock(1.41e9)  # an A100
+    ll = c.protocols["LL"]
+    assert ll.base("ring") == pytest.approx(5.4e-6 * 1.98 / 1.41)
+    assert ll.hop("ring", "nvlink") == pytest.approx(0.73e-6 * 1.98 / 1.41)
+    assert ll.modelled().base("ring") == pytest.approx(6.6e-6 * 1.98 / 1.41)
+
+
+def test_nccl_ranks_the_ring_by_its_model_and_it_runs_as_measured() -> None:
+    fab = _fabric("dgx-h100", 2)
+    ll = fab.tuning.protocols["LL"]
+    sched = ring(fab, "all_gather", 512, ll, [[0, 1]])
+    assert sched.model_s is not None
+    assert predict(fab, sched) == pytest.approx(6.13e-6, abs=0.15e-6)  # 5.4 + 0.73
+    assert model_time(fab, sched) == pytest.approx(7.2e-6, abs=0.15e-6)  # 6.6 + 0.6
+
+
+def test_the_ideal_calibration_has_no_measured_figures() -> None:
+    assert not any(p.measured for p in calibration.ideal().collectives.protocols.values())
+
+
+def _floors(gpu: str) -> dict[tuple[str, int], float]:
+    """The median of the 512 B-2 KiB times of each (collective, GPUs) of one box."""
+    times: dict[tuple[str, int], list[float]] = {}
+    with MEASURED.open() as f:
+        for row in csv.DictReader(line for line in f if not line.startswith("#")):
+            small = int(row["message_bytes"]) <= 2048
+            if gpu in row["device"] and row["op"] != "alltoall" and small:
+                key = (row["op"], int(row["num_gpus"]))
+                times.setdefault(key, []).append(float(row["median_us"]))
+    return {k: sorted(v)[len(v) // 2] for k, v in times.items()}
+
+
+def test_the_small_message_floors_of_both_boxes() -> None:
+    """One pair of figures at the boxes' SM clocks puts every floor of both boxes within
+    16 % and the typical one within 4 % (NCCL's table put the 2-GPU ones 10-36 % high, 10 %
+    on average); the worst is the H100's 2-GPU all-gather, 6.1 against 5.3 us."""
+    errors = []
+    for gpu, topology in (("H100", "dgx-h100"), ("A100", "dgx-a100")):
+        for (op, ranks), measured in _floors(gpu).items():
+            (row,) = collective_sweep(topology, ranks, [1024], op=op)
+            errors.append(math.log(float(row["time_s"]) * 1e6 / measured))
+    assert len(errors) == 18
+    assert max(abs(e) for e in errors) < math.log(1.16)
+    assert sum(abs(e) for e in errors) / len(errors) < 0.04
+
+
+def _ll(extra: dict[str, object]) -> dict[str, object]:
+    d: dict[str, object] = {
+        "base_us": {"ring": 6.6, "tree": 6.8},
+        "hop_us": {"nvlink": 0.6, "pci": 1.0, "net": 2.7},
+        "wire_factor": 2.0,
+        "max_busbw_GBps": {},
+        "nvlink_only": False,
+    }
+    d.update(extra)
+    return d
+
+
+def test_a_measured_figure_must_name_what_the_model_has() -> None:
+    p = _protocol("LL", _ll({"measured_base_us": {"ring": 5.4}}), "protocols.LL")
+    assert p.base("ring") == pytest.approx(5.4e-6)
+    with pytest.raises(CalibrationError, match=r"measured_base_us: 'rign' is not in base_us"):
+        _protocol("LL", _ll({"measured_base_us": {"rign": 5.4}}), "protocols.LL")
+    with pytest.raises(CalibrationError, match=r"measured_hop_us: 'nvl' is not in hop_us"):
+        _protocol("LL", _ll({"measured_hop_us": {"nvl": 0.7}}), "protocols.LL")
+    with pytest.raises(CalibrationError, match=r"measured_hop_us"):
+        _protocol("LL", _ll({"measured_hop_us": {"nvlink": "fast"}}), "protocols.LL")
