@@ -229,7 +229,7 @@ def resolve(
         # an attention data-parallel group's TP groups sit side by side, like replicas
         gpu_ranks = place(routes, tp * layout.attention_dp, pp, layout.dp, layout.gpus_per_node,
                           layout.placement)  # fmt: skip
-        comms = LayoutComms(graph, routes, gpu_ranks, tp, calib, options.collective_algo)
+        comms = LayoutComms(graph, routes, gpu_ranks, tp, calib, options.collective_algo, pp)
         gpus = {graph.nodes[routes.node(g)]["gpu"] for g in gpu_ranks}
         if len(gpus) > 1:
             names = ", ".join(sorted(g.name for g in gpus))

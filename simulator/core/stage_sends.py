@@ -9,7 +9,7 @@ stages): what ``tpsim serve --pp`` adds to each batch's pass.
 from __future__ import annotations
 
 from tpsim.core.comm.fabric import Fabric, build_fabric
-from tpsim.core.comm.group import Comms
+from tpsim.core.comm.group import Comms, p2p_seconds, pair_router
 from tpsim.core.comm.layout import place
 from tpsim.core.comm.schedules import predict
 from tpsim.core.plan import RunPlan
@@ -28,8 +28,9 @@ class StageSends:
         """What a step of ``tokens`` tokens adds at each boundary of ``pp`` stages of this
         TP degree. The hidden states and the residual (2 x [T, d] in the activations' dtype)
         move as vLLM moves them (``send_tensor_dict`` with ``all_gather_group``): each TP
-        rank sends its 1/tp slice to its rank of the next stage over the routed path (after
-        its latency, at its achievable bandwidth; the slowest rank's), and the next stage's
+        rank sends its 1/tp slice to its rank of the next stage as NCCL's send/receive over
+        the routed path (:func:`~tpsim.core.comm.group.p2p_router`: the P2P kernel's fixed
+        latency and protocol, its channels' rate; the slowest rank's), and the next stage's
         TP group all-gathers each of the two tensors (NCCL's all-gather on this group,
         predicted), as the static pipeline does (:mod:`tpsim.core.lowering.pipeline`). One
         time per boundary, none with one stage."""
@@ -48,10 +49,15 @@ class StageSends:
             comms = plan.comms
             call = CollectiveCall("all_gather", round(nbytes / 2), 0)  # each tensor apart
             gather = 2 * predict(comms.fabric, comms.planner(call))
+        route = pair_router(plan.routes, fab.gpu_ranks, plan.gpu, plan.calib, pp)
         out = []
         for stage in range(pp - 1):
-            paths = [fab.path(stage * tp + t, (stage + 1) * tp + t) for t in range(tp)]
-            out.append(max(p.latency_s + nbytes / tp / p.bandwidth_Bps for p in paths) + gather)
+            pairs = [(stage * tp + t, (stage + 1) * tp + t) for t in range(tp)]
+            sends = [
+                p2p_seconds(route, a, b, round(nbytes / tp), fab.path(a, b).bandwidth_Bps)
+                for a, b in pairs
+            ]
+            out.append(max(sends) + gather)
         return tuple(out)
 
 

@@ -19,6 +19,7 @@ import networkx as nx
 from tpsim import calibration
 from tpsim.calibration import Calibration
 from tpsim.core.comm import symmetry
+from tpsim.core.comm.algorithms.pairwise import peer_protocol, peer_send
 from tpsim.core.comm.collectives import make_planner
 from tpsim.core.comm.fabric import Fabric, build_fabric
 from tpsim.core.engine import simulation as engine
@@ -91,15 +92,54 @@ def group_on(topology: nx.DiGraph, routes: Routes, gpu_ranks: tuple[int, ...], w
     return Group(topology, routes, gpu_ranks, ring, gpus.pop())
 
 
-def p2p_router(fab: Fabric) -> Router:
-    """Point-to-point sends over ``fab``: the routed path between the two ranks, its wire
-    latency, then the bytes as a flow over its links (no protocol overhead)."""
+def p2p_router(fab: Fabric, ranks: int | None = None) -> Router:
+    """Point-to-point sends over ``fab`` (a pipeline's activations between stages) in a
+    communicator of ``ranks`` (default: the fabric's; a pipeline's: its stages), as NCCL's
+    ncclSend/ncclRecv runs one: its P2P kernel's fixed latency (the protocol's ``p2p``
+    base), then the transfer as one peer's part of a grouped send
+    (:func:`~tpsim.core.comm.algorithms.pairwise.peer_send`: LL up to NCCL's P2P LL
+    threshold, else Simple with its chunk pipeline's fill, on the channels its bytes get,
+    at their rate). Without P2P tuning (the ideal calibration): the routed path's wire
+    latency, then the bytes as a flow over its links."""
+    protocols = fab.tuning.protocols_over(True)
 
     def route(src: int, dst: int, nbytes: int) -> Send:
-        path = fab.path(src, dst)
-        return Send(path.links, nbytes, float(nbytes), path.latency_s, math.inf, (dst,), dst)
+        if fab.tuning.p2p is None:
+            path = fab.path(src, dst)
+            return Send(path.links, nbytes, float(nbytes), path.latency_s, math.inf, (dst,), dst)
+        proto = peer_protocol(fab, protocols, nbytes, ranks)
+        snd = peer_send(fab, src, dst, nbytes, proto, peers=1, ranks=ranks)
+        return replace(snd, latency_s=proto.base("p2p") + snd.latency_s)
 
     return route
+
+
+def pair_router(
+    routes: Routes, gpu_ranks: Sequence[int], gpu: GPUSpec, calib: Calibration, ranks: int
+) -> Router:
+    """Point-to-point sends between the ranks of ``gpu_ranks`` (their GPU ranks), each priced
+    by :func:`p2p_router` on the fabric of its own two GPUs (link indices are the
+    topology's, whatever the fabric), so that a pair inside a host runs NCCL's one-host P2P
+    channels though the layout spans hosts; ``ranks``: the communicator's size (a
+    pipeline's stages)."""
+    made: dict[tuple[int, int], Router] = {}
+
+    def route(src: int, dst: int, nbytes: int) -> Send:
+        one = made.get((src, dst))
+        if one is None:
+            pair = (gpu_ranks[src], gpu_ranks[dst])
+            fab = build_fabric(routes, pair, gpu, calib)
+            one = made[(src, dst)] = p2p_router(fab, ranks)
+        return replace(one(0, 1, nbytes), notify=(dst,), peer=dst)
+
+    return route
+
+
+def p2p_seconds(router: Router, src: int, dst: int, nbytes: int, bandwidth_Bps: float) -> float:
+    """The time of ``router``'s send of ``nbytes`` alone on its path of ``bandwidth_Bps``:
+    its latency, then its wire bytes at the lower of the path's rate and its own cap."""
+    snd = router(src, dst, nbytes)
+    return snd.latency_s + snd.wire / min(bandwidth_Bps, snd.cap_Bps)
 
 
 @dataclass(frozen=True)
@@ -205,4 +245,14 @@ def run_programs(
     return Ran(records, events, ranks)
 
 
-__all__ = ["Comms", "Group", "Ran", "connect", "p2p_router", "run_programs", "tp_group"]
+__all__ = [
+    "Comms",
+    "Group",
+    "Ran",
+    "connect",
+    "p2p_router",
+    "p2p_seconds",
+    "pair_router",
+    "run_programs",
+    "tp_group",
+]

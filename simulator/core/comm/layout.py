@@ -24,7 +24,7 @@ from functools import cached_property
 import networkx as nx
 from tpsim.calibration import Calibration
 from tpsim.core.comm.fabric import Fabric, build_fabric
-from tpsim.core.comm.group import Comms, group_on, p2p_router
+from tpsim.core.comm.group import Comms, group_on, pair_router
 from tpsim.core.errors import ConfigError
 from tpsim.core.program import CollectiveCall, Programs
 from tpsim.core.schedule import Planner, Router, Schedule, Send, Step
@@ -112,6 +112,9 @@ class LayoutComms:
     tp: int
     calib: Calibration
     algo: str = "auto"
+    #: the ranks of the communicator point-to-point sends run in (a pipeline's stages; 0:
+    #: every rank of the layout)
+    p2p_ranks: int = 0
 
     @property
     def groups(self) -> int:
@@ -138,7 +141,9 @@ class LayoutComms:
 
     @cached_property
     def router(self) -> Router:
-        return p2p_router(self.fabric)
+        size = self.p2p_ranks or len(self.gpu_ranks)
+        gpu = self.group_comms[0].group.gpu
+        return pair_router(self.routes, self.gpu_ranks, gpu, self.calib, size)
 
     def spanning(self, first: int, span: int) -> Comms:
         """The communication of ``span`` consecutive TP groups from group ``first`` on, as

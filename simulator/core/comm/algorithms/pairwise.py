@@ -23,6 +23,7 @@ tuning: one flow per peer at the links' rate.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from tpsim.calibration import Protocol
 from tpsim.core.comm.algorithms import Algorithm, Context
@@ -45,13 +46,17 @@ def comm_channels(fab: Fabric) -> int:
     return entry.ring_channels if entry is not None else 1
 
 
-def peer_channels(fab: Fabric, nbytes: int, protocol: str = "Simple") -> int:
-    """Channels NCCL runs one peer's transfer of ``nbytes`` under ``protocol`` on (its parts
-    sized by the protocol's step; 1 without P2P tuning)."""
+def peer_channels(
+    fab: Fabric, nbytes: int, protocol: str = "Simple", ranks: int | None = None
+) -> int:
+    """Channels NCCL runs one peer's transfer of ``nbytes`` under ``protocol`` on, in a
+    communicator of ``ranks`` (default: the fabric's) (its parts sized by the protocol's
+    step; 1 without P2P tuning)."""
     tun = fab.tuning.p2p
     if tun is None:
         return 1
-    return tun.channels(nbytes, fab.ranks, comm_channels(fab), fab.multi_host, protocol)
+    ranks = fab.ranks if ranks is None else ranks
+    return tun.channels(nbytes, ranks, comm_channels(fab), fab.multi_host, protocol)
 
 
 def channel_rate(fab: Fabric, proto: Protocol) -> float:
@@ -68,17 +73,28 @@ def channel_rate(fab: Fabric, proto: Protocol) -> float:
     return cap / tun.send_recv_split
 
 
-def peer_send(fab: Fabric, src: int, dst: int, nbytes: int, proto: Protocol) -> Send:
-    """``src``'s transfer of ``nbytes`` to ``dst``: its channels' rate cap and, under Simple,
-    the chunk pipeline's fill (one chunk, or the whole part if smaller, at a channel's rate)
-    before the first data is consumed: inside a host it stands for the protocol's hop (the
-    step's handshake) when longer; across hosts it comes on top of the network's latency."""
+def peer_send(
+    fab: Fabric,
+    src: int,
+    dst: int,
+    nbytes: int,
+    proto: Protocol,
+    peers: int | None = None,
+    ranks: int | None = None,
+) -> Send:
+    """``src``'s transfer of ``nbytes`` to ``dst``, one of its transfers to ``peers`` peers at
+    once (default: every other rank, an all-to-all) in a communicator of ``ranks`` (default:
+    the fabric's): its channels' rate cap and, under Simple, the chunk pipeline's fill (one
+    chunk, or the whole part if smaller, at a channel's rate) before the first data is
+    consumed: inside a host it stands for the protocol's hop (the step's handshake) when
+    longer; across hosts it comes on top of the network's latency."""
+    peers = fab.ranks - 1 if peers is None else peers
     base = send(fab, src, dst, nbytes, proto, family="p2p")  # NCCL's hop: not a ring's
     tun = fab.tuning.p2p
     rate = channel_rate(fab, proto)
     if tun is None or math.isinf(rate) or nbytes == 0:
-        return many_to_many(fab, base, fab.ranks - 1)
-    n = peer_channels(fab, nbytes, proto.name)
+        return many_to_many(fab, base, peers)
+    n = peer_channels(fab, nbytes, proto.name, ranks)
     link = fab.path(src, dst).link_class
     part = -(-nbytes // n)
     # LL's receiver consumes each flagged line as it lands: no chunk to fill
@@ -95,7 +111,7 @@ def peer_send(fab: Fabric, src: int, dst: int, nbytes: int, proto: Protocol) -> 
         peer=base.peer,
         net=base.net,
     )
-    return many_to_many(fab, snd, fab.ranks - 1)
+    return many_to_many(fab, snd, peers)
 
 
 def pairwise(
@@ -114,22 +130,30 @@ def pairwise(
 
 
 def p2p_protocol(ctx: Context, nbytes: int) -> Protocol:
-    """NCCL's protocol for an all-to-all of ``nbytes`` (addP2pToPlan): LL while the bytes to
-    one peer are at most some channels times the P2P LL threshold, else Simple; which
-    channels is the calibration's ``p2p.ll_rule`` (up to NCCL 2.28 the per-peer channels,
-    from 2.29 those of Simple-sized parts); a calibration with neither protocol (the ideal
-    one): its first."""
-    names = {pr.name: pr for pr in ctx.protocols}
-    tun = ctx.fab.tuning.p2p
+    """NCCL's protocol for an all-to-all of ``nbytes`` (:func:`peer_protocol` of its bytes to
+    one peer)."""
+    return peer_protocol(ctx.fab, ctx.protocols, -(-nbytes // ctx.fab.ranks))
+
+
+def peer_protocol(
+    fab: Fabric, protocols: Sequence[Protocol], per_peer: int, ranks: int | None = None
+) -> Protocol:
+    """NCCL's protocol for a send of ``per_peer`` bytes to one peer in a communicator of
+    ``ranks`` (default: the fabric's) (addP2pToPlan): LL while the bytes are at most some
+    channels times the P2P LL threshold, else Simple; which channels is the calibration's
+    ``p2p.ll_rule`` (up to NCCL 2.28 the per-peer channels, from 2.29 those of Simple-sized
+    parts); a calibration with neither protocol (the ideal one): its first of
+    ``protocols``."""
+    names = {pr.name: pr for pr in protocols}
+    tun = fab.tuning.p2p
     if "LL" in names and "Simple" in names:
-        fab = ctx.fab
-        per_peer = -(-nbytes // fab.ranks)
         channels = 1
         if tun is not None:
-            channels = tun.ll_limit(per_peer, fab.ranks, comm_channels(fab), fab.multi_host)
+            size = fab.ranks if ranks is None else ranks
+            channels = tun.ll_limit(per_peer, size, comm_channels(fab), fab.multi_host)
         limit = channels * fab.tuning.p2p_ll_threshold
         return names["LL" if per_peer <= limit else "Simple"]
-    return ctx.protocols[0]
+    return protocols[0]
 
 
 def _why_not(fab: Fabric, op: str) -> str | None:
