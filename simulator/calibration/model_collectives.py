@@ -398,7 +398,7 @@ class Collectives:
         return _by_scale(caps, hosts)
 
     def ring_copy_cap(
-        self, proto: Protocol, scaleup_kind: str, op: str, ranks: int, blocks: int
+        self, proto: str, scaleup_kind: str, op: str, ranks: int, blocks: int
     ) -> float:
         """Wire B/s a ring's ``blocks`` channels let each rank send under ``proto`` (inf: no
         cap).
@@ -408,12 +408,9 @@ class Collectives:
         destinations; per byte a rank sends, its blocks load and store
         :func:`ring_copy_bytes` bytes. Simple and LL128 move whole lines at the block's
         copy rate (LL128 its 128-byte lines, flags included); LL's flag-per-8-bytes loop has
-        its own, lower cap (``max_busbw_GBps``), which this leaves alone: priced at this
-        rate with its flags (twice the bytes in each store and load), its channels made 8
-        H100s' 32-512 KiB all-reduce 20-27% slow where the nccl-tests box is flat at 3 us
-        over its floor (measured/nccltests_single_node_a100_h100.csv)."""
+        its own, lower cap (``max_busbw_GBps``), which this leaves alone."""
         rate = self.ring_block_copy_Bps.get(scaleup_kind)
-        if proto.name not in ("Simple", "LL128") or rate is None or ranks < 2:
+        if proto not in ("Simple", "LL128") or rate is None or ranks < 2:
             return math.inf
         return blocks * rate / ring_copy_bytes(op, ranks)
 

@@ -23,23 +23,20 @@ def test_copy_bytes_per_byte_sent_count_the_primitives() -> None:
     assert ring_copy_bytes("all_reduce", 8) == pytest.approx(22 / 7)
 
 
-def _proto(name: str) -> calibration.Protocol:
-    return calibration.default().collectives.protocols[name]
-
-
 def test_the_cap_is_the_blocks_rate_over_the_copy_bytes() -> None:
     c = calibration.default().collectives
     rate = c.ring_block_copy_Bps["nvlink3"]
     assert rate == pytest.approx(30.5e9)
-    simple, ll128, ll = _proto("Simple"), _proto("LL128"), _proto("LL")
-    assert c.ring_copy_cap(simple, "nvlink3", "all_gather", 2, 24) == pytest.approx(24 * 30.5e9 / 5)
-    assert c.ring_copy_cap(ll128, "nvlink3", "all_reduce", 8, 24) == pytest.approx(
+    assert c.ring_copy_cap("Simple", "nvlink3", "all_gather", 2, 24) == pytest.approx(
+        24 * 30.5e9 / 5
+    )
+    assert c.ring_copy_cap("LL128", "nvlink3", "all_reduce", 8, 24) == pytest.approx(
         24 * 30.5e9 * 7 / 22
     )
-    assert c.ring_copy_cap(ll, "nvlink3", "all_gather", 2, 24) == float("inf")  # own cap
-    assert c.ring_copy_cap(simple, "nvlink5", "all_gather", 2, 24) == float("inf")  # unfitted
+    assert c.ring_copy_cap("LL", "nvlink3", "all_gather", 2, 24) == float("inf")  # own cap
+    assert c.ring_copy_cap("Simple", "nvlink5", "all_gather", 2, 24) == float("inf")  # unfitted
     assert calibration.ideal().collectives.ring_copy_cap(
-        simple, "nvlink3", "all_gather", 2, 24
+        "Simple", "nvlink3", "all_gather", 2, 24
     ) == float("inf")
 
 
@@ -75,9 +72,8 @@ def test_fewer_blocks_at_a_smaller_size() -> None:
 
     blocks = nccl_channels(c, "ring", "Simple", 256 * KiB, 2, 24)
     assert blocks == 8
-    simple = _proto("Simple")
-    assert c.ring_copy_cap(simple, "nvlink3", "all_gather", 2, blocks) == pytest.approx(
-        c.ring_copy_cap(simple, "nvlink3", "all_gather", 2, 24) / 3
+    assert c.ring_copy_cap("Simple", "nvlink3", "all_gather", 2, blocks) == pytest.approx(
+        c.ring_copy_cap("Simple", "nvlink3", "all_gather", 2, 24) / 3
     )
 
 

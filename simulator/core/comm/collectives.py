@@ -22,7 +22,7 @@ from tpsim.calibration import Protocol
 from tpsim.core.comm import algorithms
 from tpsim.core.comm.algorithms import REGISTRY, Algorithm, Context
 from tpsim.core.comm.fabric import Fabric
-from tpsim.core.comm.schedules import model_time
+from tpsim.core.comm.schedules import model_time, predict
 from tpsim.core.errors import ConfigError
 from tpsim.core.program import CollectiveCall
 from tpsim.core.schedule import Planner, Schedule
@@ -126,16 +126,21 @@ def make_planner(fab: Fabric, order: Sequence[int], *, algo: str = "auto") -> Pl
         return out
 
     def fastest(call: CollectiveCall) -> Schedule | None:
-        """The schedule of ``call`` that :func:`model_time` says runs fastest (the first in
-        listing order of those that tie), or None if no algorithm runs it. An algorithm
-        with a lower bound (:attr:`Algorithm.bounded`) builds only the schedules whose bound
-        is below the best of the others: one above it cannot be the fastest, nor tie."""
+        """The schedule of ``call`` that runs fastest (the first in listing order of those
+        that tie), or None if no algorithm runs it: NCCL's own algorithms ranked as NCCL
+        ranks them (:func:`model_time`), and the one NCCL picks then against the engine's
+        or tpsim's own kernels by the time each takes (:func:`predict`), as a caller
+        choosing between NCCL and its own kernels sees them. An algorithm with a lower
+        bound on its model time (:attr:`Algorithm.bounded`, NCCL's) builds only the
+        schedules whose bound is below the best of NCCL's others: one above it cannot be
+        NCCL's pick, nor tie."""
         found = entries(call)
         built: dict[int, list[tuple[Schedule, float]]] = {}
         for k, entry in enumerate(found):
             if entry.bounded is None:
                 built[k] = [(s, model_time(fab, s)) for s in entry.build(ctx, call)]
-        best = min((t for runs in built.values() for _, t in runs), default=math.inf)
+        nccl = [k for k, entry in enumerate(found) if entry.nccl]
+        best = min((t for k in nccl if k in built for _, t in built[k]), default=math.inf)
         for k, entry in enumerate(found):
             if entry.bounded is not None:
                 runs = []
@@ -145,8 +150,14 @@ def make_planner(fab: Fabric, order: Sequence[int], *, algo: str = "auto") -> Pl
                         runs.append((sched, model_time(fab, sched)))
                         best = min(best, runs[-1][1])
                 built[k] = runs
-        ranked = [run for k in sorted(built) for run in built[k]]
-        return min(ranked, key=lambda run: run[1])[0] if ranked else None
+        picks = [(k, s, t) for k in sorted(built) if k in nccl for s, t in built[k]]
+        ranked = [min(picks, key=lambda run: run[2])] if picks else []
+        ranked += [(k, s, t) for k in sorted(built) if k not in nccl for s, t in built[k]]
+        if len(ranked) == 1:
+            return ranked[0][1]
+        # the time each takes (a schedule outside NCCL is its own model: model_time is it)
+        timed = [(predict(fab, s) if k in nccl else t, k, s) for k, s, t in ranked]
+        return min(timed, key=lambda run: (run[0], run[1]))[2] if timed else None
 
     def _named(call: CollectiveCall) -> list[Schedule]:
         """The call's own algorithm (an engine profile's choice for its MoE layers)."""

@@ -204,7 +204,7 @@ def ring_copy_cap(fab: Fabric, op: str, nbytes: int, proto: Protocol) -> float:
         return math.inf
     most = ring_channels(c, fab.gpu.arch)
     blocks = nccl_channels(c, "ring", proto.name, nbytes, fab.ranks, most, fab.multi_host)
-    return c.ring_copy_cap(proto, fab.gpu.scaleup_kind, op, fab.ranks, blocks)
+    return c.ring_copy_cap(proto.name, fab.gpu.scaleup_kind, op, fab.ranks, blocks)
 
 
 # ---------------------------------------------------------------------------- prediction
