@@ -37,7 +37,7 @@ class Saturation:
     saturated: bool
     arrival_rate: float  # requests/s offered
     completion_rate: float  # requests/s completed while they arrived
-    growth_per_s: float  # requests in the system gained per second, third to last quarter
+    growth_per_s: float  # arrivals less completions per second while requests arrived
 
 
 def per_request(requests: Sequence[Request]) -> dict[str, np.ndarray]:
@@ -90,6 +90,8 @@ def summary(
 
 #: Points at which each quarter of the arrivals is sampled for its time-averaged occupancy.
 SAMPLES = 256
+#: Consecutive batches of a quarter's samples whose means give its average's noise.
+BATCHES = 8
 
 
 #: The least excess of arrivals over completions, as a share of the arrivals, that
@@ -113,8 +115,10 @@ def saturation(requests: Sequence[Request]) -> Saturation:
     when both hold:
 
     - it still grows in the second half: the last quarter's average exceeds the third's by
-      more than the noise of a steady level (twice its square root, as for a Poisson count:
-      a burst of arrivals is not a trend) and by more than 3 % of the requests that arrived
+      more than the noise of a steady level (twice its square root, as for a Poisson count,
+      or twice the two averages' standard error by batch means where that is less: an
+      average over a quarter wanders less than one count, and a long-prompt queue of 30 that
+      grows by 6 a quarter is no burst) and by more than 3 % of the requests that arrived
       in the last quarter (a system converging to its level, or one at capacity, gains
       less; one 3 % over its capacity gains that much a quarter however long the run, and
       the noise term shrinks beside it as the run grows). A run shorter than a queue takes
@@ -134,24 +138,33 @@ def saturation(requests: Sequence[Request]) -> Saturation:
     quarter = (last - first) / 4
     edges = [first + k * quarter for k in range(5)]
 
-    def occupancy(k: int) -> float:
-        """The time-averaged number waiting for a first token over quarter ``k`` (0 to 3)."""
+    def occupancy(k: int) -> tuple[float, float]:
+        """The time-averaged number waiting for a first token over quarter ``k`` (0 to 3),
+        and the standard error of that average by batch means (the quarter's samples in
+        :data:`BATCHES` consecutive batches; a level's own fluctuation, not a count's)."""
         t = edges[k] + (np.arange(SAMPLES) + 0.5) * (quarter / SAMPLES)
         inside = np.searchsorted(arrivals, t, "right") - np.searchsorted(started, t, "right")
-        return float(inside.mean())
+        means = inside.reshape(BATCHES, -1).mean(axis=1)
+        return float(inside.mean()), float(means.std(ddof=1) / np.sqrt(BATCHES))
 
-    third, fourth = occupancy(2), occupancy(3)
+    (third, se3), (fourth, se4) = occupancy(2), occupancy(3)
     grew = fourth - third
     late = int(len(arrivals) - np.searchsorted(arrivals, edges[3], "left"))
-    growing = grew > max(2.0 * np.sqrt(third + 1.0), OVERLOAD * late)
+    noise = 2.0 * float(np.hypot(se3, se4))
+    growing = grew > max(min(2.0 * np.sqrt(third + 1.0), noise), OVERLOAD * late)
     rate = (len(arrivals) - 1) / (last - first)
     done = np.sort(np.array([r.done_s for r in requests]))
     completed = float(np.searchsorted(done, last, "right")) / (last - first)
+    # what the system gains a second: the arrival rate less the completions of the second
+    # half (a continuous batch fills first, so completions before it lag the capacity)
+    half = edges[2]
+    served = np.searchsorted(done, last, "right") - np.searchsorted(done, half, "right")
+    growth = max(0.0, rate - float(served) / (last - half))
     q2, q4 = (arrival >= edges[1]) & (arrival < edges[2]), arrival >= edges[3]
     slower = bool(q2.any() and q4.any()) and any(
         float(x[q4].mean()) > 1.5 * float(x[q2].mean()) for x in (ttft, e2e)
     )
-    return Saturation(bool(growing and slower), rate, completed, grew / quarter)
+    return Saturation(bool(growing and slower), rate, completed, growth)
 
 
 __all__ = ["METRICS", "Saturation", "per_request", "saturation", "summary"]

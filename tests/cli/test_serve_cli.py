@@ -104,6 +104,20 @@ def test_saturation_is_said(capsys: pytest.CaptureFixture[str]) -> None:
     assert rc == 0 and "SATURATED" in out
 
 
+def test_a_long_prompt_overload_is_saturated(capsys: pytest.CaptureFixture[str]) -> None:
+    """64K-token prompts at 0.5 req/s on one H100, which completes about 0.28 a second: its
+    waiting line averages 13, 20, 29 and 35 over the quarters of 100 arrivals, a growth the
+    square root of a Poisson count (11 at 30) had called noise; the batch means of each
+    quarter's average say it is not. The queue grows by the arrival rate less what the
+    engine completes, under the rate."""
+    args = ["serve", "--model", "llama-3.1-8b", "--topology", "dgx-h100", "--tp", "1"]
+    args += ["--seed", "1", "--rate", "0.5", "--requests", "100", "--prompt-len", "65536"]
+    assert main([*args, "--output-len", "64", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["saturated"]
+    assert 0.1 < out["queue_growth_per_s"] < 0.5
+
+
 def test_expert_parallel(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, _ = run(["serve", "--model", "qwen3-30b-a3b", "--topology", "dgx-h100", "--tp", "2",
                       "--ep", "2", "--rate", "5", "--requests", "20", "--output-len", "20"],

@@ -48,7 +48,9 @@ def test_a_queue_growing_without_bound_is_saturated() -> None:
     s = saturation(reqs)
     assert s.saturated
     assert 0.5 < s.growth_per_s < 1.5  # about 2 - 1 req/s
-    assert not saturation(reqs[:40]).saturated  # 20 s of it: too short to tell from noise
+    # 20 s of it: arrivals like a clock leave the queue's averages no noise to hide in
+    # (batch means), where a Poisson count's square root had called its 10 a quarter noise
+    assert saturation(reqs[:40]).saturated
 
 
 def test_a_burst_of_arrivals_is_not_a_trend() -> None:
