@@ -166,11 +166,33 @@ def test_attention_dp_dispatches_by_all_to_all_over_the_moe_group() -> None:
 
 
 def test_dispatched_bytes_per_rank_closed_form() -> None:
-    """Each rank sends its T/tp tokens' k pairs (d values each, bf16) to the MoE group."""
+    """Each rank sends its T/tp tokens' k pairs (d values each, bf16) to the MoE group
+    (Mixtral's 8 experts on 8 ranks: a token's two experts are two ranks)."""
     batch, tp = 64, 2
     r = simulate("mixtral-8x7b", "dgx-h100", Layout(tp, attention_dp=4, ep=8), Workload(batch))
     op = next(rec for rec in r.records if "moe_dispatch" in rec.name)
     assert f"all_to_all {batch // tp * 2 * 4096 * 2} B" in op.detail
+
+
+def test_a_token_goes_once_to_each_rank_holding_some_of_its_experts() -> None:
+    """Through NCCL a token travels once to each rank holding some of its experts (the
+    rank sums its experts' outputs before the combine): with every expert split over the
+    8 ranks (EP 1) that is every rank once, as vLLM's and SGLang's gather of the tokens,
+    not once per expert (8 times for Qwen3's top 8); with 16 experts a rank (EP 8), the
+    expected distinct ranks of 8 picks of 128, 8 (1 - C(112, 8) / C(128, 8)) = 5.3."""
+    batch = 64
+    tp1 = simulate("qwen3-30b-a3b", "dgx-h100", Layout(1, attention_dp=8), Workload(batch))
+    op = next(rec for rec in tp1.records if "moe_dispatch" in rec.name)
+    assert f"all_to_all {batch * 8 * 2048 * 2} B" in op.detail
+    ep8 = simulate("qwen3-30b-a3b", "dgx-h100", Layout(1, attention_dp=8, ep=8), Workload(batch))
+    op = next(rec for rec in ep8.records if "moe_dispatch" in rec.name)
+    hit = 8 * (1 - math.comb(112, 8) / math.comb(128, 8))
+    assert f"all_to_all {round(batch * hit) * 2048 * 2} B" in op.detail
+    # DeepEP's kernels send per token-expert pair (its low-latency buffer is per expert)
+    deep = simulate("qwen3-30b-a3b", "dgx-h100", Layout(1, attention_dp=8, ep=8),
+                    Workload(batch), Options(moe_a2a="deepep"))  # fmt: skip
+    op = next(rec for rec in deep.records if "moe_dispatch" in rec.name)
+    assert f"all_to_all {batch * 8 * (2048 + 4 * 16 + 16)} B" in op.detail
 
 
 def test_replicated_tokens_with_ep_all_reduce_like_tp_experts() -> None:

@@ -70,7 +70,17 @@ class ExpertSplit:
         """Expected distinct hosts one token's ``k`` experts sit on (experts spread evenly
         over the group's hosts): ``n (1 - C(N - N/n, k) / C(N, k))``; with grouped routing
         whose groups nest in hosts, the token's ``topk_group`` groups decide it."""
-        n = self.nodes
+        return self._parts_hit(self.nodes)
+
+    def ranks_hit(self) -> float:
+        """Expected distinct expert-parallel ranks one token's ``k`` experts sit on (1 when
+        every rank holds a slice of every expert): what a dispatch that sends a token once
+        to each rank holding some of its experts sends, per width slice."""
+        return self._parts_hit(self.ep)
+
+    def _parts_hit(self, n: int) -> float:
+        """Expected distinct parts of ``n`` even parts of the experts one token's ``k``
+        experts fall in."""
         if n <= 1 or not self.experts:
             return 1.0
         if self.groups and self.topk_groups and self.groups % n == 0:

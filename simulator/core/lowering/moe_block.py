@@ -52,16 +52,20 @@ class ExpertBlock(LoweringBlock):
     def moe_dispatched(self, mb: Any, layer: int) -> None:
         """The MoE FFN with attention data parallelism: this rank routes its share of its
         attention group's tokens (``T / tp``), the dispatch all-to-all over the MoE group
-        sends each token-expert pair to the ``moe_tp`` ranks holding its expert, the experts
-        compute the pairs the whole group sends them, the combine all-to-all returns each
-        pair's output, this rank sums its tokens' outputs and runs the shared experts on
-        them, and (``tp > 1``) an all-gather over the attention group restores every
+        sends each token to the ``moe_tp`` ranks holding each of its experts (through NCCL
+        once to each rank holding some of them, its partial outputs summed there before the
+        combine; DeepEP's kernels per token-expert pair, deduplicated as they do), the
+        experts compute the pairs the whole group sends them, the combine all-to-all
+        returns the outputs, this rank sums its tokens' outputs and runs the shared experts
+        on them, and (``tp > 1``) an all-gather over the attention group restores every
         token on every rank."""
         xs, d, b = self.xs, self.d, self.act_b
         share = ceil_div(mb.tokens, self.tp)  # the tokens this rank routes
         self.gemm(mb, "router", layer, share, self.m.num_experts, d)  # [T/tp, d] x [d, E]
         self.route(mb, layer, share)
         pairs_out = share * xs.top_k * xs.moe_tp  # each pair to every width slice
+        if self.a2a != "deepep":  # a token once to each rank holding some of its experts
+            pairs_out = round(share * xs.ranks_hit() * xs.moe_tp)
         # [T/tp k moe_tp, d], spread over the group: in the activations' dtype through NCCL;
         # DeepEP dispatches fp8 with a scale per 128 values (and a 16-byte header) and
         # combines in bf16, low-latency kernels at decode, normal ones at prefill
