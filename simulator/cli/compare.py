@@ -15,7 +15,7 @@ from typing import Any
 
 from tpsim.calibration.bounded import shorten
 from tpsim.cli import helptext
-from tpsim.cli.types import parse_gantt_layers
+from tpsim.cli.types import check_gantt_layers, parse_gantt_layers
 from tpsim.core.errors import ConfigError
 
 #: run's flags whose one value is itself a comma list: configurations are separated by
@@ -323,6 +323,9 @@ def _compare(a: argparse.Namespace) -> int:
         raise ConfigError("--gantt: needs simulated configurations, not --results rows")
     if a.gantt:
         from tpsim.experiments.plots.gantt import gantt_compare
+
+        for _, r in ran:
+            check_gantt_layers(a.gantt_layers, r.typed.config.model.num_layers)
 
         gantt_compare(
             [(e.label, r.records, r.critical_path) for e, r in ran],

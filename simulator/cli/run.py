@@ -10,7 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from tpsim.cli.paths import check_output
-from tpsim.cli.types import number, parse_counts, parse_gantt_layers, parse_ranks, tokens
+from tpsim.cli.types import (
+    check_gantt_layers,
+    number,
+    parse_counts,
+    parse_gantt_layers,
+    parse_ranks,
+    tokens,
+)
 from tpsim.core.config import Layout, Options, Workload, check_nodes
 from tpsim.core.errors import ConfigError
 from tpsim.core.run_options import BY_NAME, RUN_OPTIONS, RunOption
@@ -196,11 +203,8 @@ def _run(a: argparse.Namespace) -> int:
                 f"{', '.join(sorted(known))}): every kernel is modelled"
             )
     title = report.title(result.summary)
-    if a.gantt and isinstance(a.gantt_layers, tuple):
-        lo, hi = a.gantt_layers
-        last = result.typed.config.model.num_layers
-        if lo > last or hi < -1:
-            raise ConfigError(f"--gantt-layers={lo}-{hi}: the model has layers -1 to {last}")
+    if a.gantt:
+        check_gantt_layers(a.gantt_layers, result.typed.config.model.num_layers)
     written: list[Path] = []
     try:
         if a.trace:

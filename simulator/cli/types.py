@@ -68,6 +68,15 @@ def parse_gantt_layers(text: str) -> tuple[int, int] | str:
     return parse_layers(text)
 
 
+def check_gantt_layers(layers: tuple[int, int] | str | None, last: int) -> None:
+    """Refuse a ``--gantt-layers`` range that holds none of a model's layers -1 (the
+    embedding) to ``last`` (the head), naming the flag and the range."""
+    if isinstance(layers, tuple):
+        lo, hi = layers
+        if lo > last or hi < -1:
+            raise ConfigError(f"--gantt-layers={lo}-{hi}: the model has layers -1 to {last}")
+
+
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 
 

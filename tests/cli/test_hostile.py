@@ -159,6 +159,20 @@ def cli_cases(tmp: Path) -> list[tuple[str, list[str], tuple[str, ...]]]:
         ("gantt-ranks negative", [*RUN, "--gantt-ranks", "-1"], ("--gantt-ranks",)),
         ("gantt-ranks beyond tp", [*RUN, "--gantt-ranks", "0,5"], ("--gantt-ranks",)),
         ("gantt-layers reversed", [*RUN, "--gantt-layers", "5-1"], ("--gantt-layers",)),
+        (
+            "compare gantt-layers beyond the model",
+            [
+                "compare",
+                *RUN[1:5],
+                "--tp",
+                "1,2",
+                "--gantt",
+                str(tmp / "c.png"),
+                "--gantt-layers",
+                "99",
+            ],
+            ("--gantt-layers=99-99",),
+        ),  # fmt: skip
         ("model is a topology file", run_argv("--model", str(GOOD_TOPOLOGY)), ("pair.yaml",)),
         ("topology is a model file", run_argv("--topology", str(GOOD_MODEL)), ("model_type",)),
         ("model is a folder", run_argv("--model", str(tmp)), ("config.json",)),
