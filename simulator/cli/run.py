@@ -202,6 +202,13 @@ def _run(a: argparse.Namespace) -> int:
                 f"--kernel-table {a.kernel_table} has no rows for {gpu} (its GPUs: "
                 f"{', '.join(sorted(known))}): every kernel is modelled"
             )
+    model = result.typed.config.model
+    held = model.num_experts / model.experts_per_token if model.is_moe else 0.0
+    if a.expert_skew and held and a.expert_skew > held:
+        warn(
+            f"--expert-skew={a.expert_skew:g}: held to {held:g} ({model.num_experts} experts / "
+            f"top-{model.experts_per_token}: an expert takes each token at most once)"
+        )
     title = report.title(result.summary)
     if a.gantt:
         check_gantt_layers(a.gantt_layers, result.typed.config.model.num_layers)

@@ -192,7 +192,9 @@ def resolve(
     if options.routing is not None:
         if not spec.is_moe:
             raise ConfigError(f"routing={options.routing}: {spec.name} has no experts to route")
-        histogram = read_histogram(options.routing, spec.num_experts, spec.num_moe_layers)
+        histogram = read_histogram(
+            options.routing, spec.num_experts, spec.num_moe_layers, spec.experts_per_token
+        )
     xs = expert_split(spec, tp, layout.attention_dp, layout.ep, layout.expert_tp,
                       options.expert_skew, histogram)  # fmt: skip
     if options.moe_a2a != "nccl" and not xs.dispatch:

@@ -172,7 +172,7 @@ def cli_cases(tmp: Path) -> list[tuple[str, list[str], tuple[str, ...]]]:
                 "99",
             ],
             ("--gantt-layers=99-99",),
-        ),  # fmt: skip
+        ),
         ("model is a topology file", run_argv("--model", str(GOOD_TOPOLOGY)), ("pair.yaml",)),
         ("topology is a model file", run_argv("--topology", str(GOOD_MODEL)), ("model_type",)),
         ("model is a folder", run_argv("--model", str(tmp)), ("config.json",)),

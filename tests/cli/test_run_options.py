@@ -88,3 +88,18 @@ def test_an_option_added_to_the_table_is_a_run_flag_a_sweep_axis_and_a_grid_key(
     table = (*RUN_OPTIONS, quiet)
     assert "fake_knob" in {a.dest for a in _run_parser(table)._actions}
     assert "fake_knob" not in _sweep_flags(table) and "fake_knob" not in axes_of(table)
+
+
+def test_a_skew_beyond_what_top_k_allows_warns(capsys: pytest.CaptureFixture[str]) -> None:
+    """Mixtral's 8 experts, top 2: the hottest expert can take at most half the pairs, four
+    times the mean; --expert-skew 100 runs as 4 and says so."""
+    from tpsim.cli import main
+
+    args = ["run", "--model", "mixtral-8x7b", "--topology", "dgx-h100", "--tp", "1"]
+    args += ["--attention-dp", "8", "--ep", "8", "--batch", "8"]
+    assert main([*args, "--expert-skew", "100"]) == 0
+    held = capsys.readouterr()
+    assert "--expert-skew=100: held to 4 (8 experts / top-2" in held.err
+    assert main([*args, "--expert-skew", "4"]) == 0
+    four = capsys.readouterr()
+    assert four.err == "" and four.out == held.out

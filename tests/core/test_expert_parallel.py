@@ -298,6 +298,19 @@ def test_bad_histograms_are_refused_naming_the_line(tmp_path: object, text: str,
         simulate("mixtral-8x7b", "dgx-h100", Layout(8, ep=8), options=Options(routing=str(path)))
 
 
+def test_a_histogram_top_k_routing_cannot_make_is_refused(tmp_path: object) -> None:
+    """Top-2: a token picks an expert at most once, so no expert takes over half the pairs
+    (one hot expert alone would read one expert's weights, under the step's floor)."""
+    from pathlib import Path
+
+    path = Path(str(tmp_path)) / "one.txt"
+    path.write_text("100,0,0,0,0,0,0,0\n")
+    with pytest.raises(ConfigError, match=r"line 1: expert 0 takes 100.0% .* at most 50.0%"):
+        read_histogram(str(path), 8, 32, top_k=2)
+    path.write_text("50,50,0,0,0,0,0,0\n")
+    assert read_histogram(str(path), 8, 32, top_k=2) == ((0.5, 0.5, 0, 0, 0, 0, 0, 0),)
+
+
 def test_one_histogram_line_per_moe_layer_skips_the_dense_ones(tmp_path: object) -> None:
     from dataclasses import replace
     from pathlib import Path
@@ -381,13 +394,14 @@ def test_rank_shares_follow_the_load() -> None:
 
 @pytest.mark.parametrize("a2a", ["nccl", "deepep"])
 def test_a_hot_rank_receives_every_rank_s_tokens(tmp_path: object, a2a: str) -> None:
-    """All of a layer's pairs to the last expert: every rank sends its whole dispatch to the
-    last GPU, whose port takes 7 ranks' bytes, and the combine sends them all back from it;
-    the exchange is slower than under uniform routing, by about that port's load."""
+    """All of a layer's pairs to the last GPU's 16 experts (each a sixteenth, under the
+    eighth top-8 routing allows): every rank sends its whole dispatch to the last GPU, whose
+    port takes 7 ranks' bytes, and the combine sends them all back from it; the exchange is
+    slower than under uniform routing, by about that port's load."""
     from pathlib import Path
 
     path = Path(str(tmp_path)) / "hot.txt"
-    path.write_text(",".join(["0"] * 127 + ["1"]) + "\n")
+    path.write_text(",".join(["0"] * 112 + ["1"] * 16) + "\n")
     lay, wl = Layout(1, attention_dp=8, ep=8), Workload(64)
     opts = {"moe_a2a": a2a}
     even = simulate("qwen3-30b-a3b", "dgx-h100", lay, wl, Options(**opts))

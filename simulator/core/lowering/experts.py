@@ -224,11 +224,14 @@ def _normal_max(ranks: int) -> float:
     return total * step
 
 
-def read_histogram(path: str, experts: int, layers: int) -> tuple[tuple[float, ...], ...]:
+def read_histogram(
+    path: str, experts: int, layers: int, top_k: int = 1
+) -> tuple[tuple[float, ...], ...]:
     """A routing histogram file: tokens (or any weights) per expert, comma- or
     whitespace-separated, one line for every layer or one line per MoE layer (``#``
-    comments and blank lines skipped); each line normalised to shares. ConfigError naming
-    the file and what is wrong."""
+    comments and blank lines skipped); each line normalised to shares. A token picks an
+    expert at most once among its ``top_k``, so no expert takes more than ``1 / top_k`` of
+    the pairs. ConfigError naming the file and what is wrong."""
     from tpsim.calibration.bounded import ReadRefused, read_text, shorten
 
     where = f"routing={shorten(path, 80)}"
@@ -255,7 +258,15 @@ def read_histogram(path: str, experts: int, layers: int) -> tuple[tuple[float, .
             raise ConfigError(
                 f"{where} line {number}: needs non-negative finite counts, not all zero"
             )
-        rows.append(tuple(v / total for v in values))
+        shares = tuple(v / total for v in values)
+        hot = max(range(experts), key=lambda e: shares[e])
+        if shares[hot] > 1.0 / top_k + 1e-9:
+            raise ConfigError(
+                f"{where} line {number}: expert {hot} takes {shares[hot]:.1%} of the pairs; "
+                f"with top-{top_k} routing a token picks an expert at most once, so at most "
+                f"{1 / top_k:.1%}"
+            )
+        rows.append(shares)
     if not rows:
         raise ConfigError(f"{where}: no histogram in it (one line of {experts} counts)")
     if len(rows) not in (1, layers):
