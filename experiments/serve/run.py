@@ -207,7 +207,17 @@ def scheduler_spec(setup: ServeSetup, gpu_bytes: float) -> SchedulerSpec:
     spec = scheduler(setup.options.engine, gpu_bytes)
     if setup.options.async_scheduling is not None:
         spec = replace(spec, async_scheduling=setup.options.async_scheduling)
-    return replace(spec, **dict(setup.overrides)) if setup.overrides else spec
+    named = dict(setup.overrides)
+    spec = replace(spec, **named) if named else spec
+    given = {"max_num_seqs", "max_num_batched_tokens"} & set(named)
+    if given and spec.max_num_batched_tokens < spec.max_num_seqs:
+        flag = "max-num-batched-tokens" if "max_num_batched_tokens" in given else "max-num-seqs"
+        raise ConfigError(  # vLLM's SchedulerConfig refuses it the same way
+            f"--{flag}={named[flag.replace('-', '_')]}: max_num_batched_tokens "
+            f"({spec.max_num_batched_tokens}) below max_num_seqs ({spec.max_num_seqs}); "
+            "every running sequence needs a token a step"
+        )
+    return spec
 
 
 def check_fits(spec: SchedulerSpec, kv: KVCache, model: ModelSpec, prompt: int, output: int,
@@ -317,7 +327,7 @@ def serve(
 
     if requests is not None:
         for i, (p, o) in enumerate(zip(requests.prompt, requests.output, strict=True)):
-            check_fits(spec, fits_kv, model, p, o, f"request {i}")
+            check_fits(spec, fits_kv, model, p, o, f"request {i} (row {i + 1})")
 
         def lookup(i: int) -> tuple[int, int, int, int]:
             if requests.group:

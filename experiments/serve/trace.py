@@ -118,12 +118,13 @@ def _rows(path: str, text: str) -> list[dict[str, object]]:
                 raise _bad(path, f"line {k}: not a JSON object")
             rows.append(obj)
         return rows
-    lines = [ln for ln in text.splitlines() if not ln.startswith("#")]
-    header = next(csv.reader(lines[:1]), [])
+    # comments and blank lines skipped; a space after a comma is not part of a name
+    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+    header = next(csv.reader(lines[:1], skipinitialspace=True), [])
     twice = sorted({c for c in header if header.count(c) > 1})
     if twice:
         raise _bad(path, f"column {twice[0]!r} appears twice in the header")
-    return list(csv.DictReader(io.StringIO("\n".join(lines))))
+    return list(csv.DictReader(io.StringIO("\n".join(lines)), skipinitialspace=True))
 
 
 def read_trace(path: str, *, requests: int = 0, duration_s: float | None = None) -> Requests:

@@ -65,9 +65,9 @@ def add_serve_parser(sub: Any) -> argparse.ArgumentParser:
     w.add_argument(
         "--output-len", help=f"output tokens, as --prompt-len (default: {OUTPUT_DEFAULT})"
     )
-    w.add_argument("--prefix-len", type=int, default=0, help="the first N prompt tokens are "
+    w.add_argument("--prefix-len", type=int, default=None, help="the first N prompt tokens are "
                    "one of --prefix-groups shared prompts (a system prompt), request i's the "
-                   "(i mod groups)-th: the prefix cache finds them")  # fmt: skip
+                   "(i mod groups)-th: the prefix cache finds them (default: none)")  # fmt: skip
     w.add_argument("--prefix-groups", type=int, default=1, help="how many shared prompts")
     w.add_argument("--seed", type=int, default=0, help="seed of every random draw")
     g = p.add_argument_group("disaggregated prefill and decode (any of these: two pools)")
@@ -98,6 +98,10 @@ def add_serve_parser(sub: Any) -> argparse.ArgumentParser:
     return p
 
 
+#: vLLM's KV cache block sizes on CUDA (vllm/config/cache.py BlockSize).
+BLOCK_SIZES = (1, 8, 16, 32, 64, 128)
+
+
 def _positive(flag: str, value: float | None, *, whole: bool = False, zero: bool = False,
               upper: float = 1e9) -> None:  # fmt: skip
     if value is None:
@@ -105,8 +109,9 @@ def _positive(flag: str, value: float | None, *, whole: bool = False, zero: bool
     low_ok = value >= 0 if zero else value > 0
     if not math.isfinite(value) or not low_ok or value > upper:
         what = "a whole number" if whole else "a number"
+        most = f"{int(upper):,}" if whole else f"{upper:g}"
         raise ConfigError(f"{flag}={value}: must be {what} {'>= 0' if zero else '> 0'} "
-                          f"and at most {upper:g}")  # fmt: skip
+                          f"and at most {most}")  # fmt: skip
 
 
 def _checks(a: argparse.Namespace) -> None:
@@ -132,6 +137,22 @@ def _checks(a: argparse.Namespace) -> None:
     _positive("--prefix-groups", a.prefix_groups, whole=True, upper=1_000_000)
     if a.requests is not None and a.duration is not None:
         raise ConfigError(f"--duration={a.duration:g}: give --requests or --duration, not both")
+    if a.rate is not None:  # the arrivals span at most what a trace may
+        from tpsim.experiments.serve.trace import MAX_SPAN_S
+
+        span = (a.requests or 1000) / a.rate if a.duration is None else a.duration
+        if span > MAX_SPAN_S:
+            raise ConfigError(
+                f"--rate={a.rate:g}: its arrivals would span {span:.3g} s, more than "
+                f"{MAX_SPAN_S:g} s (raise the rate or send fewer requests)"
+            )
+    if a.block_size is not None and a.block_size not in BLOCK_SIZES:
+        raise ConfigError(
+            f"--block-size={a.block_size}: vLLM's CUDA KV cache takes "
+            f"{', '.join(map(str, BLOCK_SIZES))}"
+        )
+    if a.prefix_groups is not None and a.prefix_groups > 1 and a.prefix_len is None:
+        raise ConfigError(f"--prefix-groups={a.prefix_groups}: needs --prefix-len")
     if a.rate is None and (a.arrivals is not None or a.burstiness is not None):
         flag = "--arrivals" if a.arrivals is not None else "--burstiness"
         value = a.arrivals if a.arrivals is not None else a.burstiness
@@ -197,7 +218,7 @@ def _serve(a: argparse.Namespace) -> int:
     setup = ServeSetup(a.model, run_topology(a), disagg.decode_tp if disagg else a.tp, a.dp,
                        a.nodes, a.gpus_per_node, options, a.exact, overrides, ep=a.ep,
                        disagg=disagg, attention_dp=a.attention_dp, pp=a.pp)  # fmt: skip
-    prefix = (a.prefix_len, a.prefix_groups)
+    prefix = (a.prefix_len or 0, a.prefix_groups)
     prompt = parse_lengths("--prompt-len", a.prompt_len or str(PROMPT_DEFAULT))
     output = parse_lengths("--output-len", a.output_len or str(OUTPUT_DEFAULT))
     for flag, lengths in (("--prompt-len", prompt), ("--output-len", output)):

@@ -224,3 +224,31 @@ def test_a_normal_cut_at_one_token_says_its_mean(capsys: pytest.CaptureFixture[s
     rc, _, err = run([*BASE, "--rate", "1", "--requests", "20", "--prompt-len",
                       "normal:1000,100"], capsys)  # fmt: skip
     assert rc == 0 and "cut at 1 token" not in err
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (["--rate", "1e-300"], "--rate=1e-300: its arrivals would span"),
+        (["--rate", "1", "--max-num-batched-tokens", "16"], "--max-num-batched-tokens=16:"),
+        (["--rate", "1", "--block-size", "7"], "--block-size=7: vLLM's CUDA KV cache takes"),
+        (["--rate", "1", "--prefix-groups", "3"], "--prefix-groups=3: needs --prefix-len"),
+        (["--rate", "1", "--max-num-seqs", "9999999"], "at most 1,048,576"),
+    ],
+)
+def test_settings_vllm_would_refuse_are_refused(
+    extra: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc, out, err = run([*BASE, "--requests", "30", *extra], capsys)
+    assert rc == 2 and out == "" and says in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_trace_header_may_space_its_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`TIMESTAMP, ContextTokens, GeneratedTokens` (a space after each comma, as the serve
+    page writes it) and a blank first line read as the plain header."""
+    spaced = tmp_path / "spaced.csv"
+    spaced.write_text("\nTIMESTAMP, ContextTokens, GeneratedTokens\n0, 100, 10\n1, 200, 20\n")
+    rc, out, _ = run([*BASE, "--trace", str(spaced), "--json"], capsys)
+    assert rc == 0 and json.loads(out)["completed"] == 2
