@@ -13,9 +13,23 @@ from tpsim.core.lowering.step import launch_mode
 from tpsim.experiments.compare import PARTS
 
 
+def replica_hosts(row: Mapping[str, Any]) -> int:
+    """The hosts one replica of a row's layout spans (its TP group and pipeline stages):
+    its TP group's (the row's ``hosts``), or as many as its GPUs fill when a host holds
+    fewer (``gpus_per_node``, else the topology's), as ``tpsim run`` places them."""
+    from tpsim.topologies.io import get_topology
+
+    group = int(row.get("hosts") or 1)
+    gpus = int(row["tp"]) * int(row.get("pp") or 1) * int(row.get("attention_dp") or 1)
+    per = int(row.get("gpus_per_node") or 0) or int(
+        get_topology(str(row["topology"]), 1).graph.get("gpus_per_host") or 0
+    )
+    return max(group, -(-gpus // per)) if per else group
+
+
 def config_from_row(row: Mapping[str, Any]) -> dict[str, Any]:
     """The parts of a run's ``config`` a comparison reads, rebuilt from a sweep results row
-    (``spans_hosts`` from the hosts its group spans)."""
+    (``spans_hosts`` from the hosts one replica spans: :func:`replica_hosts`)."""
     model = str(row["model"])
     return {
         "model": {"name": model.rsplit("/", 1)[-1]},
@@ -23,7 +37,7 @@ def config_from_row(row: Mapping[str, Any]) -> dict[str, Any]:
         "nodes": row["nodes"],
         "gpu": row["gpu"],
         "tp": row["tp"],
-        "spans_hosts": (row.get("hosts") or 1) > 1,
+        "spans_hosts": replica_hosts(row) > 1,
         "workload": {
             "batch": row["batch"],
             "phase": row["phase"],

@@ -31,6 +31,9 @@ __all__ = [
 
 #: Limits of a plausible NIC (Gb/s per NIC; 1.6 Tb/s NICs exist, 100 Tb/s do not) and host.
 MAX_NIC_GBPS = 100_000.0
+#: The slowest NIC taken, Gb/s (1 Mb/s; below, a link of the join would fall under the 1 B/s
+#: a topology's links are held to, and the refusal would name an internal edge).
+MIN_NIC_GBPS = 0.001
 MAX_NICS_PER_NODE = 1024
 MAX_NETWORK_LATENCY_US = 1e6
 #: File fields (units in the name), in the order they are written.
@@ -97,9 +100,9 @@ def check_nic_gbps(value: object, flag: str = "--nic-gbps") -> float | None:
     """A NIC's bandwidth in Gb/s (None: not given); TopologyError naming ``flag`` if bad."""
     if value is None:
         return None
-    if _not_number(value) or not 0 < value <= MAX_NIC_GBPS:  # type: ignore[operator]
+    if _not_number(value) or not MIN_NIC_GBPS <= value <= MAX_NIC_GBPS:  # type: ignore[operator]
         raise TopologyError(
-            f"{flag}={show(value)}: must be a NIC bandwidth in Gb/s above 0 and at most "
+            f"{flag}={show(value)}: must be a NIC bandwidth in Gb/s from {MIN_NIC_GBPS:g} to "
             f"{MAX_NIC_GBPS:g}"
         )
     return float(value)  # type: ignore[arg-type]

@@ -22,6 +22,7 @@ REGIME_COLOURS = {
     "memory-bound": "#56B4E9",
     "communication-bound": "#D55E00",
     "overhead-bound": "#999999",
+    "bubble-bound": "#CC79A7",  # a pipeline's fill: its own colour, not the error grey
 }
 
 

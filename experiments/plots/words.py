@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tpsim.experiments.compare import assumptions
-from tpsim.experiments.compare_rows import breakdown_from_row, config_from_row
+from tpsim.experiments.compare_rows import breakdown_from_row, config_from_row, replica_hosts
 from tpsim.outputs.text import NEAR_TIE, is_near_tie, regime_text
 from tpsim.outputs.text import regime_margin as report_margin
 from tpsim.topologies.io import get_topology
@@ -54,7 +54,7 @@ def assumption_lines(rows: Sequence[Row]) -> list[str]:
     for r in sorted(rows, key=lambda r: (str(r["topology"]), r["nodes"], r["tp"])):
         if r.get("error") or not r.get("gpu"):
             continue
-        hosts = int(r.get("hosts") or 1)
+        hosts = replica_hosts(r)
         crosses = hosts > 1
         config = config_from_row(r)
         ran = config["launch_effective"]
@@ -64,8 +64,8 @@ def assumption_lines(rows: Sequence[Row]) -> list[str]:
             seen[key] = assumptions(graph, {"config": config})
         text = tuple(f"{k} {v}" for k, v in seen[key].items())
         place = f"{r['topology']}" + (f" x{r['nodes']} nodes" if r["nodes"] > 1 else "")
-        if crosses:  # one TP group alone spans them; a layout's stages or replicas may
-            alone = int(r.get("pp") or 1) * int(r.get("dp") or 1) == 1
+        if crosses:  # the TP group itself, or a layout's stages or replicas
+            alone = int(r.get("hosts") or 1) > 1
             spans = "TP group over several hosts" if alone else f"layout over {hosts} hosts"
             place += f", {spans}"
         where.setdefault(text, [])

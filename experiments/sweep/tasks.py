@@ -42,7 +42,7 @@ def run_point(point: GridPoint) -> Row:
     comm, parts, mem = s.communication, s.breakdown, s.memory
     return row | {
         "gpu": s.config.gpu,
-        "hosts": len({graph.nodes[n].get("host", 0) for n in s.config.gpus}),
+        "hosts": len({graph.nodes[n].get("host", 0) for n in _tp_group(s.config)}),
         "latency_s": s.latency_s,
         "tokens_per_s": s.tokens_per_s,
         "tokens_per_s_per_gpu": s.tokens_per_s_per_gpu,
@@ -54,6 +54,14 @@ def run_point(point: GridPoint) -> Row:
         "collectives": comm.collectives,
         "comm_bytes_per_gpu": comm.bytes_sent_per_gpu,
     }
+
+
+def _tp_group(config: Any) -> tuple[str, ...]:
+    """The GPUs of the first TP group (its attention-DP groups with it: the MoE group) of a
+    run's layout; every GPU for a run of one group."""
+    if config.placement is None:
+        return tuple(config.gpus)
+    return tuple(p.gpu for p in config.placement if p.dp == 0 and p.pp == 0)
 
 
 def _safe(evaluate: Evaluate, point: GridPoint) -> Row:

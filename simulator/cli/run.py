@@ -185,6 +185,11 @@ def _run(a: argparse.Namespace) -> int:
     )
     if a.overlap_chunks and a.overlap != "chunked":
         warn(f"--overlap-chunks {a.overlap_chunks} applies to --overlap chunked only; ignored")
+    if a.micro_batches and a.micro_batches > 1 and a.pp == 1:
+        warn(
+            f"--micro-batches {a.micro_batches} without --pp: one stage runs its micro-batches "
+            "one after another (each re-reads the weights); they overlap only across stages"
+        )
     stored = str(result.summary["config"]["model"]["dtype"])
     if a.dtype and stored in ("fp8", "fp4", "int4") and a.dtype != stored:
         warn(

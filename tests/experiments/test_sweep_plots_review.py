@@ -3,6 +3,7 @@ a user found, seen through matplotlib's artists (or the printed text) on hand-ma
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 from typing import Any
 
@@ -201,6 +202,9 @@ def test_a_pipeline_over_hosts_is_not_called_a_tp_group_over_them(
     assert main(args) == 0
     (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("assumptions")]
     assert "layout over 2 hosts" in line and "TP group" not in line
+    assert "NICs per host" in line  # its stages' sends cross the network
+    (row,) = list(csv.DictReader((tmp_path / "s.csv").read_text().splitlines()))
+    assert row["hosts"] == "1"  # the hosts its TP group spans, as the guide defines it
 
 
 def test_assumptions_say_the_launch_mode_each_step_ran_in(
