@@ -152,8 +152,11 @@ def _plan_traffic(a: argparse.Namespace) -> int:
             raise ConfigError(f"--prompt-len={a.prompt_len}: a distribution; give "
                               "--output-len too")  # fmt: skip
         output = str(a.context_len - int(prompt.a))
-        if int(output) < 1:
-            raise ConfigError(f"--output-len={output}: must be at least 1 (give --output-len)")
+        if int(output) < 1:  # the output defaults to the context the prompt leaves
+            raise ConfigError(
+                f"--prompt-len={a.prompt_len}: fills --context-len={a.context_len}, leaving "
+                "no output; give --output-len (and a longer --context-len)"
+            )
     else:
         output = a.output_len
         parse_lengths("--output-len", output)

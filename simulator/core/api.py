@@ -114,12 +114,19 @@ def network_of(graph: nx.DiGraph) -> dict[str, float] | None:
     """The network a multi-host graph joins its hosts over, as simulated: NICs per host, one
     NIC's rate (Gb/s; where a host has more NICs than GPUs, each GPU's link pools its share)
     and the NIC-to-NIC latency (us). None for one host."""
-    if "ib_switch" not in graph:
+    hosts = {d.get("host", 0) for _, d in graph.nodes(data=True) if d.get("kind") == "gpu"}
+    nics = [
+        n for n, d in graph.nodes(data=True) if d.get("kind") == "nic" and d.get("host", 0) == 0
+    ]
+    if len(hosts) < 2 or not nics:
         return None
-    nics = [n for n, d in graph.nodes(data=True) if d.get("kind") == "nic" and d.get("host") == 0]
-    if not nics:
+    # the NIC's link into the network: a join's ib_switch, or a topology file's own switch
+    out = [
+        m for m in graph.successors(nics[0]) if graph.edges[nics[0], m].get("link") == "infiniband"
+    ]
+    if not out:
         return None
-    edge = graph.edges[nics[0], "ib_switch"]
+    edge = graph.edges[nics[0], out[0]]
     net = graph.graph.get("network")
     count = (net.nics_per_node if net is not None else None) or len(nics)
     pooled = max(1.0, count / len(nics))  # more NICs than GPUs: a GPU's link pools its share

@@ -256,3 +256,31 @@ def test_a_ring_over_two_hosts_pays_the_network_latency_where_chunks_cross(op: s
     comms = connect(get_topology("dgx-h100", 2, slow), 16, calib=calibration.ideal(), algo="ring")
     sched = comms.planner(CollectiveCall(op, 8 * 1024))
     assert predict(comms.fabric, sched) == pytest.approx(row["time_s"], rel=0.02)
+
+
+def test_a_file_with_hosts_of_its_own_reports_its_network(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Two hosts of two GPUs each, NICs on a switch of the file's own (no join): the run's
+    config names that network, as its text does (it was null: only a join's ib_switch was
+    looked for)."""
+    from tpsim.core.api import network_of
+    from tpsim.topologies.io import load_topology
+
+    nodes, links = ["  - {id: ibsw, kind: switch}"], []
+    for h in range(2):
+        nodes.append(f"  - {{id: h{h}sw, kind: nvswitch, host: {h}}}")
+        for g in range(2):
+            gpu, nic = f"h{h}g{g}", f"h{h}n{g}"
+            nodes += [f"  - {{id: {gpu}, kind: gpu, type: g, host: {h}}}",
+                      f"  - {{id: {nic}, kind: nic, host: {h}}}"]  # fmt: skip
+            both = "duplex: true"
+            links += [
+                f"  - {{src: {gpu}, dst: h{h}sw, bandwidth_GBps: 450, latency_us: 0.5, {both}}}",
+                f"  - {{src: {gpu}, dst: {nic}, bandwidth_GBps: 64, latency_us: 0.5, {both}}}",
+                f"  - {{src: {nic}, dst: ibsw, bandwidth_GBps: 25, latency_us: 1, {both}, "
+                "link: infiniband}",
+            ]
+    path = tmp_path / "two_hosts.yaml"
+    text = ["name: two-hosts", "gpus:", "  g: h100-sxm", "nodes:", *nodes, "links:", *links]
+    path.write_text("\n".join(text) + "\n")
+    net = network_of(load_topology(path))
+    assert net == {"nics_per_node": 2, "nic_gbps": 200.0, "latency_us": 2.0}
