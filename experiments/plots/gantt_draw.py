@@ -78,7 +78,7 @@ def gantt_figure(
     where given, is what to show (:func:`.gantt_lanes.align_lanes`'s), else
     :func:`.gantt_view.gantt_view` chooses it from ``ranks`` and ``layers``."""
 
-    view = view or gantt_view(records, ranks=ranks, layers=layers)
+    view = view or gantt_view(records, ranks=ranks, layers=layers, critical=critical)
     labels = rank_labels or {}
     crit = frozenset(critical)
     t0, t1 = view.t0_s, view.t1_s

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -48,6 +48,7 @@ def gantt_view(
     *,
     ranks: Sequence[int] | None = None,
     layers: Layers = None,
+    critical: Collection[int] = (),
 ) -> GanttView:
     """Choose ranks and time window as :func:`gantt` does (pure; raises ValueError).
 
@@ -67,6 +68,7 @@ def gantt_view(
         shown = (
             all_ranks if len(all_ranks) <= MAX_DEFAULT_RANKS else [*all_ranks[:2], all_ranks[-1]]
         )
+        shown = _with_critical(records, shown, critical)
     else:
         missing = sorted(set(ranks) - set(all_ranks))
         if missing:
@@ -90,6 +92,23 @@ def gantt_view(
         note = f"all {len(all_ranks)} GPUs run this same timeline"
     gap, hidden, by_rank = _collapse(window, shown) if layers is None else (None, None, ())
     return GanttView(tuple(shown), t0, t1, note, gap, hidden, by_rank)
+
+
+def _with_critical(
+    records: Sequence[Record], shown: list[int], critical: Collection[int]
+) -> list[int]:
+    """``shown`` and the ranks the critical path (record ids ``critical``) runs longest on
+    that it leaves out (a later pipeline stage's, say), up to :data:`MAX_DEFAULT_RANKS`
+    ranks: the rail must not stop where the drawn ranks do."""
+    if not critical:
+        return shown
+    crit = frozenset(critical)
+    time: dict[int, float] = {}
+    for r in records:
+        if r.id in crit and r.rank not in shown:
+            time[r.rank] = time.get(r.rank, 0.0) + r.end_s - r.start_s
+    extra = sorted(time, key=lambda k: (-time[k], k))[: max(0, MAX_DEFAULT_RANKS - len(shown))]
+    return sorted({*shown, *extra})
 
 
 def _collapse(

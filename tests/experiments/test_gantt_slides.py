@@ -134,3 +134,20 @@ def test_a_long_title_stays_inside_the_figure(decode_70b) -> None:
     renderer = FigureCanvasAgg(fig).get_renderer()
     box = chart.ax.title.get_window_extent(renderer)
     assert box.x0 >= 0 and box.x1 <= fig.bbox.width, (box, fig.bbox.width)
+
+
+def test_the_default_ranks_follow_the_critical_path_into_a_later_stage() -> None:
+    """TP 8 x PP 2 over two hosts: ranks 0, 1 and 15 by default, and the rank of stage 1
+    the critical path runs on after the send (rank 8), so the rail does not stop at the
+    send; without the path, the three."""
+    from tpsim.topologies.io import get_topology
+
+    graph = get_topology("dgx-h100", 2)
+    r = simulate("llama-3.1-8b", graph, Layout(8, pp=2), Workload(8), nodes=2)
+    path = [rec for rec in r.records if rec.id in set(r.critical_path)]
+    plain = gantt_view(r.records)
+    assert list(plain.ranks) == [0, 1, 15]
+    shown = gantt_view(r.records, critical=r.critical_path).ranks
+    assert {0, 1, 15} <= set(shown) and any(8 <= k < 15 for k in shown)
+    late = max(rec.end_s for rec in path)
+    assert any(rec.rank in shown and rec.end_s == late for rec in path)
