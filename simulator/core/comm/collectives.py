@@ -166,9 +166,10 @@ def make_planner(fab: Fabric, order: Sequence[int], *, algo: str = "auto") -> Pl
             raise ConfigError(f"algo={call.algo!r}: must be one of {', '.join(REGISTRY)}")
         problem = why_not(fab, call.algo, call.op)
         if problem:
-            # DeepEP's kernels are the MoE dispatch's choice (Options.moe_a2a): name it
-            what = "moe_a2a=deepep" if call.algo.startswith("deepep") else f"algo={call.algo}"
-            raise ConfigError(f"{what}: {call.algo} {problem}")
+            # DeepEP's kernels for a MoE dispatch are Options.moe_a2a's choice: name it
+            deepep = call.algo.startswith("deepep") and call.op == "all_to_all"
+            what = f"moe_a2a=deepep ({call.algo})" if deepep else f"algo={call.algo}"
+            raise ConfigError(f"{what}: {problem}")
         return entry.build(ctx, call)
 
     def plan(call: CollectiveCall) -> Schedule:
