@@ -11,8 +11,9 @@ from tpsim.calibration.commented_csv import csv_rows
 from tpsim.calibration.entries import CalibrationError, measured, tables
 from tpsim.calibration.loader import default
 from tpsim.calibration.model import Calibration, Engine, HostCost, LaunchCost, Links, Memory
-from tpsim.calibration.model_collectives import Collectives, Launcher, Protocol
+from tpsim.calibration.model_collectives import Collectives, Launcher
 from tpsim.calibration.model_kernels import Kernels, TileShape
+from tpsim.calibration.model_protocols import Protocol
 from tpsim.calibration.profiles import engines, for_options, ideal, profile
 
 __all__ = [

@@ -32,11 +32,10 @@ from tpsim.calibration.model_collectives import (
     HostEnqueue,
     Launcher,
     NvlsPipeline,
-    PayloadShares,
-    Protocol,
     SymmMem,
 )
 from tpsim.calibration.model_p2p import P2PTuning
+from tpsim.calibration.model_protocols import PayloadShares, Protocol
 
 
 def _protocol(name: str, d: Mapping[str, Any], field: str) -> Protocol:

@@ -16,8 +16,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from tpsim.calibration.model_collectives import Collectives, Protocol
+from tpsim.calibration.model_collectives import Collectives
 from tpsim.calibration.model_kernels import Kernels
+from tpsim.calibration.model_protocols import Protocol
 
 
 @dataclass(frozen=True, slots=True)
