@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tpsim.models.family_latent import deepseek, gpt_oss
-from tpsim.models.hf_reader import Reader, heads_of, linear_dtype, top_k
+from tpsim.models.hf_reader import Reader, heads_of, linear_dtype, top_k, weight_block
 from tpsim.models.spec import ModelSpec
 
 
@@ -42,6 +42,7 @@ def llama_like(r: Reader, name: str, model_type: str | None, **moe: Any) -> Mode
         gated_mlp=True,
         tied_embeddings=r.boolean("tie_word_embeddings", False),
         dtype=linear_dtype(r),
+        weight_block=weight_block(r),
         norm="rmsnorm",
         qkv_bias=qkv_bias,
         mlp_bias=r.boolean("mlp_bias", False),
@@ -110,6 +111,7 @@ def _gpt_neox(r: Reader, name: str) -> ModelSpec:
         gated_mlp=False,
         tied_embeddings=r.boolean("tie_word_embeddings", False),
         dtype=linear_dtype(r),
+        weight_block=weight_block(r),
         norm="layernorm",
         qkv_bias=True,
         mlp_bias=True,
@@ -134,6 +136,7 @@ def _gpt2(r: Reader, name: str) -> ModelSpec:
         gated_mlp=False,
         tied_embeddings=r.boolean("tie_word_embeddings", True),
         dtype=linear_dtype(r),
+        weight_block=weight_block(r),
         norm="layernorm",
         qkv_bias=True,
         mlp_bias=True,
@@ -162,6 +165,7 @@ def _opt(r: Reader, name: str) -> ModelSpec:
         gated_mlp=False,
         tied_embeddings=r.boolean("tie_word_embeddings", True),
         dtype=linear_dtype(r),
+        weight_block=weight_block(r),
         norm="layernorm",
         qkv_bias=bias,
         mlp_bias=bias,

@@ -12,6 +12,7 @@ from tpsim.models.hf_reader import (
     linear_dtype,
     quant_method,
     top_k,
+    weight_block,
 )
 from tpsim.models.spec import ModelSpec
 
@@ -59,6 +60,7 @@ def deepseek(r: Reader, name: str, model_type: str) -> ModelSpec:
         vocab_size=r.integer("vocab_size"),
         tied_embeddings=r.boolean("tie_word_embeddings", False),
         dtype=dtype,
+        weight_block=weight_block(r),
         qkv_bias=r.boolean("attention_bias", False),
         max_position_embeddings=r.integer("max_position_embeddings", 0, minimum=0),
         num_experts=experts,

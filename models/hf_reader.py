@@ -144,6 +144,22 @@ INT4_METHODS = ("awq", "gptq")
 MODELLED_QUANT = "fp8, fbgemm_fp8, awq/gptq int4 g128, compressed-tensors fp8/NVFP4/W4A16, modelopt"
 
 
+def weight_block(r: Reader) -> tuple[int, ...]:
+    """A block-scaled fp8 checkpoint's ``quantization_config.weight_block_size`` ([rows,
+    columns] of one scale: DeepSeek-V3's and Qwen3's FP8 releases, [128, 128]); () for any
+    other checkpoint."""
+    if quant_method(r) not in FP8_METHODS:
+        return ()
+    block = r.cfg["quantization_config"].get("weight_block_size")
+    if block is None:
+        return ()
+    ok = isinstance(block, list) and len(block) == 2
+    if not ok or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block):
+        raise r.fail("quantization_config.weight_block_size", block,
+                     "must be two positive integers [rows, columns]")  # fmt: skip
+    return (int(block[0]), int(block[1]))
+
+
 def linear_dtype(r: Reader) -> str:
     """The dtype of the checkpoint's linear layers: its ``quantization_config``'s format
     where tpsim runs it (fp8 or NVFP4: ``fp4``), else ``torch_dtype``'s. Any other

@@ -75,6 +75,7 @@ LATER_FIELDS = (
     "sliding_layers",
     "attention_sinks",
     "expert_dtype",
+    "weight_block",
 )
 
 _BOOL_FIELDS = (
@@ -125,6 +126,9 @@ class ModelSpec(AttentionShapes, ExpertShapes):
     sliding_layers: tuple[int, ...] = ()  # layers with sliding-window attention
     attention_sinks: bool = False  # gpt-oss: a learned sink logit per head and layer
     expert_dtype: str = ""  # the routed experts' dtype when it differs ("": dtype)
+    #: a block-scaled fp8 checkpoint's weight blocks (output rows, input columns), as its
+    #: ``quantization_config.weight_block_size``; (): none
+    weight_block: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -321,7 +325,7 @@ class ModelSpec(AttentionShapes, ExpertShapes):
         for field in LATER_FIELDS:
             if out[field] == _DEFAULTS[field]:
                 del out[field]
-        for field in ("dense_layers", "sliding_layers"):
+        for field in ("dense_layers", "sliding_layers", "weight_block"):
             if field in out:
                 out[field] = list(getattr(self, field))
         if self.num_experts:
@@ -333,7 +337,9 @@ class ModelSpec(AttentionShapes, ExpertShapes):
 
     def with_dtype(self, dtype: str) -> ModelSpec:
         """The same model with weights in ``dtype``."""
-        return dataclasses.replace(self, dtype=check_dtype(dtype))
+        dtype = check_dtype(dtype)  # other weights than the checkpoint's: not its blocks
+        block = self.weight_block if dtype == self.dtype else ()
+        return dataclasses.replace(self, dtype=dtype, weight_block=block)
 
 
 #: The defaults of the fields in LATER_FIELDS (a dense model's values).

@@ -113,6 +113,27 @@ def check_tp(model: ModelSpec, tp: int, gpus: int) -> None:
         raise ConfigError(f"tp={tp} {problem} of {model.name}; valid: {valid}")
 
 
+def check_weight_blocks(spec: ModelSpec, tp: int, moe_tp: int) -> None:
+    """Refuse a split of a block-scaled fp8 checkpoint's MLP or experts that leaves a GPU
+    part of a block of rows (``weight_block``): vLLM and SGLang refuse to load it (vLLM's
+    "output_size ... is not divisible by weight quantization block_n")."""
+    if not spec.weight_block:
+        return
+    rows = spec.weight_block[0]
+    parts = []
+    if not spec.is_moe or spec.dense_layers:
+        parts.append(("tp", tp, "its MLP's width", spec.intermediate_size))
+    if spec.is_moe:
+        parts.append(("moe_tp", moe_tp, "each expert's width", spec.moe_intermediate_size))
+    for field, ways, what, width in parts:
+        if ways > 1 and (width % ways or (width // ways) % rows):
+            raise ConfigError(
+                f"{field}={ways}: {spec.name}'s fp8 weights come in blocks of {rows} rows, and "
+                f"{what}, {width}, splits to {width / ways:g} a GPU, not whole blocks: vLLM and "
+                "SGLang refuse to load it (split the experts by --ep, or fewer ways)"
+            )
+
+
 def check_context(model: ModelSpec, workload: Workload) -> None:
     """ConfigError when a pass attends over more tokens than the model was built for (its
     ``max_position_embeddings``; a serving engine refuses such a request too)."""
@@ -197,6 +218,8 @@ def resolve(
         )
     xs = expert_split(spec, tp, layout.attention_dp, layout.ep, layout.expert_tp,
                       options.expert_skew, histogram)  # fmt: skip
+    if options.dtype in (None, spec.dtype):  # the checkpoint's own weights, in its blocks
+        check_weight_blocks(spec, tp, xs.moe_tp)
     if options.moe_a2a != "nccl" and not xs.dispatch:
         raise ConfigError(
             f"moe_a2a={options.moe_a2a}: the all-to-all kernels of token dispatch run with "

@@ -375,3 +375,31 @@ def test_missing_file_and_empty_directory_name_the_path(tmp_path: Path) -> None:
         load_hf_config(tmp_path)
     with pytest.raises(ModelError, match="top level must be a JSON object, got str"):
         spec_from_hf_dict("hidden_size", "x")  # type: ignore[arg-type]
+
+
+def test_a_block_fp8_checkpoint_keeps_its_blocks_and_refuses_splits_that_cut_them(
+    tmp_path: Path,
+) -> None:
+    """Qwen3-30B-A3B with [128, 128] fp8 blocks: each expert's 768 rows split 4 ways leave
+    192 a GPU, not whole blocks, which vLLM refuses to load ("not divisible by weight
+    quantization block_n = 128"); 2 ways (384) and expert parallelism load; --dtype bf16
+    runs other weights, without the blocks."""
+    from tpsim.core.api import simulate
+    from tpsim.core.config import ConfigError, Layout, Options, Workload
+
+    cfg = json.loads((CONFIGS / "qwen3-30b-a3b.json").read_text())
+    cfg["quantization_config"] = {"quant_method": "fp8", "weight_block_size": [128, 128]}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    spec = load_hf_config(str(path))
+    assert spec.weight_block == (128, 128) and spec.to_dict()["weight_block"] == [128, 128]
+    assert "weight_block" not in load_hf_config(str(CONFIGS / "qwen3-30b-a3b.json")).to_dict()
+    with pytest.raises(ConfigError, match=r"moe_tp=4: .* 768, splits to 192 a GPU"):
+        simulate(str(path), "dgx-h100", Layout(4), Workload(8))
+    simulate(str(path), "dgx-h100", Layout(2), Workload(8))
+    simulate(str(path), "dgx-h100", Layout(1, attention_dp=4, ep=4), Workload(8))
+    simulate(str(path), "dgx-h100", Layout(4), Workload(8), Options(dtype="bf16"))
+    cfg["quantization_config"]["weight_block_size"] = [128]
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(ModelError, match="weight_block_size"):
+        load_hf_config(str(path))
