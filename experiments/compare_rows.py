@@ -5,6 +5,7 @@ critical path by part, the launch mode the step ran in."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 from tpsim.core.config import Options, Workload
@@ -17,14 +18,18 @@ def replica_hosts(row: Mapping[str, Any]) -> int:
     """The hosts one replica of a row's layout spans (its TP group and pipeline stages):
     its TP group's (the row's ``hosts``), or as many as its GPUs fill when a host holds
     fewer (``gpus_per_node``, else the topology's), as ``tpsim run`` places them."""
-    from tpsim.topologies.io import get_topology
-
     group = int(row.get("hosts") or 1)
     gpus = int(row["tp"]) * int(row.get("pp") or 1) * int(row.get("attention_dp") or 1)
-    per = int(row.get("gpus_per_node") or 0) or int(
-        get_topology(str(row["topology"]), 1).graph.get("gpus_per_host") or 0
-    )
+    per = int(row.get("gpus_per_node") or 0) or _gpus_per_host(str(row["topology"]))
     return max(group, -(-gpus // per)) if per else group
+
+
+@lru_cache(maxsize=64)
+def _gpus_per_host(topology: str) -> int:
+    """A topology's GPUs per host (0: not known), read once per topology of the rows."""
+    from tpsim.topologies.io import get_topology
+
+    return int(get_topology(topology, 1).graph.get("gpus_per_host") or 0)
 
 
 def config_from_row(row: Mapping[str, Any]) -> dict[str, Any]:

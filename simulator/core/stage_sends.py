@@ -15,6 +15,7 @@ from tpsim.core.comm.schedules import predict
 from tpsim.core.plan import RunPlan
 from tpsim.core.precision import dtype_bytes
 from tpsim.core.program import CollectiveCall
+from tpsim.core.schedule import Router
 
 
 class StageSends:
@@ -22,7 +23,8 @@ class StageSends:
 
     def __init__(self, plan: RunPlan) -> None:
         self.plan = plan
-        self._fabrics: dict[tuple[int, int], Fabric] = {}  # (stages, per host) -> links
+        #: (stages, per host) -> the placed ranks' links and the router of their sends
+        self._placed: dict[tuple[int, int], tuple[Fabric, Router]] = {}
 
     def seconds(self, tokens: int, pp: int, gpus_per_node: int = 0) -> tuple[float, ...]:
         """What a step of ``tokens`` tokens adds at each boundary of ``pp`` stages of this
@@ -37,19 +39,20 @@ class StageSends:
         if pp < 2:
             return ()
         plan, tp = self.plan, self.plan.layout.tp
-        fab = self._fabrics.get((pp, gpus_per_node))
-        if fab is None:
+        placed = self._placed.get((pp, gpus_per_node))
+        if placed is None:  # built once: seconds() is called for every serving step
             ranks = place(plan.routes, tp, pp, 1, gpus_per_node)
-            fab = self._fabrics[(pp, gpus_per_node)] = build_fabric(
-                plan.routes, ranks, plan.gpu, plan.calib
+            placed = self._placed[(pp, gpus_per_node)] = (
+                build_fabric(plan.routes, ranks, plan.gpu, plan.calib),
+                pair_router(plan.routes, ranks, plan.gpu, plan.calib, pp),
             )
+        fab, route = placed
         nbytes = 2 * tokens * plan.model.hidden_size * dtype_bytes(plan.precision.act)
         gather = 0.0
         if tp > 1 and isinstance(plan.comms, Comms):
             comms = plan.comms
             call = CollectiveCall("all_gather", round(nbytes / 2), 0)  # each tensor apart
             gather = 2 * predict(comms.fabric, comms.planner(call))
-        route = pair_router(plan.routes, fab.gpu_ranks, plan.gpu, plan.calib, pp)
         out = []
         for stage in range(pp - 1):
             pairs = [(stage * tp + t, (stage + 1) * tp + t) for t in range(tp)]
