@@ -123,6 +123,9 @@ class ServeSetup:
     attention_dp: int = 1
     #: pipeline stages of ``tp`` GPUs each, run as that many virtual engines (serve.pipeline)
     pp: int = 1
+    #: ranks splitting each routed expert's width, as ``run --moe-tp`` (0: derived; given,
+    #: ``moe_tp * ep`` must be the MoE group)
+    moe_tp: int = 0
 
 
 @dataclass(frozen=True)
@@ -273,7 +276,7 @@ def serve(
     d = setup.disagg
     if d is None:
         layout = Layout(setup.tp, setup.gpus_per_node, setup.pp, setup.dp, ep=setup.ep,
-                        attention_dp=setup.attention_dp)  # fmt: skip
+                        attention_dp=setup.attention_dp, moe_tp=setup.moe_tp)  # fmt: skip
         resolve(
             setup.model,
             setup.topology,

@@ -11,7 +11,7 @@ from typing import Any
 
 from tpsim.cli.paths import check_output
 from tpsim.cli.run import add_option, run_topology
-from tpsim.core.config import Options, Workload, check_nodes, tp_problem
+from tpsim.core.config import Layout, Options, Workload, check_nodes, tp_problem
 from tpsim.core.errors import ConfigError
 from tpsim.core.run_options import BY_NAME
 
@@ -22,8 +22,8 @@ MAX_REQUESTS = 1_000_000
 #: The options of ``run`` that ``serve`` takes as they are (RUN_OPTIONS, not copied).
 RUN_FLAGS = (
     "model", "topology", "nodes", "nic_gbps", "nics_per_node", "gpus_per_node", "tp", "pp",
-    "dp", "ep", "attention_dp", "expert_skew", "dtype", "kv_dtype", "launch", "allreduce_algo",
-    "ideal", "engine", "kernel_table",
+    "dp", "ep", "attention_dp", "moe_tp", "expert_skew", "moe_a2a", "routing", "dtype",
+    "kv_dtype", "launch", "allreduce_algo", "ideal", "engine", "kernel_table",
 )  # fmt: skip
 ARRIVALS = ("poisson", "constant", "gamma")
 #: Request lengths when not given: the one prompt default of every command (the Workload's),
@@ -198,8 +198,8 @@ def _serve(a: argparse.Namespace) -> int:
         check_folder(a.plots, "--plots")
     options = Options(launch=a.launch, allreduce_algo=a.allreduce_algo, dtype=a.dtype,
                       kv_dtype=a.kv_dtype, ideal=a.ideal, kernel_table=a.kernel_table,
-                      engine=a.engine, expert_skew=a.expert_skew,
-                      async_scheduling=a.async_scheduling)  # fmt: skip
+                      engine=a.engine, expert_skew=a.expert_skew, routing=a.routing,
+                      moe_a2a=a.moe_a2a, async_scheduling=a.async_scheduling)  # fmt: skip
     named = [name for name, _, _ in SCHEDULER_FLAGS]
     overrides = tuple((n, getattr(a, n)) for n in named if getattr(a, n) is not None)
     disagg = None
@@ -215,9 +215,13 @@ def _serve(a: argparse.Namespace) -> int:
             problem = tp and tp_problem(tp, spec.num_heads, spec.num_kv_heads)
             if problem:
                 raise ConfigError(f"{flag}={tp}: {problem} of {spec.name}")
+    if a.moe_tp:  # each pool's MoE group is split as asked (the engine checks its own too)
+        for tp in sorted({disagg.prefill_tp, disagg.decode_tp} if disagg else {a.tp}):
+            Layout(tp, ep=a.ep, attention_dp=a.attention_dp, moe_tp=a.moe_tp)
     setup = ServeSetup(a.model, run_topology(a), disagg.decode_tp if disagg else a.tp, a.dp,
                        a.nodes, a.gpus_per_node, options, a.exact, overrides, ep=a.ep,
-                       disagg=disagg, attention_dp=a.attention_dp, pp=a.pp)  # fmt: skip
+                       disagg=disagg, attention_dp=a.attention_dp, pp=a.pp,
+                       moe_tp=a.moe_tp)  # fmt: skip
     prefix = (a.prefix_len or 0, a.prefix_groups)
     prompt = parse_lengths("--prompt-len", a.prompt_len or str(PROMPT_DEFAULT))
     output = parse_lengths("--output-len", a.output_len or str(OUTPUT_DEFAULT))
@@ -261,6 +265,7 @@ def _serve(a: argparse.Namespace) -> int:
     if disagg is not None:
         layout = disagg.label()
     layout += f", ep {a.ep}" if a.ep > 1 else ""
+    layout += f", moe-a2a {a.moe_a2a}" if a.moe_a2a != Options.moe_a2a else ""
     # the dtypes asked for (the model's own otherwise): an int4 run and a bf16 one differ
     dtypes = "".join(f", {k.replace('_', '-')} {v}" for k, v in
                      (("dtype", a.dtype), ("kv_dtype", a.kv_dtype)) if v)  # fmt: skip

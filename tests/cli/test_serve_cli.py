@@ -144,6 +144,29 @@ def test_attention_data_parallel_groups_serve(capsys: pytest.CaptureFixture[str]
     assert "KV cache per attention group (tokens):" in out
 
 
+def test_run_moe_flags_serve(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """serve takes run's --moe-a2a, --moe-tp and --routing: the dispatch kernels and the
+    routing move the steps, and a split that does not fill the MoE group is refused."""
+    moe = ["serve", "--model", "qwen3-30b-a3b", "--topology", "dgx-h100", "--tp", "1",
+           "--attention-dp", "2", "--ep", "2", "--rate", "10", *SMALL, "--json"]  # fmt: skip
+    tpot = {}
+    for a2a in ("nccl", "deepep"):
+        rc, out, _ = run([*moe, "--moe-a2a", a2a], capsys)
+        assert rc == 0
+        tpot[a2a] = json.loads(out)["mean_tpot_ms"]
+    assert tpot["nccl"] != tpot["deepep"]
+    # every token's top-8 on experts 0-7 (EP rank 0's): a decode step of a few dozen tokens
+    # reads those 8 experts' weights, not the ~100 that uniform routing touches
+    hot = tmp_path / "routing.txt"
+    hot.write_text(",".join(["1"] * 8 + ["0"] * 120) + "\n")
+    rc, out, _ = run([*moe, "--routing", str(hot)], capsys)
+    assert rc == 0 and json.loads(out)["mean_tpot_ms"] < 0.95 * tpot["nccl"]
+    rc, out, _ = run([*moe[:-1], "--moe-tp", "1", "--moe-a2a", "deepep"], capsys)
+    assert rc == 0 and "tp 1 x attention-dp 2, ep 2, moe-a2a deepep, engine vllm" in out
+    rc, _, err = run([*moe, "--moe-tp", "2"], capsys)
+    assert rc == 2 and "moe_tp=2" in err
+
+
 def test_pipeline_stages_serve(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, _ = run([*BASE, "--pp", "2", "--rate", "10", *SMALL], capsys)
     assert rc == 0 and "tp 1 x pp 2" in out and "Successful requests:" in out
