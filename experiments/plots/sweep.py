@@ -86,10 +86,16 @@ def _tps(rows: Sequence[Row]) -> list[int]:
     return sorted({r["tp"] for r in rows})
 
 
+def _group_gpus(r: Row) -> int:
+    """The GPUs a row's model group spans at one stage: its TP degree, times its attention
+    data-parallel groups (which share the MoE layers and step together)."""
+    return r["tp"] * (r.get("attention_dp") or 1)
+
+
 def _extra_layout(key: Layout) -> str:
     """The part of a layout beyond its TP degree: ``, PP 2 x DP 2`` (empty for plain TP)."""
     rest = layout_name((1, *key[1:])).removeprefix("TP 1")
-    return f", {rest.removeprefix(' x ')}" if rest else ""
+    return f", {rest.removeprefix(' x ').strip()}" if rest else ""
 
 
 def _style(ax: Any, xlabel: str, ylabel: str, tps: list[int] | None = None) -> None:
@@ -161,7 +167,7 @@ def draw_throughput_vs_tp(rows: Sequence[Row], *, title: str) -> Figure:
     for i, (batch, rest, spread) in enumerate(series):
         pts = sorted(
             {
-                r["tp"]: (r["tp"], r["tokens_per_s"], r["tokens_per_s_per_gpu"])
+                _group_gpus(r): (_group_gpus(r), r["tokens_per_s"], r["tokens_per_s_per_gpu"])
                 for r in good
                 if r["batch"] == batch
                 and layout_of(r)[1:] == rest
@@ -174,8 +180,12 @@ def draw_throughput_vs_tp(rows: Sequence[Row], *, title: str) -> Figure:
                  "linestyle": LINE_STYLES[i // 7 % len(LINE_STYLES)]}  # fmt: skip
         ax1.plot([p[0] for p in pts], [p[1] for p in pts], **style)
         ax2.plot([p[0] for p in pts], [p[2] for p in pts], **style)
+    # attention DP: a point at its MoE group's GPUs (TP x attention DP), not at its TP
+    adp = any((r.get("attention_dp") or 1) > 1 for r in good)
+    xlabel = "GPUs of the TP group (TP x attention DP)" if adp else "TP degree (GPUs)"
+    xs = sorted({_group_gpus(r) for r in good})
     for ax, label in ((ax1, "tokens/s (whole TP group)"), (ax2, "tokens/s per GPU")):
-        _style(ax, "TP degree (GPUs)", label, _tps(good))
+        _style(ax, xlabel, label, xs)
         _plain_log_y(ax)
         _mark_hosts(ax, good)
     if batches:

@@ -335,3 +335,18 @@ def test_a_layout_placed_over_more_hosts_is_drawn_apart(tmp_path: Path) -> None:
     title = sp.draw_regime_map(rows, title="t").axes[0].get_title()
     assert "1 placement over more hosts not drawn" in title
     plot_results(rows, tmp_path, gantt_ids=[])
+
+
+def test_attention_dp_points_stand_at_their_group_of_gpus() -> None:
+    """TP 1 x attention DP 8 runs on 8 GPUs: the throughput plot drew it at TP 1, beside a
+    one-GPU run; it stands at 8 with the axis saying so."""
+    rows = [row(8, 64, ep=8, attention_dp=1) | {"point_id": "tp8"},
+            row(1, 64, ep=8, attention_dp=8) | {"point_id": "adp8"}]  # fmt: skip
+    fig = sp.draw_throughput_vs_tp(rows, title="t")
+    xs = sorted(x for line in fig.axes[0].get_lines() for x in line.get_xdata())
+    assert xs == [8, 8]
+    assert fig.axes[0].get_xlabel() == "GPUs of the TP group (TP x attention DP)"
+    labels = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
+    assert labels == ["batch 64, EP 8", "batch 64, ADP 8 EP 8"]
+    plain = sp.draw_throughput_vs_tp([row(2, 8), row(4, 8)], title="t")
+    assert plain.axes[0].get_xlabel() == "TP degree (GPUs)"
