@@ -99,7 +99,13 @@ def _plan(a: argparse.Namespace) -> int:
         check_folder(a.plots, "--plots")
     rows = plan(req, a.jobs or 0)
     if a.json:
-        print(json.dumps({"layouts": to_dicts(rows)}, indent=2))
+        from tpsim.experiments.plan_text import recommendation
+
+        top = rows[0]
+        best = {"layout": top.label, "tp": top.tp, "pp": top.pp, "dp": top.dp, "ep": top.ep,
+                "attention_dp": top.attention_dp, "batch": top.batch, "meets_slo": top.slo_ok,
+                "text": recommendation(rows)}  # fmt: skip
+        print(json.dumps({"layouts": to_dicts(rows), "recommendation": best}, indent=2))
     else:
         print(table(rows, req))
         if a.dtype or a.kv_dtype:  # what the rows were priced in, beside the model's own
@@ -118,7 +124,7 @@ def _plan(a: argparse.Namespace) -> int:
 
 
 def _plan_traffic(a: argparse.Namespace) -> int:
-    from tpsim.experiments.plan_rate import RateRequest, plan_rate, table, to_dicts
+    from tpsim.experiments.plan_rate import RateRequest, plan_rate, table, to_dicts, verdict
     from tpsim.experiments.serve.workload import parse_lengths
 
     if a.rate is not None and a.concurrency is not None:
@@ -166,7 +172,10 @@ def _plan_traffic(a: argparse.Namespace) -> int:
                       not a.no_disaggregated, a.dtype, a.kv_dtype)  # fmt: skip
     rows = plan_rate(req, a.jobs or 0)
     if a.json:
-        print(json.dumps({"units": to_dicts(rows)}, indent=2))
+        top = rows[0]
+        best = {"unit": top.label, "kind": top.kind, "units": top.units, "gpus": top.gpus,
+                "meets_slo": top.ok, "text": verdict(rows, req)}  # fmt: skip
+        print(json.dumps({"units": to_dicts(rows), "recommendation": best}, indent=2))
     else:
         print(table(rows, req))
     return 0

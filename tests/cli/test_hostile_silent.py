@@ -141,7 +141,13 @@ def test_plan_prices_the_dtype_asked_for(capsys: pytest.CaptureFixture[str]) -> 
     import json
 
     assert main(argv) == 0
-    bf16 = json.loads(capsys.readouterr().out)["layouts"]
+    j = json.loads(capsys.readouterr().out)
+    bf16 = j["layouts"]  # and the recommendation the text gives, the first layout's
+    best = j["recommendation"]
+    assert [best[k] for k in ("tp", "pp", "dp", "batch")] == [
+        bf16[0][k] for k in ("tp", "pp", "dp", "batch")
+    ]
+    assert j["recommendation"]["text"].startswith(("Recommended: ", "No layout meets"))
     assert main([*argv, "--dtype", "fp8"]) == 0
     fp8 = json.loads(capsys.readouterr().out)["layouts"]
     assert fp8[0]["tokens_per_s"] > 1.3 * bf16[0]["tokens_per_s"]

@@ -100,8 +100,12 @@ def test_cli_concurrency_json_and_verdict(capsys: pytest.CaptureFixture[str]) ->
             "--output-len", "16", "--requests", "40", "--slo-tpot-ms", "12", "--jobs", "1",
             "--no-disaggregated"]  # fmt: skip
     assert main([*base, "--concurrency", "64", "--nodes", "1", "--json"]) == 0
-    units = json.loads(capsys.readouterr().out)["units"]
+    j = json.loads(capsys.readouterr().out)
+    units = j["units"]
     assert {u["tp"] for u in units} == {1, 2, 4, 8}
+    best = j["recommendation"]  # the text's recommendation, its unit the table's first
+    assert best["unit"] == units[0]["label"] and best["gpus"] == units[0]["gpus"]
+    assert best["text"].startswith("Recommended: ") and best["meets_slo"] is True
     ok = [u for u in units if u["max_load"] > 0]
     assert ok and all(u["units"] == math.ceil(64 / u["max_load"]) for u in ok)
     assert main([*base, "--rate", "10", "--gpu-hour-usd", "2"]) == 0
