@@ -139,6 +139,15 @@ def _nodes(items: object, gpus: dict[str, GPUSpec], file: str) -> list[tuple[str
                 if key in d:
                     raise _err(f"{f}.{key}", file, f"only gpu nodes have a {key}", d[key])
         out.append((node, attrs))
+    on_gpus = [i for i, (_, a) in enumerate(out) if a["kind"] == "gpu"]
+    bare = [i for i in on_gpus if "host" not in items[i]]
+    if bare and len(bare) != len(on_gpus):  # the GPUs without one would be put on host 0
+        i = bare[0]
+        msg = (
+            f"missing on {out[i][0]} while other GPUs give one "
+            "(every GPU names its host, or none does)"
+        )
+        raise _err(f"nodes[{i}].host", file, msg)
     _ranks_and_hosts(out, file)
     return out
 

@@ -33,6 +33,8 @@ from tpsim.topologies.network import Network, network_from_dict
 __all__ = ["get_topology", "load_topology", "save_topology", "validate"]
 
 TOP_FIELDS = ("name", "gpus", "nodes", "links", "nvls", "p2p", "p2p_pairs", "network")
+#: GPU architectures with NVLink SHARP (sm90 and later).
+NVLS_ARCHS = ("hopper", "blackwell")
 
 
 # --- loading -----------------------------------------------------------------------------
@@ -71,6 +73,23 @@ def _hosts_from_network(nodes: list[tuple[str, dict]], links: list[tuple[str, st
             attrs[node]["host"] = h
 
 
+def _check_nvls(nodes: list[tuple[str, dict]], links: list[tuple[str, str, dict]],
+                file: str) -> None:  # fmt: skip
+    """``nvls: true`` needs every GPU of Hopper or later (NCCL enables NVLS on sm90+ only)
+    and on an NVSwitch; a full spec that gives no ``arch`` (``default``) is not refused."""
+    need = "NVLink SHARP needs Hopper or later GPUs on an NVSwitch"
+    gpus = [(node, a["gpu"]) for node, a in nodes if a["kind"] == "gpu"]
+    for node, spec in gpus:
+        if spec.arch not in (*NVLS_ARCHS, "default"):
+            raise _err("nvls", file, f"{node} ({spec.name}, {spec.arch}): {need}", True)
+    kinds = dict(nodes)
+    switched = {u for u, v, _ in links if kinds[v]["kind"] == "nvswitch"}
+    for node, spec in gpus:
+        if node not in switched:
+            msg = f"{node} ({spec.name}) has no link to an nvswitch node: {need}"
+            raise _err("nvls", file, msg, True)
+
+
 def _from_data(data: object, file: str) -> nx.DiGraph:
     if not isinstance(data, dict):
         got = "an empty document" if data is None else f"a {type(data).__name__}"
@@ -90,6 +109,8 @@ def _from_data(data: object, file: str) -> nx.DiGraph:
     )
     if not given:
         _hosts_from_network(nodes, links, file)
+    if nvls:
+        _check_nvls(nodes, links, file)
     pairs = _p2p_pairs(d.get("p2p_pairs", []), dict(nodes), file)
     hosts = 1 + max(a["host"] for _, a in nodes if a["kind"] == "gpu")
     n_gpus = sum(1 for _, a in nodes if a["kind"] == "gpu")
@@ -145,8 +166,8 @@ def _to_data(g: nx.DiGraph) -> dict[str, Any]:
                 gpus[alias] = spec.name if GPUS.get(spec.name) == spec else gpu_to_dict(spec)
             entry["type"] = aliases[spec]
             entry["rank"] = d["rank"]
-        if d.get("host", 0):
-            entry["host"] = d["host"]
+        if d.get("host", 0) or g.graph.get("hosts", 1) > 1:  # on many hosts every GPU names its
+            entry["host"] = d.get("host", 0)  # own (a file that mixes is refused)
         nodes.append(entry)
     links: list[dict[str, Any]] = []
     done: set[tuple[str, str]] = set()

@@ -112,6 +112,13 @@ def _spec(body: str) -> str:
     return "name: t\ngpus: {g: {" + body + "}}\n" + TWO + _link()
 
 
+def _star(gpu: str) -> str:
+    """Two GPUs of type ``gpu`` (a catalog name or a full spec) on one NVSwitch node."""
+    links = "".join(f"  - {{src: {g}, dst: sw, bandwidth_GBps: 450, latency_us: 0.5, "
+                    "duplex: true}\n" for g in ("gpu0", "gpu1"))  # fmt: skip
+    return f"name: t\ngpus: {{g: {gpu}}}\n{TWO}  - {{id: sw, kind: nvswitch}}\nlinks:\n{links}"
+
+
 G0, G1 = "gpu0, kind: gpu, type: g", "gpu1, kind: gpu, type: g"
 JSON_TWO = (
     '{"name": "t", "gpus": {"g": "h100-sxm"}, "nodes": [{"id": "g0", "kind": "gpu", "type": "g"}, '
@@ -159,7 +166,18 @@ BAD = [
     ("unreachable", "t.yaml", HEAD + TWO + _link(duplex=None), "gpu1 cannot reach gpu0 in t.yaml"),
     ("mixed-ranks", "t.yaml", _sub(G0, G0 + ", rank: 0"), "nodes[1].rank"),
     ("dup-ranks", "t.yaml", GOOD.replace("type: g}", "type: g, rank: 1}"), "nodes[1].rank=1"),
-    ("uneven-hosts", "t.yaml", _sub(G1, G1 + ", host: 2"), "nodes[1].host=2"),
+    (
+        "uneven-hosts",
+        "t.yaml",
+        _sub(G0, G0 + ", host: 0").replace(G1, G1 + ", host: 2"),
+        "nodes[1].host=2",
+    ),
+    (
+        "mixed-hosts",  # gpu0 would silently be on host 0 beside gpu1
+        "t.yaml",
+        _sub(G1, G1 + ", host: 0"),
+        "nodes[0].host in t.yaml: missing on gpu0 while other GPUs give one",
+    ),
     ("spec-typo", "t.yaml", _spec("bf16_tflop: 1, hbm_TBps: 1, hbm_GB: 1"), "gpus.g.bf16_tflop in"),
     ("spec-negative", "t.yaml", _spec("bf16_tflops: 1, hbm_TBps: -1, hbm_GB: 1"), "hbm_TBps=-1"),
     (
@@ -170,6 +188,15 @@ BAD = [
     ),
     ("unknown-gpu-name", "t.yaml", _sub("{g: h100-sxm}", "{g: h100-sxn}"), "gpus.g='h100-sxn'"),
     ("nvls-string", "t.yaml", GOOD + "nvls: 'yes'\n", "nvls='yes'"),
+    ("nvls-ampere", "t.yaml", _star("a100-sxm-80gb") + "nvls: true\n", "a100-sxm-80gb, ampere"),
+    ("nvls-ada", "t.yaml", _star("l40s") + "nvls: true\n", "gpu0 (l40s, ada): NVLink SHARP"),
+    (
+        "nvls-spec-arch",
+        "t.yaml",
+        _star("{bf16_tflops: 1, hbm_TBps: 1, hbm_GB: 1, arch: ampere}") + "nvls: true\n",
+        "nvls=True in t.yaml: gpu0 (g, ampere)",
+    ),
+    ("nvls-no-nvswitch", "t.yaml", GOOD + "nvls: true\n", "gpu0 (h100-sxm) has no link to an"),
     ("name-number", "t.yaml", _sub("name: t", "name: 5"), "name=5"),
     ("dup-key", "t.yaml", GOOD + "name: u\n", "duplicate key at line"),
     ("json-dup-key", "t.json", '{"name": "a", "name": "b"}', "key 'name'"),
@@ -299,3 +326,72 @@ def test_a_gpu_forwards_only_over_nvlink(tmp_path):
     assert "a1" not in {u for u, _ in r.path(a0, b0)}
     assert "ib" in {v for _, v in r.path(a0, b0)}
     assert r.path(a1, b0) == (("a1", "b0"),)
+
+
+def test_every_gpu_names_its_host_or_none_does(tmp_path):
+    """A file whose GPUs give host: on some only is refused (the others were put on host 0
+    silently, a0 and a1 here beside b0 and b1); non-GPU nodes may leave it out (host 0)."""
+    path = _two_pairs(tmp_path)
+    text = path.read_text()
+    for g in ("b0", "b1"):
+        text = text.replace(
+            f"{{id: {g}, kind: gpu, type: g}}", f"{{id: {g}, kind: gpu, type: g, host: 1}}"
+        )
+    path.write_text(text)
+    with pytest.raises(TopologyError) as e:
+        load_topology(path)
+    assert str(e.value) == (
+        f"nodes[0].host in {path}: missing on a0 while other GPUs give one (every GPU names "
+        "its host, or none does)"
+    )
+    for g in ("a0", "a1"):
+        text = text.replace(
+            f"{{id: {g}, kind: gpu, type: g}}", f"{{id: {g}, kind: gpu, type: g, host: 0}}"
+        )
+    path.write_text(text)
+    g = load_topology(path)
+    assert [g.nodes[n]["host"] for n in ("a0", "a1", "b0", "b1", "ib")] == [0, 0, 1, 1, 0]
+
+
+def test_a_saved_multi_host_graph_names_every_gpu_s_host(tmp_path):
+    """save_topology writes host: on every node of a graph of many hosts (host 0 too), so
+    that what it writes is never a file that mixes."""
+    path = tmp_path / "saved.yaml"
+    save_topology(build("dgx-h100", 2), path)
+    assert load_topology(path).graph["hosts"] == 2
+    assert path.read_text().count("host: 0") > 8
+
+
+@pytest.mark.parametrize(
+    "gpu", ["h100-sxm", "h200-sxm", "b200", "{bf16_tflops: 1, hbm_TBps: 1, hbm_GB: 1}"]
+)
+def test_nvls_loads_with_hopper_or_later_gpus_on_an_nvswitch(tmp_path, gpu):
+    """nvls: true is kept for sm90+ GPUs on an NVSwitch, and for a full spec that gives no
+    arch (nothing says it cannot); nvls: false loads on any GPU."""
+    path = tmp_path / "t.yaml"
+    path.write_text(_star(gpu) + "nvls: true\n")
+    assert load_topology(path).graph["nvls"] is True
+    path.write_text(_star("a100-sxm-80gb") + "nvls: false\n")
+    assert load_topology(path).graph["nvls"] is False
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        (_sub(G1, G1 + ", host: 0"), "nodes[0].host in t.yaml: missing on gpu0"),
+        (_star("a100-sxm-80gb") + "nvls: true\n", "nvls=True in t.yaml: gpu0 (a100-sxm-80gb"),
+    ],
+    ids=["mixed-hosts", "nvls-ampere"],
+)
+def test_run_refuses_mixed_hosts_and_nvls_before_hopper_in_one_line(
+    tmp_path, monkeypatch, capsys, text, needle
+):
+    from tpsim.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    Path("t.yaml").write_text(text, encoding="utf-8")
+    rc = main(["run", "--model", "llama-3.1-8b", "--topology", "t.yaml", "--tp", "2"])
+    out, err = capsys.readouterr()
+    assert rc == 2 and out == "", (rc, out)
+    assert err.count("\n") == 1 and needle in err and "Traceback" not in err, err
+    assert list(tmp_path.iterdir()) == [tmp_path / "t.yaml"]  # no partial output
