@@ -1,5 +1,6 @@
 """The per-GPU Gantt chart to a file: one run (:func:`gantt`, ``run --gantt``) or several
-runs' GPU 0 timelines one above the other (:func:`gantt_compare`, ``compare --gantt``).
+runs' timelines one above the other (:func:`gantt_compare`, ``compare --gantt``): each run's
+GPU 0 and the GPUs its critical path runs longest on (a later pipeline stage's).
 
 The drawing is :mod:`.gantt_draw`'s (its words :mod:`.gantt_text`'s, its time axis
 :mod:`.gantt_axis`'s, what it shows :mod:`.gantt_view`'s); an SVG gets hover tooltips
@@ -16,7 +17,7 @@ from tpsim.core.records import Record
 from tpsim.experiments.plots.gantt_draw import gantt_figure
 from tpsim.experiments.plots.gantt_lanes import align_lanes
 from tpsim.experiments.plots.gantt_svg import save_svg_with_tooltips
-from tpsim.experiments.plots.gantt_view import Layers
+from tpsim.experiments.plots.gantt_view import Layers, with_critical
 from tpsim.experiments.plots.save import figure_format, save_figure
 
 
@@ -60,23 +61,33 @@ def gantt_compare(
     title: str = "",
     layers: Layers = None,
 ) -> None:
-    """Several runs' GPU 0 timelines one above the other on one time axis (``compare
-    --gantt``): each run is (label, records, critical path ids). The lanes are aligned
-    (:func:`.gantt_lanes.align_lanes`): by default each hides the same layers, its last
-    layer starting after the gap with the others'; ``layers=(a, b)`` starts each one's
-    layer a at 0."""
+    """Several runs' timelines one above the other on one time axis (``compare --gantt``):
+    each run is (label, records, critical path ids). A run gets a lane for its GPU 0 and
+    one for each GPU its critical path runs longest on, up to 8 (:func:`compare_ranks`: a
+    pipeline's later stages); a lane is named by the run's label, and by its GPU unless it
+    is the run's GPU 0 alone. The lanes are aligned (:func:`.gantt_lanes.align_lanes`): by
+    default each hides the same layers, its last layer starting after the gap with the
+    others'; ``layers=(a, b)`` starts each one's layer a at 0 (raises ValueError where a
+    run has none of them)."""
     figure_format(path)
     merged: list[Record] = []
     critical: set[int] = set()
+    titles: dict[int, str] = {}
     stride = 1 + max((r.id for _, recs, _ in runs for r in recs), default=0)
-    for i, (_, recs, crit) in enumerate(runs):
-        first = min(r.rank for r in recs)
+    for i, (label, recs, crit) in enumerate(runs):
+        if isinstance(layers, tuple) and not any(layers[0] <= r.layer <= layers[1] for r in recs):
+            raise ValueError(f"gantt: layers={layers} selects no records of configuration {i}")
+        ranks = compare_ranks(recs, crit, layers)
+        alone = ranks == [min(r.rank for r in recs)]  # GPU 0 alone: the label says it all
+        lane = {rank: len(titles) + k for k, rank in enumerate(ranks)}
+        for rank, k in lane.items():
+            titles[k] = label if alone else f"{label} · GPU {rank}"
         for r in recs:
-            if r.rank == first:
+            if r.rank in lane:
                 cause = r.cause + i * stride if r.cause >= 0 else -1
-                merged.append(r._replace(id=r.id + i * stride, rank=i, cause=cause))
+                merged.append(r._replace(id=r.id + i * stride, rank=lane[r.rank], cause=cause))
         critical.update(c + i * stride for c in crit)
-    lanes = list(range(len(runs)))
+    lanes = list(titles)
     aligned, view = align_lanes(merged, lanes, layers)
     chart = gantt_figure(
         aligned,
@@ -84,10 +95,27 @@ def gantt_compare(
         ranks=lanes,
         layers=layers,
         critical=critical,
-        lane_titles={i: label for i, (label, _, _) in enumerate(runs)},
+        lane_titles=titles,
         view=view,
     )
     if figure_format(path) == "svg":
         save_svg_with_tooltips(chart, path)
     else:
         save_figure(chart.fig, path)
+
+
+def compare_ranks(
+    records: Sequence[Record], critical: Collection[int], layers: Layers = None
+) -> list[int]:
+    """The GPUs of one run that ``compare --gantt`` draws: its first (GPU 0) and those its
+    critical path runs longest on, as ``run --gantt`` adds them
+    (:func:`.gantt_view.with_critical`): a pipeline's later stages, whose work GPU 0 alone
+    never shows. Zoomed on ``layers=(a, b)``, only those holding records of them (where
+    none does, the first GPU that does)."""
+    first = min(r.rank for r in records)
+    ranks = with_critical(records, [first], critical)
+    if isinstance(layers, tuple):
+        lo, hi = layers
+        held = {r.rank for r in records if lo <= r.layer <= hi}
+        ranks = [k for k in ranks if k in held] or [min(held, default=first)]
+    return ranks

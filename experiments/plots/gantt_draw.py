@@ -30,6 +30,7 @@ from tpsim.experiments.plots.style import (
     TICK_PT,
     TITLE_PT,
 )
+from tpsim.outputs.export import shown_stream
 
 #: Bar colour per record kind: the palette every chart shares (:mod:`.style`).
 KIND_COLORS: dict[str, str] = KIND_COLOURS
@@ -40,7 +41,8 @@ OTHER_COLOR = OTHER_COLOUR
 #: Rows of one rank, top to bottom, with their y-axis labels.
 ROWS: tuple[tuple[str, str], ...] = (("cpu", "CPU"), ("compute", "compute"), ("comm", "comm"))
 #: A pipeline's point-to-point sends and receives: a row of their own under comm when the
-#: window holds any (on the comm row, a collective running beside a send hid it).
+#: window holds any (on the comm row, a collective running beside a send hid it). A
+#: receive runs on the comm stream but is drawn here (:func:`tpsim.outputs.export.shown_stream`).
 P2P_ROW = ("p2p", "p2p")
 
 DENSE_BARS_PER_ROW = 300  # above this many bars per row (on average), drop the bar edges
@@ -89,7 +91,7 @@ def gantt_figure(
     # y position of each (rank, stream) row; a blank row separates rank groups.
     shown_ranks = set(view.ranks)
     p2p = any(
-        r.stream == "p2p" and r.rank in shown_ranks and r.end_s >= t0 and r.start_s <= t1
+        shown_stream(r) == "p2p" and r.rank in shown_ranks and r.end_s >= t0 and r.start_s <= t1
         for r in records
     )
     rows = (*ROWS, P2P_ROW) if p2p else ROWS
@@ -153,7 +155,7 @@ def gantt_figure(
     kinds_seen: set[str] = set()
     shown: list[tuple[Record, int, tuple[float, float]]] = []
     for r in records:
-        row = row_y.get((r.rank, r.stream))
+        row = row_y.get((r.rank, shown_stream(r)))
         if row is None or r.end_s < t0 or r.start_s > t1:
             continue
         kind = r.kind

@@ -68,7 +68,7 @@ def gantt_view(
         shown = (
             all_ranks if len(all_ranks) <= MAX_DEFAULT_RANKS else [*all_ranks[:2], all_ranks[-1]]
         )
-        shown = _with_critical(records, shown, critical)
+        shown = with_critical(records, shown, critical)
     else:
         missing = sorted(set(ranks) - set(all_ranks))
         if missing:
@@ -94,7 +94,7 @@ def gantt_view(
     return GanttView(tuple(shown), t0, t1, note, gap, hidden, by_rank)
 
 
-def _with_critical(
+def with_critical(
     records: Sequence[Record], shown: list[int], critical: Collection[int]
 ) -> list[int]:
     """``shown`` and the ranks the critical path (record ids ``critical``) runs longest on

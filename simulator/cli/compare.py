@@ -105,8 +105,9 @@ def add_compare_parser(sub: Any, run: argparse.ArgumentParser) -> None:
     cmp.add_argument(
         "--gantt",
         type=Path,
-        help="also draw the configurations' GPU 0 timelines one above the other on one time "
-        "axis (.png or .svg)",
+        help="also draw the configurations' timelines one above the other on one time axis "
+        "(.png or .svg): GPU 0 of each, with the GPUs its critical path runs longest on (a "
+        "GPU of each pipeline stage)",
     )
     cmp.add_argument(
         "--gantt-layers",

@@ -31,6 +31,10 @@ STREAM_LABELS: dict[str, str] = {
     "comm": "comm stream",
     "p2p": "pipeline sends",
 }
+#: Thread id and name of a rank's point-to-point receives, beside its sends (tid 4): a
+#: middle stage receives micro-batch m + 1 while it still sends m, and slices of one thread
+#: must nest, which the two do not always do.
+RECV_TID, RECV_LABEL = 5, "pipeline receives"
 
 #: Column order of :func:`records_csv` (the Record fields, in declaration order).
 CSV_FIELDS: tuple[str, ...] = Record._fields
@@ -50,13 +54,28 @@ def _pid(rank: int) -> int:
     return rank + 1
 
 
+def shown_stream(record: Record) -> str:
+    """The row of a rank's Gantt that ``record`` is drawn on: its stream, but every
+    point-to-point record on the ``p2p`` row. A pipeline stage's receive runs on the comm
+    stream (posted behind the TP collectives, so it never holds one up) and its sends on
+    their own; drawn by stream, the receive sat among the TP collectives and apart from the
+    sends. In the trace the receives get a thread of their own beside the sends
+    (:data:`RECV_TID`)."""
+    return "p2p" if record.kind == "p2p" else record.stream
+
+
+def is_receive(record: Record) -> bool:
+    """Whether ``record`` is a point-to-point receive (the engine's detail of one starts
+    "recv N B from rank R")."""
+    return record.kind == "p2p" and record.detail.startswith("recv ")
+
+
 def _tid(record: Record) -> int:
-    try:
-        return STREAM_TIDS[record.stream]
-    except KeyError:
+    if record.stream not in STREAM_TIDS:
         raise ValueError(
             f"record {record.id}: stream={record.stream!r} is not one of {sorted(STREAM_TIDS)}"
-        ) from None
+        )
+    return RECV_TID if is_receive(record) else STREAM_TIDS[shown_stream(record)]
 
 
 def _metadata(records: Sequence[Record], rank_labels: Mapping[int, str]) -> list[dict[str, Any]]:
@@ -65,6 +84,7 @@ def _metadata(records: Sequence[Record], rank_labels: Mapping[int, str]) -> list
     for r in records:
         used.setdefault(r.rank, set()).add(_tid(r))
     tid_names = {tid: STREAM_LABELS[s] for s, tid in STREAM_TIDS.items()}
+    tid_names[RECV_TID] = RECV_LABEL
     events: list[dict[str, Any]] = []
     for rank in sorted(used):
         pid = _pid(rank)
@@ -134,7 +154,7 @@ DEPENDENCY_FLOW_BASE = 1 << 40
 
 
 def _dependency_flows(records: Sequence[Record]) -> list[dict[str, Any]]:
-    """One s/f flow pair from each record to the record on another stream of its rank that
+    """One s/f flow pair from each record to the record on another thread of its rank that
     its end released (``cause``): the graph replay to the first kernel, a GEMM to the
     collective after it, a collective to the kernel waiting for it. Launch arrows are drawn
     by :func:`_flows` and not repeated here."""
@@ -142,7 +162,7 @@ def _dependency_flows(records: Sequence[Record]) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
     for r in sorted(records, key=lambda r: r.id):
         cause = by_id.get(r.cause)
-        if cause is None or cause.rank != r.rank or cause.stream == r.stream:
+        if cause is None or cause.rank != r.rank or _tid(cause) == _tid(r):
             continue
         if cause.kind == "launch" and cause.op == r.op:
             continue  # the launch arrow of this op
@@ -205,11 +225,14 @@ def chrome_trace(
     """Chrome trace (JSON object format) of ``records``, as Perfetto and chrome://tracing read it.
 
     One process per rank (pid = rank + 1, named "GPU r" plus the label if given), one thread
-    per stream (cpu = 1, compute = 2, comm = 3). Each record becomes a complete ("X") event
-    with ts and dur in microseconds at nanosecond resolution; every launch gets a flow arrow
-    to the first record of its op on another stream, and every record released by a record
-    on another stream of its rank gets a dependency arrow from it (a CUDA graph replay to
-    its first kernel, a GEMM to its all-reduce, the all-reduce to the next kernel).
+    per stream (cpu = 1, compute = 2, comm = 3), and a pipeline's point-to-point sends (4)
+    and receives (5) apart from the collectives, whichever stream they ran on, as the Gantt
+    draws them (:func:`shown_stream`). Each record becomes a complete ("X") event with ts
+    and dur in microseconds at nanosecond resolution; every launch gets a flow arrow to the
+    first record of its op on another stream, and every record released by a record on
+    another thread of its rank gets a dependency arrow from it (a CUDA graph replay to its
+    first kernel, a GEMM to its all-reduce, the all-reduce to the next kernel, a pipeline
+    receive to the all-gathers after it).
     ``args.on_critical_path`` is present only when ``critical`` is non-empty. ``link_usage``
     ((time, link, B/s) samples) becomes one counter track per link ("C" events, GB/s, one
     value per time and only when it changes) in a process named "Links" (pid

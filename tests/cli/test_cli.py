@@ -131,6 +131,28 @@ def test_gantt_and_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["g.png", "g.svg", "t.json"]
 
 
+def test_compare_gantt_draws_a_gpu_of_each_pipeline_stage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """compare --gantt drew each configuration's GPU 0 alone, so a PP 2 layout's stage 1
+    never appeared; it now adds the GPUs the critical path runs longest on, as run --gantt
+    does (GPU 2 here, stage 1's first), and a zoom keeps the GPUs that hold its layers."""
+    argv = ["compare", "--model", "llama-3.1-8b", "--topology", "dgx-h100", "--tp", "2"]
+    argv += ["--pp", "1,2", "--batch", "4"]
+    a, b, zoom = tmp_path / "a.svg", tmp_path / "b.svg", tmp_path / "zoom.svg"
+    for path in (a, b):
+        assert cli(capsys, *argv, "--gantt", str(path))[0] == 0
+    svg = a.read_text()
+    assert "PP 2 · GPU 0 · compute" in svg and "PP 2 · GPU 2 · compute" in svg
+    assert "PP 2 · GPU 2 · p2p" in svg  # stage 1's receive, on its p2p row
+    assert "PP 1 · compute" in svg and "PP 1 · GPU" not in svg  # one lane, named as before
+    assert a.read_bytes() == b.read_bytes()
+    # layers 20-21 live on stage 1 (layers 16-31): its GPU alone, named by its GPU
+    assert cli(capsys, *argv, "--gantt", str(zoom), "--gantt-layers", "20-21")[0] == 0
+    svg = zoom.read_text()
+    assert "PP 2 · GPU 2 · compute" in svg and "PP 2 · GPU 0" not in svg
+
+
 def test_a_trace_ending_in_gz_is_the_same_json_compressed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

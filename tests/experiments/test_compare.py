@@ -104,7 +104,9 @@ def test_compare_gantt_puts_configurations_on_one_time_axis(
     assert main([*QUESTION_GRAPHS, "--gantt", str(out)]) == 0
     assert f"wrote {out}" in capsys.readouterr().out
     svg = out.read_text()
-    assert "eager launch · CPU" in svg and "graph launch · CPU" in svg  # lanes by configuration
+    assert "graph launch · CPU" in svg  # lanes by configuration
+    # eager: its GPU 0 and GPU 3, which its critical path runs on (the last rank to launch)
+    assert "eager launch · GPU 0 · CPU" in svg and "eager launch · GPU 3 · CPU" in svg
     assert svg.count("<title>") > 100  # tooltips on the bars of both
     assert main([*QUESTION_GRAPHS, "--gantt", str(tmp_path / "x.txt")]) == 2
 
