@@ -16,6 +16,7 @@ from tpsim.experiments.plots.gantt_draw import NET_KIND
 from tpsim.experiments.plots.gantt_view import gantt_view
 from tpsim.experiments.plots.report_charts import plain
 from tpsim.experiments.plots.style import KIND_COLOURS, OTHER_COLOUR
+from tpsim.outputs.export import shown_stream
 
 STREAM_ORDER = ("cpu", "compute", "comm")
 #: Records drawn per Gantt at most (a whole pass of a large model is millions): beyond it,
@@ -63,7 +64,10 @@ def gantt_figure(run: Run, x_max_us: float | None = None) -> tuple[go.Figure, in
     if total > MAX_BARS:
         window = window[:MAX_BARS]
     labels = run.rank_labels
-    lanes = [_lane(r, s, labels) for r in shown for s in STREAM_ORDER]
+    # a pipeline's sends and receives: a lane of their own, as the PNG Gantt draws them
+    p2p = any(shown_stream(r) == "p2p" for r in window)
+    streams = (*STREAM_ORDER, "p2p") if p2p else STREAM_ORDER
+    lanes = [_lane(r, s, labels) for r in shown for s in streams]
     fig = go.Figure()
     kinds = [*KIND_COLOURS, *sorted({_kind(r) for r in window} - KIND_COLOURS.keys())]
     for kind in kinds:  # one trace per kind, in the PNG Gantt's colours
@@ -75,7 +79,7 @@ def gantt_figure(run: Run, x_max_us: float | None = None) -> tuple[go.Figure, in
             go.Bar(
                 name=plain(kind),
                 orientation="h",
-                y=[_lane(r.rank, r.stream, labels) for r in recs],
+                y=[_lane(r.rank, shown_stream(r), labels) for r in recs],
                 base=[us(r.start_s) for r in recs],
                 x=[max(us(r.end_s) - us(r.start_s), 1e-4) for r in recs],
                 marker={
@@ -106,7 +110,7 @@ def gantt_figure(run: Run, x_max_us: float | None = None) -> tuple[go.Figure, in
     for i, rank in enumerate(shown):
         host = _host(labels.get(rank, ""))
         if previous is not None and host != previous:
-            y = len(lanes) - 1 - i * len(STREAM_ORDER) + 0.5
+            y = len(lanes) - 1 - i * len(streams) + 0.5
             shapes.append(
                 {
                     "type": "line",

@@ -508,3 +508,17 @@ def test_a_simulated_pipeline_draws_every_receive_with_the_sends() -> None:
     assert check_trace_structure(trace) == []
     tids = {(e["name"], e["tid"]) for e in trace["traceEvents"] if e.get("cat") == "p2p"}
     assert tids == {("pp_send", 4), ("pp_recv", 5)}
+
+
+def test_the_report_gantt_gives_a_pipeline_its_p2p_lane() -> None:
+    """tpsim report's interactive Gantt draws the sends and receives on each GPU's p2p lane,
+    as the PNG does (it had no p2p lane: the sends fell outside its lanes)."""
+    from tpsim import Layout, Workload, simulate
+    from tpsim.experiments.plots.report_gantt import Run, gantt_figure
+
+    r = simulate("llama-3.1-8b", "dgx-h100", Layout(2, pp=2), Workload(4))
+    fig, _, _ = gantt_figure(Run(None, r.records, frozenset(r.critical_path), {}))  # type: ignore[arg-type]
+    lanes = list(fig.layout.yaxis.categoryarray)
+    p2p = next(t for t in fig.data if t.name == "p2p")
+    assert set(p2p.y) <= set(lanes) and {"GPU 0 · p2p", "GPU 2 · p2p"} <= set(p2p.y)
+    assert not any(y.endswith("· comm") for y in p2p.y)
