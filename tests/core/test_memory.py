@@ -130,3 +130,26 @@ def test_a_context_beyond_the_model_is_refused() -> None:
         simulate("llama-3.1-70b", "dgx-h100", Layout(8), Workload(1, context_len=204800))
     with pytest.raises(ConfigError, match=r"prompt_len=204800: beyond"):
         simulate("llama-3.1-8b", "dgx-h100", Layout(8), Workload(1, "prefill", 204800))
+
+
+def test_deepep_reserves_its_buffers_by_hand() -> None:
+    """DeepEP's buffers, made once and held whatever the batch: DeepSeek-V3 (hidden 7168,
+    256 experts) at EP 16 over two hosts. Low latency, 128 tokens a rank: combine messages of
+    56 x 4 + 7168 x 2 = 14,560 B, send and receive buffers of 256 x 128 of them, twice, and
+    256-int signals twice; normal: 10 channels x 8 peers x 256 tokens x (14,336 + 2,056) B."""
+    from tpsim import Layout
+    from tpsim.core.lowering.experts import expert_split
+    from tpsim.core.memory import deepep_reserved_bytes
+
+    r = {}
+    for a2a in ("nccl", "deepep"):
+        r[a2a] = simulate("deepseek-v3", "hgx-h200", Layout(1, ep=16, attention_dp=16),
+                          Workload(8), Options(dtype="fp8", moe_a2a=a2a), nodes=2)  # fmt: skip
+    low_latency = 2 * (2 * 256 * 128 * 14_560 + 256 * 4)
+    normal = 10 * 8 * 256 * (14_336 + 2_056)
+    assert low_latency + normal == 2_244_118_528
+    deepep, nccl = r["deepep"].typed.memory, r["nccl"].typed.memory
+    grown = deepep.activation_bytes_per_gpu - nccl.activation_bytes_per_gpu
+    assert grown == low_latency + normal
+    spec = get_model("deepseek-v3")
+    assert deepep_reserved_bytes(spec, expert_split(spec, 1, 16, 16, 1)) == grown
