@@ -284,6 +284,7 @@ def serve(
             Workload(1, "decode", 1, 1),
             opts,
             nodes=setup.nodes,
+            oom_flag=False,
         )  # fmt: skip  (refuses a layout the topology cannot hold)
     it = iterations or _timer(setup, setup.tp if d is None else d.decode_tp)
     lay = it.plan.layout

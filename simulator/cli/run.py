@@ -29,6 +29,17 @@ def warn(message: str) -> None:
     print(f"tpsim: warning: {message}", file=sys.stderr)
 
 
+def warn_held_skew(skew: float, model: Any) -> None:
+    """Warn where ``--expert-skew`` is above what routing allows (N/k: an expert takes each
+    token at most once), which the lowering holds it to."""
+    held = model.num_experts / model.experts_per_token if model.is_moe else 0.0
+    if skew and held and skew > held:
+        warn(
+            f"--expert-skew={skew:g}: held to {held:g} ({model.num_experts} experts / "
+            f"top-{model.experts_per_token}: an expert takes each token at most once)"
+        )
+
+
 def add_option(p: argparse.ArgumentParser, option: RunOption) -> None:
     """``option``'s flag on ``p``, as the table declares it (its type, default and help)."""
     kw: dict[str, Any] = {"help": option.help_text}
@@ -207,13 +218,7 @@ def _run(a: argparse.Namespace) -> int:
                 f"--kernel-table {a.kernel_table} has no rows for {gpu} (its GPUs: "
                 f"{', '.join(sorted(known))}): every kernel is modelled"
             )
-    model = result.typed.config.model
-    held = model.num_experts / model.experts_per_token if model.is_moe else 0.0
-    if a.expert_skew and held and a.expert_skew > held:
-        warn(
-            f"--expert-skew={a.expert_skew:g}: held to {held:g} ({model.num_experts} experts / "
-            f"top-{model.experts_per_token}: an expert takes each token at most once)"
-        )
+    warn_held_skew(a.expert_skew, result.typed.config.model)
     title = report.title(result.summary)
     if a.gantt:
         check_gantt_layers(a.gantt_layers, result.typed.config.model.num_layers)

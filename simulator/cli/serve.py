@@ -215,6 +215,11 @@ def _serve(a: argparse.Namespace) -> int:
             problem = tp and tp_problem(tp, spec.num_heads, spec.num_kv_heads)
             if problem:
                 raise ConfigError(f"{flag}={tp}: {problem} of {spec.name}")
+    if a.expert_skew:
+        from tpsim.cli.run import warn_held_skew
+        from tpsim.models.catalog import get_model
+
+        warn_held_skew(a.expert_skew, get_model(a.model))
     if a.moe_tp:  # each pool's MoE group is split as asked (the engine checks its own too)
         for tp in sorted({disagg.prefill_tp, disagg.decode_tp} if disagg else {a.tp}):
             Layout(tp, ep=a.ep, attention_dp=a.attention_dp, moe_tp=a.moe_tp)

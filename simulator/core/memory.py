@@ -34,7 +34,7 @@ class MemoryUse:
             return f"{n / 1e9:.1f}"
 
         return (
-            f"{what} does not fit on {gpu}: needs {gb(self.total_bytes_per_gpu)} GB per GPU "
+            f"{what} does not fit on {gpu}: needs {gb(self.total_bytes_per_gpu)} GB a GPU "
             f"(weights {gb(self.weights_bytes_per_gpu)}, KV cache "
             f"{gb(self.kv_cache_bytes_per_gpu)}, activations "
             f"{gb(self.activation_bytes_per_gpu)}), {gb(self.capacity_bytes_per_gpu)} GB "

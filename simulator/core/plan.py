@@ -162,6 +162,24 @@ def _check_types(model: object, topology: object, layout: object, workload: obje
             raise ConfigError(f"{name}={show(value)}: must be {what}")
 
 
+def _layout_words(layout: Layout) -> str:
+    """``tp=4``, ``tp=4 pp=2``, ``tp=1 attention_dp=8 ep=8``: the degrees a refusal names."""
+    words = f"tp={layout.tp}"
+    if layout.attention_dp > 1 or layout.ep > 1:
+        words += f" attention_dp={layout.attention_dp} ep={layout.ep}"
+    return words + (f" pp={layout.pp}" if layout.pp > 1 else "")
+
+
+def _oom_remedy(layout: Layout, gpus: int, oom_flag: bool) -> str:
+    """What gives a layout that does not fit more memory: more GPUs in its group while the
+    topology has spare ones, else fewer replicas or more hosts."""
+    more = "raise --tp" + (" or --pp" if layout.pp > 1 else "")
+    used = layout.tp * layout.attention_dp * layout.pp * layout.dp
+    if used >= gpus:  # every GPU in use: fewer replicas, or more hosts
+        more += " with fewer --dp or more --nodes" if layout.dp > 1 else " on more --nodes"
+    return more + (", or --allow-oom" if oom_flag else "")
+
+
 def resolve(
     model: ModelSpec | str | os.PathLike[str],
     topology: nx.DiGraph | str | os.PathLike[str],
@@ -170,9 +188,11 @@ def resolve(
     options: Options | None = None,
     *,
     nodes: int = 1,
+    oom_flag: bool = True,
 ) -> RunPlan:
     """``simulate``'s arguments resolved into a :class:`RunPlan`; ConfigError for a layout
-    that does not split the model, does not fit the topology or its memory."""
+    that does not split the model, does not fit the topology or its memory (the refusal
+    names ``--allow-oom`` where ``oom_flag``: the commands that have it)."""
     if isinstance(model, os.PathLike):  # a path to a config.json, as a str would name it
         model = os.fspath(model)
     if isinstance(topology, os.PathLike):
@@ -225,6 +245,12 @@ def resolve(
             f"moe_a2a={options.moe_a2a}: the all-to-all kernels of token dispatch run with "
             "attention_dp > 1; without it every rank holds every token and the experts' "
             "outputs are all-reduced"
+        )
+    if options.moe_a2a == "deepep" and xs.moe_tp > 1:
+        raise ConfigError(
+            f"moe_a2a=deepep: DeepEP dispatches tokens to whole experts (expert parallelism), "
+            f"not to width slices of them: needs ep=tp*attention_dp={layout.moe_group} "
+            f"(moe_tp 1), not ep={layout.ep} (moe_tp {xs.moe_tp}), as SGLang and vLLM require"
         )
     if xs.dispatch and options.sequence_parallel:
         raise ConfigError(
@@ -280,12 +306,8 @@ def resolve(
     mems = memory_of(workload)
     worst = max(range(len(mems)), key=lambda s: (mems[s].total_bytes_per_gpu, -s))
     if not all(m.fits for m in mems) and not options.allow_oom:
-        if isinstance(comms, Comms):
-            what, remedy = f"tp={tp}: {spec.name}", "raise --tp or pass --allow-oom"
-        else:
-            where = f" stage {worst}" if pp > 1 else ""
-            what = f"tp={tp} pp={pp}: {spec.name}{where}"
-            remedy = "raise --tp or --pp, or pass --allow-oom"
+        what = _layout_words(layout) + f": {spec.name}" + (f" stage {worst}" if pp > 1 else "")
+        remedy = _oom_remedy(layout, gpu_count, oom_flag)
         room = what_fits(lambda w: all(m.fits for m in memory_of(w)), workload,
                          least_batch=layout.micro_batches)  # fmt: skip
         raise ConfigError(mems[worst].refusal(what, gpu.name, f"{room}; {remedy}"))

@@ -156,8 +156,14 @@ class IterationTimer:
         attention_dp: int = 1,
     ) -> None:
         layout = Layout(tp, gpus_per_node, ep=ep, attention_dp=attention_dp)
-        self.plan: RunPlan = resolve(
-            model, topology, layout, Workload(1, "decode", 1, 1), options, nodes=nodes
+        self.plan: RunPlan = resolve(  # serving's commands have no --allow-oom to name
+            model,
+            topology,
+            layout,
+            Workload(1, "decode", 1, 1),
+            options,
+            nodes=nodes,
+            oom_flag=False,
         )
         self.exact = exact
         self.simulated = 0  # engine runs so far (the cache's misses)

@@ -165,6 +165,8 @@ def test_run_moe_flags_serve(capsys: pytest.CaptureFixture[str], tmp_path: Path)
     assert rc == 0 and "tp 1 x attention-dp 2, ep 2, moe-a2a deepep, engine vllm" in out
     rc, _, err = run([*moe, "--moe-tp", "2"], capsys)
     assert rc == 2 and "moe_tp=2" in err
+    rc, _, err = run([*moe, "--expert-skew", "100"], capsys)  # as run: held to N/k, said
+    assert rc == 0 and "warning: --expert-skew=100: held to 16" in err
 
 
 def test_pipeline_stages_serve(capsys: pytest.CaptureFixture[str]) -> None:

@@ -447,3 +447,14 @@ def test_deepep_without_attention_dp_is_refused_naming_it() -> None:
     with pytest.raises(ConfigError, match=r"^moe_a2a=deepep: .*attention_dp > 1"):
         simulate("qwen3-30b-a3b", "dgx-h100", Layout(8, ep=8), Workload(4),
                  Options(moe_a2a="deepep"))  # fmt: skip
+
+
+def test_deepep_on_width_split_experts_is_refused_naming_it() -> None:
+    """DeepEP sends a token to the rank holding a whole expert; attention DP 8 with EP 1
+    (each expert split 8 ways by width) had run through its kernels, one message per slice,
+    a layout no engine runs with DeepEP."""
+    with pytest.raises(ConfigError, match=r"^moe_a2a=deepep: .*needs ep=tp\*attention_dp=8 "):
+        simulate("qwen3-30b-a3b", "dgx-h100", Layout(1, ep=1, attention_dp=8), Workload(4),
+                 Options(moe_a2a="deepep"))  # fmt: skip
+    simulate("qwen3-30b-a3b", "dgx-h100", Layout(1, ep=8, attention_dp=8), Workload(4),
+             Options(moe_a2a="deepep"))  # fmt: skip

@@ -153,3 +153,19 @@ def test_deepep_reserves_its_buffers_by_hand() -> None:
     assert grown == low_latency + normal
     spec = get_model("deepseek-v3")
     assert deepep_reserved_bytes(spec, expert_split(spec, 1, 16, 16, 1)) == grown
+
+
+def test_a_refusal_says_what_gives_more_memory(capsys) -> None:  # type: ignore[no-untyped-def]
+    """Where the layout holds every GPU, raising --tp needs hosts (it had said "raise --tp"
+    at TP 8 of 8); the refusal names the MoE layout; serve, which has no --allow-oom, does
+    not suggest it."""
+    base = ["--model", "deepseek-v3", "--topology", "dgx-h100"]
+    assert main(["run", *base, "--tp", "1", "--attention-dp", "8", "--ep", "8"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("tpsim: error: tp=1 attention_dp=8 ep=8: deepseek-v3 does not fit")
+    assert err.endswith("raise --tp on more --nodes, or --allow-oom")
+    assert main(["serve", *base, "--tp", "8", "--rate", "1", "--requests", "10"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.endswith("raise --tp on more --nodes")
+    assert main(["run", "--model", "llama-3.1-70b", "--topology", "dgx-h100", "--tp", "1"]) == 2
+    assert capsys.readouterr().err.strip().endswith("; raise --tp, or --allow-oom")
