@@ -167,10 +167,34 @@ def _stage_memory(
     return memory
 
 
+def engine_sequences(req: PlanRequest, tp: int, pp: int, ep: int = 1, adp: int = 1) -> int:
+    """The most sequences of ``context_len`` tokens the engine's paged KV cache holds per
+    replica (per attention group), as the engine sizes it when it starts and ``tpsim serve``
+    does (:func:`~tpsim.experiments.serve.run.kv_cache`: its share of the memory less the
+    weights and a profiling step of ``max_num_batched_tokens`` tokens, in whole blocks);
+    :data:`BATCH_LIMIT` for an engine without one (static batching)."""
+    from tpsim.calibration.scheduler import scheduler
+    from tpsim.core.plan import resolve
+    from tpsim.experiments.serve.run import kv_cache
+
+    opts = Options(ideal=req.ideal, engine=req.engine, dtype=req.dtype, kv_dtype=req.kv_dtype,
+                   allow_oom=True)  # fmt: skip
+    lay = Layout(tp, pp=pp, ep=ep, attention_dp=adp)
+    plan_ = resolve(req.model, req.topology, lay, Workload(1, "decode", 1, 1), opts,
+                    nodes=req.nodes, oom_flag=False)  # fmt: skip
+    spec = scheduler(req.engine, plan_.gpu.hbm_bytes)
+    if spec.policy == "static":
+        return BATCH_LIMIT
+    kv = kv_cache(plan_, spec, pp)
+    return kv.blocks // -(-req.context_len // kv.block_size)
+
+
 def _fits(req: PlanRequest, tp: int, pp: int, ep: int = 1, adp: int = 1) -> Callable[[int], bool]:
-    """Whether a batch's decode and prefill fit every stage of the layout."""
+    """Whether a batch's decode and prefill fit every stage of the layout, and its
+    sequences the engine's KV cache."""
     memory = _stage_memory(req, tp, pp, ep, adp)
-    return lambda b: all(m.fits for m in memory(b))
+    most = engine_sequences(req, tp, pp, ep, adp)
+    return lambda b: b <= most and all(m.fits for m in memory(b))
 
 
 def fitting_batches(req: PlanRequest, tp: int, pp: int, ep: int = 1, adp: int = 1) -> list[int]:

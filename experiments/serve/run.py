@@ -23,7 +23,7 @@ from tpsim.core.engine.serving import run_loop
 from tpsim.core.errors import ConfigError
 from tpsim.core.kv_transfer import KVRoutes, Pool
 from tpsim.core.memory import kv_elements_per_rank, memory_per_stage
-from tpsim.core.plan import resolve
+from tpsim.core.plan import RunPlan, resolve
 from tpsim.core.precision import dtype_bytes, precision
 from tpsim.core.stage_sends import StageSends
 from tpsim.core.step_timer import IterationTimer
@@ -51,6 +51,12 @@ class KVCache:
 
 
 def kv_blocks(timer: IterationTimer, spec: SchedulerSpec, pp: int = 1) -> KVCache:
+    """The blocks of one instance's KV cache, as its engine sizes it: :func:`kv_cache` of
+    the timer's plan."""
+    return kv_cache(timer.plan, spec, pp)
+
+
+def kv_cache(plan: RunPlan, spec: SchedulerSpec, pp: int = 1) -> KVCache:
     """The blocks of one instance's KV cache, as its engine sizes it (``pp`` pipeline
     stages: each GPU holds its stage's layers, and the stage with the fewest blocks bounds
     the tokens the pipeline holds).
@@ -61,7 +67,6 @@ def kv_blocks(timer: IterationTimer, spec: SchedulerSpec, pp: int = 1) -> KVCach
     ``free`` (TensorRT-LLM): that share of what is left after the runtime, weights and
     activations.
     """
-    plan = timer.plan
     model, tp, gpu, options = plan.model, plan.layout.tp, plan.gpu, plan.options
     t = spec.max_num_batched_tokens
     kv_b = dtype_bytes(precision(options, model.dtype, gpu.fp8_flops is not None).kv)
@@ -440,4 +445,4 @@ def _timer(setup: ServeSetup, tp: int) -> IterationTimer:
                           ep=setup.ep, attention_dp=setup.attention_dp)  # fmt: skip
 
 
-__all__ = ["KVCache", "ServeResult", "ServeSetup", "kv_blocks", "serve"]
+__all__ = ["KVCache", "ServeResult", "ServeSetup", "kv_blocks", "kv_cache", "serve"]
