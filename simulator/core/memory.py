@@ -239,8 +239,11 @@ def memory_per_stage(
         other += final_norm + (split.vocab * d if tied_head or not first else 0)
     # routed experts stored in their own dtype (gpt-oss's MXFP4); as the linears otherwise
     routed = sum(routed_expert_params_of_layer(model, tp, i, experts) for i in layers)
+    # the router stays 16-bit in a quantised checkpoint (as the LM head; vLLM builds its
+    # gate with quant_config=None)
+    router = sum(d * model.num_experts for i in layers if model.is_moe_layer(i))
     w_b, e_b = dtype_bytes(prec.weights), dtype_bytes(prec.expert_weights)
-    weights = round((linear - routed) * w_b + routed * e_b + other * act_b)
+    weights = round((linear - routed - router) * w_b + routed * e_b + (other + router) * act_b)
     kv_cache = round(
         workload.batch * kv_elements_per_rank(model, tp, workload.kv_len, layers) * kv_b
     )

@@ -99,7 +99,9 @@ class Pricing:
         return self._kept(("gemm", name, m, n, k), lambda: self._gemm(name, m, n, k))
 
     def _gemm(self, name: str, m: int, n: int, k: int) -> tuple[KernelCost, str]:
-        linear = name != "lm_head"  # the LM head stays 16-bit in fp8 checkpoints
+        # the LM head and an MoE router stay 16-bit in quantised checkpoints (vLLM builds
+        # the router's gate with quant_config=None: DeepSeek, Qwen3-MoE, Mixtral)
+        linear = name not in ("lm_head", "router")
         g = self.hw if linear else self.hw16
         a_in, w, wdtype = (
             (self.in_b, self.w_b, self.prec.weights)
