@@ -210,6 +210,10 @@ def _serve(a: argparse.Namespace) -> int:
                         a.decode_workers or 1)  # fmt: skip
         from tpsim.models.catalog import get_model
 
+        for flag, tp in (("--prefill-tp", disagg.prefill_tp), ("--decode-tp", disagg.decode_tp)):
+            if tp % a.ep:  # each pool's experts split over its own TP group
+                raise ConfigError(f"{flag}={tp}: --ep={a.ep} must divide it (--ep applies "
+                                  "to both pools, each a TP group)")  # fmt: skip
         spec = get_model(a.model)
         for flag, tp in (("--prefill-tp", a.prefill_tp), ("--decode-tp", a.decode_tp)):
             problem = tp and tp_problem(tp, spec.num_heads, spec.num_kv_heads)

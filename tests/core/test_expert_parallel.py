@@ -283,8 +283,9 @@ def test_a_histogram_gives_each_rank_its_experts_share(tmp_path: object) -> None
     [
         ("1,2,3\n", "3 values, the model has 8 experts"),
         ("1,2,3,4,5,6,7,x\n", "not a list of numbers"),
-        ("0,0,0,0,0,0,0,0\n", "not all zero"),
-        ("1,1,1,1,1,1,1,-1\n", "non-negative"),
+        ("0,0,0,0,0,0,0,0\n", "every count is 0"),
+        ("1,1,1,1,1,1,1,-1\n", "expert 7's count is -1; needs non-negative"),
+        ("1,nan,1,1,1,1,1,1\n", "expert 1's count is nan"),
         ("# nothing\n", "no histogram in it"),
         ("1,1,1,1,1,1,1,1\n" * 3, "3 lines; give one, or one per MoE layer (32)"),
     ],

@@ -253,11 +253,13 @@ def read_histogram(
             raise ConfigError(
                 f"{where} line {number}: {len(values)} values, the model has {experts} experts"
             )
+        bad = next((j for j, v in enumerate(values) if not (math.isfinite(v) and v >= 0)), None)
+        if bad is not None:
+            raise ConfigError(f"{where} line {number}: expert {bad}'s count is {cells[bad]}; "
+                              "needs non-negative finite counts")  # fmt: skip
         total = sum(values)
-        if not all(math.isfinite(v) and v >= 0 for v in values) or not 0 < total < math.inf:
-            raise ConfigError(
-                f"{where} line {number}: needs non-negative finite counts, not all zero"
-            )
+        if not 0 < total < math.inf:
+            raise ConfigError(f"{where} line {number}: every count is 0 (or they overflow)")
         shares = tuple(v / total for v in values)
         hot = max(range(experts), key=lambda e: shares[e])
         if shares[hot] > 1.0 / top_k + 1e-9:
