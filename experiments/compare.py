@@ -270,6 +270,8 @@ def table_rows(entries: Sequence[Entry]) -> list[tuple[str, list[str]]]:
     rows.append(("  ratio to first", [f"{x / tps[0]:.2f}x" for x in tps]))
     rows.append(("tokens/s per GPU", [f"{x:,.1f}" for x in per_gpu]))
     rows.append(("  ratio to first", [f"{x / per_gpu[0]:.2f}x" for x in per_gpu]))
+    if any(e.summary.get("in_flight") for e in entries):  # a pipeline as engines serve it
+        rows.append(("tokens/s, pipelines full", [_served_text(e.summary) for e in entries]))
     rows.append(("GPUs", [str(gpus(e.summary)) for e in entries]))
     rows.append(("sequences per step", [str(load(e.summary)) for e in entries]))
     mem = [e.summary["memory"] for e in entries]
@@ -293,6 +295,23 @@ def table_rows(entries: Sequence[Entry]) -> list[tuple[str, list[str]]]:
     for key in assumption_keys(entries):
         rows.append((f"  {key}", [assumption_of(e, key) for e in entries]))
     return rows
+
+
+def served(summary: Mapping[str, Any]) -> float | None:
+    """Tokens/s with a pipeline kept full as serving engines run it (``in_flight``: its
+    stages' batches in flight at once), the step's own without a pipeline; None where the
+    batches in flight do not fit."""
+    flight = summary.get("in_flight")
+    if flight is None:
+        return float(summary["tokens_per_s"])
+    return float(flight["tokens_per_s"]) if flight["fits"] else None
+
+
+def _served_text(summary: Mapping[str, Any]) -> str:
+    rate = served(summary)
+    if rate is not None:
+        return f"{rate:,.0f}"
+    return f"needs {summary['in_flight']['bytes_per_gpu'] / 1e9:.1f} GB/GPU"
 
 
 def table(entries: Sequence[Entry]) -> str:
@@ -365,7 +384,26 @@ def verdict(entries: Sequence[Entry]) -> str:
     r = efficient.summary["tokens_per_s_per_gpu"] / best.summary["tokens_per_s_per_gpu"]
     if efficient is not best and r >= 1.005:  # 1.00x would compare a tie with itself
         text += f"; but {efficient.label} gives {r:.2f}x the tokens/s per GPU"
+    if any(e.summary.get("in_flight") for e in entries):
+        text += _served_clause(entries)
     return text + "."
+
+
+def _served_clause(entries: Sequence[Entry]) -> str:
+    """The verdict's words on pipelines kept full (``in_flight``), as `plan` prices them:
+    which configuration then gives the most tokens/s, and by how much over the next."""
+    rates = [(served(e.summary), e) for e in entries]
+    ok = sorted(((r, -entries.index(e), e) for r, e in rates if r is not None), reverse=True)
+    if not ok:
+        return "; no pipeline here holds its stages' batches in flight in memory"
+    rate, _, lead = ok[0]
+    text = (f"; with each pipeline kept full, as serving engines run one (a batch like this "
+            f"in each stage; `plan` prices it so), {lead.label} gives the most: "
+            f"{rate:,.0f} tokens/s")  # fmt: skip
+    if len(ok) > 1:
+        nxt = ok[1]
+        text += f", {rate / nxt[0]:.2f}x {nxt[2].label}"
+    return text
 
 
 def comparison(entries: Sequence[Entry]) -> dict[str, Any]:

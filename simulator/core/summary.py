@@ -15,6 +15,7 @@ from typing import Any
 
 from tpsim.core.config import Options, Workload
 from tpsim.core.memory import MemoryUse
+from tpsim.core.metrics import pipelined_tpot
 from tpsim.core.records import CATEGORIES
 from tpsim.models.spec import ModelSpec
 
@@ -224,6 +225,25 @@ class RunConfig:
 
 
 @dataclass(frozen=True)
+class InFlight:
+    """A pipeline's decode as serving engines run it (vLLM's virtual engines, the
+    micro-batches TensorRT-LLM and SGLang keep in flight): ``batches`` batches like the
+    simulated one crossing the stages at once, each getting a token every ``tpot_s``
+    (:func:`~tpsim.core.metrics.pipelined_tpot`), with every batch's KV cache held; what
+    ``plan`` prices. ``fits``: whether the fullest GPU holds them (``bytes_per_gpu``)."""
+
+    batches: int
+    tpot_s: float
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    bytes_per_gpu: int
+    fits: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class Summary:
     """One run's summary. ``memory`` is the worst stage's (``memory_stage``, None for one
     group); ``tokens_per_s_per_replica`` and ``memory_per_stage`` are None for one group."""
@@ -245,6 +265,24 @@ class Summary:
     #: a pipeline's: seconds one batch spends in each stage (tpsim.core.metrics.stage_times)
     stage_s: tuple[float, ...] | None = None
 
+    @property
+    def in_flight(self) -> InFlight | None:
+        """A pipeline's decode step of one batch (one micro-batch) run as serving engines
+        run it, ``pp`` batches in flight (None: one stage, prefill, several micro-batches,
+        or an engine that splits each batch itself and runs one at a time)."""
+        lay, w = self.config.layout, self.config.workload
+        splits = self.config.options.calibration.engine.pipeline_split_tokens is not None
+        if lay.pp <= 1 or lay.micro_batches != 1 or w.phase != "decode" or splits:
+            return None
+        tpot = pipelined_tpot(self.latency_s, max(self.stage_s or (self.latency_s,)), lay.pp)
+        rate = lay.dp * lay.attention_dp * lay.pp * w.batch / tpot
+        stages = self.memory_per_stage or (self.memory,)
+        # the other batches' KV caches beside this one's, on every stage
+        need = max(m.total_bytes_per_gpu + (lay.pp - 1) * m.kv_cache_bytes_per_gpu for m in stages)
+        room = min(m.capacity_bytes_per_gpu for m in stages)
+        gpus = lay.tp * lay.attention_dp * lay.pp * lay.dp
+        return InFlight(lay.pp, tpot, rate, rate / gpus, need, need <= room)
+
     def to_dict(self) -> dict[str, Any]:
         """The JSON contract: today's keys in today's order."""
         out: dict[str, Any] = {
@@ -265,6 +303,9 @@ class Summary:
             out["memory_per_stage"] = [m.to_dict() for m in self.memory_per_stage]
         if self.stage_s is not None:
             out["stage_s"] = list(self.stage_s)
+        flight = self.in_flight
+        if flight is not None:
+            out["in_flight"] = flight.to_dict()
         out["communication"] = self.communication.to_dict()
         out["model_split"] = self.model_split.to_dict()
         out["layers"] = [layer.to_dict() for layer in self.layers]

@@ -8,7 +8,7 @@ from typing import Any
 
 from tpsim.calibration.profiles import about, canonical, engines, is_profile_file, profile
 from tpsim.core.errors import ConfigError
-from tpsim.core.metrics import REGIMES, pipelined_tpot
+from tpsim.core.metrics import REGIMES
 from tpsim.core.summary import Summary
 from tpsim.models.catalog import MODELS
 from tpsim.topologies.builders import DESCRIPTIONS
@@ -209,29 +209,23 @@ def layout_lines(s: Summary) -> list[str]:
             f"  per replica   {s.tokens_per_s_per_replica:,.0f} tokens/s "
             f"(x{lay.dp} replicas = {s.tokens_per_s:,.0f})"
         )
-    in_flight = s.config.options.calibration.engine.pipeline_split_tokens is None
-    if lay.pp > 1 and lay.micro_batches == 1 and s.config.workload.phase == "decode" and in_flight:
+    flight = s.in_flight
+    if flight is not None and flight.fits:
+        out.append(
+            f"  in flight     as serving engines run a pipeline, {lay.pp} batches like this "
+            f"one at once (one a stage): a token every {seconds(flight.tpot_s)} each, "
+            f"{flight.tokens_per_s:,.0f} tokens/s ({flight.tokens_per_s_per_gpu:,.0f} per "
+            f"GPU) with {lay.pp}x the KV cache below, as `plan` prices it"
+        )
+    elif flight is not None:
+        room = min(m.capacity_bytes_per_gpu for m in s.memory_per_stage or (s.memory,))
         b = s.config.workload.batch
-        tpot = pipelined_tpot(s.latency_s, max(s.stage_s or (s.latency_s,)), lay.pp)
-        rate = lay.dp * lay.attention_dp * lay.pp * b / tpot
-        stages = s.memory_per_stage or (s.memory,)
-        # the other batches' KV caches beside this one's, on every stage
-        need = max(m.total_bytes_per_gpu + (lay.pp - 1) * m.kv_cache_bytes_per_gpu for m in stages)
-        room = min(m.capacity_bytes_per_gpu for m in stages)
-        if need <= room:
-            out.append(
-                f"  in flight     as serving engines run a pipeline, {lay.pp} batches like this "
-                f"one at once (one a stage): a token every {seconds(tpot)} each, {rate:,.0f} "
-                f"tokens/s ({rate / (lay.tp * lay.attention_dp * lay.pp * lay.dp):,.0f} per "
-                f"GPU) with {lay.pp}x the KV cache below, as `plan` prices it"
-            )
-        else:
-            out.append(
-                f"  in flight     as serving engines run a pipeline, {lay.pp} batches like this "
-                f"one at once would need {need / 1e9:.1f} GB per GPU ({lay.pp}x the KV cache "
-                f"below), more than the {room / 1e9:.1f} GB there: give --batch "
-                f"{b // lay.pp or 1} or less for {lay.pp} batches in flight"
-            )
+        out.append(
+            f"  in flight     as serving engines run a pipeline, {lay.pp} batches like this "
+            f"one at once would need {flight.bytes_per_gpu / 1e9:.1f} GB per GPU ({lay.pp}x "
+            f"the KV cache below), more than the {room / 1e9:.1f} GB there: give --batch "
+            f"{b // lay.pp or 1} or less for {lay.pp} batches in flight"
+        )
     for k, m in enumerate(s.memory_per_stage or ()):
         out.append(
             f"    stage {k:<3} {m.total_bytes_per_gpu / 1e9:7.2f} GB per GPU "

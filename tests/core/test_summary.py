@@ -44,8 +44,11 @@ def test_layout_summary_keys() -> None:
     s = r.typed_summary
     assert s is not None and s.to_dict() == r.summary
     keys = [*TP_KEYS[:3], "tokens_per_s_per_replica", *TP_KEYS[3:7], "memory_per_stage"]
-    keys.append("stage_s")
+    keys += ["stage_s", "in_flight"]  # a decode of one micro-batch: its pipeline kept full
     assert list(r.summary) == keys + TP_KEYS[7:]
+    flight = r.summary["in_flight"]
+    assert flight["batches"] == 2 and flight["tpot_s"] >= max(r.summary["stage_s"]) * 2
+    assert flight["tokens_per_s"] == pytest.approx(2 * 2 * 2 / flight["tpot_s"])  # dp pp b
     assert list(r.summary["config"]) == [*CONFIG_KEYS[:9], "placement", *CONFIG_KEYS[9:]]
     assert list(r.summary["breakdown_s"])[-2:] == ["idle", "bubble"]
     assert r.summary["memory"]["stage"] == s.memory_stage

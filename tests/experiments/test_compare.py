@@ -296,3 +296,21 @@ def test_a_cell_wider_than_the_labels_keeps_its_column(capsys) -> None:  # type:
     share = next(ln for ln in out.splitlines() if ln.startswith("  share"))
     assert "%5" not in share and "%4" not in share and "%3" not in share, share
     assert "memory traffic" not in out
+
+
+def test_a_pipeline_kept_full_is_shown_beside_its_step(capsys: pytest.CaptureFixture[str]) -> None:
+    """A PP layout's step is one batch crossing its stages (half the GPUs idle at PP 2);
+    serving engines keep a batch in each stage, which plan prices: compare shows that rate
+    and its verdict names the best so, from each configuration's JSON in_flight."""
+    argv = ["compare", "--model", "llama-3.1-8b", "--topology", "dgx-h100", "--tp", "2,1",
+            "--pp", "1,2", "--batch", "8"]  # fmt: skip
+    j = _json(capsys, [*argv, "--json"])
+    tp2, pp2 = (c["summary"] for c in j["configurations"])
+    assert "in_flight" not in tp2 and pp2["in_flight"]["batches"] == 2
+    full = pp2["in_flight"]["tokens_per_s"]
+    assert full > 1.5 * pp2["tokens_per_s"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("tokens/s, pipelines full"))
+    assert f"{tp2['tokens_per_s']:,.0f}" in row and f"{full:,.0f}" in row
+    assert "with each pipeline kept full, as serving engines run one" in j["verdict"]
