@@ -73,6 +73,7 @@ def gantt_compare(
     merged: list[Record] = []
     critical: set[int] = set()
     titles: dict[int, str] = {}
+    run_of: dict[int, int] = {}  # lane -> its run: a run's lanes move together
     stride = 1 + max((r.id for _, recs, _ in runs for r in recs), default=0)
     for i, (label, recs, crit) in enumerate(runs):
         if isinstance(layers, tuple) and not any(layers[0] <= r.layer <= layers[1] for r in recs):
@@ -82,13 +83,14 @@ def gantt_compare(
         lane = {rank: len(titles) + k for k, rank in enumerate(ranks)}
         for rank, k in lane.items():
             titles[k] = label if alone else f"{label} · GPU {rank}"
+            run_of[k] = i
         for r in recs:
             if r.rank in lane:
                 cause = r.cause + i * stride if r.cause >= 0 else -1
                 merged.append(r._replace(id=r.id + i * stride, rank=lane[r.rank], cause=cause))
         critical.update(c + i * stride for c in crit)
     lanes = list(titles)
-    aligned, view = align_lanes(merged, lanes, layers)
+    aligned, view = align_lanes(merged, lanes, layers, run_of)
     chart = gantt_figure(
         aligned,
         title=title,

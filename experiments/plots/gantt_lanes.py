@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from tpsim.core.records import Record
@@ -26,18 +26,24 @@ from tpsim.experiments.plots.gantt_view import MIN_COLLAPSED, GanttView, Layers,
 
 
 def align_lanes(
-    records: Sequence[Record], lanes: Sequence[int], layers: Layers
+    records: Sequence[Record],
+    lanes: Sequence[int],
+    layers: Layers,
+    runs: Mapping[int, int] | None = None,
 ) -> tuple[list[Record], GanttView]:
-    """The records moved lane by lane (each run's ``rank`` is its lane) and the view to draw
-    them in; unchanged where the lanes hold different layers (pipeline stages) or too few
-    to collapse. Raises ValueError as :func:`gantt_view` does."""
+    """The records moved run by run (each record's ``rank`` is its lane; ``runs``: the run
+    of each lane, several lanes being one run's GPUs, which move together and keep their
+    times relative to each other; default: a run per lane) and the view to draw them in;
+    unchanged where the lanes hold different layers (pipeline stages) or too few to
+    collapse. Raises ValueError as :func:`gantt_view` does."""
     by_lane: dict[int, list[Record]] = defaultdict(list)
     for r in records:
         by_lane[r.rank].append(r)
+    run_of = {lane: (runs or {}).get(lane, lane) for lane in lanes}
     if isinstance(layers, tuple):
-        return _from_layer(by_lane, lanes, layers)
+        return _from_layer(by_lane, lanes, layers, run_of)
     if layers is None:
-        got = _collapsed(by_lane, lanes)
+        got = _collapsed(by_lane, lanes, run_of)
         if got is not None:
             return got
     return list(records), gantt_view(records, ranks=lanes, layers=layers)
@@ -48,18 +54,27 @@ def _shift(r: Record, dt: float) -> Record:
 
 
 def _from_layer(
-    by_lane: dict[int, list[Record]], lanes: Sequence[int], layers: tuple[int, int]
+    by_lane: dict[int, list[Record]],
+    lanes: Sequence[int],
+    layers: tuple[int, int],
+    run_of: Mapping[int, int],
 ) -> tuple[list[Record], GanttView]:
-    """Each lane's layers a..b, moved to start at 0 (its first GPU record of them)."""
+    """Each run's layers a..b, moved to start at 0 (its first GPU record of them, over all
+    its lanes: a pipeline's later stage stays where it ran, after the earlier one)."""
     lo, hi = layers
+    mine = {lane: [r for r in by_lane.get(lane, []) if lo <= r.layer <= hi] for lane in lanes}
+    starts: dict[int, float] = {}
+    for lane in lanes:
+        recs = mine[lane]
+        gpu = [r.start_s for r in recs if r.stream != "cpu"] or [r.start_s for r in recs]
+        if gpu:
+            run = run_of[lane]
+            starts[run] = min(starts.get(run, math.inf), min(gpu))
     out: list[Record] = []
     for lane in lanes:
-        mine = [r for r in by_lane.get(lane, []) if lo <= r.layer <= hi]
-        gpu = [r.start_s for r in mine if r.stream != "cpu"] or [r.start_s for r in mine]
-        if not gpu:
+        if run_of[lane] not in starts:
             raise ValueError(f"gantt: layers={layers} selects no records of configuration {lane}")
-        start = min(gpu)
-        out += [_shift(r, -start) for r in mine]
+        out += [_shift(r, -starts[run_of[lane]]) for r in mine[lane]]
     view = gantt_view(out, ranks=lanes, layers=layers)
     first = "the embedding" if lo < 0 else f"layer {lo}"
     return out, replace(view, axis_note=f"from the start of {first} in each configuration")
@@ -79,7 +94,7 @@ def _layer_starts(recs: Sequence[Record]) -> tuple[dict[int, float], set[int]]:
 
 
 def _collapsed(
-    by_lane: dict[int, list[Record]], lanes: Sequence[int]
+    by_lane: dict[int, list[Record]], lanes: Sequence[int], run_of: Mapping[int, int]
 ) -> tuple[list[Record], GanttView] | None:
     """Every lane's second to last-but-one layers hidden; its last layer moved to start at
     the gap's end. None when the lanes' layers differ or are too few."""
@@ -95,9 +110,13 @@ def _collapsed(
     g0 = {lane: starts[lane][second] for lane in lanes}
     g1 = {lane: starts[lane][last] for lane in lanes}
     gap = (max(g0.values()), max(g1.values()))
+    # one shift per run, its first lane's: its GPUs keep their times relative to each other
+    first = {}
+    for lane in lanes:
+        first.setdefault(run_of[lane], lane)
     out: list[Record] = []
     for lane in lanes:
-        dt = gap[1] - g1[lane]
+        dt = gap[1] - g1[first[run_of[lane]]]
         for r in by_lane[lane]:
             if r.layer in hidden:
                 continue

@@ -314,3 +314,28 @@ def test_a_pipeline_kept_full_is_shown_beside_its_step(capsys: pytest.CaptureFix
     row = next(line for line in out.splitlines() if line.startswith("tokens/s, pipelines full"))
     assert f"{tp2['tokens_per_s']:,.0f}" in row and f"{full:,.0f}" in row
     assert "with each pipeline kept full, as serving engines run one" in j["verdict"]
+
+
+def test_a_zoomed_pipeline_keeps_its_stages_apart_in_time() -> None:
+    """compare --gantt zoomed on layers across a stage boundary moved each GPU's lane to
+    start at 0 on its own, drawing stage 1's layer 16 beside stage 0's layer 14; a run's
+    lanes now move together, stage 1 after stage 0 as it ran."""
+    from tpsim import Layout, Workload, simulate
+    from tpsim.experiments.plots.gantt import compare_ranks
+    from tpsim.experiments.plots.gantt_lanes import align_lanes
+
+    r = simulate("llama-3.1-8b", "dgx-h100", Layout(1, pp=2), Workload(4))
+    ranks = compare_ranks(r.records, r.critical_path, (14, 17))
+    assert ranks == [0, 1]
+    recs = [x for x in r.records if x.rank in ranks]
+    out, _ = align_lanes(recs, ranks, (14, 17), {0: 0, 1: 0})
+
+    def first(rank: int, layer: int, records: list) -> float:
+        return min(x.start_s for x in records if x.rank == rank and x.layer == layer
+                   and x.stream == "compute")  # fmt: skip
+
+    assert first(0, 14, out) == 0.0
+    assert first(1, 16, out) - first(0, 14, out) == pytest.approx(
+        first(1, 16, recs) - first(0, 14, recs)
+    )
+    assert first(1, 16, out) > first(0, 15, out)  # after stage 0's last layer began
