@@ -225,8 +225,18 @@ def _serve(a: argparse.Namespace) -> int:
 
         warn_held_skew(a.expert_skew, get_model(a.model))
     if a.moe_tp:  # each pool's MoE group is split as asked (the engine checks its own too)
-        for tp in sorted({disagg.prefill_tp, disagg.decode_tp} if disagg else {a.tp}):
-            Layout(tp, ep=a.ep, attention_dp=a.attention_dp, moe_tp=a.moe_tp)
+        from tpsim.models.catalog import get_model
+
+        if not get_model(a.model).is_moe:
+            raise ConfigError(f"moe_tp={a.moe_tp}: {get_model(a.model).name} has no experts")
+        pools = [("--tp", a.tp)]
+        if disagg:
+            pools = [("--prefill-tp", disagg.prefill_tp), ("--decode-tp", disagg.decode_tp)]
+        for flag, tp in pools:
+            try:
+                Layout(tp, ep=a.ep, attention_dp=a.attention_dp, moe_tp=a.moe_tp)
+            except ConfigError as e:
+                raise ConfigError(f"{flag}={tp}: {e}" if disagg else str(e)) from None
     setup = ServeSetup(a.model, run_topology(a), disagg.decode_tp if disagg else a.tp, a.dp,
                        a.nodes, a.gpus_per_node, options, a.exact, overrides, ep=a.ep,
                        disagg=disagg, attention_dp=a.attention_dp, pp=a.pp,

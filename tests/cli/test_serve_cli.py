@@ -221,6 +221,17 @@ BAD = [
         ],
         "--prefill-tp=1: --ep=2 must divide it",
     ),
+    (
+        ["--rate", "1", "--tp", "2", "--prefill-tp", "2", "--decode-tp", "2", "--moe-tp", "2"],
+        "moe_tp=2: llama-3.1-8b has no experts",
+    ),
+    (
+        [
+            *("--rate", "1", "--model", "qwen3-30b-a3b", "--prefill-tp", "2"),
+            *("--decode-tp", "4", "--ep", "2", "--moe-tp", "2"),
+        ],
+        "--prefill-tp=2: moe_tp=2: moe_tp*ep must be",
+    ),
     (["--rate", "1", "--ep", "3"], "ep=3"),
     (["--rate", "1", "--max-num-seqs", "0"], "--max-num-seqs=0"),
     (["--rate", "1", "--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization=1.5"),
