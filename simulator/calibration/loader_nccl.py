@@ -230,6 +230,9 @@ def _collectives(d: Mapping[str, Any], ep: Mapping[str, Any] | None = None) -> C
             if "ring_final_receive" in d
             else ()
         ),
+        ring_read_archs=(
+            tuple(str(x) for x in entry(d, "ring_read_archs", w)) if "ring_read_archs" in d else ()
+        ),
         auto_composed=_flag(entry(d, "auto_composed", w), f"{w}.auto_composed"),
         reference_clock_Hz=_clock(entry(d, "reference_clock_GHz", w), f"{w}.reference_clock_GHz"),
         switch_all_to_all_efficiency=_fraction(

@@ -221,6 +221,7 @@ class Calibration:
                 ring_block_copy_Bps={},
                 model_ring_busbw_Bps={},
                 ring_final_receive=(),
+                ring_read_archs=(),
                 nvls_tree_net_hop_s=0.0,
                 nvls_channels=0,
                 nvls_pipeline=None,

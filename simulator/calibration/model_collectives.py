@@ -225,6 +225,10 @@ class Collectives:
     #: protocols whose ring pays its last primitive (the final receive) as one more hop;
     #: empty: NCCL's count of p - 1 steps per phase (the ideal calibration)
     ring_final_receive: tuple[str, ...] = ()
+    #: GPU architectures whose NVLink pairs NCCL runs in P2P read mode (the Simple buffer on
+    #: the sender, each receive pulling its slices over NVLink: a load latency a slice,
+    #: ``custom_load_latency_s``); empty: write mode everywhere (the ideal calibration)
+    ring_read_archs: tuple[str, ...] = ()
     #: per GPU architecture, per group size: the size the custom kernels take messages below,
     #: where it is under ``custom_max_bytes`` (vLLM's table when symmetric memory is on)
     custom_max_by_gpu: Mapping[str, Mapping[int, int]] = field(default_factory=dict)

@@ -52,7 +52,22 @@ def test_at_another_clock_the_measured_figures_scale_with_the_models() -> None:
     ll = c.protocols["LL"]
     assert ll.base("ring") == pytest.approx(5.4e-6 * 1.98 / 1.41)
     assert ll.hop("ring", "nvlink") == pytest.approx(0.73e-6 * 1.98 / 1.41)
-    assert ll.modelled().base("ring") == pytest.approx(6.6e-6 * 1.98 / 1.41)
+    # NCCL chooses by its one table for every GPU: the model's figures at the reference clock
+    assert ll.modelled().base("ring") == pytest.approx(6.6e-6)
+    assert ll.modelled().hop("ring", "nvlink") == pytest.approx(0.6e-6)
+    simple = c.protocols["Simple"]  # no measured figures: it runs its model's, clocked
+    assert simple.base("ring") == pytest.approx(8.4e-6 * 1.98 / 1.41)
+    assert simple.modelled().base("ring") == pytest.approx(8.4e-6) and simple.measured
+
+
+def test_nccl_chooses_simple_for_2_mib_on_four_a100_by_its_unclocked_table() -> None:
+    """All-gather of 2 MiB over 4 A100: NCCL's table (LL 6.6 + 3 x 0.6 us at 87.7 GB/s
+    busbw, Simple 8.4 + 3 x 3.4 us at 240) prices LL 26.3 us and Simple 25.2, so NCCL runs
+    Simple, as the measured jump from 22.5 us at 1 MiB to 52.9 shows
+    (nccltests_single_node_a100_h100.csv); the A100's clock had scaled the table's latencies
+    as well as its kernels' and ranked LL first."""
+    (row,) = collective_sweep("dgx-a100", 4, [2 * 2**20], op="all_gather", algo="nccl")
+    assert row["protocol"] == "Simple"
 
 
 def test_nccl_ranks_the_ring_by_its_model_and_it_runs_as_measured() -> None:
@@ -147,3 +162,25 @@ def test_a_measured_figure_must_name_what_the_model_has() -> None:
         _protocol("LL", _ll({"measured_hop_us": {"nvl": 0.7}}), "protocols.LL")
     with pytest.raises(CalibrationError, match=r"measured_hop_us"):
         _protocol("LL", _ll({"measured_hop_us": {"nvlink": "fast"}}), "protocols.LL")
+
+
+def test_an_a100_ring_pulls_each_simple_slice_in_p2p_read_mode() -> None:
+    """On A100 NVLink NCCL runs read mode: a Simple receive pulls its slices, a load latency
+    (1.35 us) each. 16 MiB all-gather on 8 A100: 2 MiB a rank over 24 channels, 87 KiB a
+    channel, two slices: 2.7 us more a step, 7 steps; none on H100 (write mode), none for
+    LL (its buffer stays on the receiver), and none in NCCL's own view (its model_s)."""
+    from tpsim.core.comm.schedules import read_pull_s, send
+
+    load = calibration.default().collectives.custom_load_latency_s
+    a100, h100 = _fabric("dgx-a100", 8), _fabric("dgx-h100", 8)
+    simple = a100.tuning.protocols["Simple"]
+    assert read_pull_s(a100, "all_gather", 16 << 20, simple, 1) == pytest.approx(2 * load)
+    assert read_pull_s(a100, "all_gather", 24 << 10, simple, 1) == pytest.approx(load)
+    assert read_pull_s(a100, "all_gather", 2 << 30, simple, 1) == pytest.approx(12 * load)
+    assert read_pull_s(h100, "all_gather", 16 << 20, h100.tuning.protocols["Simple"], 1) == 0
+    assert read_pull_s(a100, "all_gather", 16 << 20, a100.tuning.protocols["LL"], 1) == 0
+    sched = ring(a100, "all_gather", 16 << 20, simple, [list(range(8))])
+    hop = send(a100, 0, 1, 0, simple).latency_s  # the step's own hop, clocked
+    assert sched.steps[0][0].sends[0].latency_s == pytest.approx(hop + 2 * load)
+    assert sched.model_s is not None  # NCCL's view: no pull, its table's own latencies
+    assert sched.model_s < predict(a100, sched) - 7 * 2 * load

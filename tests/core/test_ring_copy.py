@@ -48,13 +48,15 @@ def _busbw(topology: str, ranks: int, n: int, op: str) -> tuple[float, str]:
 def test_two_a100_gather_at_the_blocks_rate_eight_near_the_links() -> None:
     """512 MiB all-gather: on 2 A100 the 24 blocks give 24 x 30.5 / 5 = 146 GB/s busbw
     (measured 150); on 8, 24 x 30.5 x 7/23 = 223 GB/s of copy (measured 205), under the 235 GB/s
-    of the links, less the ring's latencies at the A100's clock (about 2% of the time)."""
+    of the links, less the ring's latencies at the A100's clock and its receives' pulls in
+    P2P read mode (12 slices of 1 MiB a channel, 1.35 us each: together about 4% of the
+    time)."""
     two, proto = _busbw("dgx-a100", 2, 512 * MiB, "all_gather")
     assert proto in ("Simple", "LL128")
-    assert two == pytest.approx(146.4, rel=0.02)
+    assert two == pytest.approx(146.4 * 0.98, rel=0.02)
     eight, _ = _busbw("dgx-a100", 8, 512 * MiB, "all_gather")
     cap = 24 * 30.5 * 7 / 23
-    assert 0.97 * cap < eight < cap < 235
+    assert 0.95 * cap < eight < cap < 235
 
 
 def test_the_h100_ring_all_reduce_on_eight_stays_link_bound() -> None:

@@ -142,6 +142,7 @@ def ring(
     frac = share(fab, proto, "ring", op)
     copy_cap = math.inf if model else ring_copy_cap(fab, op, nbytes, proto) / len(orders)
     model_cap = model_ring_cap(fab, proto, frac) / len(orders)  # NCCL's view of the switch
+    pull = 0.0 if model else read_pull_s(fab, op, nbytes, proto, len(orders))
     for order, ring_bytes in zip(orders, chunk_sizes(nbytes, len(orders)), strict=True):
         chunks = chunk_sizes(ring_bytes, p)
         for q, t in enumerate(order):
@@ -149,6 +150,8 @@ def ring(
             # every send of this rank to its successor is this one with its own chunk: the
             # path, latency and cap priced once (send's own wire expression kept)
             one = send(fab, t, succ, 0, proto, share=frac)
+            if pull and fab.path(t, succ).link_class == "nvlink":
+                one = replace(one, latency_s=one.latency_s + pull)
             cap = min(copy_cap, one.cap_Bps)
             if model and model_cap < cap and fab.via_nvswitch(one.links):
                 cap = model_cap
@@ -163,10 +166,36 @@ def ring(
     expects = [[len(orders)] * nsteps for _ in range(p)]
     last = 0.0 if model else final_receive_s(fab, proto, orders)
     sched = Schedule("ring", proto.name, proto.base("ring") + last, steps(sends, expects))
-    exact = last == 0.0 and copy_cap == math.inf and model_cap == math.inf
+    exact = last == 0.0 and copy_cap == math.inf and model_cap == math.inf and not pull
     if model or (exact and not proto.measured):
         return sched  # NCCL's model is this schedule's closed form
     return replace(sched, model_s=predict(fab, ring(fab, op, nbytes, proto, orders, model=True)))
+
+
+#: A ring Simple chunk a channel moves per loop: stepSize (NCCL_BUFFSIZE 4 MiB / NCCL_STEPS
+#: 8) x the chunk steps of all-gather, reduce-scatter and all-reduce (NCCL_STEPS / 2).
+SIMPLE_CHUNK = 2 << 20
+#: A primitive's slices a chunk at most (SlicePerChunk), and the least slice (stepSize x
+#: StepPerSlice / 32: src/device/prims_simple.h genericOp).
+SIMPLE_SLICES, SIMPLE_MIN_SLICE = 2, 32 << 10
+
+
+def read_pull_s(fab: Fabric, op: str, nbytes: int, proto: Protocol, rings: int) -> float:
+    """What a ring step's receive adds where NCCL runs its NVLink pairs in P2P read mode
+    (``ring_read_archs``: A100): the receive pulls each slice from the sender's buffer, its
+    first loads a full NVLink load latency that the slice's closing barrier keeps from
+    overlapping the next (0 elsewhere, and for LL and LL128, whose buffers stay on the
+    receiver)."""
+    c = fab.tuning
+    if proto.name != "Simple" or fab.gpu.arch not in c.ring_read_archs or fab.multi_host:
+        return 0.0
+    most = ring_channels(c, fab.gpu.arch)
+    blocks = nccl_channels(c, "ring", proto.name, nbytes, fab.ranks, most, fab.multi_host)
+    per_channel = nbytes / fab.ranks / max(1, blocks) / rings  # a step's chunk a channel
+    loops = max(1, math.ceil(per_channel / SIMPLE_CHUNK))
+    last = per_channel - (loops - 1) * SIMPLE_CHUNK
+    slices = (loops - 1) * SIMPLE_SLICES + (SIMPLE_SLICES if last > SIMPLE_MIN_SLICE else 1)
+    return slices * c.custom_load_latency_s
 
 
 def final_receive_s(fab: Fabric, proto: Protocol, orders: Sequence[Sequence[int]]) -> float:
