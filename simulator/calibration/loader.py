@@ -241,6 +241,14 @@ def _engine(d: Mapping[str, Any], name: str) -> Engine:
         raise CalibrationError(
             f"{w}.pipeline_split_tokens={split!r}: a positive number of tokens, or null"
         )
+    ll_tokens = entry(d, "deepep_ll_tokens", w)
+    if isinstance(ll_tokens, bool) or not isinstance(ll_tokens, int) or ll_tokens < 1:
+        raise CalibrationError(f"{w}.deepep_ll_tokens={ll_tokens!r}: a positive number of tokens")
+    nvl = entry(d, "deepep_nvl_MiB", w)
+    if nvl is not None:
+        nvl = number(nvl, f"{w}.deepep_nvl_MiB")
+        if not nvl > 0:
+            raise CalibrationError(f"{w}.deepep_nvl_MiB={nvl!r}: must be positive, or null")
     first = entry(d, "first_token", w)
     if first not in FIRST_TOKEN:
         choices = ", ".join(FIRST_TOKEN)
@@ -264,6 +272,8 @@ def _engine(d: Mapping[str, Any], name: str) -> Engine:
         host_overlap_sync=sync,
         pdl_archs=tuple(pdl),
         pipeline_split_tokens=split,
+        deepep_ll_tokens=ll_tokens,
+        deepep_nvl_MiB=nvl,
     )
 
 

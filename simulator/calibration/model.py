@@ -143,6 +143,11 @@ class Engine:
     #: ``getLocalBatchSize``: by the number of stages when they divide it, then in halves
     #: while a micro-batch holds more than this many tokens and an even number of sequences.
     pipeline_split_tokens: int | None = None
+    #: DeepEP's buffers as the engine makes them (``--moe-a2a deepep``): its low-latency
+    #: buffer's tokens a rank (``num_max_dispatch_tokens_per_rank``), and its normal
+    #: kernels' NVLink buffer in MiB (None: DeepEP's own size hint for its default config)
+    deepep_ll_tokens: int = 128
+    deepep_nvl_MiB: float | None = None
 
     def pipeline_micro_batches(self, batch: int, tokens_per_seq: int, stages: int) -> int:
         """Micro-batches one step of ``batch`` sequences of ``tokens_per_seq`` tokens each

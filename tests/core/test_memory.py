@@ -142,9 +142,10 @@ def test_deepep_reserves_its_buffers_by_hand() -> None:
     from tpsim.core.memory import deepep_reserved_bytes
 
     r = {}
-    for a2a in ("nccl", "deepep"):
+    for a2a in ("nccl", "deepep"):  # as SGLang makes them: 128 tokens, DeepEP's NVLink hint
         r[a2a] = simulate("deepseek-v3", "hgx-h200", Layout(1, ep=16, attention_dp=16),
-                          Workload(8), Options(dtype="fp8", moe_a2a=a2a), nodes=2)  # fmt: skip
+                          Workload(8), Options(dtype="fp8", moe_a2a=a2a, engine="sglang"),
+                          nodes=2)  # fmt: skip
     low_latency = 2 * (2 * 256 * 128 * 14_560 + 256 * 4)
     normal = 10 * 8 * 256 * (14_336 + 2_056)
     assert low_latency + normal == 2_244_118_528
@@ -152,7 +153,14 @@ def test_deepep_reserves_its_buffers_by_hand() -> None:
     grown = deepep.activation_bytes_per_gpu - nccl.activation_bytes_per_gpu
     assert grown == low_latency + normal
     spec = get_model("deepseek-v3")
-    assert deepep_reserved_bytes(spec, expert_split(spec, 1, 16, 16, 1)) == grown
+    xs = expert_split(spec, 1, 16, 16, 1)
+    assert deepep_reserved_bytes(spec, xs) == grown
+    # vLLM: 256 tokens a rank (VLLM_MOE_DP_CHUNK_SIZE) and a 1 GiB NVLink buffer
+    vllm = simulate("deepseek-v3", "hgx-h200", Layout(1, ep=16, attention_dp=16), Workload(8),
+                    Options(dtype="fp8", moe_a2a="deepep"), nodes=2).typed.memory  # fmt: skip
+    assert vllm.activation_bytes_per_gpu - nccl.activation_bytes_per_gpu == (
+        2 * (2 * 256 * 256 * 14_560 + 256 * 4) + 2**30
+    )
 
 
 def test_a_refusal_says_what_gives_more_memory(capsys) -> None:  # type: ignore[no-untyped-def]
