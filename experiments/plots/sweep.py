@@ -83,7 +83,14 @@ HOST_BOUNDARY = "host-boundary"  # the gid of the line where a TP group leaves i
 
 
 def _tps(rows: Sequence[Row]) -> list[int]:
-    return sorted({r["tp"] for r in rows})
+    """The x positions of the rows: each one's TP group's GPUs (:func:`_group_gpus`)."""
+    return sorted({_group_gpus(r) for r in rows})
+
+
+def _x_label(rows: Sequence[Row]) -> str:
+    """The x axis of a plot against TP: its GPUs, times attention DP where a row has it."""
+    adp = any((r.get("attention_dp") or 1) > 1 for r in rows)
+    return "GPUs of the TP group (TP x attention DP)" if adp else "TP degree (GPUs)"
 
 
 def _group_gpus(r: Row) -> int:
@@ -128,8 +135,8 @@ def host_boundary(rows: Sequence[Row]) -> tuple[int, int] | None:
     """The largest TP that stays in one host and the next TP drawn, when a larger one spans
     hosts: where a group crosses into a second host."""
     good = [r for r in rows if ok(r)]
-    inside = [r["tp"] for r in good if r.get("hosts") == 1]
-    beyond = sorted(r["tp"] for r in good if (r.get("hosts") or 1) > 1)
+    inside = [_group_gpus(r) for r in good if r.get("hosts") == 1]
+    beyond = sorted(_group_gpus(r) for r in good if (r.get("hosts") or 1) > 1)
     if not inside or not beyond or beyond[-1] <= max(inside):
         return None
     last = max(inside)
@@ -181,11 +188,8 @@ def draw_throughput_vs_tp(rows: Sequence[Row], *, title: str) -> Figure:
         ax1.plot([p[0] for p in pts], [p[1] for p in pts], **style)
         ax2.plot([p[0] for p in pts], [p[2] for p in pts], **style)
     # attention DP: a point at its MoE group's GPUs (TP x attention DP), not at its TP
-    adp = any((r.get("attention_dp") or 1) > 1 for r in good)
-    xlabel = "GPUs of the TP group (TP x attention DP)" if adp else "TP degree (GPUs)"
-    xs = sorted({_group_gpus(r) for r in good})
     for ax, label in ((ax1, "tokens/s (whole TP group)"), (ax2, "tokens/s per GPU")):
-        _style(ax, xlabel, label, xs)
+        _style(ax, _x_label(good), label, _tps(good))
         _plain_log_y(ax)
         _mark_hosts(ax, good)
     if batches:
@@ -285,19 +289,20 @@ def cross_node_ratios(rows: Sequence[Row], batch: int) -> list[tuple[int, int, f
     hosts: its tokens/s over those of the one-host group at the same TP, or else of the
     largest one-host TP."""
     good = [r for r in rows if ok(r) and r["batch"] == batch]
-    inside = {r["tp"]: r for r in good if r["hosts"] == 1}
+    inside = {_group_gpus(r): r for r in good if r["hosts"] == 1}
     out = []
-    for r in sorted(good, key=lambda r: (r["hosts"], r["tp"])):
+    for r in sorted(good, key=lambda r: (r["hosts"], _group_gpus(r))):
         if r["hosts"] == 1 or not inside:
             continue
-        base = inside.get(r["tp"]) or inside[max(inside)]
-        out.append((r["tp"], r["hosts"], r["tokens_per_s"] / base["tokens_per_s"], base["tp"]))
+        x = _group_gpus(r)
+        base = inside.get(x) or inside[max(inside)]
+        out.append((x, r["hosts"], r["tokens_per_s"] / base["tokens_per_s"], _group_gpus(base)))
     return out
 
 
 def _tp_line(ax: Any, i: int, label: str, rows: Sequence[Row]) -> None:
     """tokens/s of ``rows`` against TP as line ``i`` of a panel (its colour and marker)."""
-    pts = sorted((r["tp"], r["tokens_per_s"]) for r in rows)
+    pts = sorted((_group_gpus(r), r["tokens_per_s"]) for r in rows)
     if pts:
         ax.plot(
             [p[0] for p in pts],
@@ -321,7 +326,8 @@ def draw_in_node_vs_cross_node(rows: Sequence[Row], *, title: str) -> Figure:
             _tp_line(
                 ax, i, hosts_label(h), [r for r in good if r["batch"] == batch and r["hosts"] == h]
             )
-        level = {(r["tp"], r["hosts"]): r["tokens_per_s"] for r in good if r["batch"] == batch}
+        level = {(_group_gpus(r), r["hosts"]): r["tokens_per_s"] for r in good
+                 if r["batch"] == batch}  # fmt: skip
         for tp, h, ratio, base in cross_node_ratios(good, batch):
             ax.annotate(
                 f"{ratio:.2f}x TP {base}\nin one host",
@@ -333,7 +339,7 @@ def draw_in_node_vs_cross_node(rows: Sequence[Row], *, title: str) -> Figure:
                 fontsize=FONT - 3,
                 gid="ratio",
             )
-        _style(ax, "TP degree (GPUs)", "tokens/s (whole TP group)", _tps(good))
+        _style(ax, _x_label(good), "tokens/s (whole TP group)", _tps(good))
         ax.yaxis.set_major_formatter(FuncFormatter(compact))
         ax.set_ylim(bottom=0, top=1.15 * max(level.values(), default=1.0))
         _mark_hosts(ax, good)
@@ -367,7 +373,7 @@ def draw_series_comparison(series: Mapping[str, Sequence[Row]], *, title: str) -
     for ax, batch in zip(axes, batches, strict=False):
         for i, name in enumerate(names):
             _tp_line(ax, i, name, [r for r in series[name] if ok(r) and r["batch"] == batch])
-        _style(ax, "TP degree (GPUs)", "tokens/s (whole TP group)", _tps(every))
+        _style(ax, _x_label(every), "tokens/s (whole TP group)", _tps(every))
         _plain_log_y(ax)
         ax.set_title(f"batch {batch}", fontsize=FONT)
     for ax in axes[len(batches) :]:

@@ -350,3 +350,15 @@ def test_attention_dp_points_stand_at_their_group_of_gpus() -> None:
     assert labels == ["batch 64, EP 8", "batch 64, ADP 8 EP 8"]
     plain = sp.draw_throughput_vs_tp([row(2, 8), row(4, 8)], title="t")
     assert plain.axes[0].get_xlabel() == "TP degree (GPUs)"
+
+
+def test_attention_dp_rows_stand_at_their_group_in_every_plot_against_tp() -> None:
+    """The host boundary and the in-node/cross-node panels place a TP 2 x attention DP 8
+    row (16 GPUs over 2 hosts) at 16, where the throughput plot draws it (they had kept 2)."""
+    rows = [row(4, 8), row(8, 8), row(2, 8, hosts=2, attention_dp=8, ep=16)]
+    assert sp.host_boundary(rows) == (8, 16)
+    fig = sp.draw_in_node_vs_cross_node(rows, title="t")
+    lines = [line for line in fig.axes[0].get_lines() if line.get_gid() != sp.HOST_BOUNDARY]
+    assert sorted(x for line in lines for x in line.get_xdata()) == [4, 8, 16]
+    assert fig.axes[0].get_xlabel() == "GPUs of the TP group (TP x attention DP)"
+    assert sp.cross_node_ratios(rows, 8)[0][:2] == (16, 2)
