@@ -73,7 +73,7 @@ __all__ = [
 #: One colour per breakdown category: the palette every chart shares (:mod:`.style`).
 CATEGORY_COLOURS = {
     k: style.CATEGORY_COLOURS[k]
-    for k in ("compute", "memory", "communication", "launch_overhead", "host", "idle")
+    for k in ("compute", "memory", "communication", "launch_overhead", "host", "bubble", "idle")
 }
 LINE_COLOURS = style.LINE_COLOURS
 MARKERS = ["o", "s", "^", "D", "v", "P", "X"]

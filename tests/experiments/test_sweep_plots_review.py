@@ -362,3 +362,14 @@ def test_attention_dp_rows_stand_at_their_group_in_every_plot_against_tp() -> No
     assert sorted(x for line in lines for x in line.get_xdata()) == [4, 8, 16]
     assert fig.axes[0].get_xlabel() == "GPUs of the TP group (TP x attention DP)"
     assert sp.cross_node_ratios(rows, 8)[0][:2] == (16, 2)
+
+
+def test_a_pipeline_s_bar_holds_its_bubble() -> None:
+    """A PP 2 row's breakdown has a bubble part: its bar left it out (half the step at one
+    micro-batch) and drew the pipeline twice as fast as its latency."""
+    rows = [row(8, 64, pp=2, dp=1, micro_batches=1, latency_s=15.1e-3, memory_s=5.84e-3,
+                communication_s=1.71e-3, bubble_s=7.55e-3)]  # fmt: skip
+    fig = sp.draw_breakdown_bars(rows, title="t")
+    top = max(p.get_y() + p.get_height() for p in fig.axes[0].patches)
+    assert top == pytest.approx(15.1)  # the step's latency, bubble included
+    assert "bubble" in [t.get_text() for t in fig.legends[0].get_texts()]
