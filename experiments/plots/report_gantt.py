@@ -56,7 +56,7 @@ def _host(label: str) -> str:
 def gantt_figure(run: Run, x_max_us: float | None = None) -> tuple[go.Figure, int, int]:
     """The interactive Gantt of one run: (figure, bars drawn, records in the run). The time
     axis runs to ``x_max_us`` when given (the configurations of a report share one scale)."""
-    view = gantt_view(run.records)
+    view = gantt_view(run.records, critical=run.critical)  # the ranks run --gantt draws
     shown = list(view.ranks)
     keep = set(shown)
     window = sorted((r for r in run.records if r.rank in keep), key=lambda r: (r.start_s, r.id))

@@ -522,3 +522,18 @@ def test_the_report_gantt_gives_a_pipeline_its_p2p_lane() -> None:
     p2p = next(t for t in fig.data if t.name == "p2p")
     assert set(p2p.y) <= set(lanes) and {"GPU 0 · p2p", "GPU 2 · p2p"} <= set(p2p.y)
     assert not any(y.endswith("· comm") for y in p2p.y)
+
+
+def test_the_report_gantt_draws_the_ranks_the_critical_path_runs_on() -> None:
+    """TP 8 x PP 2 on two hosts: the report drew GPUs 0, 1 and 15, leaving GPU 8, where
+    stage 1's part of the critical path runs, out; it picks ranks as run --gantt does."""
+    from tpsim import Layout, Workload, simulate
+    from tpsim.experiments.plots.gantt_view import gantt_view
+    from tpsim.experiments.plots.report_gantt import Run, gantt_figure
+
+    r = simulate("llama-3.1-8b", "dgx-h100", Layout(8, pp=2), Workload(4), nodes=2)
+    crit = frozenset(r.critical_path)
+    fig, _, _ = gantt_figure(Run(None, r.records, crit, {}))  # type: ignore[arg-type]
+    lanes = set(fig.layout.yaxis.categoryarray)
+    want = gantt_view(r.records, critical=crit).ranks
+    assert 8 in want and {f"GPU {k} · compute" for k in want} <= lanes
