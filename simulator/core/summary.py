@@ -238,6 +238,9 @@ class InFlight:
     tokens_per_s_per_gpu: float
     bytes_per_gpu: int
     fits: bool
+    #: the largest batch of which ``batches`` fit at once (each stage's weights and this
+    #: batch's activations beside ``batches`` times a batch's KV cache)
+    largest_batch: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -281,7 +284,15 @@ class Summary:
         need = max(m.total_bytes_per_gpu + (lay.pp - 1) * m.kv_cache_bytes_per_gpu for m in stages)
         room = min(m.capacity_bytes_per_gpu for m in stages)
         gpus = lay.tp * lay.attention_dp * lay.pp * lay.dp
-        return InFlight(lay.pp, tpot, rate, rate / gpus, need, need <= room)
+        most = min(
+            (m.capacity_bytes_per_gpu - m.total_bytes_per_gpu + m.kv_cache_bytes_per_gpu)
+            * w.batch
+            // (lay.pp * m.kv_cache_bytes_per_gpu)
+            if m.kv_cache_bytes_per_gpu
+            else w.batch
+            for m in stages
+        )
+        return InFlight(lay.pp, tpot, rate, rate / gpus, need, need <= room, max(0, most))
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON contract: today's keys in today's order."""

@@ -219,12 +219,15 @@ def layout_lines(s: Summary) -> list[str]:
         )
     elif flight is not None:
         room = min(m.capacity_bytes_per_gpu for m in s.memory_per_stage or (s.memory,))
-        b = s.config.workload.batch
+        advice = (
+            f"give --batch {flight.largest_batch} or less for {lay.pp} batches in flight"
+            if flight.largest_batch
+            else f"not even {lay.pp} batches of one sequence fit"
+        )
         out.append(
             f"  in flight     as serving engines run a pipeline, {lay.pp} batches like this "
             f"one at once would need {flight.bytes_per_gpu / 1e9:.1f} GB per GPU ({lay.pp}x "
-            f"the KV cache below), more than the {room / 1e9:.1f} GB there: give --batch "
-            f"{b // lay.pp or 1} or less for {lay.pp} batches in flight"
+            f"the KV cache below), more than the {room / 1e9:.1f} GB there: {advice}"
         )
     for k, m in enumerate(s.memory_per_stage or ()):
         out.append(

@@ -83,3 +83,18 @@ def test_api_does_not_import_parallel_back() -> None:
         names = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
         names |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         assert "tpsim.core.api" not in names, module.__name__
+
+
+def test_in_flight_names_the_largest_batch_whose_batches_fit() -> None:
+    """Llama-3.1-405B fp8, TP 8 x PP 2 on two DGX H100 at 8K context: two batches of 192 do
+    not fit and the advice was 192 / 2 = 96, where 191 fit; it is now the largest that does."""
+    from tpsim import Options
+
+    def flight(b: int) -> dict:
+        r = simulate("llama-3.1-405b", "dgx-h100", Layout(8, pp=2), Workload(b, context_len=8192),
+                     Options(dtype="fp8"), nodes=2)  # fmt: skip
+        return r.summary["in_flight"]
+
+    over = flight(192)
+    assert not over["fits"] and over["largest_batch"] == 191
+    assert flight(191)["fits"]
