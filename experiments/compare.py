@@ -272,6 +272,9 @@ def table_rows(entries: Sequence[Entry]) -> list[tuple[str, list[str]]]:
     rows.append(("  ratio to first", [f"{x / per_gpu[0]:.2f}x" for x in per_gpu]))
     if any(e.summary.get("in_flight") for e in entries):  # a pipeline as engines serve it
         rows.append(("tokens/s, pipelines full", [_served_text(e.summary) for e in entries]))
+        per = [served(e.summary) for e in entries]
+        rows.append(("  per GPU", [f"{r / gpus(e.summary):,.1f}" if r is not None else "-"
+                                   for r, e in zip(per, entries, strict=True)]))  # fmt: skip
     rows.append(("GPUs", [str(gpus(e.summary)) for e in entries]))
     rows.append(("sequences per step", [str(load(e.summary)) for e in entries]))
     mem = [e.summary["memory"] for e in entries]
@@ -397,12 +400,19 @@ def _served_clause(entries: Sequence[Entry]) -> str:
     if not ok:
         return "; no pipeline here holds its stages' batches in flight in memory"
     rate, _, lead = ok[0]
+
+    def per_gpu(r: float, e: Entry) -> str:
+        return f"{r / gpus(e.summary):,.1f} per GPU"
+
     text = (f"; with each pipeline kept full, as serving engines run one (a batch like this "
-            f"in each stage; `plan` prices it so), {lead.label} gives the most: "
-            f"{rate:,.0f} tokens/s")  # fmt: skip
+            f"in each stage, as plan prices it), {lead.label} gives the most: {rate:,.0f} "
+            f"tokens/s ({per_gpu(rate, lead)})")  # fmt: skip
     if len(ok) > 1:
         nxt = ok[1]
-        text += f", {rate / nxt[0]:.2f}x {nxt[2].label}"
+        text += f", {rate / nxt[0]:.2f}x {nxt[2].label} ({per_gpu(nxt[0], nxt[2])})"
+    efficient = max(ok, key=lambda t: (t[0] / gpus(t[2].summary), t[1]))
+    if efficient[2] is not lead:
+        text += f", though {efficient[2].label} gives the most per GPU"
     return text
 
 

@@ -314,6 +314,9 @@ def test_a_pipeline_kept_full_is_shown_beside_its_step(capsys: pytest.CaptureFix
     row = next(line for line in out.splitlines() if line.startswith("tokens/s, pipelines full"))
     assert f"{tp2['tokens_per_s']:,.0f}" in row and f"{full:,.0f}" in row
     assert "with each pipeline kept full, as serving engines run one" in j["verdict"]
+    # TP 2 on 2 GPUs against TP 1 x PP 2 on 2: per GPU named beside the totals
+    assert "per GPU" in j["verdict"].split("kept full")[1]
+    assert "  per GPU" in out
 
 
 def test_a_zoomed_pipeline_keeps_its_stages_apart_in_time() -> None:
