@@ -18,8 +18,9 @@ PHASES: tuple[str, ...] = ("prefill", "decode")
 LAUNCH_MODES: tuple[str, ...] = ("eager", "graph", "compiled")
 OVERLAP_MODES: tuple[str, ...] = ("none", "chunked", "microbatch")
 #: All-reduce algorithms (the registry, tpsim.core.comm.algorithms): auto picks the fastest of
-#: all, nccl the fastest of NCCL's own, or one by name that runs an all-reduce (the group's
-#: other collectives run as a ring then); the all-to-all kernels are ``moe_a2a``'s.
+#: all, nccl NCCL's own choice (as its tuning model ranks them), or one by name that runs an
+#: all-reduce (the group's other collectives run as a ring then); the all-to-all kernels are
+#: ``moe_a2a``'s.
 ALLREDUCE_ALGOS: tuple[str, ...] = (
     "auto", "nccl", *(name for name, a in REGISTRY.items() if "all_reduce" in a.ops)
 )  # fmt: skip
