@@ -45,6 +45,8 @@ ROWS: tuple[tuple[str, str], ...] = (("cpu", "CPU"), ("compute", "compute"), ("c
 #: receive runs on the comm stream but is drawn here (:func:`tpsim.outputs.export.shown_stream`).
 P2P_ROW = ("p2p", "p2p")
 
+#: The narrowest a bar is drawn, in pixels (its time is kept in the trace and the hover).
+MIN_BAR_PX = 2.0
 DENSE_BARS_PER_ROW = 300  # above this many bars per row (on average), drop the bar edges
 RAIL = 0.15  # height of the critical-path rail under a bar (a row is 1)
 #: The figure: 12 inches wide at 150 dpi (1800 px, :data:`.gantt_text.DPI`), for a 16:9
@@ -196,7 +198,11 @@ def gantt_figure(
     # dense that the edges would wash them out.
     dense = sum(map(len, bars.values())) > DENSE_BARS_PER_ROW * len(row_y)
     edge = {"linewidth": 0} if dense else {"edgecolors": "white", "linewidth": 0.5}
+    # a bar narrower than MIN_BAR_PX (a 15 us send in a 20 ms step) is drawn that wide, or
+    # it vanishes, or its white edge paints it out: a row that holds work never looks empty
+    least = MIN_BAR_PX * 1.02 * axis.x(t1) / ((WIDTH_IN - left_in - right_in) * DPI)
     for (y, color), xs in sorted(bars.items()):
+        xs = [(x, max(w, least)) for x, w in xs]
         ax.broken_barh(xs, (y - height / 2, height), facecolors=color, **edge)
     # The critical path is a black rail along the foot of its bars: outlines would paint
     # narrow or back-to-back bars (a full pass, PCIe collectives) solid black.

@@ -537,3 +537,27 @@ def test_the_report_gantt_draws_the_ranks_the_critical_path_runs_on() -> None:
     lanes = set(fig.layout.yaxis.categoryarray)
     want = gantt_view(r.records, critical=crit).ranks
     assert 8 in want and {f"GPU {k} · compute" for k in want} <= lanes
+
+
+def test_a_send_far_thinner_than_a_pixel_is_still_drawn() -> None:
+    """A 15 us pipeline send in a 45 ms step is a tenth of a pixel: two of four sends and
+    every receive vanished from the PNG (the SVG had them); every bar is now at least
+    MIN_BAR_PX wide."""
+    from matplotlib.colors import to_rgba
+    from tpsim import Layout, Workload, simulate
+    from tpsim.experiments.plots.gantt_draw import KIND_COLORS, MIN_BAR_PX, gantt_figure
+
+    r = simulate("llama-3.1-8b", "dgx-h100", Layout(1, pp=2, micro_batches=4), Workload(64))
+    chart = gantt_figure(r.records, layers="all", critical=r.critical_path)
+    ax = chart.fig.axes[0]
+    chart.fig.canvas.draw()
+    colour = to_rgba(KIND_COLORS["p2p"])
+    widths = [
+        ax.transData.transform((p.get_extents().x1, 0))[0]
+        - ax.transData.transform((p.get_extents().x0, 0))[0]
+        for c in ax.collections
+        if tuple(c.get_facecolor()[0]) == colour
+        for p in c.get_paths()
+    ]
+    sends = [x for x in r.records if x.kind == "p2p"]
+    assert len(widths) == len(sends) and min(widths) >= 0.99 * MIN_BAR_PX
