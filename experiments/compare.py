@@ -328,11 +328,34 @@ def table(entries: Sequence[Entry]) -> str:
     )
 
 
+def _tp_spans_hosts(config: Mapping[str, Any]) -> bool:
+    """Whether the first TP group (replica 0, stage 0; with attention DP, its MoE group)
+    sits on more than one host: its collectives, not only a pipeline's sends, cross the
+    network. Hosts read from the GPUs' ids (``n1.gpu0``)."""
+
+    def host(gpu: str) -> str:
+        return gpu.split(".", 1)[0] if "." in gpu else ""
+
+    placement = config.get("placement")
+    if placement:
+        gpus = [str(p["gpu"]) for p in placement if p["dp"] == 0 and p["pp"] == 0]
+    else:
+        adp = int(config.get("layout", {}).get("attention_dp", 1))
+        gpus = [str(g) for g in config.get("gpus", [])[: int(config["tp"]) * adp]]
+    return len({host(g) for g in gpus}) > 1
+
+
 def _network_note(win: Entry, lose: Entry) -> str:
     """Which of the two configurations crosses the network, and over what."""
     used = [e for e in (win, lose) if not e.assumptions["network"].startswith("not used")]
     if len(used) == 1:
         return f": {used[0].label} crosses {used[0].assumptions['network']}"
+    spans = [_tp_spans_hosts(e.summary["config"]) for e in (win, lose)]
+    if len(used) == 2 and spans == [False, True]:  # the TP group, not the NICs, decides
+        return (
+            f": {lose.label}'s TP group all-reduces across hosts; {win.label}'s stays in "
+            "one, only its pipeline's sends crossing the network"
+        )
     if len(used) == 2 and win.assumptions["network"] != lose.assumptions["network"]:
         return f": {win.assumptions['network']} against {lose.assumptions['network']}"
     return ""

@@ -342,3 +342,16 @@ def test_a_zoomed_pipeline_keeps_its_stages_apart_in_time() -> None:
         first(1, 16, recs) - first(0, 14, recs)
     )
     assert first(1, 16, out) > first(0, 15, out)  # after stage 0's last layer began
+
+
+def test_the_verdict_credits_the_tp_group_in_one_host_not_the_nics(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """TP 8 x PP 2 at 200 Gb/s beat TP 16 at 400 Gb/s by less communication, and the verdict
+    said '200 Gb/s against 400 Gb/s', crediting the slower NICs: the cause is that its TP
+    group stays in one host."""
+    j = _json(capsys, ["compare", "--model", "llama-3.1-8b", "--topology", "dgx-h100",
+                       "--nodes", "2", "--tp", "16,8", "--pp", "1,2", "--nic-gbps", "400,200",
+                       "--batch", "8", "--json"])  # fmt: skip
+    assert "TP group all-reduces across hosts;" in j["verdict"]
+    assert "200 Gb/s against" not in j["verdict"]
