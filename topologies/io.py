@@ -73,6 +73,35 @@ def _hosts_from_network(nodes: list[tuple[str, dict]], links: list[tuple[str, st
             attrs[node]["host"] = h
 
 
+def _hosts_given(nodes: list[tuple[str, dict]], links: list[tuple[str, str, dict]],
+                 explicit: set[str], file: str) -> None:  # fmt: skip
+    """A file that names hosts: a node that gives none (a NIC, a switch, a CPU) sits in the
+    host of the nodes its own links (not the network's) join it to, host 0 when they join
+    it to none that gives one; then every link but the network's must stay in one host (a
+    NIC given host 0 but cabled to host 1's GPUs had run as if on host 1)."""
+    attrs = dict(nodes)
+    local = nx.Graph()
+    local.add_nodes_from(attrs)
+    local.add_edges_from((u, v) for u, v, a in links if a["link"] != "infiniband")
+    for node in attrs:
+        if node in explicit:
+            continue
+        near = sorted(
+            (nx.shortest_path_length(local, node, m), m)
+            for m in nx.node_connected_component(local, node)
+            if m in explicit
+        )
+        attrs[node]["host"] = attrs[near[0][1]]["host"] if near else 0
+    for u, v, a in links:
+        hu, hv = attrs[u]["host"], attrs[v]["host"]
+        if a["link"] != "infiniband" and hu != hv:
+            msg = (
+                f"{u} (host {hu}) and {v} (host {hv}) are joined by a {a['link']} link: "
+                "only infiniband links join hosts (give each node the host it sits in)"
+            )
+            raise _err("links", file, msg)
+
+
 def _check_nvls(nodes: list[tuple[str, dict]], links: list[tuple[str, str, dict]],
                 file: str) -> None:  # fmt: skip
     """``nvls: true`` needs every GPU of Hopper or later (NCCL enables NVLS on sm90+ only)
@@ -109,6 +138,9 @@ def _from_data(data: object, file: str) -> nx.DiGraph:
     )
     if not given:
         _hosts_from_network(nodes, links, file)
+    else:
+        explicit = {str(n["id"]) for n in d["nodes"] if isinstance(n, dict) and "host" in n}
+        _hosts_given(nodes, links, explicit, file)
     if nvls:
         _check_nvls(nodes, links, file)
     pairs = _p2p_pairs(d.get("p2p_pairs", []), dict(nodes), file)

@@ -395,3 +395,24 @@ def test_run_refuses_mixed_hosts_and_nvls_before_hopper_in_one_line(
     assert rc == 2 and out == "", (rc, out)
     assert err.count("\n") == 1 and needle in err and "Traceback" not in err, err
     assert list(tmp_path.iterdir()) == [tmp_path / "t.yaml"]  # no partial output
+
+
+def test_a_node_s_host_follows_its_own_links_and_they_stay_in_it(tmp_path):
+    """With hosts given, a NIC that gives none sits in the host of the GPU it is cabled to
+    (it had gone to host 0 beside host 1's GPUs); one given host 0 but cabled to host 1's
+    GPUs is refused (it ran as if on host 1, its host's NIC count wrong)."""
+    path = _two_pairs(tmp_path)
+    text = path.read_text()
+    for g, h in (("a0", 0), ("a1", 0), ("b0", 1), ("b1", 1)):
+        text = text.replace(f"{{id: {g}, kind: gpu, type: g}}",
+                            f"{{id: {g}, kind: gpu, type: g, host: {h}}}")  # fmt: skip
+    path.write_text(text)
+    g = load_topology(path)
+    assert [g.nodes[n]["host"] for n in ("na0", "na1", "nb0", "nb1", "ib")] == [0, 0, 1, 1, 0]
+    path.write_text(text.replace("{id: nb0, kind: nic}", "{id: nb0, kind: nic, host: 0}"))
+    with pytest.raises(TopologyError) as e:
+        load_topology(path)
+    assert str(e.value) == (
+        f"links in {path}: b0 (host 1) and nb0 (host 0) are joined by a pcie link: only "
+        "infiniband links join hosts (give each node the host it sits in)"
+    )
