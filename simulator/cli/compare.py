@@ -322,6 +322,9 @@ def _compare(a: argparse.Namespace) -> int:
         entries = [entry for entry, _ in ran]
     if a.gantt and not ran:
         raise ConfigError("--gantt: needs simulated configurations, not --results rows")
+    from tpsim.cli.run import warn_gantt_unused
+
+    warn_gantt_unused(a)
     if a.gantt:
         from tpsim.experiments.plots.gantt import gantt_compare
 

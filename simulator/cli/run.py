@@ -29,6 +29,15 @@ def warn(message: str) -> None:
     print(f"tpsim: warning: {message}", file=sys.stderr)
 
 
+def warn_gantt_unused(a: argparse.Namespace) -> None:
+    """Warn of a Gantt chart's options given without ``--gantt`` (nothing draws them)."""
+    if a.gantt:
+        return
+    for flag in ("gantt_layers", "gantt_ranks"):
+        if getattr(a, flag, None) is not None:
+            warn(f"--{flag.replace('_', '-')}: it shapes the --gantt chart, not given: ignored")
+
+
 def warn_held_skew(skew: float, model: Any) -> None:
     """Warn where ``--expert-skew`` is above what routing allows (N/k: an expert takes each
     token at most once), which the lowering holds it to."""
@@ -222,6 +231,7 @@ def _run(a: argparse.Namespace) -> int:
     title = report.title(result.summary)
     if a.gantt:
         check_gantt_layers(a.gantt_layers, result.typed.config.model.num_layers)
+    warn_gantt_unused(a)
     written: list[Path] = []
     try:
         if a.trace:

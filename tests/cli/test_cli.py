@@ -368,3 +368,14 @@ def test_gantt_layers_reach_the_embedding(text: str, layers: tuple[int, int]) ->
     from tpsim.cli.types import parse_gantt_layers
 
     assert parse_gantt_layers(text) == layers
+
+
+def test_gantt_options_without_gantt_warn(capsys) -> None:  # type: ignore[no-untyped-def]
+    """--gantt-layers (or --gantt-ranks) without --gantt drew nothing and said nothing."""
+    base = ["--model", "llama-3.1-8b", "--topology", "dgx-h100"]
+    assert main(["run", *base, "--tp", "2", "--gantt-layers", "3-4"]) == 0
+    assert "--gantt-layers: it shapes the --gantt chart, not given: ignored" in (
+        capsys.readouterr().err
+    )
+    assert main(["compare", *base, "--tp", "1,2", "--gantt-layers", "3-4"]) == 0
+    assert "--gantt-layers: it shapes the --gantt chart" in capsys.readouterr().err
