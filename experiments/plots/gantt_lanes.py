@@ -111,7 +111,7 @@ def _collapsed(
     g1 = {lane: starts[lane][last] for lane in lanes}
     gap = (max(g0.values()), max(g1.values()))
     # one shift per run, its first lane's: its GPUs keep their times relative to each other
-    first = {}
+    first: dict[int, int] = {}
     for lane in lanes:
         first.setdefault(run_of[lane], lane)
     out: list[Record] = []
