@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tpsim.experiments.compare import assumptions
+from tpsim.experiments.compare_assumptions import assumptions
 from tpsim.experiments.compare_rows import breakdown_from_row, config_from_row, replica_hosts
 from tpsim.outputs.text import NEAR_TIE, is_near_tie, regime_text
 from tpsim.outputs.text import regime_margin as report_margin

@@ -212,7 +212,8 @@ def _simulate(a: argparse.Namespace, minimum: int) -> list[Any]:
     """Simulate each configuration: (entry, result) pairs."""
     from tpsim.cli.run import run_inputs, run_topology
     from tpsim.core.api import simulate
-    from tpsim.experiments.compare import Entry, assumptions
+    from tpsim.experiments.compare import Entry
+    from tpsim.experiments.compare_assumptions import assumptions
 
     out = []
     entries = configurations(a, minimum)
@@ -248,7 +249,8 @@ def _run_flags_given(a: argparse.Namespace) -> list[str]:
 
 def _entries_from_rows(a: argparse.Namespace) -> list[Any]:
     """Comparison entries from rows of a sweep results file (``--results F --rows ID,ID``)."""
-    from tpsim.experiments.compare import Entry, assumptions
+    from tpsim.experiments.compare import Entry
+    from tpsim.experiments.compare_assumptions import assumptions
     from tpsim.experiments.compare_rows import summary_from_row
     from tpsim.experiments.sweep.reading import stream_rows
     from tpsim.topologies.io import get_topology

@@ -267,7 +267,7 @@ def _run(a: argparse.Namespace) -> int:
     if a.json:
         print(json.dumps(result.summary, indent=2, allow_nan=False))
     else:
-        from tpsim.experiments.compare import assumptions
+        from tpsim.experiments.compare_assumptions import assumptions
 
         print(report.summary_text(result.typed, assumptions(graph, result.summary)))
         for flag, path in (("gantt", a.gantt), ("trace", a.trace)):
