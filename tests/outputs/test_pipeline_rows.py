@@ -1,0 +1,168 @@
+"""A pipeline's point-to-point rows in the Gantt chart, the Perfetto trace and the report's
+interactive timeline: receives drawn with the sends, the ranks the critical path runs on,
+and bars too thin for a pixel still drawn."""
+
+from __future__ import annotations
+
+import typing
+from pathlib import Path
+
+from test_export import rec
+from tpsim.core.records import Record
+from tpsim.experiments.plots.gantt import gantt
+from tpsim.outputs.export import DEPENDENCY_FLOW_BASE, chrome_trace
+from tracecheck import check_trace_structure
+
+US = 1e-6
+
+
+def stage_pair(recv_us: tuple[float, float] = (10.0, 20.0)) -> list[Record]:
+    """Two pipeline stages of one rank each: rank 0 computes, then sends on the p2p stream;
+    rank 1 receives on the comm stream (as the lowering posts it, behind the collectives),
+    all-gathers the activations there and computes. Rank 1 also sends on (a middle stage),
+    from 10 to 30 us."""
+    a, b = recv_us
+    recv = rec(3, 1, "comm", "pp_recv", "p2p", a, b, site="pp", op=0, cause=1)
+    send = rec(1, 0, "p2p", "pp_send", "p2p", 10.0, 20.0, site="pp", op=1, cause=0)
+    return [
+        rec(0, 0, "compute", "mlp_down", "gemm", 0.0, 10.0),
+        send._replace(category="communication", detail="send 4096 B to rank 1 (tag 0)"),
+        rec(2, 1, "p2p", "pp_send", "p2p", 10.0, 30.0, site="pp", op=3)._replace(
+            category="communication", detail="send 4096 B to rank 2 (tag 0)"
+        ),
+        recv._replace(category="communication", detail="recv 4096 B from rank 0 (tag 1)"),
+        rec(4, 1, "comm", "pp.all_gather[0]", "collective", b, b + 5.0, site="pp", op=1, cause=3),
+        rec(5, 1, "compute", "qkv_proj", "gemm", b + 5.0, b + 15.0, op=2, cause=4),
+    ]
+
+
+def row_names(chart: typing.Any) -> dict[int, str]:
+    """The Gantt's row labels by row position ("GPU 1 · p2p")."""
+    ticks = chart.ax.get_yticks()
+    return {round(y): t.get_text() for y, t in zip(ticks, chart.ax.get_yticklabels(), strict=True)}
+
+
+def test_a_pipeline_receive_is_drawn_on_the_p2p_row_with_the_sends() -> None:
+    """A stage's receive ran on the comm stream, so the Gantt drew it among the TP
+    collectives while the sends had a p2p row of their own; the trace likewise."""
+    from tpsim.experiments.plots.gantt_draw import gantt_figure
+
+    records = stage_pair()
+    chart = gantt_figure(records, layers="all")
+    names = row_names(chart)
+    drawn = {r.id: names[row] for r, row, _ in chart.bars}
+    assert drawn[3] == "GPU 1 · p2p"  # the receive: was "GPU 1 · comm"
+    assert drawn[1] == "GPU 0 · p2p" and drawn[2] == "GPU 1 · p2p"  # the sends
+    assert drawn[4] == "GPU 1 · comm"  # the all-gather after it stays with the collectives
+
+    trace = chrome_trace(records, title="pp")
+    assert check_trace_structure(trace) == []
+    tid = {e["args"]["id"]: e["tid"] for e in trace["traceEvents"] if e["ph"] == "X"}
+    assert (tid[1], tid[2], tid[3], tid[4]) == (4, 4, 5, 3)  # receive: was the comm stream's 3
+    threads = {
+        (e["pid"], e["tid"]): e["args"]["name"]
+        for e in trace["traceEvents"]
+        if e["ph"] == "M" and e["name"] == "thread_name"
+    }
+    assert threads[(2, 4)] == "pipeline sends" and threads[(2, 5)] == "pipeline receives"
+    assert (1, 5) not in threads  # a stage that only sends has no receive thread
+    # the receive releases the all-gather: now across threads, so an arrow shows it
+    arrows = {
+        e["ph"]: (e["pid"], e["tid"])
+        for e in trace["traceEvents"]
+        if e.get("cat") == "dependency" and e["id"] == DEPENDENCY_FLOW_BASE + 4
+    }
+    assert arrows == {"s": (2, 5), "f": (2, 3)}
+
+
+def test_a_middle_stage_s_overlapping_send_and_receive_keep_the_trace_nested(
+    tmp_path: Path,
+) -> None:
+    """A middle stage receives micro-batch m + 1 while it still sends m (seen with 8 stages
+    and 3 micro-batches): on one row of the Gantt, but on two threads of the trace, since
+    one thread's slices must nest and these two only overlap."""
+    from tpsim.experiments.plots.gantt_draw import gantt_figure
+
+    records = stage_pair(recv_us=(20.0, 40.0))  # the send runs 10-30 us
+    names = row_names(chart := gantt_figure(records, layers="all"))
+    assert {names[row] for r, row, _ in chart.bars if r.rank == 1 and r.kind == "p2p"} == {
+        "GPU 1 · p2p"
+    }
+    trace = chrome_trace(records, title="pp")
+    assert check_trace_structure(trace) == []
+    for name in ("a.png", "b.png"):
+        gantt(records, tmp_path / name, layers="all")
+    assert (tmp_path / "a.png").read_bytes() == (tmp_path / "b.png").read_bytes()
+
+
+def test_a_simulated_pipeline_draws_every_receive_with_the_sends() -> None:
+    """TP 2 x PP 2: stage 1's receives (on the comm stream) are drawn on its GPUs' p2p
+    rows and traced on the receive thread; every send on the send thread."""
+    from tpsim import Layout, Workload, simulate
+    from tpsim.experiments.plots.gantt_draw import gantt_figure
+
+    r = simulate("llama-3.1-8b", "dgx-h100", Layout(2, pp=2), Workload(4))
+    p2p = [x for x in r.records if x.kind == "p2p"]
+    assert {x.stream for x in p2p if x.name == "pp_recv"} == {"comm"}  # as the engine ran it
+    chart = gantt_figure(r.records, layers="all", critical=r.critical_path)
+    names = row_names(chart)
+    drawn = {(x.name, names[row]) for x, row, _ in chart.bars if x.kind == "p2p"}
+    assert drawn == {(x.name, f"GPU {x.rank} · p2p") for x in p2p}
+    assert {x.name for x in p2p} == {"pp_send", "pp_recv"}
+    trace = chrome_trace(r.records, title="pp", critical=r.critical_path)
+    assert check_trace_structure(trace) == []
+    tids = {(e["name"], e["tid"]) for e in trace["traceEvents"] if e.get("cat") == "p2p"}
+    assert tids == {("pp_send", 4), ("pp_recv", 5)}
+
+
+def test_the_report_gantt_gives_a_pipeline_its_p2p_lane() -> None:
+    """tpsim report's interactive Gantt draws the sends and receives on each GPU's p2p lane,
+    as the PNG does (it had no p2p lane: the sends fell outside its lanes)."""
+    from tpsim import Layout, Workload, simulate
+    from tpsim.experiments.plots.report_gantt import Run, gantt_figure
+
+    r = simulate("llama-3.1-8b", "dgx-h100", Layout(2, pp=2), Workload(4))
+    fig, _, _ = gantt_figure(Run(None, r.records, frozenset(r.critical_path), {}))  # type: ignore[arg-type]
+    lanes = list(fig.layout.yaxis.categoryarray)
+    p2p = next(t for t in fig.data if t.name == "p2p")
+    assert set(p2p.y) <= set(lanes) and {"GPU 0 · p2p", "GPU 2 · p2p"} <= set(p2p.y)
+    assert not any(y.endswith("· comm") for y in p2p.y)
+
+
+def test_the_report_gantt_draws_the_ranks_the_critical_path_runs_on() -> None:
+    """TP 8 x PP 2 on two hosts: the report drew GPUs 0, 1 and 15, leaving GPU 8, where
+    stage 1's part of the critical path runs, out; it picks ranks as run --gantt does."""
+    from tpsim import Layout, Workload, simulate
+    from tpsim.experiments.plots.gantt_view import gantt_view
+    from tpsim.experiments.plots.report_gantt import Run, gantt_figure
+
+    r = simulate("llama-3.1-8b", "dgx-h100", Layout(8, pp=2), Workload(4), nodes=2)
+    crit = frozenset(r.critical_path)
+    fig, _, _ = gantt_figure(Run(None, r.records, crit, {}))  # type: ignore[arg-type]
+    lanes = set(fig.layout.yaxis.categoryarray)
+    want = gantt_view(r.records, critical=crit).ranks
+    assert 8 in want and {f"GPU {k} · compute" for k in want} <= lanes
+
+
+def test_a_send_far_thinner_than_a_pixel_is_still_drawn() -> None:
+    """A 15 us pipeline send in a 45 ms step is a tenth of a pixel: two of four sends and
+    every receive vanished from the PNG (the SVG had them); every bar is now at least
+    MIN_BAR_PX wide."""
+    from matplotlib.colors import to_rgba
+    from tpsim import Layout, Workload, simulate
+    from tpsim.experiments.plots.gantt_draw import KIND_COLORS, MIN_BAR_PX, gantt_figure
+
+    r = simulate("llama-3.1-8b", "dgx-h100", Layout(1, pp=2, micro_batches=4), Workload(64))
+    chart = gantt_figure(r.records, layers="all", critical=r.critical_path)
+    ax = chart.fig.axes[0]
+    chart.fig.canvas.draw()
+    colour = to_rgba(KIND_COLORS["p2p"])
+    widths = [
+        ax.transData.transform((p.get_extents().x1, 0))[0]
+        - ax.transData.transform((p.get_extents().x0, 0))[0]
+        for c in ax.collections
+        if tuple(c.get_facecolor()[0]) == colour
+        for p in c.get_paths()
+    ]
+    sends = [x for x in r.records if x.kind == "p2p"]
+    assert len(widths) == len(sends) and min(widths) >= 0.99 * MIN_BAR_PX
