@@ -12,6 +12,7 @@ from dataclasses import replace
 import pytest
 from tpsim.calibration import default as default_calibration
 from tpsim.calibration import ideal as ideal_calibration
+from tpsim.core.api import simulate
 from tpsim.core.collective_bench import collective_sweep
 from tpsim.core.comm.algorithms import REGISTRY, Context
 from tpsim.core.comm.algorithms.pairwise import (
@@ -26,6 +27,7 @@ from tpsim.core.comm.enqueue import enqueue_s
 from tpsim.core.comm.fabric import Fabric
 from tpsim.core.comm.group import tp_group
 from tpsim.core.comm.schedules import predict
+from tpsim.core.config import Layout, Options, Workload
 from tpsim.core.errors import ConfigError, ProgramError
 from tpsim.core.program import CollectiveCall
 from tpsim.core.schedule import Schedule
@@ -363,3 +365,14 @@ def test_the_port_share_leaves_one_peer_direct_links_and_channel_bound_flows_alo
 def test_the_ideal_calibration_loses_nothing_at_the_switch() -> None:
     assert ideal_calibration().collectives.switch_all_to_all_efficiency == 1.0
     assert 0 < default_calibration().collectives.switch_all_to_all_efficiency < 1
+
+
+def test_deepep_on_width_split_experts_is_refused_naming_it() -> None:
+    """DeepEP sends a token to the rank holding a whole expert; attention DP 8 with EP 1
+    (each expert split 8 ways by width) had run through its kernels, one message per slice,
+    a layout no engine runs with DeepEP."""
+    with pytest.raises(ConfigError, match=r"^moe_a2a=deepep: .*needs ep=tp\*attention_dp=8 "):
+        simulate("qwen3-30b-a3b", "dgx-h100", Layout(1, ep=1, attention_dp=8), Workload(4),
+                 Options(moe_a2a="deepep"))  # fmt: skip
+    simulate("qwen3-30b-a3b", "dgx-h100", Layout(1, ep=8, attention_dp=8), Workload(4),
+             Options(moe_a2a="deepep"))  # fmt: skip

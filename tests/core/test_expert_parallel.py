@@ -448,29 +448,3 @@ def test_deepep_without_attention_dp_is_refused_naming_it() -> None:
     with pytest.raises(ConfigError, match=r"^moe_a2a=deepep: .*attention_dp > 1"):
         simulate("qwen3-30b-a3b", "dgx-h100", Layout(8, ep=8), Workload(4),
                  Options(moe_a2a="deepep"))  # fmt: skip
-
-
-def test_deepep_on_width_split_experts_is_refused_naming_it() -> None:
-    """DeepEP sends a token to the rank holding a whole expert; attention DP 8 with EP 1
-    (each expert split 8 ways by width) had run through its kernels, one message per slice,
-    a layout no engine runs with DeepEP."""
-    with pytest.raises(ConfigError, match=r"^moe_a2a=deepep: .*needs ep=tp\*attention_dp=8 "):
-        simulate("qwen3-30b-a3b", "dgx-h100", Layout(1, ep=1, attention_dp=8), Workload(4),
-                 Options(moe_a2a="deepep"))  # fmt: skip
-    simulate("qwen3-30b-a3b", "dgx-h100", Layout(1, ep=8, attention_dp=8), Workload(4),
-             Options(moe_a2a="deepep"))  # fmt: skip
-
-
-def test_the_router_stays_16_bit_in_an_fp8_run() -> None:
-    """vLLM builds an MoE router's gate unquantised (quant_config=None), as fp8 checkpoints
-    store it: its GEMM reads 2 bytes a weight and the memory holds it so (it was read and
-    held at 1 byte)."""
-    r = simulate("qwen3-30b-a3b", "dgx-h100", Layout(1), Workload(1), Options(dtype="fp8"))
-    router = next(x for x in r.records if x.name == "router")
-    assert 2048 * 128 * 2 <= router.bytes < 2048 * 128 * 2 + 8192  # weights, then [1, d] in
-    spec, gpu = QWEN, GPUS["h100-sxm"]
-    fp8 = memory_per_gpu(spec, 1, Workload(1), Options(dtype="fp8"), gpu).weights_bytes_per_gpu
-    bf16 = memory_per_gpu(spec, 1, Workload(1), Options(), gpu).weights_bytes_per_gpu
-    linear = sum(linear_params_of_layer(spec, 1, i) for i in range(spec.num_layers))
-    router_params = 48 * 2048 * 128
-    assert bf16 - fp8 == linear - router_params  # every linear weight halves but the router

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from tpsim import ConfigError, Options, Workload, simulate
+from tpsim import ConfigError, Layout, Options, Workload, simulate
 from tpsim.calibration import default as default_calibration
 from tpsim.cli import main
-from tpsim.core.memory import activation_elements, memory_per_gpu
+from tpsim.core.memory import activation_elements, linear_params_of_layer, memory_per_gpu
 from tpsim.models.catalog import get_model
 from tpsim.topologies.gpus import get_gpu
 
@@ -177,3 +177,18 @@ def test_a_refusal_says_what_gives_more_memory(capsys) -> None:  # type: ignore[
     assert len(err.splitlines()) == 1 and err.endswith("raise --tp on more --nodes")
     assert main(["run", "--model", "llama-3.1-70b", "--topology", "dgx-h100", "--tp", "1"]) == 2
     assert capsys.readouterr().err.strip().endswith("; raise --tp, or --allow-oom")
+
+
+def test_the_router_stays_16_bit_in_an_fp8_run() -> None:
+    """vLLM builds an MoE router's gate unquantised (quant_config=None), as fp8 checkpoints
+    store it: its GEMM reads 2 bytes a weight and the memory holds it so (it was read and
+    held at 1 byte)."""
+    r = simulate("qwen3-30b-a3b", "dgx-h100", Layout(1), Workload(1), Options(dtype="fp8"))
+    router = next(x for x in r.records if x.name == "router")
+    assert 2048 * 128 * 2 <= router.bytes < 2048 * 128 * 2 + 8192  # weights, then [1, d] in
+    spec, gpu = get_model("qwen3-30b-a3b"), get_gpu("h100-sxm")
+    fp8 = memory_per_gpu(spec, 1, Workload(1), Options(dtype="fp8"), gpu).weights_bytes_per_gpu
+    bf16 = memory_per_gpu(spec, 1, Workload(1), Options(), gpu).weights_bytes_per_gpu
+    linear = sum(linear_params_of_layer(spec, 1, i) for i in range(spec.num_layers))
+    router_params = 48 * 2048 * 128
+    assert bf16 - fp8 == linear - router_params  # every linear weight halves but the router
