@@ -41,6 +41,9 @@ class Entry:
     label: str
     summary: Mapping[str, Any]
     assumptions: Mapping[str, str]
+    #: whether its first TP group sits on several hosts, read from its topology graph
+    #: (None: from its GPUs' ids, :func:`~.compare_assumptions.tp_spans_hosts`)
+    tp_spans_hosts: bool | None = None
 
 
 #: The assumptions every configuration has, then those only some have (a kernel table),
@@ -265,7 +268,10 @@ def _network_note(win: Entry, lose: Entry) -> str:
     used = [e for e in (win, lose) if not e.assumptions["network"].startswith("not used")]
     if len(used) == 1:
         return f": {used[0].label} crosses {used[0].assumptions['network']}"
-    spans = [tp_spans_hosts(e.summary["config"]) for e in (win, lose)]
+    spans = [
+        e.tp_spans_hosts if e.tp_spans_hosts is not None else tp_spans_hosts(e.summary["config"])
+        for e in (win, lose)
+    ]
     if len(used) == 2 and spans == [False, True]:  # the TP group, not the NICs, decides
         return (
             f": {lose.label}'s TP group all-reduces across hosts; {win.label}'s stays in "

@@ -85,10 +85,10 @@ def assumptions(graph: TopologyGraph, summary: Mapping[str, Any]) -> dict[str, s
     return out
 
 
-def tp_spans_hosts(config: Mapping[str, Any]) -> bool:
+def tp_spans_hosts(config: Mapping[str, Any], graph: TopologyGraph | None = None) -> bool:
     """Whether the first TP group (replica 0, stage 0; with attention DP, its MoE group)
     sits on more than one host: its collectives, not only a pipeline's sends, cross the
-    network. Hosts read from the GPUs' ids (``n1.gpu0``)."""
+    network. Hosts as :func:`crosses_hosts` reads them (the graph's, else the GPUs' ids)."""
 
     placement = config.get("placement")
     if placement:
@@ -96,7 +96,7 @@ def tp_spans_hosts(config: Mapping[str, Any]) -> bool:
     else:
         adp = int(config.get("layout", {}).get("attention_dp", 1))
         gpus = [str(g) for g in config.get("gpus", [])[: int(config["tp"]) * adp]]
-    return len({_host(g) for g in gpus}) > 1
+    return len({_host(g, graph) for g in gpus}) > 1
 
 
 __all__ = ["assumptions", "crosses_hosts", "tp_spans_hosts"]

@@ -76,28 +76,41 @@ def _hosts_from_network(nodes: list[tuple[str, dict]], links: list[tuple[str, st
 def _hosts_given(nodes: list[tuple[str, dict]], links: list[tuple[str, str, dict]],
                  explicit: set[str], file: str) -> None:  # fmt: skip
     """A file that names hosts: a node that gives none (a NIC, a switch, a CPU) sits in the
-    host of the nodes its own links (not the network's) join it to, host 0 when they join
-    it to none that gives one; then every link but the network's must stay in one host (a
-    NIC given host 0 but cabled to host 1's GPUs had run as if on host 1)."""
+    host of the nearest node giving one that its own links (not the network's) join it to
+    (by one breadth-first search from those nodes, in file order), host 0 when none; then
+    every link but the network's must stay in one host (a NIC given host 0 but cabled to
+    host 1's GPUs had run as if on host 1)."""
     attrs = dict(nodes)
-    local = nx.Graph()
-    local.add_nodes_from(attrs)
-    local.add_edges_from((u, v) for u, v, a in links if a["link"] != "infiniband")
+    local: dict[str, list[str]] = {n: [] for n in attrs}
+    for u, v, a in links:
+        if a["link"] != "infiniband":
+            local[u].append(v)
+            local[v].append(u)
+    frontier = [n for n in attrs if n in explicit]
+    seen = set(frontier)
+    while frontier:
+        nxt = []
+        for node in frontier:
+            for m in local[node]:
+                if m not in seen:
+                    seen.add(m)
+                    attrs[m]["host"] = attrs[node]["host"]
+                    nxt.append(m)
+        frontier = nxt
     for node in attrs:
-        if node in explicit:
-            continue
-        near = sorted(
-            (nx.shortest_path_length(local, node, m), m)
-            for m in nx.node_connected_component(local, node)
-            if m in explicit
-        )
-        attrs[node]["host"] = attrs[near[0][1]]["host"] if near else 0
+        if node not in seen:
+            attrs[node]["host"] = 0
     for u, v, a in links:
         hu, hv = attrs[u]["host"], attrs[v]["host"]
         if a["link"] != "infiniband" and hu != hv:
+
+            def said(n: str, h: int) -> str:
+                return f"{n} (host {h})" if n in explicit else f"{n} (no host given)"
+
             msg = (
-                f"{u} (host {hu}) and {v} (host {hv}) are joined by a {a['link']} link: "
-                "only infiniband links join hosts (give each node the host it sits in)"
+                f"{said(u, hu)} and {said(v, hv)} are joined by a {a['link']} link between "
+                f"hosts {min(hu, hv)} and {max(hu, hv)}: only infiniband links join hosts "
+                "(give each node the host it sits in)"
             )
             raise _err("links", file, msg)
 

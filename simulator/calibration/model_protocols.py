@@ -34,9 +34,6 @@ class Protocol:
     #: per link class: a ring step's latency as measured, where it differs from the model's
     #: ``hop_s``; empty: the model's
     measured_hop_s: Mapping[str, float] = field(default_factory=dict)
-    #: the protocol at the reference clock, as NCCL's one tuning table for every GPU has it
-    #: (:meth:`clocked` keeps it for :meth:`modelled`); None: this one is
-    reference: Protocol | None = field(default=None, compare=False, repr=False)
 
     def hop(self, family: str, link_class: str) -> float:
         """One step's latency over a path of ``link_class`` in an algorithm ``family`` (a
@@ -49,18 +46,15 @@ class Protocol:
 
     @property
     def measured(self) -> bool:
-        """Whether some latency it takes differs from the one NCCL's model gives it (its
-        measured ones, or the model's at another clock than the reference)."""
-        return bool(self.measured_base_s or self.measured_hop_s or self.reference)
+        """Whether some latency it takes differs from the one NCCL's model gives it."""
+        return bool(self.measured_base_s or self.measured_hop_s)
 
     def modelled(self) -> Protocol:
         """This protocol as NCCL's tuning model prices it (what NCCL chooses by): its
-        measured latencies replaced by the model's, at the reference clock (NCCL has one
-        table for every GPU; its kernels' own times scale with the clock, its choice not)."""
+        measured latencies replaced by the model's."""
         if not self.measured:
             return self
-        base = self.reference or self
-        return replace(base, measured_base_s={}, measured_hop_s={}, reference=None)
+        return replace(self, measured_base_s={}, measured_hop_s={})
 
     def clocked(self, factor: float) -> Protocol:
         """This protocol on a GPU whose SM runs ``1 / factor`` times the reference clock: the
@@ -75,7 +69,6 @@ class Protocol:
 
         return replace(
             self,
-            reference=self.reference or self,
             base_s={k: v * factor for k, v in self.base_s.items()},
             hop_s=scaled(self.hop_s),
             tree_hop_s=scaled(self.tree_hop_s),

@@ -213,7 +213,7 @@ def _simulate(a: argparse.Namespace, minimum: int) -> list[Any]:
     from tpsim.cli.run import run_inputs, run_topology
     from tpsim.core.api import simulate
     from tpsim.experiments.compare import Entry
-    from tpsim.experiments.compare_assumptions import assumptions
+    from tpsim.experiments.compare_assumptions import assumptions, tp_spans_hosts
 
     out = []
     entries = configurations(a, minimum)
@@ -222,7 +222,9 @@ def _simulate(a: argparse.Namespace, minimum: int) -> list[Any]:
         layout, workload, options = run_inputs(ns)
         graph = run_topology(ns, warn_unused=not joined)
         result = simulate(ns.model, graph, layout, workload, options, nodes=ns.nodes)
-        out.append((Entry(label, result.summary, assumptions(graph, result.summary)), result))
+        spans = tp_spans_hosts(result.summary["config"], graph)
+        entry = Entry(label, result.summary, assumptions(graph, result.summary), spans)
+        out.append((entry, result))
     return out
 
 

@@ -284,10 +284,12 @@ class Summary:
         need = max(m.total_bytes_per_gpu + (lay.pp - 1) * m.kv_cache_bytes_per_gpu for m in stages)
         room = min(m.capacity_bytes_per_gpu for m in stages)
         gpus = lay.tp * lay.attention_dp * lay.pp * lay.dp
+        # a batch's KV cache and activations grow with it (decode rows, the logits), the
+        # weights stay: b' of them fit while weights + b' (act + pp kv) / b holds
         most = min(
-            (m.capacity_bytes_per_gpu - m.total_bytes_per_gpu + m.kv_cache_bytes_per_gpu)
+            (m.capacity_bytes_per_gpu - m.weights_bytes_per_gpu)
             * w.batch
-            // (lay.pp * m.kv_cache_bytes_per_gpu)
+            // (m.activation_bytes_per_gpu + lay.pp * m.kv_cache_bytes_per_gpu)
             if m.kv_cache_bytes_per_gpu
             else w.batch
             for m in stages

@@ -52,12 +52,7 @@ def test_at_another_clock_the_measured_figures_scale_with_the_models() -> None:
     ll = c.protocols["LL"]
     assert ll.base("ring") == pytest.approx(5.4e-6 * 1.98 / 1.41)
     assert ll.hop("ring", "nvlink") == pytest.approx(0.73e-6 * 1.98 / 1.41)
-    # NCCL chooses by its one table for every GPU: the model's figures at the reference clock
-    assert ll.modelled().base("ring") == pytest.approx(6.6e-6)
-    assert ll.modelled().hop("ring", "nvlink") == pytest.approx(0.6e-6)
-    simple = c.protocols["Simple"]  # no measured figures: it runs its model's, clocked
-    assert simple.base("ring") == pytest.approx(8.4e-6 * 1.98 / 1.41)
-    assert simple.modelled().base("ring") == pytest.approx(8.4e-6) and simple.measured
+    assert ll.modelled().base("ring") == pytest.approx(6.6e-6 * 1.98 / 1.41)
 
 
 def test_nccl_chooses_simple_for_2_mib_on_four_a100_by_its_unclocked_table() -> None:
@@ -65,9 +60,15 @@ def test_nccl_chooses_simple_for_2_mib_on_four_a100_by_its_unclocked_table() -> 
     busbw, Simple 8.4 + 3 x 3.4 us at 240) prices LL 26.3 us and Simple 25.2, so NCCL runs
     Simple, as the measured jump from 22.5 us at 1 MiB to 52.9 shows
     (nccltests_single_node_a100_h100.csv); the A100's clock had scaled the table's latencies
-    as well as its kernels' and ranked LL first."""
+    as well as its kernels' and ranked LL first. NCCL's algorithms are ranked on the
+    fabric at the reference clock (Fabric.at_reference), all of them alike, and the pick
+    then runs at the A100's."""
     (row,) = collective_sweep("dgx-a100", 4, [2 * 2**20], op="all_gather", algo="nccl")
     assert row["protocol"] == "Simple"
+    fab = _fabric("dgx-a100", 4)
+    ref = fab.at_reference()
+    assert ref is not fab and ref.tuning is calibration.default().collectives
+    assert _fabric("dgx-h100", 4).at_reference().tuning is calibration.default().collectives
 
 
 def test_nccl_ranks_the_ring_by_its_model_and_it_runs_as_measured() -> None:
@@ -174,11 +175,11 @@ def test_an_a100_ring_pulls_each_simple_slice_in_p2p_read_mode() -> None:
     load = calibration.default().collectives.custom_load_latency_s
     a100, h100 = _fabric("dgx-a100", 8), _fabric("dgx-h100", 8)
     simple = a100.tuning.protocols["Simple"]
-    assert read_pull_s(a100, "all_gather", 16 << 20, simple, 1) == pytest.approx(2 * load)
-    assert read_pull_s(a100, "all_gather", 24 << 10, simple, 1) == pytest.approx(load)
-    assert read_pull_s(a100, "all_gather", 2 << 30, simple, 1) == pytest.approx(12 * load)
-    assert read_pull_s(h100, "all_gather", 16 << 20, h100.tuning.protocols["Simple"], 1) == 0
-    assert read_pull_s(a100, "all_gather", 16 << 20, a100.tuning.protocols["LL"], 1) == 0
+    assert read_pull_s(a100, 16 << 20, simple) == pytest.approx(2 * load)
+    assert read_pull_s(a100, 24 << 10, simple) == pytest.approx(load)
+    assert read_pull_s(a100, 2 << 30, simple) == pytest.approx(12 * load)
+    assert read_pull_s(h100, 16 << 20, h100.tuning.protocols["Simple"]) == 0
+    assert read_pull_s(a100, 16 << 20, a100.tuning.protocols["LL"]) == 0
     sched = ring(a100, "all_gather", 16 << 20, simple, [list(range(8))])
     hop = send(a100, 0, 1, 0, simple).latency_s  # the step's own hop, clocked
     assert sched.steps[0][0].sends[0].latency_s == pytest.approx(hop + 2 * load)

@@ -98,3 +98,14 @@ def test_in_flight_names_the_largest_batch_whose_batches_fit() -> None:
     over = flight(192)
     assert not over["fits"] and over["largest_batch"] == 191
     assert flight(191)["fits"]
+
+
+def test_in_flight_s_largest_batch_is_the_same_from_a_small_batch_or_a_large_one() -> None:
+    """The largest batch of which P fit grows each stage's activations and KV cache with the
+    batch (it had held the small batch's activations: 698 from batch 8 against 692)."""
+
+    def largest(b: int) -> int:
+        r = simulate("llama-3.1-70b", "dgx-h100", Layout(4, pp=2), Workload(b, "decode", 512, 1024))
+        return r.summary["in_flight"]["largest_batch"]
+
+    assert largest(8) == largest(900) == 693

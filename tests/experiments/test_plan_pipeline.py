@@ -68,9 +68,9 @@ def test_run_text_gives_the_pipeline_with_its_batches_in_flight() -> None:
     big = simulate("llama-3.1-70b", "dgx-h100", Layout(4, pp=2),
                    Workload(900, "decode", 512, 1024)).typed  # fmt: skip
     line = next(ln for ln in summary_text(big).splitlines() if "in flight" in ln)
-    assert "would need" in line and "--batch 692 or less" in line and "tokens/s" not in line
+    assert "would need" in line and "--batch 693 or less" in line and "tokens/s" not in line
     most = simulate("llama-3.1-70b", "dgx-h100", Layout(4, pp=2),
-                    Workload(692, "decode", 512, 1024)).typed  # fmt: skip
+                    Workload(693, "decode", 512, 1024)).typed  # fmt: skip
     assert most.in_flight is not None and most.in_flight.fits  # the largest, not 900 / 2
 
 

@@ -413,6 +413,13 @@ def test_a_node_s_host_follows_its_own_links_and_they_stay_in_it(tmp_path):
     with pytest.raises(TopologyError) as e:
         load_topology(path)
     assert str(e.value) == (
-        f"links in {path}: b0 (host 1) and nb0 (host 0) are joined by a pcie link: only "
-        "infiniband links join hosts (give each node the host it sits in)"
+        f"links in {path}: b0 (host 1) and nb0 (host 0) are joined by a pcie link between "
+        "hosts 0 and 1: only infiniband links join hosts (give each node the host it sits in)"
     )
+    # a switch that gives no host, cabled to both hosts' GPUs: no host it could give fits
+    both = text + "  - {src: zsw, dst: a1, bandwidth_GBps: 50, latency_us: 1, duplex: true}\n"
+    both += "  - {src: zsw, dst: b1, bandwidth_GBps: 50, latency_us: 1, duplex: true}\n"
+    ib = "  - {id: ib, kind: switch}\n"
+    path.write_text(both.replace(ib, ib + "  - {id: zsw, kind: switch}\n"))
+    with pytest.raises(TopologyError, match=r"zsw \(no host given\) and b1 \(host 1\)"):
+        load_topology(path)

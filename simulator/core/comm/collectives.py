@@ -99,6 +99,8 @@ def make_planner(fab: Fabric, order: Sequence[int], *, algo: str = "auto") -> Pl
             raise ConfigError(f"algo={algo}: {problem}")
     choosing = algo in ("auto", "nccl")
     ctx = Context(fab, order, _protocols(fab, order), choosing)
+    ref = fab.at_reference()  # NCCL's table as written, by which it ranks its algorithms
+    rctx = ctx if ref is fab else Context(ref, order, _protocols(ref, order), choosing)
     pool = algorithms.candidates(algo)
     cache: dict[CollectiveCall, Schedule] = {}
 
@@ -135,24 +137,35 @@ def make_planner(fab: Fabric, order: Sequence[int], *, algo: str = "auto") -> Pl
         schedules whose bound is below the best of NCCL's others: one above it cannot be
         NCCL's pick, nor tie."""
         found = entries(call)
-        built: dict[int, list[tuple[Schedule, float]]] = {}
+        # NCCL's own algorithms are ranked on its table as written (one for every GPU),
+        # then the one it picks is built at this GPU's clock, as it runs
+        nccl = [k for k, entry in enumerate(found) if entry.nccl]
+        built: dict[int, list[tuple[int, Schedule, float]]] = {}  # (variant, schedule, time)
         for k, entry in enumerate(found):
             if entry.bounded is None:
-                built[k] = [(s, model_time(fab, s)) for s in entry.build(ctx, call)]
-        nccl = [k for k, entry in enumerate(found) if entry.nccl]
-        best = min((t for k in nccl if k in built for _, t in built[k]), default=math.inf)
+                c, f = (rctx, ref) if k in nccl else (ctx, fab)
+                built[k] = [(j, s, model_time(f, s)) for j, s in enumerate(entry.build(c, call))]
+        best = min((t for k in nccl if k in built for _, _, t in built[k]), default=math.inf)
         for k, entry in enumerate(found):
             if entry.bounded is not None:
+                c, f = (rctx, ref) if k in nccl else (ctx, fab)
                 runs = []
-                for bound, make in entry.bounded(ctx, call):
+                for j, (bound, make) in enumerate(entry.bounded(c, call)):
                     if bound <= best:
                         sched = make()
-                        runs.append((sched, model_time(fab, sched)))
-                        best = min(best, runs[-1][1])
+                        runs.append((j, sched, model_time(f, sched)))
+                        best = min(best, runs[-1][2])
                 built[k] = runs
-        picks = [(k, s, t) for k in sorted(built) if k in nccl for s, t in built[k]]
-        ranked = [min(picks, key=lambda run: run[2])] if picks else []
-        ranked += [(k, s, t) for k in sorted(built) if k not in nccl for s, t in built[k]]
+        picks = [(k, j, s, t) for k in sorted(built) if k in nccl for j, s, t in built[k]]
+        ranked = []
+        if picks:
+            k, j, s, t = min(picks, key=lambda run: run[3])
+            if ref is not fab:  # NCCL's pick as it runs on this GPU
+                entry = found[k]
+                s = (entry.build(ctx, call)[j] if entry.bounded is None
+                     else list(entry.bounded(ctx, call))[j][1]())  # fmt: skip
+            ranked.append((k, s, t))
+        ranked += [(k, s, t) for k in sorted(built) if k not in nccl for _, s, t in built[k]]
         if len(ranked) == 1:
             return ranked[0][1]
         # the time each takes (a schedule outside NCCL is its own model: model_time is it)

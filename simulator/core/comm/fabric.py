@@ -9,7 +9,7 @@ collective tuning constants its schedules are built with (:attr:`Fabric.tuning`)
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import networkx as nx
 from tpsim.calibration import Calibration, Collectives
@@ -46,6 +46,16 @@ class Fabric:
     _index: dict[tuple[str, str], int]
     edges: list[tuple[str, str]] = field(default_factory=list)  # link index -> (src, dst)
     _paths: dict[tuple[int, int], Path] = field(default_factory=dict)
+    #: the calibration's constants at the reference clock (None: ``tuning`` is): NCCL has
+    #: one tuning table for every GPU and chooses by it, whatever the GPU's clock
+    reference_tuning: Collectives | None = None
+
+    def at_reference(self) -> Fabric:
+        """This fabric with NCCL's table as written (the reference clock): what NCCL ranks
+        its algorithms and protocols by. Itself where its tuning is that already."""
+        if self.reference_tuning is None or self.reference_tuning is self.tuning:
+            return self
+        return replace(self, tuning=self.reference_tuning, reference_tuning=None)
 
     @property
     def nvswitch(self) -> tuple[tuple[int, int], ...] | None:
@@ -114,6 +124,7 @@ def build_fabric(
         ranks=len(gpu_ranks),
         gpu=gpu,
         tuning=calib.collectives.at_clock(gpu.sm_clock_Hz),  # NCCL's latencies at its clock
+        reference_tuning=calib.collectives,
         capacities=caps,
         latencies=lats,
         hosts=hosts,

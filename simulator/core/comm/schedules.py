@@ -142,7 +142,7 @@ def ring(
     frac = share(fab, proto, "ring", op)
     copy_cap = math.inf if model else ring_copy_cap(fab, op, nbytes, proto) / len(orders)
     model_cap = model_ring_cap(fab, proto, frac) / len(orders)  # NCCL's view of the switch
-    pull = 0.0 if model else read_pull_s(fab, op, nbytes, proto, len(orders))
+    pull = 0.0 if model else read_pull_s(fab, nbytes, proto)
     for order, ring_bytes in zip(orders, chunk_sizes(nbytes, len(orders)), strict=True):
         chunks = chunk_sizes(ring_bytes, p)
         for q, t in enumerate(order):
@@ -180,7 +180,7 @@ SIMPLE_CHUNK = 2 << 20
 SIMPLE_SLICES, SIMPLE_MIN_SLICE = 2, 32 << 10
 
 
-def read_pull_s(fab: Fabric, op: str, nbytes: int, proto: Protocol, rings: int) -> float:
+def read_pull_s(fab: Fabric, nbytes: int, proto: Protocol) -> float:
     """What a ring step's receive adds where NCCL runs its NVLink pairs in P2P read mode
     (``ring_read_archs``: A100): the receive pulls each slice from the sender's buffer, its
     first loads a full NVLink load latency that the slice's closing barrier keeps from
@@ -191,7 +191,7 @@ def read_pull_s(fab: Fabric, op: str, nbytes: int, proto: Protocol, rings: int) 
         return 0.0
     most = ring_channels(c, fab.gpu.arch)
     blocks = nccl_channels(c, "ring", proto.name, nbytes, fab.ranks, most, fab.multi_host)
-    per_channel = nbytes / fab.ranks / max(1, blocks) / rings  # a step's chunk a channel
+    per_channel = nbytes / fab.ranks / max(1, blocks)  # a step's chunk a channel (of all)
     loops = max(1, math.ceil(per_channel / SIMPLE_CHUNK))
     last = per_channel - (loops - 1) * SIMPLE_CHUNK
     slices = (loops - 1) * SIMPLE_SLICES + (SIMPLE_SLICES if last > SIMPLE_MIN_SLICE else 1)
