@@ -74,6 +74,16 @@ def assumption_lines(rows: Sequence[Row]) -> list[str]:
     return [f"assumptions ({'; '.join(w)}): {'; '.join(t)}" for t, w in where.items()]
 
 
+def _layout(row: Row) -> str:
+    """``TP 4``, ``TP 4 x PP 2``, ``TP 1 x ADP 8 EP 8``: a row's degrees above 1 (TP always),
+    so that two points of one TP and batch are told apart."""
+    name = f"TP {row['tp']}"
+    for key, short in (("attention_dp", "ADP"), ("pp", "PP"), ("dp", "DP")):
+        if (row.get(key) or 1) > 1:
+            name += f" x {short} {row[key]}"
+    return name + (f" EP {row['ep']}" if (row.get("ep") or 1) > 1 else "")
+
+
 def regime_summary(rows: Sequence[Row]) -> str:
     """``regime: memory-bound at 14 points (59-100 %), ...; 2 near ties: TP 16 batch 32
     memory-bound (52%; communication 45%)``: the regimes of a sweep with their shares."""
@@ -90,7 +100,7 @@ def regime_summary(rows: Sequence[Row]) -> str:
     ties = sorted((r for r in done if near_tie(r)), key=lambda r: (r["tp"], r["batch"]))
     text = "regime: " + ", ".join(parts)
     if ties:
-        named = "; ".join(f"TP {r['tp']} batch {r['batch']} {row_regime_text(r)}" for r in ties[:4])
+        named = "; ".join(f"{_layout(r)} batch {r['batch']} {row_regime_text(r)}" for r in ties[:4])
         more = f"; {len(ties) - 4} more" if len(ties) > 4 else ""
         within = f"runner-up within {NEAR_TIE * 100:.0f} points"
         text += f"; {len(ties)} near tie{'s' * (len(ties) > 1)} ({within}): "

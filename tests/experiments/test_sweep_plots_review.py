@@ -373,3 +373,14 @@ def test_a_pipeline_s_bar_holds_its_bubble() -> None:
     top = max(p.get_y() + p.get_height() for p in fig.axes[0].patches)
     assert top == pytest.approx(15.1)  # the step's latency, bubble included
     assert "bubble" in [t.get_text() for t in fig.legends[0].get_texts()]
+
+
+def test_a_near_tie_names_the_layout_beyond_tp() -> None:
+    """'TP 4 batch 16 bubble-bound' named no PP degree, and the PP 1 point of the same TP and
+    batch is memory-bound: the near ties name every degree above 1."""
+    from tpsim.experiments.plots.words import regime_summary
+
+    tie = row(4, 16, pp=2, dp=1, micro_batches=1, memory_share=0.52, regime="memory-bound")
+    plain = row(4, 16, memory_share=0.52) | {"point_id": "plain"}
+    text = regime_summary([tie, plain])
+    assert "TP 4 x PP 2 batch 16" in text and "TP 4 batch 16" in text
