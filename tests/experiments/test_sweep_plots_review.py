@@ -384,3 +384,14 @@ def test_a_near_tie_names_the_layout_beyond_tp() -> None:
     plain = row(4, 16, memory_share=0.52) | {"point_id": "plain"}
     text = regime_summary([tie, plain])
     assert "TP 4 x PP 2 batch 16" in text and "TP 4 batch 16" in text
+
+
+def test_in_node_vs_cross_node_draws_tp_groups_alone() -> None:
+    """A PP 2 point sat on its TP group's 'one host' line beside the plain TP group of the
+    same degree (two markers at one x); the plot is of TP groups, and says so."""
+    rows = [row(4, 8), row(8, 8), row(16, 8, hosts=2),
+            row(4, 8, pp=2, micro_batches=1) | {"point_id": "pp"}]  # fmt: skip
+    fig = sp.draw_in_node_vs_cross_node(rows, title="t")
+    lines = [line for line in fig.axes[0].get_lines() if line.get_gid() != sp.HOST_BOUNDARY]
+    assert sorted(x for line in lines for x in line.get_xdata()) == [4, 8, 16]
+    assert "TP groups alone" in fig._suptitle.get_text()
