@@ -319,7 +319,7 @@ def draw_in_node_vs_cross_node(rows: Sequence[Row], *, title: str) -> Figure:
     # beside the plain group of that TP (throughput_vs_tp draws them apart)
     good = [r for r in rows if ok(r) and (r.get("pp") or 1) == 1 and (r.get("dp") or 1) == 1]
     if len(good) < sum(1 for r in rows if ok(r)):
-        title += " (TP groups alone; pipeline and replica layouts in throughput_vs_tp)"
+        title += "\nTP groups alone (pipeline and replica layouts: throughput_vs_tp)"
     batches = sorted({r["batch"] for r in good})
     nrows, ncols = _grid(len(batches))
     fig = bare_figure(4.4 * ncols + 2.4, 4.0 * nrows + 1.0)
