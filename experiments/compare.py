@@ -17,8 +17,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tpsim.experiments.compare_assumptions import tp_spans_hosts
+from tpsim.experiments.compare_assumptions import assumptions, tp_spans_hosts
 from tpsim.outputs.text import engine_label, regime_shares, regime_text
+from tpsim.topologies.graph import TopologyGraph
 
 #: Parts of the critical path, in the order the table prints them.
 PARTS = ("compute", "memory", "communication", "launch_overhead", "host", "bubble", "idle")
@@ -44,6 +45,13 @@ class Entry:
     #: whether its first TP group sits on several hosts, read from its topology graph
     #: (None: from its GPUs' ids, :func:`~.compare_assumptions.tp_spans_hosts`)
     tp_spans_hosts: bool | None = None
+
+    @classmethod
+    def of(cls, label: str, graph: TopologyGraph, summary: Mapping[str, Any]) -> Entry:
+        """A configuration's entry: its summary, what it rests on and where its TP group
+        sits, read from its topology graph."""
+        spans = tp_spans_hosts(summary["config"], graph)
+        return cls(label, summary, assumptions(graph, summary), spans)
 
 
 #: The assumptions every configuration has, then those only some have (a kernel table),

@@ -100,13 +100,13 @@ def _hosts_given(nodes: list[tuple[str, dict]], links: list[tuple[str, str, dict
     for node in attrs:
         if node not in seen:
             attrs[node]["host"] = 0
+
+    def said(n: str, h: int) -> str:
+        return f"{n} (host {h})" if n in explicit else f"{n} (no host given)"
+
     for u, v, a in links:
         hu, hv = attrs[u]["host"], attrs[v]["host"]
         if a["link"] != "infiniband" and hu != hv:
-
-            def said(n: str, h: int) -> str:
-                return f"{n} (host {h})" if n in explicit else f"{n} (no host given)"
-
             msg = (
                 f"{said(u, hu)} and {said(v, hv)} are joined by a {a['link']} link between "
                 f"hosts {min(hu, hv)} and {max(hu, hv)}: only infiniband links join hosts "

@@ -213,7 +213,6 @@ def _simulate(a: argparse.Namespace, minimum: int) -> list[Any]:
     from tpsim.cli.run import run_inputs, run_topology
     from tpsim.core.api import simulate
     from tpsim.experiments.compare import Entry
-    from tpsim.experiments.compare_assumptions import assumptions, tp_spans_hosts
 
     out = []
     entries = configurations(a, minimum)
@@ -222,9 +221,7 @@ def _simulate(a: argparse.Namespace, minimum: int) -> list[Any]:
         layout, workload, options = run_inputs(ns)
         graph = run_topology(ns, warn_unused=not joined)
         result = simulate(ns.model, graph, layout, workload, options, nodes=ns.nodes)
-        spans = tp_spans_hosts(result.summary["config"], graph)
-        entry = Entry(label, result.summary, assumptions(graph, result.summary), spans)
-        out.append((entry, result))
+        out.append((Entry.of(label, graph, result.summary), result))
     return out
 
 
@@ -252,7 +249,6 @@ def _run_flags_given(a: argparse.Namespace) -> list[str]:
 def _entries_from_rows(a: argparse.Namespace) -> list[Any]:
     """Comparison entries from rows of a sweep results file (``--results F --rows ID,ID``)."""
     from tpsim.experiments.compare import Entry
-    from tpsim.experiments.compare_assumptions import assumptions
     from tpsim.experiments.compare_rows import summary_from_row
     from tpsim.experiments.sweep.reading import stream_rows
     from tpsim.topologies.io import get_topology
@@ -297,12 +293,13 @@ def _entries_from_rows(a: argparse.Namespace) -> list[Any]:
         r = by_id[i]
         nodes = f"{r['nodes']} node{'s' if r['nodes'] > 1 else ''}"
         label = f"{i[:8]}: TP {r['tp']}, {nodes}, batch {r['batch']}"
-        entries.append(Entry(label, summary, assumptions(graph, summary)))
+        entries.append(Entry.of(label, graph, summary))
     return entries
 
 
 def _compare(a: argparse.Namespace) -> int:
     from tpsim.cli.paths import check_output
+    from tpsim.cli.run import warn_gantt_unused
     from tpsim.experiments.compare import (
         common_title,
         comparison,
@@ -326,8 +323,6 @@ def _compare(a: argparse.Namespace) -> int:
         entries = [entry for entry, _ in ran]
     if a.gantt and not ran:
         raise ConfigError("--gantt: needs simulated configurations, not --results rows")
-    from tpsim.cli.run import warn_gantt_unused
-
     warn_gantt_unused(a)
     if a.gantt:
         from tpsim.experiments.plots.gantt import gantt_compare

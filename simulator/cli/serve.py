@@ -184,6 +184,38 @@ def _disaggregated(a: argparse.Namespace) -> bool:
     return any(getattr(a, f) is not None for f in pools)
 
 
+def _pool_checks(a: argparse.Namespace, disagg: Any) -> None:
+    """The checks of the pools and MoE flags that need the model: each disaggregated pool's
+    TP against --ep and the model's heads, --expert-skew's cap (a warning) and --moe-tp
+    against each pool's MoE group."""
+    if disagg is None and not a.expert_skew and not a.moe_tp:
+        return
+    from tpsim.cli.run import warn_held_skew
+    from tpsim.models.catalog import get_model
+
+    spec = get_model(a.model)
+    pools = [("--tp", a.tp)]
+    if disagg is not None:
+        pools = [("--prefill-tp", disagg.prefill_tp), ("--decode-tp", disagg.decode_tp)]
+        for flag, tp in pools:
+            if tp % a.ep:  # each pool's experts split over its own TP group
+                raise ConfigError(f"{flag}={tp}: --ep={a.ep} must divide it (--ep applies "
+                                  "to both pools, each a TP group)")  # fmt: skip
+        for flag, tp in (("--prefill-tp", a.prefill_tp), ("--decode-tp", a.decode_tp)):
+            problem = tp and tp_problem(tp, spec.num_heads, spec.num_kv_heads)
+            if problem:
+                raise ConfigError(f"{flag}={tp}: {problem} of {spec.name}")
+    warn_held_skew(a.expert_skew, spec)
+    if a.moe_tp:  # each pool's MoE group is split as asked (the engine checks its own too)
+        if not spec.is_moe:
+            raise ConfigError(f"moe_tp={a.moe_tp}: {spec.name} has no experts")
+        for flag, tp in pools:
+            try:
+                Layout(tp, ep=a.ep, attention_dp=a.attention_dp, moe_tp=a.moe_tp)
+            except ConfigError as e:
+                raise ConfigError(f"{flag}={tp}: {e}" if disagg else str(e)) from None
+
+
 def _serve(a: argparse.Namespace) -> int:
     from tpsim.experiments.serve import report
     from tpsim.experiments.serve.run import ServeSetup, serve
@@ -208,35 +240,7 @@ def _serve(a: argparse.Namespace) -> int:
 
         disagg = Disagg(a.prefill_tp or a.tp, a.prefill_workers or 1, a.decode_tp or a.tp,
                         a.decode_workers or 1)  # fmt: skip
-        from tpsim.models.catalog import get_model
-
-        for flag, tp in (("--prefill-tp", disagg.prefill_tp), ("--decode-tp", disagg.decode_tp)):
-            if tp % a.ep:  # each pool's experts split over its own TP group
-                raise ConfigError(f"{flag}={tp}: --ep={a.ep} must divide it (--ep applies "
-                                  "to both pools, each a TP group)")  # fmt: skip
-        spec = get_model(a.model)
-        for flag, tp in (("--prefill-tp", a.prefill_tp), ("--decode-tp", a.decode_tp)):
-            problem = tp and tp_problem(tp, spec.num_heads, spec.num_kv_heads)
-            if problem:
-                raise ConfigError(f"{flag}={tp}: {problem} of {spec.name}")
-    if a.expert_skew:
-        from tpsim.cli.run import warn_held_skew
-        from tpsim.models.catalog import get_model
-
-        warn_held_skew(a.expert_skew, get_model(a.model))
-    if a.moe_tp:  # each pool's MoE group is split as asked (the engine checks its own too)
-        from tpsim.models.catalog import get_model
-
-        if not get_model(a.model).is_moe:
-            raise ConfigError(f"moe_tp={a.moe_tp}: {get_model(a.model).name} has no experts")
-        pools = [("--tp", a.tp)]
-        if disagg:
-            pools = [("--prefill-tp", disagg.prefill_tp), ("--decode-tp", disagg.decode_tp)]
-        for flag, tp in pools:
-            try:
-                Layout(tp, ep=a.ep, attention_dp=a.attention_dp, moe_tp=a.moe_tp)
-            except ConfigError as e:
-                raise ConfigError(f"{flag}={tp}: {e}" if disagg else str(e)) from None
+    _pool_checks(a, disagg)
     setup = ServeSetup(a.model, run_topology(a), disagg.decode_tp if disagg else a.tp, a.dp,
                        a.nodes, a.gpus_per_node, options, a.exact, overrides, ep=a.ep,
                        disagg=disagg, attention_dp=a.attention_dp, pp=a.pp,
