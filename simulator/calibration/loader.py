@@ -241,14 +241,6 @@ def _engine(d: Mapping[str, Any], name: str) -> Engine:
         raise CalibrationError(
             f"{w}.pipeline_split_tokens={split!r}: a positive number of tokens, or null"
         )
-    ll_tokens = entry(d, "deepep_ll_tokens", w)
-    if isinstance(ll_tokens, bool) or not isinstance(ll_tokens, int) or ll_tokens < 1:
-        raise CalibrationError(f"{w}.deepep_ll_tokens={ll_tokens!r}: a positive number of tokens")
-    nvl = entry(d, "deepep_nvl_MiB", w)
-    if nvl is not None:
-        nvl = number(nvl, f"{w}.deepep_nvl_MiB")
-        if not nvl > 0:
-            raise CalibrationError(f"{w}.deepep_nvl_MiB={nvl!r}: must be positive, or null")
     first = entry(d, "first_token", w)
     if first not in FIRST_TOKEN:
         choices = ", ".join(FIRST_TOKEN)
@@ -272,9 +264,43 @@ def _engine(d: Mapping[str, Any], name: str) -> Engine:
         host_overlap_sync=sync,
         pdl_archs=tuple(pdl),
         pipeline_split_tokens=split,
-        deepep_ll_tokens=ll_tokens,
-        deepep_nvl_MiB=nvl,
+        **_deepep(d, w),
     )
+
+
+def _deepep(d: Mapping[str, Any], w: str) -> dict[str, Any]:
+    """The engine's DeepEP keys (:class:`Engine`'s ``deepep_*``)."""
+    ll_tokens = entry(d, "deepep_ll_tokens", w)
+    if isinstance(ll_tokens, bool) or not isinstance(ll_tokens, int) or ll_tokens < 1:
+        raise CalibrationError(f"{w}.deepep_ll_tokens={ll_tokens!r}: a positive number of tokens")
+    sizes: dict[str, float | None] = {}
+    for key in ("deepep_nvl_MiB", "deepep_rdma_MiB"):
+        mib = entry(d, key, w)
+        if mib is not None:
+            mib = number(mib, f"{w}.{key}")
+            if not mib > 0:
+                raise CalibrationError(f"{w}.{key}={mib!r}: must be positive, or null")
+        sizes[key] = mib
+    hidden = entry(d, "deepep_hidden_sizes", w)
+    if (
+        not isinstance(hidden, list)
+        or not hidden
+        or not all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in hidden)
+        or hidden != sorted(set(hidden))
+    ):
+        raise CalibrationError(
+            f"{w}.deepep_hidden_sizes={hidden!r}: must be a list of hidden sizes, increasing"
+        )
+    pad = entry(d, "deepep_pad_hidden", w)
+    if not isinstance(pad, bool):
+        raise CalibrationError(f"{w}.deepep_pad_hidden={pad!r}: must be true or false")
+    return {
+        "deepep_ll_tokens": ll_tokens,
+        "deepep_nvl_MiB": sizes["deepep_nvl_MiB"],
+        "deepep_rdma_MiB": sizes["deepep_rdma_MiB"],
+        "deepep_hidden_sizes": tuple(hidden),
+        "deepep_pad_hidden": pad,
+    }
 
 
 #: Where an engine's first token comes from (:attr:`Engine.first_token`).

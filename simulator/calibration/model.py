@@ -145,9 +145,16 @@ class Engine:
     pipeline_split_tokens: int | None = None
     #: DeepEP's buffers as the engine makes them (``--moe-a2a deepep``): its low-latency
     #: buffer's tokens a rank (``num_max_dispatch_tokens_per_rank``), and its normal
-    #: kernels' NVLink buffer in MiB (None: DeepEP's own size hint for its default config)
+    #: kernels' NVLink buffer and (a group across hosts) RDMA buffer in MiB (None: DeepEP's
+    #: own size hints for its configs, one RDMA buffer shared with the low-latency kernels)
     deepep_ll_tokens: int = 128
     deepep_nvl_MiB: float | None = None
+    deepep_rdma_MiB: float | None = None
+    #: The hidden sizes the low-latency kernels of the engine's DeepEP are compiled for
+    #: (``SWITCH_HIDDEN``), and whether the engine pads a model's hidden size up to the next
+    #: (vLLM) or fails on one not listed (SGLang: DeepEP's "Unsupported hidden" assertion)
+    deepep_hidden_sizes: tuple[int, ...] = (2048, 2560, 4096, 5120, 6144, 7168, 8192)
+    deepep_pad_hidden: bool = False
 
     def pipeline_micro_batches(self, batch: int, tokens_per_seq: int, stages: int) -> int:
         """Micro-batches one step of ``batch`` sequences of ``tokens_per_seq`` tokens each

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 
 from tpsim.core.config import Options, Workload
+from tpsim.core.deepep_buffers import reserved_bytes
 from tpsim.core.lowering.experts import ExpertSplit
 from tpsim.core.lowering.mla import attention_params_per_rank, kv_width_per_rank
 from tpsim.core.lowering.shard import shard
@@ -161,46 +162,6 @@ def activation_elements(
     return round(workload.tokens * peak)
 
 
-#: DeepEP's normal kernels' intranode buffer (``Config::get_nvl_buffer_size_hint``, csrc/
-#: config.hpp) under its default configuration for up to 8 ranks: 20 SMs (10 channels), 256
-#: tokens received per channel and peer, and per token, beside its hidden bytes, its source
-#: metadata (8 B) and room for 128 top-k indices (int64), 128 weights and 128 scales (fp32).
-DEEPEP_NVL_CHANNELS, DEEPEP_NVL_RECV_TOKENS, DEEPEP_NVL_META_BYTES = 10, 256, 8 + 128 * 16
-DEEPEP_NVL_PEERS = 8  # NUM_MAX_NVL_PEERS: the ranks one node's NVLink buffer serves
-
-
-def deepep_reserved_bytes(
-    model: ModelSpec, experts: ExpertSplit, ll_tokens: int = 128, nvl_MiB: float | None = None
-) -> int:
-    """Bytes per GPU DeepEP allocates when its buffer is made (``deep_ep.Buffer``), held
-    for the run whatever the batch: the low-latency kernels' buffer (decode) and the normal
-    kernels' NVLink buffer (prefill), as an engine serving with both makes them, sized as
-    the engine asks (its profile's ``deepep_ll_tokens`` and ``deepep_nvl_MiB``: vLLM 256
-    tokens and 1 GiB, SGLang 128 and DeepEP's size hint). The buffer is sized, not the
-    batch: a decode batch of more tokens a rank is still priced as one call.
-
-    Low latency (csrc/config.hpp ``LowLatencyLayout``), for ``T`` tokens a rank and ``E``
-    experts: a dispatch message is 16 B of control and the token (bf16, or fp8 with a scale
-    per 128 values, the larger), a combine message the token in bf16 and a bf16 pair per 128
-    values; two (odd and even) send buffers of the larger of ``T`` dispatch and ``E T``
-    combine messages, two receive buffers of ``E T`` of the larger message, and two
-    signalling buffers of ``E`` ints. DeepSeek-V3 (hidden 7168, 256 experts): 1.9 GB at 128
-    tokens. The normal kernels' RDMA buffer across hosts is not counted."""
-    d, e, t = model.hidden_size, model.num_experts, ll_tokens
-    scales = d // 128
-    dispatch = 16 + max(2 * d, d + 4 * scales)
-    combine = 4 * scales + 2 * d
-    send = max(t * dispatch, e * t * combine)
-    recv = e * t * max(dispatch, combine)
-    low_latency = 2 * (send + recv + 4 * e)
-    if nvl_MiB is not None:
-        return low_latency + round(nvl_MiB * 2**20)
-    peers = min(experts.group, DEEPEP_NVL_PEERS)
-    per_token = 2 * d + DEEPEP_NVL_META_BYTES
-    normal = DEEPEP_NVL_CHANNELS * peers * DEEPEP_NVL_RECV_TOKENS * per_token
-    return low_latency + -(-normal // 128) * 128
-
-
 def memory_per_stage(
     model: ModelSpec,
     tp: int,
@@ -217,9 +178,9 @@ def memory_per_stage(
     """One rank's memory in a pipeline stage holding ``layers``: those layers' weights and
     KV cache (every micro-batch's sequences), the embedding on the first stage, the final
     norm and LM head on the last (a tied head is a copy there when the stages differ), and
-    the activations of one micro-batch (with DeepEP's all-to-all, its reserved buffers:
-    :func:`deepep_reserved_bytes`). With one stage holding every layer this equals
-    :func:`memory_per_gpu`."""
+    the activations of one micro-batch (with DeepEP's all-to-all, the buffers it reserves:
+    :func:`tpsim.core.deepep_buffers.reserved_bytes`). With one stage holding every layer
+    this equals :func:`memory_per_gpu`."""
     prec = run_precision(options, model, gpu)
     act_b, kv_b = dtype_bytes(prec.act), dtype_bytes(prec.kv)
     n, L = len(layers), model.num_layers
@@ -256,10 +217,7 @@ def memory_per_stage(
     if last:
         activations += mb * model.vocab_size * 4  # gathered logits, upcast to fp32
     if options.moe_a2a == "deepep" and experts is not None and experts.dispatch:
-        engine = options.calibration.engine
-        activations += deepep_reserved_bytes(
-            model, experts, engine.deepep_ll_tokens, engine.deepep_nvl_MiB
-        )
+        activations += reserved_bytes(model, experts, options.calibration.engine)
     total = weights + kv_cache + activations
     reserve = options.calibration.memory
     capacity = int(gpu.hbm_bytes * reserve.usable_fraction) - reserve.runtime_bytes

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from tpsim.calibration.bounded import show
+from tpsim.core import deepep_buffers
 from tpsim.core.comm.group import Comms, connect
 from tpsim.core.comm.layout import LayoutComms, place, stage_layers
 from tpsim.core.config import Layout, Options, Workload, tp_problem, valid_tp_degrees
@@ -252,6 +253,14 @@ def resolve(
             f"not to width slices of them: needs ep=tp*attention_dp={layout.moe_group} "
             f"(moe_tp 1), not ep={layout.ep} (moe_tp {xs.moe_tp}), as SGLang and vLLM require"
         )
+    if options.moe_a2a == "deepep":
+        problem = deepep_buffers.hidden_problem(spec, calib.engine)
+        problem = problem or deepep_buffers.ranks_problem(xs.group)
+        if problem:
+            raise ConfigError(problem)
+        ll, ht = (deepep_buffers.hidden_for(spec.hidden_size, calib.engine, low_latency=x)
+                  for x in (True, False))  # fmt: skip
+        xs = replace(xs, deepep_hidden=(ll, ht))
     if xs.dispatch and options.sequence_parallel:
         raise ConfigError(
             f"attention_dp={layout.attention_dp}: cannot be combined with sequence "

@@ -136,30 +136,36 @@ def test_deepep_reserves_its_buffers_by_hand() -> None:
     """DeepEP's buffers, made once and held whatever the batch: DeepSeek-V3 (hidden 7168,
     256 experts) at EP 16 over two hosts. Low latency, 128 tokens a rank: combine messages of
     56 x 4 + 7168 x 2 = 14,560 B, send and receive buffers of 256 x 128 of them, twice, and
-    256-int signals twice; normal: 10 channels x 8 peers x 256 tokens x (14,336 + 2,056) B."""
+    256-int signals twice, plus DeepEP's 128-byte round-up. Normal, the 16-rank configs (288
+    tokens a channel's queue): NVLink 10 channels x 8 peers x (7 ints + 288 tokens of 14,336
+    + 2,056 B); RDMA 10 channels x 2 RDMA ranks x 140 tokens (128 rounded up to the 20 or 28
+    sent) x 16,408 B, twice, + 1 MiB, smaller than the low-latency buffer that SGLang's one
+    RDMA buffer also holds."""
     from tpsim import Layout
+    from tpsim.core.deepep_buffers import reserved_bytes
     from tpsim.core.lowering.experts import expert_split
-    from tpsim.core.memory import deepep_reserved_bytes
 
     r = {}
-    for a2a in ("nccl", "deepep"):  # as SGLang makes them: 128 tokens, DeepEP's NVLink hint
+    for a2a in ("nccl", "deepep"):  # as SGLang makes them: 128 tokens, DeepEP's size hints
         r[a2a] = simulate("deepseek-v3", "hgx-h200", Layout(1, ep=16, attention_dp=16),
                           Workload(8), Options(dtype="fp8", moe_a2a=a2a, engine="sglang"),
                           nodes=2)  # fmt: skip
-    low_latency = 2 * (2 * 256 * 128 * 14_560 + 256 * 4)
-    normal = 10 * 8 * 256 * (14_336 + 2_056)
-    assert low_latency + normal == 2_244_118_528
+    low_latency = 2 * (2 * 256 * 128 * 14_560 + 256 * 4) + 128
+    nvl = -(-(80 * 7 * 4 + 80 * 288 * (14_336 + 2_056)) // 128) * 128
+    rdma_normal = -(-(20 * 18 * 2 * 4 + 20 * 140 * 16_408 * 2 + 2**20) // 128) * 128
+    assert (nvl, rdma_normal) == (377_673_984, 92_936_320) and rdma_normal < low_latency
     deepep, nccl = r["deepep"].typed.memory, r["nccl"].typed.memory
     grown = deepep.activation_bytes_per_gpu - nccl.activation_bytes_per_gpu
-    assert grown == low_latency + normal
+    assert grown == low_latency + nvl == 2_286_084_480
     spec = get_model("deepseek-v3")
     xs = expert_split(spec, 1, 16, 16, 1)
-    assert deepep_reserved_bytes(spec, xs) == grown
-    # vLLM: 256 tokens a rank (VLLM_MOE_DP_CHUNK_SIZE) and a 1 GiB NVLink buffer
+    assert reserved_bytes(spec, xs, Options(engine="sglang").calibration.engine) == grown
+    # vLLM: 256 tokens a rank (VLLM_MOE_DP_CHUNK_SIZE), a 1 GiB NVLink buffer, and across
+    # hosts the high-throughput manager's 1 GiB RDMA buffer
     vllm = simulate("deepseek-v3", "hgx-h200", Layout(1, ep=16, attention_dp=16), Workload(8),
                     Options(dtype="fp8", moe_a2a="deepep"), nodes=2).typed.memory  # fmt: skip
     assert vllm.activation_bytes_per_gpu - nccl.activation_bytes_per_gpu == (
-        2 * (2 * 256 * 256 * 14_560 + 256 * 4) + 2**30
+        2 * (2 * 256 * 256 * 14_560 + 256 * 4) + 128 + 2 * 2**30
     )
 
 

@@ -65,6 +65,9 @@ class ExpertSplit:
     #: DeepSeek's grouped routing: expert groups, and the groups a token may pick from
     groups: int = 0
     topk_groups: int = 0
+    #: the hidden size DeepEP's low-latency and normal kernels carry a token in (an engine
+    #: that pads it: tpsim.core.deepep_buffers.hidden_for); 0: the model's
+    deepep_hidden: tuple[int, int] = (0, 0)
 
     def nodes_hit(self) -> float:
         """Expected distinct hosts one token's ``k`` experts sit on (experts spread evenly

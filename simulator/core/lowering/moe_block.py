@@ -69,9 +69,11 @@ class ExpertBlock(LoweringBlock):
         # [T/tp k moe_tp, d], spread over the group: in the activations' dtype through NCCL;
         # DeepEP dispatches fp8 with a scale per 128 values (and a 16-byte header) and
         # combines in bf16, low-latency kernels at decode, normal ones at prefill
-        if self.a2a == "deepep":
-            algo = "deepep_ll" if self.w.phase == "decode" else "deepep_normal"
-            out_b, back_b = d + 4 * ceil_div(d, 128) + 16, 2 * d
+        if self.a2a == "deepep":  # in the hidden size the engine hands DeepEP (padded)
+            low_latency = self.w.phase == "decode"
+            algo = "deepep_ll" if low_latency else "deepep_normal"
+            h = xs.deepep_hidden[0 if low_latency else 1] or d
+            out_b, back_b = h + 4 * ceil_div(h, 128) + 16, 2 * h
             extra: dict[str, Any] = {
                 "algo": algo,
                 "experts": xs.experts,
