@@ -149,18 +149,48 @@ MODELLED_QUANT = "fp8, fbgemm_fp8, awq/gptq int4 g128, compressed-tensors fp8/NV
 
 def weight_block(r: Reader) -> tuple[int, ...]:
     """A block-scaled fp8 checkpoint's ``quantization_config.weight_block_size`` ([rows,
-    columns] of one scale: DeepSeek-V3's and Qwen3's FP8 releases, [128, 128]); () for any
-    other checkpoint."""
-    if quant_method(r) not in FP8_METHODS:
+    columns] of one scale: DeepSeek-V3's and Qwen3's FP8 releases, [128, 128]), or an
+    llm-compressor one's ``block_structure`` (its weights' ``strategy: block``, the
+    FP8_BLOCK scheme, which vLLM's compressed-tensors fp8 loads with the same block check);
+    () for any other checkpoint."""
+    method = quant_method(r)
+    if method == "compressed-tensors":
+        return _compressed_block(r, r.cfg["quantization_config"])
+    if method not in FP8_METHODS:
         return ()
-    block = r.cfg["quantization_config"].get("weight_block_size")
+    return _block(r, "quantization_config.weight_block_size",
+                  r.cfg["quantization_config"].get("weight_block_size"))  # fmt: skip
+
+
+def _block(r: Reader, key: str, block: object) -> tuple[int, ...]:
     if block is None:
         return ()
-    ok = isinstance(block, list) and len(block) == 2
-    if not ok or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block):
-        raise r.fail("quantization_config.weight_block_size", block,
-                     "must be two positive integers [rows, columns]")  # fmt: skip
+    if (
+        not isinstance(block, list)
+        or len(block) != 2
+        or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)
+    ):
+        raise r.fail(key, block, "must be two positive integers [rows, columns]")
     return (int(block[0]), int(block[1]))
+
+
+def _compressed_block(r: Reader, q: dict[str, Any]) -> tuple[int, ...]:
+    """The [rows, columns] block of a compressed-tensors checkpoint's block-scaled weights
+    (every group's, which must agree); () where no group is block-scaled."""
+    groups = q.get("config_groups")
+    found: set[tuple[int, ...]] = set()
+    for name, group in groups.items() if isinstance(groups, dict) else ():
+        weights = group.get("weights") if isinstance(group, dict) else None
+        if isinstance(weights, dict) and weights.get("strategy") == "block":
+            key = f"quantization_config.config_groups.{name}.weights.block_structure"
+            block = weights.get("block_structure")
+            if block is None:
+                raise r.fail(key, None, "must be [rows, columns] where strategy is block")
+            found.add(_block(r, key, block))
+    if len(found) > 1:
+        raise r.fail("quantization_config.config_groups", sorted(found),
+                     "mixes weight blocks across layers; not modelled")  # fmt: skip
+    return found.pop() if found else ()
 
 
 def linear_dtype(r: Reader) -> str:
