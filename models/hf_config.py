@@ -90,8 +90,9 @@ _LLAMA_KEYS = (
     "vocab_size",
 )
 #: Fields of layer structures tpsim does not model yet (mixture-of-experts routing and expert
-#: FFNs, multi-head latent attention). A config that sets one is refused, never timed as the
-#: dense model its other fields describe (a Mixtral read as a dense 7B is ten times off).
+#: FFNs, multi-head latent attention, linear, sparse or chunked attention, Mamba layers) in a
+#: family that does not read them. A config that sets one is refused, never timed as the
+#: model its other fields describe (a Mixtral read as a dense 7B is ten times off).
 UNMODELLED_FIELDS = {
     "num_local_experts": "mixture-of-experts (Mixtral)",
     "num_experts": "mixture-of-experts (Qwen-MoE)",
@@ -104,6 +105,17 @@ UNMODELLED_FIELDS = {
     "moe_top_k": "mixture-of-experts routing (DBRX)",
     "ffn_config": "an FFN configured apart (DBRX: its experts)",
     "text_config": "a model nested in text_config (multimodal: Llama 4, Gemma 3, Mllama)",
+    # attention that is not softmax attention over a KV cache on every layer: priced as that,
+    # a relabelled config's cache and attention time would be off (Qwen3-Next's 48 layers
+    # cached where 12 are: 4x)
+    "index_topk": "sparse attention with a lightning indexer (DeepSeek-V3.2)",
+    "linear_num_value_heads": "linear-attention (Gated DeltaNet) layers (Qwen3-Next)",
+    "full_attention_interval": "linear-attention layers between full ones (Qwen3-Next)",
+    "attn_type_list": "lightning (linear) attention layers (MiniMax)",
+    "attention_chunk_size": "chunked local attention (Llama 4)",
+    "mamba_d_state": "Mamba layers (Jamba)",
+    "hybrid_override_pattern": "Mamba layers (Nemotron-H)",
+    "layers_block_type": "Mamba layers (Zamba, Falcon-H1)",
 }
 #: The ``architectures`` class of each family tpsim reads: named in the refusal of an
 #: unknown model_type whose architecture is one of them (Kimi-K2: kimi_k2, a
