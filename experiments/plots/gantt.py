@@ -14,7 +14,7 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 from tpsim.core.records import Record
-from tpsim.experiments.plots.gantt_draw import gantt_figure
+from tpsim.experiments.plots.gantt_draw import GanttChart, gantt_figure
 from tpsim.experiments.plots.gantt_lanes import align_lanes
 from tpsim.experiments.plots.gantt_svg import save_svg_with_tooltips
 from tpsim.experiments.plots.gantt_view import Layers, with_critical
@@ -70,6 +70,20 @@ def gantt_compare(
     others'; ``layers=(a, b)`` starts each one's layer a at 0 (raises ValueError where a
     run has none of them)."""
     figure_format(path)
+    chart = compare_figure(runs, title=title, layers=layers)
+    if figure_format(path) == "svg":
+        save_svg_with_tooltips(chart, path)
+    else:
+        save_figure(chart.fig, path)
+
+
+def compare_figure(
+    runs: Sequence[tuple[str, Sequence[Record], Collection[int]]],
+    *,
+    title: str = "",
+    layers: Layers = None,
+) -> GanttChart:
+    """The chart of :func:`gantt_compare`, drawn but not saved."""
     merged: list[Record] = []
     critical: set[int] = set()
     titles: dict[int, str] = {}
@@ -91,7 +105,7 @@ def gantt_compare(
         critical.update(c + i * stride for c in crit)
     lanes = list(titles)
     aligned, view = align_lanes(merged, lanes, layers, run_of)
-    chart = gantt_figure(
+    return gantt_figure(
         aligned,
         title=title,
         ranks=lanes,
@@ -99,11 +113,8 @@ def gantt_compare(
         critical=critical,
         lane_titles=titles,
         view=view,
+        runs=run_of,
     )
-    if figure_format(path) == "svg":
-        save_svg_with_tooltips(chart, path)
-    else:
-        save_figure(chart.fig, path)
 
 
 def compare_ranks(

@@ -76,11 +76,14 @@ def gantt_figure(
     rank_labels: Mapping[int, str] | None = None,
     lane_titles: Mapping[int, str] | None = None,
     view: GanttView | None = None,
+    runs: Mapping[int, int] | None = None,
 ) -> GanttChart:
     """The Gantt chart of :func:`gantt`, drawn but not saved. ``lane_titles`` replaces the
     "GPU r (label)" name of a rank's rows (a comparison names its configurations); ``view``,
     where given, is what to show (:func:`.gantt_lanes.align_lanes`'s), else
-    :func:`.gantt_view.gantt_view` chooses it from ``ranks`` and ``layers``."""
+    :func:`.gantt_view.gantt_view` chooses it from ``ranks`` and ``layers``. ``runs`` gives
+    the run of each rank (a comparison's lanes; default: one run): the ranks of a run whose
+    window holds point-to-point records get a p2p row, the others none."""
 
     view = view or gantt_view(records, ranks=ranks, layers=layers, critical=critical)
     labels = rank_labels or {}
@@ -90,20 +93,22 @@ def gantt_figure(
     visible = max((t1 - t0) - (gap[1] - gap[0] if gap else 0.0), 1e-12)
     scale, unit = time_unit(visible)
 
-    # y position of each (rank, stream) row; a blank row separates rank groups.
-    shown_ranks = set(view.ranks)
-    p2p = any(
-        shown_stream(r) == "p2p" and r.rank in shown_ranks and r.end_s >= t0 and r.start_s <= t1
+    # y position of each (rank, stream) row; a blank row separates rank groups. A run's
+    # ranks get a p2p row when its window holds a send or receive (a comparison's plain TP
+    # configuration none beside a pipeline's).
+    run_of = {rank: (runs or {}).get(rank, 0) for rank in view.ranks}
+    sending = {
+        run_of[r.rank]
         for r in records
-    )
-    rows = (*ROWS, P2P_ROW) if p2p else ROWS
-    group = len(rows) + 1
-    row_y = {
-        (rank, stream): g * group + j
-        for g, rank in enumerate(view.ranks)
-        for j, (stream, _) in enumerate(rows)
+        if shown_stream(r) == "p2p" and r.rank in run_of and r.end_s >= t0 and r.start_s <= t1
     }
-    n_rows = len(view.ranks) * group - 1
+    rank_rows = {rank: (*ROWS, P2P_ROW) if run_of[rank] in sending else ROWS for rank in run_of}
+    row_y: dict[tuple[int, str], int] = {}
+    tops: list[int] = []  # each rank group's first row
+    for rank in view.ranks:
+        tops.append(len(row_y) + len(tops))
+        row_y.update({(rank, s): tops[-1] + j for j, (s, _) in enumerate(rank_rows[rank])})
+    n_rows = len(row_y) + len(tops) - 1
     lane_names = {
         rank: (lane_titles or {}).get(
             rank, f"GPU {rank}{f' ({labels[rank]})' if rank in labels else ''}"
@@ -111,7 +116,8 @@ def gantt_figure(
         for rank in view.ranks
     }
     lane_labels = {
-        y: f"{lane_names[rank]} · {dict(rows)[stream]}" for (rank, stream), y in row_y.items()
+        y: f"{lane_names[rank]} · {dict(rank_rows[rank])[stream]}"
+        for (rank, stream), y in row_y.items()
     }
 
     # Layout in inches, from measured text: lane names on the left, the title and the layer
@@ -212,8 +218,8 @@ def gantt_figure(
     ticks = sorted(lane_labels.items())
     ax.set_yticks([y for y, _ in ticks])
     ax.set_yticklabels([t for _, t in ticks], fontsize=LABEL_PT)
-    for g in range(1, len(view.ranks)):
-        ax.axhline(g * group - 1, color="#cccccc", linewidth=0.8)
+    for top in tops[1:]:
+        ax.axhline(top - 1, color="#cccccc", linewidth=0.8)
     ax.set_ylim(n_rows - 0.4, -0.6)  # GPU 0 on top
     x_end = axis.x(t1)
     pad = 0.01 * x_end
@@ -246,11 +252,14 @@ def gantt_figure(
         ax.axvspan(gx0, gx1, facecolor="#f2f2f2", edgecolor="none", zorder=0)
         for gx in (gx0, gx1):
             ax.axvline(gx, color="#777777", linewidth=1.0, linestyle=(0, (4, 3)), zorder=1)
-        words: list[tuple[str, float]] = [(gap_words, (len(rows) - 1) / 2)]  # first rank
+        middle = {  # each rank group's middle row
+            rank: top + (len(rank_rows[rank]) - 1) / 2
+            for rank, top in zip(view.ranks, tops, strict=True)
+        }
+        words: list[tuple[str, float]] = [(gap_words, middle[view.ranks[0]])]  # first rank
         if lane_words:  # each lane's own layers beside its rows, the span below the first
-            words = [(w, row_y[(r, rows[0][0])] + (len(rows) - 1) / 2 - 0.5)
-                     for r, w in lane_words.items()]  # fmt: skip
-            words.append((gap_words, (len(rows) - 1) / 2 + 0.5))
+            words = [(w, middle[r] - 0.5) for r, w in lane_words.items()]
+            words.append((gap_words, middle[view.ranks[0]] + 0.5))
         for text, text_y in words:
             ax.text(
                 (gx0 + gx1) / 2,

@@ -166,3 +166,33 @@ def test_a_send_far_thinner_than_a_pixel_is_still_drawn() -> None:
     ]
     sends = [x for x in r.records if x.kind == "p2p"]
     assert len(widths) == len(sends) and min(widths) >= 0.99 * MIN_BAR_PX
+
+
+def test_a_compare_gantt_gives_a_p2p_row_only_to_the_pipeline() -> None:
+    """compare --gantt of TP 2 x PP 2 beside plain TP 2: the TP 2 lane had an empty p2p
+    row, as the pipeline's lanes had theirs; now its rows are CPU, compute and comm, and
+    every bar still sits on the row named after its lane and stream."""
+    from tpsim import Layout, Workload, simulate
+    from tpsim.experiments.plots.gantt import compare_figure
+    from tpsim.experiments.plots.gantt_draw import P2P_ROW, ROWS
+    from tpsim.outputs.export import shown_stream
+
+    pp = simulate("llama-3.1-8b", "dgx-h100", Layout(2, pp=2), Workload(4))
+    tp = simulate("llama-3.1-8b", "dgx-h100", Layout(2), Workload(4))
+    runs = [("PP 2", pp.records, pp.critical_path), ("TP 2", tp.records, tp.critical_path)]
+    chart = compare_figure(runs)
+    names = row_names(chart)
+    lanes: dict[str, list[str]] = {}
+    for y in sorted(names):
+        lane, row = names[y].rsplit(" · ", 1)
+        lanes.setdefault(lane, []).append(row)
+    plain = [lane for lane in lanes if lane.startswith("TP 2")]
+    piped = [lane for lane in lanes if lane.startswith("PP 2")]
+    assert plain and len(piped) >= 2  # stage 1's GPU drawn too
+    every = [label for _, label in (*ROWS, P2P_ROW)]
+    assert all(lanes[lane] == every[:3] for lane in plain)  # was [..., "p2p"]
+    assert all(lanes[lane] == every for lane in piped)
+    row_of = dict((*ROWS, P2P_ROW))
+    for r, y, _ in chart.bars:  # the rows below a lane without p2p moved up with it
+        assert names[y].endswith(f" · {row_of[shown_stream(r)]}")
+        assert names[y].startswith("TP 2" if r.id >= len(pp.records) else "PP 2")
