@@ -79,13 +79,22 @@ def bar_names(
             break
 
 
-def layer_starts(records: Sequence[Record], rank: int, t0: float, t1: float) -> dict[int, float]:
-    """Earliest start of each layer's compute records on ``rank`` inside [t0, t1]."""
-    starts: dict[int, float] = {}
+def layer_starts(
+    records: Sequence[Record], ranks: Sequence[int], t0: float, t1: float
+) -> dict[int, float]:
+    """Earliest start of each layer's compute records inside [t0, t1], on the first of
+    ``ranks`` that runs the layer: the first rank's layers at its times, and a later
+    pipeline stage's (which the first rank never runs) at that stage's."""
+    per_rank: dict[int, dict[int, float]] = {rank: {} for rank in ranks}
     for r in records:
-        if r.rank == rank and r.stream == "compute" and r.start_s < starts.get(r.layer, 1e300):
+        starts = per_rank.get(r.rank)
+        if starts is not None and r.stream == "compute" and r.start_s < starts.get(r.layer, 1e300):
             starts[r.layer] = r.start_s
-    return {layer: t for layer, t in sorted(starts.items()) if t0 <= t <= t1}
+    out: dict[int, float] = {}
+    for rank in ranks:
+        for layer, t in per_rank[rank].items():
+            out.setdefault(layer, t)
+    return {layer: t for layer, t in sorted(out.items()) if t0 <= t <= t1}
 
 
 def layer_labels(
@@ -99,9 +108,13 @@ def layer_labels(
 ) -> None:
     """A dotted line at the start of each visible layer (outside the collapsed gap) and its
     label above the axes ("emb", "L3", "head") where it clears the next label; none when
-    too many layers are visible, nor in a ``comparison`` (each run has its own layer times)."""
+    too many layers are visible, nor in a ``comparison`` (each run has its own layer times).
+    A layer starts where rank 0 (else the first rank drawn) starts it, or, one it does not
+    run (a later pipeline stage's), where the first drawn rank that runs it does."""
     t0, t1, gap = view.t0_s, view.t1_s, view.gap_s
-    boundaries = layer_starts(records, 0 if 0 in view.ranks else view.ranks[0], t0, t1)
+    first = 0 if 0 in view.ranks else view.ranks[0]
+    ranks = [first, *(k for k in view.ranks if k != first)]
+    boundaries = layer_starts(records, ranks, t0, t1)
     if gap is not None:
         boundaries = {k: t for k, t in boundaries.items() if not gap[0] <= t < gap[1]}
     if comparison:  # a comparison: each run has its own layer times, mark none

@@ -1,12 +1,14 @@
 """A pipeline's point-to-point rows in the Gantt chart, the Perfetto trace and the report's
 interactive timeline: receives drawn with the sends, the ranks the critical path runs on,
-and bars too thin for a pixel still drawn."""
+p2p rows only for a comparison's pipelines, a zoom across stages marking every stage's
+layers, and bars too thin for a pixel still drawn."""
 
 from __future__ import annotations
 
 import typing
 from pathlib import Path
 
+import pytest
 from test_export import rec
 from tpsim.core.records import Record
 from tpsim.experiments.plots.gantt import gantt
@@ -196,3 +198,21 @@ def test_a_compare_gantt_gives_a_p2p_row_only_to_the_pipeline() -> None:
     for r, y, _ in chart.bars:  # the rows below a lane without p2p moved up with it
         assert names[y].endswith(f" · {row_of[shown_stream(r)]}")
         assert names[y].startswith("TP 2" if r.id >= len(pp.records) else "PP 2")
+
+
+def test_a_zoom_across_a_stage_boundary_marks_the_later_stage_s_layers() -> None:
+    """TP 1 x PP 2, zoomed on layers 14-17 (stage 0 runs 0-15, stage 1 16-31): the layer
+    labels were taken from GPU 0 alone, so L16 and L17 (stage 1's) had neither label nor
+    line; they are marked where GPU 1 starts them."""
+    from tpsim import Layout, Workload, simulate
+    from tpsim.experiments.plots.gantt_draw import gantt_figure
+
+    r = simulate("llama-3.1-8b", "dgx-h100", Layout(1, pp=2), Workload(4))
+    chart = gantt_figure(r.records, layers=(14, 17), critical=r.critical_path)
+    assert chart.view is not None and chart.view.ranks == (0, 1)
+    labels = {t.get_text(): t.get_position()[0] for t in chart.ax.texts if t.get_text()[:1] == "L"}
+    assert {"L14", "L15", "L16", "L17"} <= set(labels)  # was L14 and L15 (and L18 at the end)
+    start = min(x.start_s for x in r.records if x.rank == 1 and x.layer == 16
+                and x.stream == "compute")  # fmt: skip
+    t0 = chart.view.t0_s
+    assert labels["L16"] == pytest.approx((start - t0) * 1e6)  # the axis in us from t0
