@@ -133,12 +133,16 @@ def communication(records: Sequence[Record], rank: int = 0) -> dict[str, Any]:
 
 
 def pipeline_tail(path: Sequence[Record], last_stage: set[int]) -> int:
-    """Where the critical path reaches the last stage's ranks for good: the index of its
-    first record on them after which it never leaves them (``len(path)`` when it ends
-    elsewhere)."""
+    """Where the critical path reaches the last stage's ranks for good: the index of the
+    send into them that it crosses by (their receive of it names it as its cause) and
+    after which it never leaves them, else of its first record on them after which it
+    never does (``len(path)`` when it ends elsewhere). The transfer into the last stage is
+    the path's communication, not the fill's."""
     k = len(path)
     while k > 0 and path[k - 1].rank in last_stage:
         k -= 1
+    if 0 < k < len(path) and path[k].kind == "p2p" and path[k - 1].kind == "p2p":
+        k -= 1  # the receive's cause: the send whose bytes it waited for
     return k
 
 
@@ -146,9 +150,10 @@ def pipeline_breakdown(
     records: Sequence[Record], path: Sequence[Record], last_stage: set[int]
 ) -> dict[str, float]:
     """:func:`breakdown` of a pipeline, from its last stage's point of view: ``bubble`` is
-    the time before the critical path reaches the last stage's ranks for good (the pipeline
-    filling: that stage waits); the categories and ``idle`` are the rest of the path. The
-    values sum to the makespan."""
+    the time before the critical path reaches the last stage's ranks for good, through the
+    send into them (:func:`pipeline_tail`: the pipeline filling, while that stage waits);
+    the categories and ``idle`` are the rest of the path. The values sum to the
+    makespan."""
     tail = path[pipeline_tail(path, last_stage) :]
     bubble = tail[0].start_s if tail else makespan(records)
     parts: dict[str, list[float]] = {c: [] for c in CATEGORIES}

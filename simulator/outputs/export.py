@@ -156,13 +156,20 @@ DEPENDENCY_FLOW_BASE = 1 << 40
 def _dependency_flows(records: Sequence[Record]) -> list[dict[str, Any]]:
     """One s/f flow pair from each record to the record on another thread of its rank that
     its end released (``cause``): the graph replay to the first kernel, a GEMM to the
-    collective after it, a collective to the kernel waiting for it. Launch arrows are drawn
-    by :func:`_flows` and not repeated here."""
+    collective after it, a collective to the kernel waiting for it; and from a pipeline's
+    send to the receive on the next stage's GPU that waited for it, where the critical
+    path crosses from one stage to the next. Launch arrows are drawn by :func:`_flows` and
+    not repeated here."""
     by_id = {r.id: r for r in records}
     events: list[dict[str, Any]] = []
     for r in sorted(records, key=lambda r: r.id):
         cause = by_id.get(r.cause)
-        if cause is None or cause.rank != r.rank or _tid(cause) == _tid(r):
+        if cause is None:
+            continue
+        if cause.rank != r.rank:
+            if not (is_receive(r) and cause.kind == "p2p"):
+                continue  # another GPU's record: only a send is drawn into its receive
+        elif _tid(cause) == _tid(r):
             continue
         if cause.kind == "launch" and cause.op == r.op:
             continue  # the launch arrow of this op
@@ -232,7 +239,8 @@ def chrome_trace(
     first record of its op on another stream, and every record released by a record on
     another thread of its rank gets a dependency arrow from it (a CUDA graph replay to its
     first kernel, a GEMM to its all-reduce, the all-reduce to the next kernel, a pipeline
-    receive to the all-gathers after it).
+    receive to the all-gathers after it), and every receive that waited for its send an
+    arrow from that send, on the previous stage's GPU.
     ``args.on_critical_path`` is present only when ``critical`` is non-empty. ``link_usage``
     ((time, link, B/s) samples) becomes one counter track per link ("C" events, GB/s, one
     value per time and only when it changes) in a process named "Links" (pid

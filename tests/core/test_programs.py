@@ -90,13 +90,15 @@ def test_compute_send_recv_compute_whole_record_list(tmp_path: Path) -> None:
                0.0, n, 0, "send 1000000 B to rank 1 (tag 0)"),
         Record(2, 1, "compute", "b", "gemm", "compute", 0, "", 1, arrived, arrived + 20 * US,
                0.0, 0, 3, ""),
-        # posted at 0, but the send started at 10 us: it starts there, released by a
-        Record(3, 1, "comm", "pp.recv", "p2p", "communication", 0, "pp", 0, sent, arrived,
-               0.0, 0, 0, "recv 1000000 B from rank 0 (tag 0)"),
+        # posted at 0, it waited for the send's bytes: released by the send as they land
+        # (it had started at 10 us, released by a, and the path skipped the send)
+        Record(3, 1, "comm", "pp.recv", "p2p", "communication", 0, "pp", 0, arrived, arrived,
+               0.0, 0, 1, "recv 1000000 B from rank 0 (tag 0); posted at 0.000 us, waited "
+               "21.000 us"),
     ]  # fmt: skip
     assert ran.ranks_simulated == 2
     path = metrics.critical_path(ran.records)
-    assert [r.name for r in path] == ["a", "pp.recv", "b"]
+    assert [r.name for r in path] == ["a", "pp.send", "pp.recv", "b"]  # across the transfer
     assert metrics.breakdown(ran.records)["communication"] == pytest.approx(11 * US)
     comm = metrics.communication(ran.records, rank=0)
     assert (comm["collectives"], comm["p2p"], comm["bytes_sent_per_gpu"]) == (0, 1, n)

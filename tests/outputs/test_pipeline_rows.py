@@ -5,6 +5,7 @@ layers, and bars too thin for a pixel still drawn."""
 
 from __future__ import annotations
 
+import math
 import typing
 from pathlib import Path
 
@@ -216,3 +217,39 @@ def test_a_zoom_across_a_stage_boundary_marks_the_later_stage_s_layers() -> None
                 and x.stream == "compute")  # fmt: skip
     t0 = chart.view.t0_s
     assert labels["L16"] == pytest.approx((start - t0) * 1e6)  # the axis in us from t0
+
+
+def test_the_critical_path_crosses_a_stage_boundary_through_the_send() -> None:
+    """TP 8 x PP 2 on two hosts: stage 1's receive waits for stage 0's send, but the path
+    ran from the receive to the all-reduce before the send (the receive named the send's
+    cause as its own, and started where the send did). It now runs all-reduce, send,
+    receive: the breakdown, the Gantt's ranks and the trace's arrows all show the send."""
+    from tpsim import Layout, Workload, simulate
+    from tpsim.core.metrics import pipeline_tail
+    from tpsim.experiments.plots.gantt_view import gantt_view
+
+    r = simulate("llama-3.1-8b", "dgx-h100", Layout(8, pp=2), Workload(8), nodes=2)
+    by_id = {x.id: x for x in r.records}
+    path = [by_id[i] for i in r.critical_path]
+    k = next(j for j, x in enumerate(path) if x.name == "pp_recv")
+    send, recv = path[k - 1], path[k]
+    assert (send.name, send.rank, recv.rank) == ("pp_send", 0, 8)  # was the all-reduce
+    assert recv.cause == send.id and recv.start_s == recv.end_s == send.end_s
+    assert "waited" in recv.detail
+    # the transfer into the last stage is communication, the time before it the fill
+    parts = r.summary["breakdown_s"]
+    assert pipeline_tail(path, set(range(8, 16))) == k - 1
+    assert parts["bubble"] == send.start_s
+    assert math.fsum(parts.values()) == pytest.approx(r.latency_s, rel=1e-12)
+    assert 0 in gantt_view(r.records, critical=r.critical_path).ranks
+    trace = chrome_trace(r.records, title="pp", critical=r.critical_path)
+    assert check_trace_structure(trace) == []
+    on = {e["args"]["id"]: e["args"]["on_critical_path"] for e in trace["traceEvents"]
+          if e["ph"] == "X"}  # fmt: skip
+    assert on[send.id] and on[recv.id]
+    arrow = {
+        e["ph"]: (e["pid"], e["tid"])
+        for e in trace["traceEvents"]
+        if e.get("cat") == "dependency" and e["id"] == DEPENDENCY_FLOW_BASE + recv.id
+    }
+    assert arrow == {"s": (send.rank + 1, 4), "f": (recv.rank + 1, 5)}  # GPU 0's send to GPU 8

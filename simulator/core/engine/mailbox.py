@@ -2,8 +2,9 @@
 
 A box is keyed by whatever names one wait: (collective, rank, step) for a collective, the
 matching (send, receive) pair for a point-to-point transfer. A message records when its
-sender's step began and what released it, so that a wait ended by a late sender can name
-the sender's cause as its own.
+sender's step began and the record a wait it ends names as its cause: a collective step
+names the late sender's cause as its own (its record starts where the sender's step did),
+a receive the send itself (its record starts as the bytes land).
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from collections.abc import Hashable
 
 import simpy
 
-#: (sender's step start, (its cause's record id, that record's end), arrival, hosts away)
+#: (sender's step start, (record id, its end) the wait it ends names as its cause: the
+#: sender's cause for a collective step, the send's own record for a receive, arrival,
+#: hosts away)
 Message = tuple[float, tuple[int, float], float, int]
 
 

@@ -234,34 +234,41 @@ class _Run:
         return cause
 
     def p2p(self, rank: int, i: int, op: Op, cause: Cause) -> Generator[simpy.Event, Any, Cause]:
-        """A send: its bytes cross the route to the peer, and it ends when they arrive. A
-        receive: it ends when the matching send's bytes have arrived (at once if they have);
-        when the sender started after the receive was ready, its record starts there and
-        names the send's cause as its own."""
-        env, x, key = self.env, op.p2p, self.keys[rank][i]
+        """A send: its bytes cross the route to the peer, and it ends when they arrive; its
+        record is made as they land, and the message the receive gets names it. A receive:
+        it ends when the matching send's bytes have arrived (at once if they have). When it
+        waited for them, the send released it: its record starts as they land and names the
+        send as its cause (the critical path crosses from one stage to the next through the
+        transfer), its detail says when it was posted and how long it waited."""
+        env, log, x, key = self.env, self.log, op.p2p, self.keys[rank][i]
         assert x is not None
         ready = env.now
         self.sms.comm(rank, +1)
+        tagged = f" (tag {x.tag}); {op.detail}" if op.detail else f" (tag {x.tag})"
         if x.direction == "send":
             assert self.router is not None
             snd = self.router(rank, x.peer, x.nbytes)
+            sent: list[Cause] = []
+            detail = f"send {x.nbytes} B to rank {x.peer}{tagged}"
 
             def deliver(_e: object) -> None:
-                self.boxes.deliver(key, ready, cause, 0)
+                rid = log.op(rank, op.stream, i, op, op.name, x.nbytes, ready, env.now, cause[0],
+                             detail)  # fmt: skip
+                sent.append((rid, env.now))
+                self.boxes.deliver(key, ready, sent[0], 0)
 
             yield self._transfer(snd, deliver)
-            start, by, nbytes, what = ready, cause, x.nbytes, f"send {x.nbytes} B to rank {x.peer}"
-        else:
-            wait, msgs = self.boxes.wait(key, 1)
-            if wait is not None:
-                yield wait
-            last = msgs[-1]
-            start, by = ready, cause
-            if last[2] > ready and last[0] > ready:  # the sender started later
-                start, by = last[0], last[1]
-            nbytes, what = 0, f"recv {x.nbytes} B from rank {x.peer}"
-        detail = f"{what} (tag {x.tag}); {op.detail}" if op.detail else f"{what} (tag {x.tag})"
-        rid = self.log.op(rank, op.stream, i, op, op.name, nbytes, start, env.now, by[0], detail)
+            self.sms.comm(rank, -1)
+            return sent[0]
+        wait, msgs = self.boxes.wait(key, 1)
+        if wait is not None:
+            yield wait
+        _, send, arrived, _ = msgs[-1]
+        start, by, detail = ready, cause, f"recv {x.nbytes} B from rank {x.peer}{tagged}"
+        if arrived > ready:  # it waited for the send's bytes: the send released it
+            start, by = arrived, send
+            detail += _waited(ready, arrived)
+        rid = log.op(rank, op.stream, i, op, op.name, 0, start, env.now, by[0], detail)
         self.sms.comm(rank, -1)
         return (rid, env.now)
 
@@ -334,9 +341,9 @@ class _Run:
 
 
 def _waited(ready: float, start: float) -> str:
-    """The detail's note of a step that waited for a late peer: when this rank posted its
-    sends and how long it waited (the record's cause, and the trace's flow into it, name
-    the peer)."""
+    """The detail's note of a step that waited for a late peer, or of a receive that waited
+    for its send's bytes: when this rank posted it and how long it waited (the record's
+    cause names the peer's record; a receive's, the send, whose trace arrow points to it)."""
     return f"; posted at {ready * 1e6:.3f} us, waited {(start - ready) * 1e6:.3f} us"
 
 
