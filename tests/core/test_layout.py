@@ -52,7 +52,7 @@ def test_pipeline_is_a_flow_shop(pp: int, m: int) -> None:
     parts = res.summary["breakdown_s"]
     assert math.fsum(parts.values()) == pytest.approx(res.latency_s, rel=1e-12)
     if pp > 1:  # the last stage starts when micro-batch 0 has crossed the others (its
-        # own receive of it is communication on the path, not bubble)
+        # send into it is communication on the path, not bubble)
         fill = math.fsum(stage[:-1]) + math.fsum(send[:-1])
         assert parts["bubble"] == pytest.approx(fill, rel=1e-9)
 
