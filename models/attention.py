@@ -33,6 +33,7 @@ ATTENTION_INT_FIELDS = (
     "topk_group",
     "mtp_layers",
     "sliding_window",
+    "rotary_dim",
 )
 
 
@@ -63,6 +64,7 @@ class AttentionShapes:
     topk_group: int
     mtp_layers: int
     sliding_window: int
+    rotary_dim: int
     sliding_layers: tuple[int, ...]
     attention_sinks: bool
     expert_dtype: str
@@ -91,6 +93,16 @@ class AttentionShapes:
                     raise ModelError(
                         f"{field}={getattr(self, field)} {where}: needs kv_lora_rank > 0"
                     )
+        if self.rotary_dim and (self.rotary_dim % 2 or self.rotary_dim > self.head_dim):
+            raise ModelError(
+                f"rotary_dim={self.rotary_dim} {where}: must be even and at most "
+                f"head_dim={self.head_dim} (rotary turns pairs of each q/k head's dimensions)"
+            )
+        if self.rotary_dim and self.kv_lora_rank:
+            raise ModelError(
+                f"rotary_dim={self.rotary_dim} {where}: multi-head latent attention rotates "
+                "qk_rope_head_dim dimensions; leave rotary_dim 0"
+            )
         if self.topk_group > self.n_group:
             raise ModelError(
                 f"topk_group={self.topk_group} {where}: must be from 1 to n_group={self.n_group}"
@@ -133,6 +145,12 @@ class AttentionShapes:
     def kv_latent_dim(self) -> int:
         """MLA: elements the cache holds per token and layer, R + r (0 without MLA)."""
         return self.kv_lora_rank + self.qk_rope_head_dim if self.is_mla else 0
+
+    @property
+    def rotary_width(self) -> int:
+        """Dimensions of each q/k head that rotary embedding turns: ``rotary_dim``, else all
+        of ``head_dim`` (GLM-4.5: half, its ``partial_rotary_factor`` 0.5)."""
+        return self.rotary_dim or self.head_dim
 
     def is_sliding_layer(self, layer: int) -> bool:
         """Whether ``layer`` attends over the last ``sliding_window`` tokens only."""
@@ -202,6 +220,11 @@ class AttentionShapes:
             )
         if self.attention_sinks:
             out.append("attention sinks: one learned logit per head and layer")
+        if self.rotary_dim and self.rotary_dim < self.head_dim:
+            out.append(
+                f"partial rotary: {self.rotary_dim} of each q/k head's {self.head_dim} "
+                "dimensions rotated"
+            )
         if self.n_group:
             out.append(f"grouped routing: {self.n_group} groups, top {self.topk_group}")
         if self.mtp_layers:

@@ -18,7 +18,8 @@ from tpsim.models.spec import ModelSpec
 
 
 def llama_like(r: Reader, name: str, model_type: str | None, **moe: Any) -> ModelSpec:
-    """llama, mistral, qwen2, qwen3 (and the MoE families, whose expert fields are ``moe``)."""
+    """llama, mistral, qwen2, qwen3 (and the MoE families, whose expert fields are ``moe``;
+    ``qk_norm`` there overrides the family's)."""
     d = r.integer("hidden_size")
     heads = r.integer("num_attention_heads")
     kv_heads, head_dim = heads_of(r, d, "num_attention_heads", heads)
@@ -47,7 +48,7 @@ def llama_like(r: Reader, name: str, model_type: str | None, **moe: Any) -> Mode
         qkv_bias=qkv_bias,
         mlp_bias=r.boolean("mlp_bias", False),
         max_position_embeddings=r.integer("max_position_embeddings", 0, minimum=0),
-        qk_norm=model_type in ("qwen3", "qwen3_moe"),
+        qk_norm=moe.pop("qk_norm", model_type in ("qwen3", "qwen3_moe")),
         sliding_window=window,
         sliding_layers=tuple(range(layers)) if window else (),
         **moe,
@@ -62,6 +63,24 @@ def _mixtral(r: Reader, name: str) -> ModelSpec:
         r,
         name,
         "mixtral",
+        num_experts=experts,
+        experts_per_token=top_k(r, experts),
+        moe_intermediate_size=r.integer("intermediate_size"),
+    )
+
+
+def _granitemoe(r: Reader, name: str) -> ModelSpec:
+    """Granite-3.0 MoE (vLLM's granitemoe.py): every layer ``num_local_experts`` gated experts
+    of width intermediate_size, top ``num_experts_per_tok``, bias-free attention; its
+    embedding, residual, attention and logit multipliers change no cost."""
+    if r.boolean("attention_bias", False):
+        raise r.fail("attention_bias", True, "biases on q, k, v and o_proj are not modelled "
+                     "for model_type='granitemoe' (vLLM's granitemoe.py builds none)")  # fmt: skip
+    experts = r.integer("num_local_experts")
+    return llama_like(
+        r,
+        name,
+        "granitemoe",
         num_experts=experts,
         experts_per_token=top_k(r, experts),
         moe_intermediate_size=r.integer("intermediate_size"),
@@ -92,6 +111,58 @@ def _qwen_moe(r: Reader, name: str, model_type: str) -> ModelSpec:
         moe_intermediate_size=r.integer("moe_intermediate_size"),
         shared_intermediate_size=shared,
         dense_layers=dense,
+    )
+
+
+def _rotary_dim(r: Reader, head_dim: int, default: float) -> int:
+    """The q/k head dimensions rotary turns: ``head_dim * partial_rotary_factor`` (as
+    transformers' and vLLM's get_rope compute it), the factor read at the top level or in
+    ``rope_parameters`` (transformers v5), ``default`` when absent; 0 when it is all."""
+    rope = r.cfg.get("rope_parameters")
+    nested = rope.get("partial_rotary_factor") if isinstance(rope, dict) else None
+    key = "partial_rotary_factor" if r.has("partial_rotary_factor") or nested is None else (
+        "rope_parameters.partial_rotary_factor")  # fmt: skip
+    value = r.cfg.get("partial_rotary_factor", nested)
+    factor = default if value is None else value
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor <= 1:
+        raise r.fail(key, value, "must be a number above 0 and at most 1")
+    dims = head_dim * factor
+    if dims != int(dims) or int(dims) % 2:
+        raise r.fail(key, value, f"must turn an even number of the head's {head_dim} dims")
+    return 0 if int(dims) == head_dim else int(dims)
+
+
+def _glm4_moe(r: Reader, name: str) -> ModelSpec:
+    """GLM-4.5/4.6 (vLLM's glm4_moe.py): GQA with q, k, v biases (``attention_bias``),
+    optional per-head q/k RMSNorm (``use_qk_norm``), rotary on ``partial_rotary_factor`` of
+    each head; layers from ``first_k_dense_replace`` on are MoE (``n_routed_experts`` of
+    ``moe_intermediate_size``, ``n_shared_experts`` shared ones of the same width, a sigmoid
+    router over ``n_group`` groups); ``num_nextn_predict_layers`` MTP layers counted apart.
+    Absent fields take transformers' Glm4MoeConfig defaults."""
+    experts = r.integer("n_routed_experts")
+    width = r.integer("moe_intermediate_size")
+    layers = r.integer("num_hidden_layers")
+    first = r.integer("first_k_dense_replace", 1, minimum=0)
+    if first >= layers:
+        raise r.fail("first_k_dense_replace", first, f"leaves none of the {layers} layers MoE")
+    groups, topk_group = r.integer("n_group", 1), r.integer("topk_group", 1)
+    if topk_group > groups:
+        raise r.fail("topk_group", topk_group, f"must be at most n_group={groups}")
+    d, heads = r.integer("hidden_size"), r.integer("num_attention_heads")
+    return llama_like(
+        r,
+        name,
+        "glm4_moe",
+        num_experts=experts,
+        experts_per_token=top_k(r, experts),
+        moe_intermediate_size=width,
+        shared_intermediate_size=r.integer("n_shared_experts", 1, minimum=0) * width,
+        dense_layers=tuple(range(first)),
+        qk_norm=r.boolean("use_qk_norm", False),
+        rotary_dim=_rotary_dim(r, heads_of(r, d, "num_attention_heads", heads)[1], 0.5),
+        n_group=groups,
+        topk_group=topk_group,
+        mtp_layers=r.integer("num_nextn_predict_layers", 1, minimum=0),
     )
 
 
@@ -200,7 +271,21 @@ FAMILIES: dict[str, tuple[Family, tuple[str, ...]]] = {
     ),
     "gpt2": (_gpt2, ()),
     "gpt_neox": (_gpt_neox, ()),
+    "glm4_moe": (_glm4_moe, ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size")),
     "gpt_oss": (gpt_oss, ("num_local_experts", "num_experts_per_tok", "layer_types")),
+    # Kimi-K2 (architectures DeepseekV3ForCausalLM, which vLLM's registry maps to
+    # deepseek_v2.py whatever the model_type): DeepSeek-V3's layout at other sizes
+    "granitemoe": (_granitemoe, ("num_local_experts", "num_experts_per_tok")),
+    "kimi_k2": (
+        lambda r, name: deepseek(r, name, "kimi_k2"),
+        (
+            "n_routed_experts",
+            "num_experts_per_tok",
+            "moe_intermediate_size",
+            "kv_lora_rank",
+            "q_lora_rank",
+        ),
+    ),
     "llama": (lambda r, name: llama_like(r, name, "llama"), ()),
     "mistral": (lambda r, name: llama_like(r, name, "mistral"), ("sliding_window",)),
     "mixtral": (_mixtral, ("num_local_experts", "num_experts_per_tok", "sliding_window")),

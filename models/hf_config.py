@@ -27,13 +27,27 @@ qwen2_moe   num_experts         moe_intermediate_size           shared_expert_in
                                                                 _size; mlp_only_layers,
                                                                 decoder_sparse_step
 qwen3_moe   num_experts         moe_intermediate_size           none; as qwen2_moe
+granitemoe  num_local_experts   intermediate_size               none
+glm4_moe    n_routed_experts    moe_intermediate_size           n_shared_experts of the
+                                                                routed width; the first
+                                                                first_k_dense_replace
 ==========  ==================  ==============================  ========================
+
+glm4_moe (GLM-4.5/4.6, vLLM's glm4_moe.py) has q, k, v biases (``attention_bias``), per-head
+q/k RMSNorms (``use_qk_norm``), rotary on ``partial_rotary_factor`` of each head (default
+0.5), a sigmoid router over ``n_group`` groups (kept; its fp32 weights and
+``e_score_correction_bias`` are counted as the model's dtype and not at all: 0.2 % of a GPU's
+weights at TP 8) and ``num_nextn_predict_layers`` MTP layers counted apart as DeepSeek's.
+granitemoe (Granite-3.0 MoE) is mixtral's layout without a window; its multipliers change no
+cost and ``attention_bias`` true (biases vLLM does not build) is refused.
 
 qwen2_moe's sigmoid gate on the shared expert ([d, 1] per layer) is not counted; qwen3_moe
 has qwen3's q/k norms, qwen2_moe qwen2's q, k, v biases. ``norm_topk_prob`` changes no cost.
 
-deepseek_v2/deepseek_v3: multi-head latent attention (``q_lora_rank`` (null: one q
-projection), ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``),
+deepseek_v2/deepseek_v3 (and kimi_k2, Kimi-K2's DeepseekV3ForCausalLM, which vLLM's registry
+maps to the same model file by its architecture): multi-head latent attention
+(``q_lora_rank`` (null: one q projection), ``kv_lora_rank``, ``qk_nope_head_dim``,
+``qk_rope_head_dim``, ``v_head_dim``),
 ``n_routed_experts`` of ``moe_intermediate_size`` and ``n_shared_experts`` shared ones of the
 same width, the first ``first_k_dense_replace`` layers (and those off ``moe_layer_freq``)
 dense; ``n_group``/``topk_group`` kept; ``routed_scaling_factor`` and the scoring function
@@ -118,11 +132,14 @@ UNMODELLED_FIELDS = {
     "layers_block_type": "Mamba layers (Zamba, Falcon-H1)",
 }
 #: The ``architectures`` class of each family tpsim reads: named in the refusal of an
-#: unknown model_type whose architecture is one of them (Kimi-K2: kimi_k2, a
-#: DeepseekV3ForCausalLM).
+#: unknown model_type whose architecture is one of them (vLLM's registry picks the model
+#: file by this class, whatever the model_type: Kimi-K2's kimi_k2 is a DeepseekV3ForCausalLM,
+#: read as deepseek_v3 in :data:`tpsim.models.families.FAMILIES`).
 ARCHITECTURE_TYPES = {
     "DeepseekV2ForCausalLM": "deepseek_v2",
     "DeepseekV3ForCausalLM": "deepseek_v3",
+    "Glm4MoeForCausalLM": "glm4_moe",
+    "GraniteMoeForCausalLM": "granitemoe",
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "mistral",
     "MixtralForCausalLM": "mixtral",

@@ -129,6 +129,9 @@ class ModelSpec(AttentionShapes, ExpertShapes):
     #: a block-scaled fp8 checkpoint's weight blocks (output rows, input columns), as its
     #: ``quantization_config.weight_block_size``; (): none
     weight_block: tuple[int, ...] = ()
+    #: the dimensions of each q/k head rotary embedding turns (GLM-4.5's
+    #: ``partial_rotary_factor`` 0.5: 64 of 128); 0: all of head_dim
+    rotary_dim: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -168,6 +171,11 @@ class ModelSpec(AttentionShapes, ExpertShapes):
         if self.expert_dtype and self.expert_dtype not in DTYPE_BYTES:
             valid = ", ".join(sorted(DTYPE_BYTES))
             raise ModelError(f"expert_dtype={self.expert_dtype!r} {where}: unknown; valid: {valid}")
+        if self.learned_position_embeddings and self.rotary_dim:
+            raise ModelError(
+                f"rotary_dim={self.rotary_dim} {where}: a model with learned position "
+                "embeddings has no rotary embedding"
+            )
         if self.learned_position_embeddings and mpe == 0:
             raise ModelError(
                 f"max_position_embeddings=0 {where}: must be positive when "

@@ -114,7 +114,8 @@ def test_an_unknown_model_type_is_refused_even_with_llama_keys() -> None:
     cfg = json.loads((DATA / "illustrative.json").read_text())
     for model_type in ("jamba", "my_llama"):
         with pytest.raises(
-            ModelError, match=f"model_type='{model_type}'.*supported: deepseek_v2, .*gpt_oss, llama"
+            ModelError,
+            match=f"model_type='{model_type}'.*supported: deepseek_v2, .*kimi_k2, llama",
         ):
             spec_from_hf_dict({**cfg, "model_type": model_type}, "mine")
     cfg.pop("model_type", None)  # no model_type and the llama keys: read as a llama
@@ -122,12 +123,13 @@ def test_an_unknown_model_type_is_refused_even_with_llama_keys() -> None:
 
 
 def test_an_unknown_type_built_as_a_known_one_is_refused_naming_it() -> None:
-    """Kimi-K2's config says model_type kimi_k2, architectures DeepseekV3ForCausalLM: the
-    refusal names the family to set, before its expert fields are taken for a dense model."""
-    cfg = {**_deepseek_like(), "model_type": "kimi_k2", "architectures": ["DeepseekV3ForCausalLM"]}
-    with pytest.raises(ModelError, match=r"^model_type='kimi_k2'.*set model_type to 'deepseek_v3'"):
-        spec_from_hf_dict(cfg, "kimi")
-    assert spec_from_hf_dict({**cfg, "model_type": "deepseek_v3"}, "kimi").num_experts == 256
+    """A config whose model_type tpsim does not know but whose architectures class is one a
+    family it reads is built as: the refusal names the family to set, before its expert
+    fields are taken for a dense model."""
+    cfg = {**_deepseek_like(), "model_type": "my_moe", "architectures": ["DeepseekV3ForCausalLM"]}
+    with pytest.raises(ModelError, match=r"^model_type='my_moe'.*set model_type to 'deepseek_v3'"):
+        spec_from_hf_dict(cfg, "mine")
+    assert spec_from_hf_dict({**cfg, "model_type": "deepseek_v3"}, "mine").num_experts == 256
 
 
 def _deepseek_like() -> dict:

@@ -241,7 +241,9 @@ class _Megatron(LatentAttention, ExpertBlock):
             self.ew(mb, "qk_norm", layer, 2 * rows * hd * self.act_b + 2 * hd * self.act_b,
                     4.0 * rows * hd, shape, rows, hd)  # fmt: skip
         if not m.learned_position_embeddings and not self.rotary_in_attention:
-            width = (h + kv) * hd  # rotary on q and k: read and write [T, (h + kv) hd]
+            # rotary on q and k, in place: only the rotated dims of each head are read and
+            # written (vLLM's rotary_embedding kernel loops over rot_dim / 2 pairs a head)
+            width = (h + kv) * m.rotary_width
             rot = tokens * width
             shape = f"[{tokens}, {width}]"
             self.ew(mb, "rotary", layer, 2 * rot * self.act_b, 6.0 * rot, shape, tokens, width)
