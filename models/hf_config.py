@@ -175,16 +175,14 @@ def spec_from_hf_dict(cfg: dict[str, Any], name: str, *, source: str = "config.j
                 key,
                 value,
                 f"{what} is not modelled by tpsim for model_type={model_type!r}, which would "
-                f"time this config as a dense model; supported families: "
-                f"{', '.join(SUPPORTED_TYPES)}",
+                f"time this config as a dense model; {_readers(key)}",
             )
     if cfg.get("use_sliding_window") is True and cfg.get("sliding_window"):
         raise r.fail(
             "use_sliding_window",
             True,
             f"sliding-window attention on max_window_layers is not modelled by tpsim for "
-            f"model_type={model_type!r} (gpt_oss's layer_types are); supported families: "
-            f"{', '.join(SUPPORTED_TYPES)}",
+            f"model_type={model_type!r} (gpt_oss's layer_types are)",
         )
     kinds = cfg.get("layer_types")
     if "layer_types" not in reads and isinstance(kinds, list):
@@ -194,7 +192,7 @@ def spec_from_hf_dict(cfg: dict[str, Any], name: str, *, source: str = "config.j
                 "layer_types",
                 other[0],
                 f"attention layers of this kind are not modelled by tpsim for "
-                f"model_type={model_type!r}; supported families: {', '.join(SUPPORTED_TYPES)}",
+                f"model_type={model_type!r}; {_readers('layer_types')}",
             )
     if family is not None:
         return family[0](r, name)
@@ -204,6 +202,14 @@ def spec_from_hf_dict(cfg: dict[str, Any], name: str, *, source: str = "config.j
         f"model_type missing in {source}: required unless the llama keys "
         f"({', '.join(_LLAMA_KEYS)}) are all present"
     )
+
+
+def _readers(key: str) -> str:
+    """Which families tpsim reads ``key`` for, as the end of a refusal."""
+    families = [t for t, family in sorted(FAMILIES.items()) if key in family[1]]
+    if not families:
+        return f"no family tpsim reads models {key}"
+    return f"the families whose {key} tpsim reads: {', '.join(families)}"
 
 
 def _unknown_family(cfg: dict[str, Any]) -> str:
