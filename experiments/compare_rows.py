@@ -1,6 +1,7 @@
 """Sweep results rows read back as the parts of a run summary a comparison reads
-(``compare --results FILE --rows ID,ID``, the words of sweeps and studies): the config, the
-critical path by part, the launch mode the step ran in."""
+(``compare --results FILE --rows ID,ID``, the words of sweeps and studies): the config with
+its layout, the critical path by part, the launch mode the step ran in, and a pipeline's
+decode kept full (``in_flight``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from tpsim.core.config import Options, Workload
 from tpsim.core.errors import INPUT_ERRORS
 from tpsim.core.lowering.step import launch_mode
 from tpsim.experiments.compare import PARTS
+from tpsim.experiments.sweep.rows import IN_FLIGHT, kept_full
 
 
 def replica_hosts(row: Mapping[str, Any]) -> int:
@@ -43,6 +45,11 @@ def config_from_row(row: Mapping[str, Any]) -> dict[str, Any]:
         "gpu": row["gpu"],
         "tp": row["tp"],
         "spans_hosts": replica_hosts(row) > 1,
+        "layout": {  # an older file's row: one TP group
+            "tp": row["tp"],
+            **{k: int(row.get(k) or 1) for k in ("pp", "dp", "micro_batches", "ep")},
+            "attention_dp": int(row.get("attention_dp") or 1),
+        },
         "workload": {
             "batch": row["batch"],
             "phase": row["phase"],
@@ -77,7 +84,7 @@ def summary_from_row(row: Mapping[str, Any]) -> dict[str, Any]:
     if row.get("error") or not row.get("latency_s"):
         reason = row.get("error") or "no result"
         raise ValueError(f"point_id={row['point_id']}: {reason}")
-    return {
+    out = {
         "latency_s": row["latency_s"],
         "tokens_per_s": row["tokens_per_s"],
         "tokens_per_s_per_gpu": row["tokens_per_s_per_gpu"],
@@ -89,6 +96,9 @@ def summary_from_row(row: Mapping[str, Any]) -> dict[str, Any]:
         },
         "config": config_from_row(row),
     }
+    if kept_full(row):  # as run --json gives it: compare's "tokens/s, pipelines full"
+        out["in_flight"] = {k: row[f"in_flight_{k}"] for k in IN_FLIGHT}
+    return out
 
 
 def breakdown_from_row(row: Mapping[str, Any]) -> dict[str, float]:

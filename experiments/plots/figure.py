@@ -7,10 +7,15 @@ Rows are the flat dicts of a results file (tpsim.experiments.sweep.results).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from tpsim.core.config import Options
+from tpsim.core.errors import INPUT_ERRORS
+from tpsim.experiments.sweep.rows import kept_full, served
 
 Row = dict[str, Any]
 
@@ -20,6 +25,68 @@ FONT = 11  # readable on a slide
 def ok(row: Row) -> bool:
     """A row with a simulated result that fits in memory."""
     return not row.get("error") and row.get("fits") is True and bool(row.get("latency_s"))
+
+
+def rated(row: Row) -> bool:
+    """A row drawn with its tokens/s (:func:`~tpsim.experiments.sweep.rows.served`): it fits,
+    and a pipeline's batches in flight fit too."""
+    return ok(row) and served(row) is not None
+
+
+def rate(row: Row) -> tuple[float, float]:
+    """A :func:`rated` row's tokens/s and tokens/s per GPU, pipelines kept full."""
+    got = served(row)
+    assert got is not None, row["point_id"]
+    return got
+
+
+#: How a figure says its pipelines' tokens/s are counted, as ``compare`` words it.
+PIPELINES_FULL = "pipelines full"
+
+
+def rate_words(rows: Sequence[Row]) -> str:
+    """``", pipelines full"`` where a row drawn is a pipeline kept full, else ``""``."""
+    return f", {PIPELINES_FULL}" if any(kept_full(r) for r in rows if rated(r)) else ""
+
+
+def pipeline_note(rows: Sequence[Row]) -> str:
+    """What a figure's title adds about its pipelines: how their tokens/s are counted, and
+    those whose batches in flight do not fit, or that a file from before these figures
+    gives as one batch crossing the stages (``""`` without a pipeline)."""
+    notes = []
+    if any(kept_full(r) for r in rows if rated(r)):
+        notes.append(
+            "pipelines: tokens/s with a batch like the row's in every stage, as compare and "
+            "plan count them"
+        )
+    unfit = sum(1 for r in rows if ok(r) and kept_full(r) and served(r) is None)
+    if unfit:
+        notes.append(f"{unfit} pipeline{'s' * (unfit > 1)} whose batches in flight do not fit")
+    older = sum(1 for r in rows if ok(r) and unfilled(r))
+    if older:
+        notes.append(
+            f"{older} pipeline{'s' * (older > 1)} from a file without in_flight columns: "
+            "one batch crossing the stages"
+        )
+    return "\n" + "; ".join(notes) if notes else ""
+
+
+def unfilled(row: Row) -> bool:
+    """A pipeline's decode of one micro-batch, on an engine that keeps a batch per stage in
+    flight, without the figures of it kept full: a row of a file written before them."""
+    if kept_full(row) or (row.get("pp") or 1) <= 1 or (row.get("micro_batches") or 1) != 1:
+        return False
+    return row.get("phase") == "decode" and not _splits(str(row.get("engine") or Options.engine))
+
+
+@lru_cache(maxsize=16)
+def _splits(engine: str) -> bool:
+    """Whether an engine splits each batch into micro-batches itself (FasterTransformer),
+    running one batch through its stages at a time (unknown engines: as if it did)."""
+    try:
+        return Options(engine=engine).calibration.engine.pipeline_split_tokens is not None
+    except INPUT_ERRORS:
+        return True
 
 
 def outcome(row: Row) -> int:

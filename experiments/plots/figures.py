@@ -5,7 +5,8 @@ Rows are grouped into series: everything but ``tp``, ``batch`` and the placement
 and, when its groups span different numbers of hosts, in-node against cross-node curves;
 several series are also drawn on shared axes (``compare_series.png``). Gantt charts are
 drawn for chosen points (by ``point_id``; default: the fastest fitting point of each
-series), re-simulated from their rows. ``index.html`` lists every figure with its caption.
+series, a pipeline's tokens/s counted kept full as ``compare`` counts it), re-simulated from
+their rows. ``index.html`` lists every figure with its caption.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from typing import Any
 from tpsim.core.api import simulate
 from tpsim.core.errors import ConfigError
 from tpsim.experiments.plots import sweep as sweep_plots
-from tpsim.experiments.plots.figure import outcome
+from tpsim.experiments.plots.figure import outcome, rate, rated
 from tpsim.experiments.plots.gantt import gantt
 from tpsim.experiments.sweep.grid import point_from_row
+from tpsim.experiments.sweep.rows import kept_full
 from tpsim.outputs.export import make_folder, write_text
 from tpsim.outputs.text import title as run_title
 from tpsim.topologies.io import get_topology
@@ -129,6 +131,7 @@ def plot_results(
         # a point placed over more hosts than its fewest (--gpus-per-node) is drawn apart
         # ("split over 2 hosts"); the regime map shows the fewest and counts the others
         placed = _one_per(group, (*POINT, "hosts"))
+        piped = any(kept_full(r) for r in group)
         plots = [
             ("throughput_vs_tp", sweep_plots.throughput_vs_tp, placed, head),
             ("breakdown", sweep_plots.breakdown_bars, placed, head),
@@ -140,13 +143,15 @@ def plot_results(
             path = out / f"{prefix}{name}.png"
             draw(data, path, title=title)
             written.append(path)
-            captions[path] = f"{head}: {CAPTIONS[name]}"
+            full = FULL if name in RATED and piped else ""
+            captions[path] = f"{head}: {CAPTIONS[name]}{full}"
         if gantt_ids is None:
-            fitting = [r for r in group if sweep_plots.ok(r)]
+            fitting = [r for r in group if rated(r)]
             if fitting:
-                best = max(fitting, key=lambda r: (r["tokens_per_s"], r["point_id"]))
+                best = max(fitting, key=lambda r: (rate(r)[0], r["point_id"]))
                 written.append(draw_gantt(best, out / f"{prefix}gantt_best.png"))
-                captions[written[-1]] = f"{head}: {CAPTIONS['gantt_best']}"
+                full = FULL if piped else ""
+                captions[written[-1]] = f"{head}: {CAPTIONS['gantt_best']}{full}"
     by_id = {r["point_id"]: r for r in rows}
     for pid in gantt_ids or ():
         if pid not in by_id:
@@ -165,6 +170,10 @@ CAPTIONS = {
     "in_node_vs_cross_node": "tokens/s against TP by hosts spanned, with cross-host ratios",
     "gantt_best": "timeline (layers 0-1) of the fastest point that fits",
 }
+#: What a caption adds where its series has pipelines kept full (``compare``'s words).
+FULL = " (pipelines full: a batch like the row's in every stage)"
+#: The figures whose tokens/s count a pipeline kept full.
+RATED = ("throughput_vs_tp", "regime_map", "gantt_best")
 
 
 def index_html(captions: dict[Path, str], out: Path) -> str:

@@ -1,7 +1,9 @@
 """The regime map of sweep rows: TP (or layout) by batch, each cell coloured by its regime and
 labelled with tokens/s and the regime's share, near ties, points that do not fit and failed
-points each shown apart. Drawn on a bare ``Figure`` by :func:`draw_regime_map` and written
-atomically by :func:`regime_map`.
+points each shown apart. A pipeline's cell is its stages kept full (tokens/s and regime as
+``compare`` and ``plan`` count them: :func:`~tpsim.experiments.plots.figure.rate`,
+:func:`~tpsim.experiments.plots.words.row_regime`). Drawn on a bare ``Figure`` by
+:func:`draw_regime_map` and written atomically by :func:`regime_map`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 from tpsim.experiments.plots import figure as shared
 from tpsim.experiments.plots.save import save_figure
-from tpsim.experiments.plots.words import near_tie, regime_margin
+from tpsim.experiments.plots.words import near_tie, regime_margin, row_regime
+from tpsim.experiments.sweep.rows import kept_full
 from tpsim.outputs.text import NEAR_TIE, is_near_tie
 
 REGIME_COLOURS = {
@@ -62,8 +65,10 @@ def draw_regime_map(rows: Sequence[shared.Row], *, title: str) -> Figure:
     ties = False
     for (batch, tp), r in cells.items():
         y, x = batches.index(batch), tps.index(tp)
-        regime = r.get("regime")
-        if r.get("fits") is False and not r.get("error"):
+        regime = row_regime(r) if shared.ok(r) else r.get("regime")
+        if not shared.rated(r) and shared.ok(r):  # its batches in flight do not fit
+            grid[y][x] = empty
+        elif r.get("fits") is False and not r.get("error"):
             grid[y][x] = empty  # white, hatched: no regime of a layout that cannot run
         elif regime in regimes and not r.get("error"):
             tie = near_tie(r)
@@ -75,17 +80,22 @@ def draw_regime_map(rows: Sequence[shared.Row], *, title: str) -> Figure:
     ax.imshow(grid, cmap=cmap, vmin=0, vmax=empty, aspect="auto", origin="lower")
     for (batch, tp), r in sorted(cells.items()):
         y, x = batches.index(batch), tps.index(tp)
+        regime = row_regime(r) if shared.ok(r) else r.get("regime")
         tie = False
         if r.get("error"):
             text = "error"
-        elif r.get("fits") is False:  # no tokens/s: a reviewer must not quote an impossible one
-            needs = r.get("total_bytes_per_gpu")
-            text = "does not fit" + (f"\nneeds {needs / 1e9:.0f} GB/GPU" if needs else "")
+        elif not shared.rated(r):  # no tokens/s: a reviewer must not quote an impossible one
+            full = shared.ok(r)  # the pipeline fits, its batches in flight do not
+            needs = r.get("in_flight_bytes_per_gpu" if full else "total_bytes_per_gpu")
+            text = ("full: " if full else "") + "does not fit"
+            text += f"\nneeds {needs / 1e9:.0f} GB/GPU" if needs else ""
             ax.add_patch(Rectangle((x - 0.5, y - 0.5), 1, 1, fill=False, hatch="///", linewidth=0))
         else:
             share, second, share2 = regime_margin(r)
             tie = is_near_tie(share, share2)
-            text = f"{shared.compact(r['tokens_per_s'])} tok/s\n{_short(r['regime'])} {share:.0%}"
+            kept = " (full)" if kept_full(r) else ""
+            rate = shared.compact(shared.rate(r)[0])
+            text = f"{rate} tok/s{kept}\n{_short(str(regime))} {share:.0%}"
             if tie:
                 text += f"\n{_short(second)} {share2:.0%}"
                 ax.add_patch(
@@ -93,8 +103,8 @@ def draw_regime_map(rows: Sequence[shared.Row], *, title: str) -> Figure:
                         (x - 0.5, y - 0.5), 1, 1, fill=False, hatch="..", linewidth=0, gid="tie"
                     )
                 )
-        dark = r.get("regime") in ("compute-bound", "communication-bound") and not tie
-        plain = r.get("fits") is False or tie
+        dark = regime in ("compute-bound", "communication-bound") and not tie
+        plain = not shared.rated(r) or tie
         box = {"facecolor": "white", "alpha": 0.8, "edgecolor": "none", "pad": 1.5}
         ax.text(
             x,
@@ -121,7 +131,7 @@ def draw_regime_map(rows: Sequence[shared.Row], *, title: str) -> Figure:
                 label=f"lighter, dotted: runner-up\nwithin {NEAR_TIE * 100:.0f} points",
             )
         )
-    if any(r.get("fits") is False for r in rows):
+    if any(not shared.rated(r) and not r.get("error") for r in rows):
         handles.append(
             Patch(facecolor="white", edgecolor="#444444", hatch="///", label="does not fit")
         )
@@ -134,7 +144,7 @@ def draw_regime_map(rows: Sequence[shared.Row], *, title: str) -> Figure:
         if hidden > 0
         else ""
     )
-    ax.set_title(title + note, fontsize=shared.FONT)
+    ax.set_title(title + note + shared.pipeline_note(list(cells.values())), fontsize=shared.FONT)
     fig.tight_layout()
     return fig
 

@@ -1,6 +1,7 @@
 """The charts of ``tpsim report`` beside its Gantts, as plotly figures: the critical path
-of each configuration by part, and a sweep's tokens/s per GPU against batch; and the one way
-their labels are written (:func:`plain`)."""
+of each configuration by part, and a sweep's tokens/s per GPU against batch (a pipeline's
+kept full, as ``compare`` counts it); and the one way their labels are written
+(:func:`plain`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from typing import Any
 import plotly.graph_objects as go
 from tpsim.experiments.compare import PARTS, Entry
 from tpsim.experiments.plots.style import CATEGORY_COLOURS, LINE_COLOURS
+from tpsim.experiments.plots.words import row_regime
+from tpsim.experiments.sweep.rows import kept_full, served
 
 #: Colours per category: the PNG charts' palette (colour-blind safe).
 COLOURS = CATEGORY_COLOURS
@@ -107,11 +110,38 @@ _DASHES = ("solid", "dash", "dot", "dashdot")
 _SYMBOLS = ("circle", "square", "diamond", "triangle-up")
 
 
+def _per_gpu(row: Mapping[str, Any]) -> float | None:
+    """A row's tokens/s per GPU, a pipeline's kept full (:func:`served`); None where it has
+    none, or its batches in flight do not fit."""
+    if kept_full(row):
+        got = served(row)
+        return None if got is None else got[1]
+    return float(row.get("tokens_per_s_per_gpu") or 0.0) or None
+
+
+def _rate(row: Mapping[str, Any]) -> float:
+    """:func:`_per_gpu` of a row drawn (one that has it)."""
+    return _per_gpu(row) or 0.0
+
+
+def _regime(row: Mapping[str, Any]) -> str:
+    """A row's regime for its hover text, a pipeline's kept full (``""`` without one)."""
+    return plain(row_regime(row)) if row.get("regime") else ""
+
+
+def _step_s(row: Mapping[str, Any]) -> float:
+    """Seconds between a sequence's tokens (decode; a pass for prefill): a pipeline's with
+    its stages kept full, its TPOT (``in_flight_tpot_s``)."""
+    return float(row["in_flight_tpot_s"] if kept_full(row) else row.get("latency_s") or 0.0)
+
+
 def sweep_figure(rows: Sequence[Mapping[str, Any]]) -> go.Figure:
-    """Tokens/s per GPU against batch, one line per configuration of a sweep (log axes).
-    The legend names only what differs between the lines; lines with the same points are
-    drawn once, named together."""
-    ok = [r for r in rows if not r.get("error") and r.get("tokens_per_s_per_gpu")]
+    """Tokens/s per GPU against batch, one line per configuration of a sweep (log axes), a
+    pipeline's with its stages kept full (``in_flight_*``; one whose batches in flight do
+    not fit is left out). The legend names only what differs between the lines; lines with
+    the same points are drawn once, named together."""
+    ok = [r for r in rows if not r.get("error") and _per_gpu(r)]
+    full = any(kept_full(r) for r in ok)
     fields = [f for f in SERIES_FIELDS if len({str(r.get(f, "")) for r in ok}) > 1] or ["tp"]
     series: dict[str, list[Mapping[str, Any]]] = {}
     for r in ok:
@@ -121,7 +151,7 @@ def sweep_figure(rows: Sequence[Mapping[str, Any]]) -> go.Figure:
     points: dict[tuple[tuple[Any, float], ...], list[Mapping[str, Any]]] = {}
     for key in sorted(series):
         pts = sorted(series[key], key=lambda r: r["batch"])
-        shape = tuple((r["batch"], round(float(r["tokens_per_s_per_gpu"]), 6)) for r in pts)
+        shape = tuple((r["batch"], round(_rate(r), 6)) for r in pts)
         lines.setdefault(shape, []).append(_series_label(pts[0], fields))
         points.setdefault(shape, pts)
     fig = go.Figure()
@@ -132,7 +162,7 @@ def sweep_figure(rows: Sequence[Mapping[str, Any]]) -> go.Figure:
             go.Scatter(
                 name=plain(name),
                 x=[r["batch"] for r in pts],
-                y=[r["tokens_per_s_per_gpu"] for r in pts],
+                y=[_rate(r) for r in pts],
                 mode="lines+markers",
                 # past the palette's 7 colours, each round of them in its own dash and marker
                 line={
@@ -140,13 +170,15 @@ def sweep_figure(rows: Sequence[Mapping[str, Any]]) -> go.Figure:
                     "dash": _DASHES[i // len(LINE_COLOURS) % len(_DASHES)],
                 },
                 marker={"symbol": _SYMBOLS[i // len(LINE_COLOURS) % len(_SYMBOLS)]},
-                customdata=[[plain(r.get("regime", "")), r.get("latency_s", 0) * 1e3] for r in pts],
-                hovertemplate="batch %{x}: %{y:,.1f} tokens/s per GPU<br>"
+                customdata=[[_regime(r), _step_s(r) * 1e3] for r in pts],
+                hovertemplate="batch %{x}: %{y:,.1f} tokens/s per GPU"
+                + (" (pipeline full)" if any(kept_full(r) for r in pts) else "")
+                + "<br>"
                 "%{customdata[0]}, %{customdata[1]:.3f} ms<extra>%{fullData.name}</extra>",
             )
         )
     batches = sorted({float(r["batch"]) for r in ok})
-    rates = [float(r["tokens_per_s_per_gpu"]) for r in ok]
+    rates = [_rate(r) for r in ok]
     x_ticks = batches if len(batches) <= 10 else log_ticks(batches[0], batches[-1])
     y_ticks = log_ticks(min(rates, default=1.0), max(rates, default=1.0))
     shared = [
@@ -161,7 +193,9 @@ def sweep_figure(rows: Sequence[Mapping[str, Any]]) -> go.Figure:
         height=520,
         title={"text": "; ".join(shared), "font": {"size": 13}, "x": 0, "xanchor": "left"},
         xaxis=_log_axis("batch", x_ticks, "{:g}"),
-        yaxis=_log_axis("tokens/s per GPU", y_ticks, "{:,g}"),
+        yaxis=_log_axis(
+            "tokens/s per GPU" + (", pipelines full" if full else ""), y_ticks, "{:,g}"
+        ),
         legend={"orientation": "h", "x": 0, "y": -0.18, "yanchor": "top"},
         margin={"l": 70, "r": 20, "t": 50, "b": 60},
     )

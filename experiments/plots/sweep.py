@@ -5,9 +5,12 @@ margin, in-node against cross-node curves with their ratio, and series compared 
 axes.
 
 Rows are the flat dicts of a results file (``tp``, ``batch``, ``hosts``, ``tokens_per_s``,
-``compute_s``, ..., ``fits``, ``error``). Each figure is drawn on a bare ``Figure`` (no pyplot)
-by a ``draw_*`` function (which tests read through the artists) and written atomically by
-the function of the same name without ``draw_``, byte for byte the same for the same rows.
+``compute_s``, ..., ``fits``, ``error``). A pipeline's tokens/s is drawn kept full
+(``in_flight_*``: a batch like the row's in every stage, as ``compare`` and ``plan`` count
+it; :func:`~tpsim.experiments.plots.figure.rate`), and the figures say so. Each figure is
+drawn on a bare ``Figure`` (no pyplot) by a ``draw_*`` function (which tests read through
+the artists) and written atomically by the function of the same name without ``draw_``,
+byte for byte the same for the same rows.
 The regime map lives in sweep_regime_map.py and what every figure shares (font, which rows
 are drawn, layout names) in sweep_figure.py; both are re-exported here.
 """
@@ -34,10 +37,15 @@ from tpsim.experiments.plots.figure import (
     layout_of,
     legend_outside,
     ok,
+    pipeline_note,
+    rate,
+    rate_words,
+    rated,
     spread_over,
 )
 from tpsim.experiments.plots.regime_map import REGIME_COLOURS, draw_regime_map, regime_map
 from tpsim.experiments.plots.save import save_figure
+from tpsim.experiments.sweep.rows import kept_full
 
 #: The public names of ``tpsim.experiments.plots.sweep``; what every sweep figure shares
 #: lives in sweep_figure.py and the regime map in sweep_regime_map.py, re-exported here, as
@@ -163,7 +171,7 @@ def _mark_hosts(ax: Any, rows: Sequence[Row]) -> None:
 
 
 def draw_throughput_vs_tp(rows: Sequence[Row], *, title: str) -> Figure:
-    good = [r for r in rows if ok(r)]
+    good = [r for r in rows if rated(r)]
     fig = bare_figure(13, 5)
     ax1, ax2 = fig.subplots(1, 2)
     batches = sorted({r["batch"] for r in good})
@@ -174,7 +182,7 @@ def draw_throughput_vs_tp(rows: Sequence[Row], *, title: str) -> Figure:
     for i, (batch, rest, spread) in enumerate(series):
         pts = sorted(
             {
-                _group_gpus(r): (_group_gpus(r), r["tokens_per_s"], r["tokens_per_s_per_gpu"])
+                _group_gpus(r): (_group_gpus(r), *rate(r))
                 for r in good
                 if r["batch"] == batch
                 and layout_of(r)[1:] == rest
@@ -182,13 +190,17 @@ def draw_throughput_vs_tp(rows: Sequence[Row], *, title: str) -> Figure:
             }.values()
         )
         split = f", split over {spread} hosts" if spread else ""
-        label = f"batch {batch}{_extra_layout((0, *rest))}{split}"
+        full = [r["in_flight_batches"] for r in good if kept_full(r) and layout_of(r)[1:] == rest]
+        each = f", {full[0]} batches in flight" if full else ""
+        label = f"batch {batch}{_extra_layout((0, *rest))}{each}{split}"
         style = {"color": LINE_COLOURS[i % 7], "marker": MARKERS[i % 7], "label": label,
                  "linestyle": LINE_STYLES[i // 7 % len(LINE_STYLES)]}  # fmt: skip
         ax1.plot([p[0] for p in pts], [p[1] for p in pts], **style)
         ax2.plot([p[0] for p in pts], [p[2] for p in pts], **style)
     # attention DP: a point at its MoE group's GPUs (TP x attention DP), not at its TP
-    for ax, label in ((ax1, "tokens/s (whole TP group)"), (ax2, "tokens/s per GPU")):
+    words = rate_words(good)
+    whole = "whole layout" if words else "whole TP group"
+    for ax, label in ((ax1, f"tokens/s ({whole}{words})"), (ax2, f"tokens/s per GPU{words}")):
         _style(ax, _x_label(good), label, _tps(good))
         _plain_log_y(ax)
         _mark_hosts(ax, good)
@@ -196,7 +208,7 @@ def draw_throughput_vs_tp(rows: Sequence[Row], *, title: str) -> Figure:
         legend_outside(ax2, fontsize=FONT - 2)
     skipped = len(rows) - len(good)
     note = f" ({skipped} points not fitting or failed: not drawn)" if skipped else ""
-    fig.suptitle(title + note, fontsize=FONT + 1)
+    fig.suptitle(title + note + pipeline_note(rows), fontsize=FONT + 1)
     fig.tight_layout()
     return fig
 
@@ -266,8 +278,12 @@ def draw_breakdown_bars(rows: Sequence[Row], *, title: str) -> Figure:
     if handles:
         fig.legend(handles=handles, loc="center right", fontsize=FONT - 2)
     right = 1 - 1.9 / fig.get_figwidth()  # the legend's strip
+    piped = any(kept_full(r) for r in good)
+    fill = "; a pipeline: one batch's step (kept full, the others fill its bubble)" if piped else ""
     fig.suptitle(
-        f"{title}\ncritical path by part; each batch on its own scale", fontsize=FONT, x=right / 2
+        f"{title}\ncritical path by part; each batch on its own scale{fill}",
+        fontsize=FONT,
+        x=right / 2,
     )
     fig.tight_layout(rect=(0, 0, right, 1))
     return fig
@@ -301,8 +317,9 @@ def cross_node_ratios(rows: Sequence[Row], batch: int) -> list[tuple[int, int, f
 
 
 def _tp_line(ax: Any, i: int, label: str, rows: Sequence[Row]) -> None:
-    """tokens/s of ``rows`` against TP as line ``i`` of a panel (its colour and marker)."""
-    pts = sorted((_group_gpus(r), r["tokens_per_s"]) for r in rows)
+    """tokens/s of ``rows`` against TP as line ``i`` of a panel (its colour and marker),
+    pipelines kept full."""
+    pts = sorted((_group_gpus(r), rate(r)[0]) for r in rows if rated(r))
     if pts:
         ax.plot(
             [p[0] for p in pts],
@@ -369,15 +386,17 @@ def in_node_vs_cross_node(rows: Sequence[Row], path: str | Path, *, title: str) 
 
 def draw_series_comparison(series: Mapping[str, Sequence[Row]], *, title: str) -> Figure:
     names = list(series)
-    batches = sorted({r["batch"] for rs in series.values() for r in rs if ok(r)})
+    batches = sorted({r["batch"] for rs in series.values() for r in rs if rated(r)})
     nrows, ncols = _grid(len(batches))
     fig = bare_figure(4.4 * ncols + 3.6, 3.8 * nrows + 1.0)
     axes = fig.subplots(nrows, ncols, squeeze=False, sharex=True, sharey=True).ravel()
-    every = [r for rs in series.values() for r in rs if ok(r)]
+    every = [r for rs in series.values() for r in rs if rated(r)]
+    full = rate_words(every)
+    ylabel = f"tokens/s (whole layout{full})" if full else "tokens/s (whole TP group)"
     for ax, batch in zip(axes, batches, strict=False):
         for i, name in enumerate(names):
-            _tp_line(ax, i, name, [r for r in series[name] if ok(r) and r["batch"] == batch])
-        _style(ax, _x_label(every), "tokens/s (whole TP group)", _tps(every))
+            _tp_line(ax, i, name, [r for r in series[name] if rated(r) and r["batch"] == batch])
+        _style(ax, _x_label(every), ylabel, _tps(every))
         _plain_log_y(ax)
         ax.set_title(f"batch {batch}", fontsize=FONT)
     for ax in axes[len(batches) :]:
@@ -389,7 +408,7 @@ def draw_series_comparison(series: Mapping[str, Sequence[Row]], *, title: str) -
     if handles:
         fig.legend(list(handles.values()), list(handles), loc="center left",
                    bbox_to_anchor=(right, 0.5), fontsize=FONT - 3)  # fmt: skip
-    fig.suptitle(f"{title}\nseries on shared axes", fontsize=FONT)
+    fig.suptitle(f"{title}\nseries on shared axes{pipeline_note(every)}", fontsize=FONT)
     fig.tight_layout(rect=(0, 0, right, 1))
     return fig
 

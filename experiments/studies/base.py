@@ -16,7 +16,7 @@ from typing import Any
 
 from tpsim.experiments.plots.words import row_regime_text
 from tpsim.experiments.sweep.grid import GridPoint, expand
-from tpsim.experiments.sweep.rows import results_text
+from tpsim.experiments.sweep.rows import kept_full, results_text, served
 from tpsim.outputs.export import make_folder, write_json, write_text
 
 Row = dict[str, Any]
@@ -53,20 +53,31 @@ def good(r: Row) -> bool:
 
 
 def table(rows: Sequence[Row], label: Callable[[Row], str]) -> list[str]:
-    """One line per row: step time, tokens/s (total and per GPU) and the regime."""
+    """One line per row: step time, tokens/s (total and per GPU) and the regime; a
+    pipeline's tokens/s and regime with its stages kept full, as ``compare`` and ``plan``
+    count them (a line under the table says so)."""
     lines = [
         f"  {'':<22} {'step (ms)':>10} {'tokens/s':>10} {'per GPU':>9}  regime (share of the path)"
     ]
     for r in rows:
+        rate = served(r)
         if r.get("error"):
             lines.append(f"  {label(r):<22} error: {r['error']}")
         elif not r["fits"]:
             lines.append(f"  {label(r):<22} does not fit ({r['total_bytes_per_gpu'] / 1e9:.0f} GB)")
+        elif rate is None:  # the pipeline fits, its batches in flight do not
+            need = r["in_flight_bytes_per_gpu"] / 1e9
+            lines.append(f"  {label(r):<22} does not fit with pipelines full ({need:.0f} GB)")
         else:
             lines.append(
-                f"  {label(r):<22} {r['latency_s'] * 1e3:>10.2f} {r['tokens_per_s']:>10,.0f} "
-                f"{r['tokens_per_s_per_gpu']:>9,.0f}  {row_regime_text(r)}"
+                f"  {label(r):<22} {r['latency_s'] * 1e3:>10.2f} {rate[0]:>10,.0f} "
+                f"{rate[1]:>9,.0f}  {row_regime_text(r)}"
             )
+    if any(kept_full(r) for r in rows):
+        lines.append(
+            "  (pipelines full: tokens/s with a batch like the row's in every stage, as compare "
+            "and plan count them; step: one batch's)"
+        )
     return lines
 
 

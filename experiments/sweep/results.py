@@ -30,7 +30,7 @@ from typing import Any
 
 from tpsim.calibration.bounded import ReadRefused, read_text, shorten
 from tpsim.core.errors import ConfigError
-from tpsim.experiments.sweep.reading import MAX_RESULTS_BYTES, read_rows
+from tpsim.experiments.sweep.reading import MAX_RESULTS_BYTES, check_resumable, read_rows
 from tpsim.experiments.sweep.rows import csv_header, format_row, result_format, results_text
 from tpsim.outputs.export import write_text
 
@@ -166,6 +166,7 @@ def open_results(
             if p.stat().st_size == 0:
                 fresh = True
             else:
+                check_resumable(p)  # an older file's rows lack columns new rows have
                 done = _keep_done(p, fmt)
         flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_CREAT
         fd = os.open(p, flags | (os.O_TRUNC if fresh else 0), 0o644)

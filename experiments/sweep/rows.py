@@ -1,7 +1,11 @@
 """One row of a sweep results file: its columns (the point's parameters, then what the
-simulation gave, :data:`RESULT_COLUMNS`), and the row as one line of CSV or JSON Lines and
-back. Rows hold no wall-clock figures, so the same point gives the same row text in every
-run."""
+simulation gave, :data:`RESULT_COLUMNS`, then the columns added since, :data:`APPENDED_COLUMNS`),
+and the row as one line of CSV or JSON Lines and back; a file of an earlier version
+(:data:`EARLIER_HEADERS`) reads with the later columns at their defaults. Rows hold no
+wall-clock figures, so the same point gives the same row text in every run.
+
+:func:`served` is a row's throughput as ``compare`` and ``plan`` rank it: a pipeline's with
+its stages kept full (the ``in_flight_*`` columns), any other point's step."""
 
 from __future__ import annotations
 
@@ -39,14 +43,39 @@ RESULT_COLUMNS: tuple[str, ...] = (
     "comm_bytes_per_gpu",
     "error",
 )
+#: A pipeline's decode kept full, as serving engines run one: ``run --json``'s ``in_flight``
+#: (:class:`tpsim.core.summary.InFlight`), each key a column ``in_flight_<key>``; empty for
+#: any other point (one stage, prefill, several micro-batches, an engine that splits each
+#: batch itself).
+IN_FLIGHT = (
+    "batches",
+    "tpot_s",
+    "tokens_per_s",
+    "tokens_per_s_per_gpu",
+    "bytes_per_gpu",
+    "fits",
+    "largest_batch",
+)
+IN_FLIGHT_COLUMNS: tuple[str, ...] = tuple(f"in_flight_{k}" for k in IN_FLIGHT)
 #: Columns added after the first release of the file, appended so the others keep their
-#: places: the layout axes, and the pipeline bubble of the breakdown.
-APPENDED_COLUMNS: tuple[str, ...] = (*LAYOUT_AXES, "bubble_s", *MOE_AXES)
+#: places, in the versions that added them: the layout axes with the pipeline bubble of the
+#: breakdown, the MoE axes, a pipeline kept full.
+ADDED: tuple[tuple[str, ...], ...] = (
+    (*LAYOUT_AXES, "bubble_s"),
+    tuple(MOE_AXES),
+    IN_FLIGHT_COLUMNS,
+)
+APPENDED_COLUMNS: tuple[str, ...] = tuple(c for added in ADDED for c in added)
 COLUMNS: tuple[str, ...] = (
     "point_id",
     *(f for f in POINT_FIELDS if f not in LAYOUT_AXES and f not in MOE_AXES),
     *RESULT_COLUMNS,
     *APPENDED_COLUMNS,
+)
+#: The columns of each earlier version of the file, oldest first: what a file written by
+#: an older tpsim has in its header (read with the later columns at their defaults).
+EARLIER_HEADERS: tuple[tuple[str, ...], ...] = tuple(
+    COLUMNS[: len(COLUMNS) - sum(len(a) for a in ADDED[k:])] for k in range(len(ADDED))
 )
 
 INT_COLUMNS = frozenset(
@@ -55,12 +84,14 @@ INT_COLUMNS = frozenset(
     | {"ep", "attention_dp"}
     | set(MEMORY)
     | {"collectives", "comm_bytes_per_gpu"}
+    | {"in_flight_batches", "in_flight_bytes_per_gpu", "in_flight_largest_batch"}
 )
 FLOAT_COLUMNS = frozenset(
     {"latency_s", "tokens_per_s", "tokens_per_s_per_gpu", *(f"{c}_s" for c in BREAKDOWN)}
     | {"bubble_s", "expert_skew"}
+    | {"in_flight_tpot_s", "in_flight_tokens_per_s", "in_flight_tokens_per_s_per_gpu"}
 )
-BOOL_COLUMNS = frozenset({"sequence_parallel", "ideal", "fits"})
+BOOL_COLUMNS = frozenset({"sequence_parallel", "ideal", "fits", "in_flight_fits"})
 FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
 
 
@@ -108,11 +139,24 @@ def csv_header() -> str:
     return ",".join(COLUMNS)
 
 
-def _typed(raw: Mapping[str, str]) -> dict[str, Any]:
+def _older(row: dict[str, Any]) -> dict[str, Any]:
+    """A row of an earlier version (:data:`EARLIER_HEADERS`, or JSON Lines without these
+    keys) with the axes added since at their defaults: one TP group, no experts split; a
+    pipeline kept full is not known (its columns stay empty)."""
+    for k in LAYOUT_AXES:
+        if row.get(k) is None:
+            row[k] = 1
+    for k, default in MOE_AXES.items():
+        if row.get(k) is None:
+            row[k] = default
+    return row
+
+
+def _typed(raw: Mapping[str, str], columns: tuple[str, ...]) -> dict[str, Any]:
     row: dict[str, Any] = {}
     for c in COLUMNS:
         v = raw.get(c, "")
-        if v == "" and c != "error":
+        if c not in columns or (v == "" and c != "error"):  # not in this file's version: None
             row[c] = None
         elif c in INT_COLUMNS:
             row[c] = int(v)
@@ -122,24 +166,40 @@ def _typed(raw: Mapping[str, str]) -> dict[str, Any]:
             row[c] = v == "true"
         else:
             row[c] = v or None
-    return row
+    return _older(row) if len(columns) < len(COLUMNS) else row
 
 
-def parse_line(line: str, fmt: str) -> dict[str, Any]:
-    """A row back from its line (ValueError if the line is not a row)."""
+def parse_line(line: str, fmt: str, columns: tuple[str, ...] = COLUMNS) -> dict[str, Any]:
+    """A row back from its line (ValueError if the line is not a row); ``columns``: the
+    CSV file's header, this version's or one of :data:`EARLIER_HEADERS`."""
     if fmt == "jsonl":
         obj = json.loads(line)
         if not isinstance(obj, dict):
             raise ValueError("not a JSON object")
-        for k in LAYOUT_AXES:  # a row from before these axes (keys by name): one TP group
-            obj.setdefault(k, 1)
-        for k, default in MOE_AXES.items():
-            obj.setdefault(k, default)
-        return full_row(obj)
+        return _older(full_row(obj))  # keys by name: a row from before some reads as older
     (cells,) = list(csv.reader([line]))
-    if len(cells) != len(COLUMNS):
-        raise ValueError(f"{len(cells)} fields, expected {len(COLUMNS)}")
-    return _typed(dict(zip(COLUMNS, cells, strict=True)))
+    if len(cells) != len(columns):
+        raise ValueError(f"{len(cells)} fields, expected {len(columns)}")
+    return _typed(dict(zip(columns, cells, strict=True)), columns)
+
+
+def served(row: Mapping[str, Any]) -> tuple[float, float] | None:
+    """A simulated row's (tokens/s, tokens/s per GPU) as ``compare`` and ``plan`` rank it:
+    a pipeline's decode with its stages kept full (``in_flight_*``), any other point's step
+    (``tokens_per_s``); None where the batches in flight do not fit in memory, or the row
+    has no result."""
+    if row.get("in_flight_tokens_per_s") is not None:
+        if not row.get("in_flight_fits"):
+            return None
+        return float(row["in_flight_tokens_per_s"]), float(row["in_flight_tokens_per_s_per_gpu"])
+    if row.get("error") or not row.get("tokens_per_s"):
+        return None
+    return float(row["tokens_per_s"]), float(row["tokens_per_s_per_gpu"])
+
+
+def kept_full(row: Mapping[str, Any]) -> bool:
+    """Whether a row is a pipeline whose throughput is its stages kept full (``in_flight``)."""
+    return row.get("in_flight_tokens_per_s") is not None
 
 
 def results_text(rows: Iterable[Mapping[str, Any]], fmt: str) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 from tpsim.core.api import simulate
 from tpsim.core.errors import INPUT_ERRORS
 from tpsim.experiments.sweep.grid import GridPoint
-from tpsim.experiments.sweep.rows import BREAKDOWN, MEMORY
+from tpsim.experiments.sweep.rows import BREAKDOWN, IN_FLIGHT, MEMORY
 from tpsim.topologies.io import get_topology
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,10 @@ def run_point(point: GridPoint) -> Row:
         ).typed
     except INPUT_ERRORS as exc:
         return row | {"error": str(exc)}
-    comm, parts, mem = s.communication, s.breakdown, s.memory
+    comm, parts, mem, flight = s.communication, s.breakdown, s.memory, s.in_flight
+    # a pipeline's decode kept full, as run --json's in_flight (no columns for other points)
+    if flight is not None:
+        row |= {f"in_flight_{k}": getattr(flight, k) for k in IN_FLIGHT}
     return row | {
         "gpu": s.config.gpu,
         "hosts": len({graph.nodes[n].get("host", 0) for n in _tp_group(s.config)}),

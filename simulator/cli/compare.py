@@ -249,7 +249,9 @@ def _run_flags_given(a: argparse.Namespace) -> list[str]:
 def _entries_from_rows(a: argparse.Namespace) -> list[Any]:
     """Comparison entries from rows of a sweep results file (``--results F --rows ID,ID``)."""
     from tpsim.experiments.compare import Entry
+    from tpsim.experiments.compare_assumptions import assumptions
     from tpsim.experiments.compare_rows import summary_from_row
+    from tpsim.experiments.plots.words import layout_label
     from tpsim.experiments.sweep.reading import stream_rows
     from tpsim.topologies.io import get_topology
 
@@ -292,8 +294,10 @@ def _entries_from_rows(a: argparse.Namespace) -> list[Any]:
         graph = get_topology(str(by_id[i]["topology"]), int(by_id[i]["nodes"]))
         r = by_id[i]
         nodes = f"{r['nodes']} node{'s' if r['nodes'] > 1 else ''}"
-        label = f"{i[:8]}: TP {r['tp']}, {nodes}, batch {r['batch']}"
-        entries.append(Entry.of(label, graph, summary))
+        label = f"{i[:8]}: {layout_label(r)}, {nodes}, batch {r['batch']}"
+        # its TP group's hosts from the row (a row has no GPU ids to read them from)
+        spans = int(r.get("hosts") or 1) > 1
+        entries.append(Entry(label, summary, assumptions(graph, summary), spans))
     return entries
 
 

@@ -167,7 +167,7 @@ def _demo(a: argparse.Namespace) -> int:
 
 def _sweep(a: argparse.Namespace) -> int:
     from tpsim.experiments.sweep.grid import AXES, describe, grid_from_flags, grid_from_yaml
-    from tpsim.experiments.sweep.reading import read_rows
+    from tpsim.experiments.sweep.reading import check_resumable, read_rows
     from tpsim.experiments.sweep.results import check_output
     from tpsim.experiments.sweep.run import EXIT_INCOMPLETE, quiet_dask, run_sweep
 
@@ -182,7 +182,8 @@ def _sweep(a: argparse.Namespace) -> int:
         points = grid_from_flags(flags)
     paths.check_not_an_input(a.out, "--out", a)
     check_output(a.out, resume=a.resume, overwrite=a.overwrite)
-    if a.resume and a.out.exists():  # a damaged file is refused before anything is printed
+    if a.resume and a.out.exists():  # a damaged or older file: refused before the banner
+        check_resumable(a.out)
         read_rows(a.out)
     if a.plots:
         check_folder(a.plots, "--plots")
@@ -229,16 +230,17 @@ def _sweep(a: argparse.Namespace) -> int:
 
 
 def _words(results: Path) -> None:
-    """The assumptions of a sweep's configurations and its regimes with their shares."""
-    from tpsim.experiments.plots.words import assumption_lines, regime_summary
+    """The assumptions of a sweep's configurations, its regimes with their shares and, with
+    pipelines, the points that give the most tokens/s with them kept full."""
+    from tpsim.experiments.plots.words import assumption_lines, best_summary, regime_summary
     from tpsim.experiments.sweep.reading import read_rows
 
     rows = read_rows(results)
     for line in assumption_lines(rows):
         print(line)
-    summary = regime_summary(rows)
-    if summary:
-        print(summary)
+    for summary in (regime_summary(rows), best_summary(rows)):
+        if summary:
+            print(summary)
 
 
 def _plot_files(results: Path, out: Path, gantt: str | None) -> None:
