@@ -55,10 +55,7 @@ def pipeline_note(rows: Sequence[Row]) -> str:
     gives as one batch crossing the stages (``""`` without a pipeline)."""
     notes = []
     if any(kept_full(r) for r in rows if rated(r)):
-        notes.append(
-            "pipelines: tokens/s with a batch like the row's in every stage, as compare and "
-            "plan count them"
-        )
+        notes.append("pipelines full: a batch in every stage, as compare and plan count them")
     unfit = sum(1 for r in rows if ok(r) and kept_full(r) and served(r) is None)
     if unfit:
         notes.append(f"{unfit} pipeline{'s' * (unfit > 1)} whose batches in flight do not fit")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from textwrap import fill
 
 from matplotlib.colors import ListedColormap, to_rgb
 from matplotlib.figure import Figure
@@ -144,7 +145,11 @@ def draw_regime_map(rows: Sequence[shared.Row], *, title: str) -> Figure:
         if hidden > 0
         else ""
     )
-    ax.set_title(title + note + shared.pipeline_note(list(cells.values())), fontsize=shared.FONT)
+    text = title + note + shared.pipeline_note(list(cells.values()))
+    # a map of few layouts is narrower than its title: each line wrapped to the axes (the
+    # figure less the legend's strip; about 11 characters an inch), not cut off at its edges
+    fit = max(40, int(11 * (fig.get_figwidth() - 2.8)))
+    ax.set_title("\n".join(fill(line, fit) for line in text.split("\n")), fontsize=shared.FONT)
     fig.tight_layout()
     return fig
 

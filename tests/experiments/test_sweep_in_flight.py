@@ -223,3 +223,12 @@ def test_report_and_study_table_count_a_pipeline_kept_full(rows: dict[int, Row])
 def test_columns_are_documented() -> None:
     guide = (Path(__file__).parents[2] / "docs" / "guide.md").read_text()
     assert all(f"`{c}`" in guide for c in COLUMNS if c.startswith("in_flight_"))
+
+
+def test_a_narrow_regime_map_wraps_its_title_inside_the_figure(rows: dict[int, Row]) -> None:
+    """Two layouts and the pipelines' note: the title was centred over the axes and ran off
+    the figure's left edge."""
+    title = "llama-3.1-70b decode on dgx-h100 (context 8192, launch graph, engine vllm): regime"
+    fig = draw_regime_map([rows[2]], title=title)
+    box = fig.axes[0].title.get_window_extent(renderer=fig.canvas.get_renderer())
+    assert box.x0 >= 0 and box.x1 <= fig.bbox.x1
