@@ -88,8 +88,10 @@ def assumptions(graph: TopologyGraph, summary: Mapping[str, Any]) -> dict[str, s
 def tp_spans_hosts(config: Mapping[str, Any], graph: TopologyGraph | None = None) -> bool:
     """Whether the first TP group (replica 0, stage 0; with attention DP, its MoE group)
     sits on more than one host: its collectives, not only a pipeline's sends, cross the
-    network. Hosts as :func:`crosses_hosts` reads them (the graph's, else the GPUs' ids)."""
-
+    network. Hosts as :func:`crosses_hosts` reads them (the graph's, else the GPUs' ids); a
+    summary rebuilt from a results row, which names no GPU, gives its TP group's hosts."""
+    if "tp_hosts" in config:
+        return int(config["tp_hosts"]) > 1
     placement = config.get("placement")
     if placement:
         gpus = [str(p["gpu"]) for p in placement if p["dp"] == 0 and p["pp"] == 0]

@@ -45,6 +45,7 @@ def config_from_row(row: Mapping[str, Any]) -> dict[str, Any]:
         "gpu": row["gpu"],
         "tp": row["tp"],
         "spans_hosts": replica_hosts(row) > 1,
+        "tp_hosts": int(row.get("hosts") or 1),  # the row names no GPU to read them from
         "layout": {  # an older file's row: one TP group
             "tp": row["tp"],
             **{k: int(row.get(k) or 1) for k in ("pp", "dp", "micro_batches", "ep")},

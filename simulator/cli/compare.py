@@ -249,7 +249,6 @@ def _run_flags_given(a: argparse.Namespace) -> list[str]:
 def _entries_from_rows(a: argparse.Namespace) -> list[Any]:
     """Comparison entries from rows of a sweep results file (``--results F --rows ID,ID``)."""
     from tpsim.experiments.compare import Entry
-    from tpsim.experiments.compare_assumptions import assumptions
     from tpsim.experiments.compare_rows import summary_from_row
     from tpsim.experiments.plots.words import layout_label
     from tpsim.experiments.sweep.reading import stream_rows
@@ -295,9 +294,7 @@ def _entries_from_rows(a: argparse.Namespace) -> list[Any]:
         r = by_id[i]
         nodes = f"{r['nodes']} node{'s' if r['nodes'] > 1 else ''}"
         label = f"{i[:8]}: {layout_label(r)}, {nodes}, batch {r['batch']}"
-        # its TP group's hosts from the row (a row has no GPU ids to read them from)
-        spans = int(r.get("hosts") or 1) > 1
-        entries.append(Entry(label, summary, assumptions(graph, summary), spans))
+        entries.append(Entry.of(label, graph, summary))
     return entries
 
 

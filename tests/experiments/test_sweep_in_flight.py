@@ -16,6 +16,8 @@ import pytest
 from tpsim.cli import main
 from tpsim.core.api import simulate
 from tpsim.core.errors import ConfigError
+from tpsim.experiments.compare_assumptions import tp_spans_hosts
+from tpsim.experiments.compare_rows import config_from_row
 from tpsim.experiments.plots import figures
 from tpsim.experiments.plots.figure import compact
 from tpsim.experiments.plots.regime_map import draw_regime_map
@@ -232,3 +234,10 @@ def test_a_narrow_regime_map_wraps_its_title_inside_the_figure(rows: dict[int, R
     fig = draw_regime_map([rows[2]], title=title)
     box = fig.axes[0].title.get_window_extent(renderer=fig.canvas.get_renderer())
     assert box.x0 >= 0 and box.x1 <= fig.bbox.x1
+
+
+def test_a_results_rows_tp_group_over_hosts_is_read_from_its_hosts(rows: dict[int, Row]) -> None:
+    """A row names no GPU: compare's note on which TP group all-reduces across hosts reads
+    its ``hosts`` (it read no GPU and said none did)."""
+    assert not tp_spans_hosts(config_from_row(rows[2]))
+    assert tp_spans_hosts(config_from_row(rows[2] | {"hosts": 2}))
