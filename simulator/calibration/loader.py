@@ -22,6 +22,7 @@ from tpsim.calibration.entries import (
     read,
     scale,
 )
+from tpsim.calibration.loader_moe import moe_keys
 from tpsim.calibration.loader_nccl import _collectives
 from tpsim.calibration.model import (
     Calibration,
@@ -264,43 +265,8 @@ def _engine(d: Mapping[str, Any], name: str) -> Engine:
         host_overlap_sync=sync,
         pdl_archs=tuple(pdl),
         pipeline_split_tokens=split,
-        **_deepep(d, w),
+        **moe_keys(d, w),
     )
-
-
-def _deepep(d: Mapping[str, Any], w: str) -> dict[str, Any]:
-    """The engine's DeepEP keys (:class:`Engine`'s ``deepep_*``)."""
-    ll_tokens = entry(d, "deepep_ll_tokens", w)
-    if isinstance(ll_tokens, bool) or not isinstance(ll_tokens, int) or ll_tokens < 1:
-        raise CalibrationError(f"{w}.deepep_ll_tokens={ll_tokens!r}: a positive number of tokens")
-    sizes: dict[str, float | None] = {}
-    for key in ("deepep_nvl_MiB", "deepep_rdma_MiB"):
-        mib = entry(d, key, w)
-        if mib is not None:
-            mib = number(mib, f"{w}.{key}")
-            if not mib > 0:
-                raise CalibrationError(f"{w}.{key}={mib!r}: must be positive, or null")
-        sizes[key] = mib
-    hidden = entry(d, "deepep_hidden_sizes", w)
-    if (
-        not isinstance(hidden, list)
-        or not hidden
-        or not all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in hidden)
-        or hidden != sorted(set(hidden))
-    ):
-        raise CalibrationError(
-            f"{w}.deepep_hidden_sizes={hidden!r}: must be a list of hidden sizes, increasing"
-        )
-    pad = entry(d, "deepep_pad_hidden", w)
-    if not isinstance(pad, bool):
-        raise CalibrationError(f"{w}.deepep_pad_hidden={pad!r}: must be true or false")
-    return {
-        "deepep_ll_tokens": ll_tokens,
-        "deepep_nvl_MiB": sizes["deepep_nvl_MiB"],
-        "deepep_rdma_MiB": sizes["deepep_rdma_MiB"],
-        "deepep_hidden_sizes": tuple(hidden),
-        "deepep_pad_hidden": pad,
-    }
 
 
 #: Where an engine's first token comes from (:attr:`Engine.first_token`).

@@ -155,6 +155,11 @@ class Engine:
     #: (vLLM) or fails on one not listed (SGLang: DeepEP's "Unsupported hidden" assertion)
     deepep_hidden_sizes: tuple[int, ...] = (2048, 2560, 4096, 5120, 6144, 7168, 8192)
     deepep_pad_hidden: bool = False
+    #: Whether the engine runs a MoE layer's tokens through DeepEP's low-latency kernels in
+    #: chunks of ``deepep_ll_tokens`` a rank, dispatch, experts and combine per chunk (vLLM's
+    #: VLLM_MOE_DP_CHUNK_SIZE), or hands them over at once, and more than the buffer holds
+    #: fail (SGLang: DeepEP's ``x.size(0) <= num_max_dispatch_tokens_per_rank`` assertion)
+    deepep_ll_chunked: bool = False
 
     def pipeline_micro_batches(self, batch: int, tokens_per_seq: int, stages: int) -> int:
         """Micro-batches one step of ``batch`` sequences of ``tokens_per_seq`` tokens each

@@ -85,6 +85,9 @@ class _Megatron(LatentAttention, ExpertBlock):
         self.inner = split.mlp_width  # I: MLP width per rank (padded)
         self.vocab = split.vocab  # V: vocab rows per rank (padded)
         self.expert = split.expert_width  # Im: each routed expert's width per rank
+        # DeepEP's low-latency buffer (tokens a rank) and whether the engine chunks above it
+        self.ll_cap, self.ll_chunked = engine.deepep_ll_tokens, engine.deepep_ll_chunked
+        self.engine_name = engine.name
         self.shared = split.shared_width  # Is: the shared experts' width per rank
         assert self.h * tp == model.num_heads
 

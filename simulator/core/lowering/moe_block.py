@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tpsim.core.config import ceil_div
+from tpsim.core.errors import ConfigError
 from tpsim.core.lowering.block import LoweringBlock
 
 if TYPE_CHECKING:
@@ -25,6 +26,9 @@ class ExpertBlock(LoweringBlock):
         a2a: str
         expert: int
         shared: int
+        ll_cap: int
+        ll_chunked: bool
+        engine_name: str
 
     def moe(self, mb: Any, layer: int) -> None:
         """The MoE FFN (:mod:`tpsim.core.lowering.experts`), per rank: the router
@@ -58,10 +62,47 @@ class ExpertBlock(LoweringBlock):
         experts compute the pairs the whole group sends them, the combine all-to-all
         returns the outputs, this rank sums its tokens' outputs and runs the shared experts
         on them, and (``tp > 1``) an all-gather over the attention group restores every
-        token on every rank."""
-        xs, d, b = self.xs, self.d, self.act_b
+        token on every rank. Under DeepEP's low-latency kernels the share goes in chunks of
+        at most the tokens their buffer holds a rank (:meth:`low_latency_chunks`), each
+        chunk its own top-k, dispatch, experts, combine and shared experts."""
         share = ceil_div(mb.tokens, self.tp)  # the tokens this rank routes
-        self.gemm(mb, "router", layer, share, self.m.num_experts, d)  # [T/tp, d] x [d, E]
+        # the gate runs before the MoE layer's chunks, on all of them: [T/tp, d] x [d, E]
+        self.gemm(mb, "router", layer, share, self.m.num_experts, self.d)
+        low_latency = self.a2a == "deepep" and self.w.phase == "decode"
+        chunks = self.low_latency_chunks(share, mb.tokens) if low_latency else [share]
+        # the group's tokens: every attention group's as many as this one's, unless the step
+        # says how many they route together (serving: each group its own iteration)
+        routed = getattr(self.w, "routed", 0) or self.xs.routed_tokens(mb.tokens)
+        for tokens in chunks:  # a chunk's share of the group's tokens
+            self.moe_chunk(mb, layer, tokens, round(routed * tokens / share), low_latency)
+        # every rank of the attention group gets the others' tokens: [T, d] gathered
+        full = round(mb.tokens * self.d * self.act_b)
+        self.build.collective(mb.index, "all_gather", "moe_out", layer, full)
+
+    def low_latency_chunks(self, share: int, tokens: int) -> list[int]:
+        """The pieces this rank's ``share`` of a decode step's tokens reaches DeepEP's
+        low-latency kernels in: whole while its buffer holds them (the profile's
+        ``deepep_ll_tokens`` a rank); above that, an engine that chunks (vLLM's
+        forward_impl_chunked: VLLM_MOE_DP_CHUNK_SIZE tokens a chunk) runs chunks of that
+        many and the rest, and one that does not (SGLang) is refused, as DeepEP's
+        ``x.size(0) <= num_max_dispatch_tokens_per_rank`` assertion refuses it."""
+        cap, engine = self.ll_cap, self.engine_name
+        if share <= cap:
+            return [share]
+        if not self.ll_chunked:
+            raise ConfigError(
+                f"moe_a2a=deepep: {share} tokens a rank at decode (batch {tokens} / tp "
+                f"{self.tp}); engine {engine} hands them to DeepEP's low-latency kernels at "
+                f"once, whose buffer holds {cap} (profile key deepep_ll_tokens): at most "
+                f"batch {cap * self.tp} per attention-DP group"
+            )
+        return [min(cap, share - start) for start in range(0, share, cap)]
+
+    def moe_chunk(self, mb: Any, layer: int, share: int, routed: int, low_latency: bool) -> None:
+        """One pass of the dispatched MoE over ``share`` tokens of this rank (the group
+        routing ``routed``): top-k, dispatch, the experts, combine, the shared experts and
+        the weighted sum (:meth:`moe_dispatched`)."""
+        xs, d, b = self.xs, self.d, self.act_b
         self.route(mb, layer, share)
         pairs_out = share * xs.top_k * xs.moe_tp  # each pair to every width slice
         if self.a2a != "deepep":  # a token once to each rank holding some of its experts
@@ -70,7 +111,6 @@ class ExpertBlock(LoweringBlock):
         # DeepEP dispatches fp8 with a scale per 128 values (and a 16-byte header) and
         # combines in bf16, low-latency kernels at decode, normal ones at prefill
         if self.a2a == "deepep":  # in the hidden size the engine hands DeepEP (padded)
-            low_latency = self.w.phase == "decode"
             algo = "deepep_ll" if low_latency else "deepep_normal"
             h = xs.deepep_hidden[0 if low_latency else 1] or d
             out_b, back_b = h + 4 * ceil_div(h, 128) + 16, 2 * h
@@ -87,17 +127,12 @@ class ExpertBlock(LoweringBlock):
         span = xs.attention_dp
         self.build.collective(mb.index, "all_to_all", "moe_dispatch", layer, pairs_out * out_b,
                               span=span, phase="dispatch", **extra)  # fmt: skip
-        # the group's tokens: every attention group's as many as this one's, unless the step
-        # says how many they route together (serving: each group its own iteration)
-        routed = getattr(self.w, "routed", 0) or xs.routed_tokens(mb.tokens)
         load = xs.load(routed, self.ep_rank, layer)
         self.routed_experts(mb, layer, load.pairs, load.experts_read)
         self.build.collective(mb.index, "all_to_all", "moe_combine", layer, pairs_out * back_b,
                               span=span, phase="combine", **extra)  # fmt: skip
         self.shared_experts(mb, layer, share)
         self.weighted_sum(mb, layer, share, pairs_out + (share if self.shared else 0))
-        # every rank of the attention group gets the others' tokens: [T, d] gathered
-        self.build.collective(mb.index, "all_gather", "moe_out", layer, round(mb.tokens * d * b))
 
     def route(self, mb: Any, layer: int, tokens: int) -> None:
         """Softmax and top-k of ``tokens`` tokens: read the logits [T, E], write the

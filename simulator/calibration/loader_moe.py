@@ -1,0 +1,51 @@
+"""An engine profile's mixture-of-experts keys (``engine.yaml``): DeepEP's buffers, the hidden
+sizes it takes and how the engine feeds its low-latency kernels (``deepep_*``). A malformed
+value is a :class:`CalibrationError` naming the field."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tpsim.calibration.entries import CalibrationError, entry, number
+
+
+def moe_keys(d: Mapping[str, Any], w: str) -> dict[str, Any]:
+    """The engine's ``deepep_*`` keys, as :class:`Engine` fields."""
+    ll_tokens = entry(d, "deepep_ll_tokens", w)
+    if isinstance(ll_tokens, bool) or not isinstance(ll_tokens, int) or ll_tokens < 1:
+        raise CalibrationError(f"{w}.deepep_ll_tokens={ll_tokens!r}: a positive number of tokens")
+    sizes: dict[str, float | None] = {}
+    for key in ("deepep_nvl_MiB", "deepep_rdma_MiB"):
+        mib = entry(d, key, w)
+        if mib is not None:
+            mib = number(mib, f"{w}.{key}")
+            if not mib > 0:
+                raise CalibrationError(f"{w}.{key}={mib!r}: must be positive, or null")
+        sizes[key] = mib
+    hidden = entry(d, "deepep_hidden_sizes", w)
+    if (
+        not isinstance(hidden, list)
+        or not hidden
+        or not all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in hidden)
+        or hidden != sorted(set(hidden))
+    ):
+        raise CalibrationError(
+            f"{w}.deepep_hidden_sizes={hidden!r}: must be a list of hidden sizes, increasing"
+        )
+    flags = {}
+    for key in ("deepep_pad_hidden", "deepep_ll_chunked"):
+        flags[key] = entry(d, key, w)
+        if not isinstance(flags[key], bool):
+            raise CalibrationError(f"{w}.{key}={flags[key]!r}: must be true or false")
+    return {
+        "deepep_ll_tokens": ll_tokens,
+        "deepep_nvl_MiB": sizes["deepep_nvl_MiB"],
+        "deepep_rdma_MiB": sizes["deepep_rdma_MiB"],
+        "deepep_hidden_sizes": tuple(hidden),
+        "deepep_pad_hidden": flags["deepep_pad_hidden"],
+        "deepep_ll_chunked": flags["deepep_ll_chunked"],
+    }
+
+
+__all__ = ["moe_keys"]
