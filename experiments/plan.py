@@ -26,9 +26,11 @@ from tpsim.core.api import simulate
 from tpsim.core.comm.layout import stage_layers
 from tpsim.core.config import Layout, Options, Workload, tp_problem
 from tpsim.core.errors import ConfigError
+from tpsim.core.expert_shapes import engine_experts
 from tpsim.core.lowering.experts import expert_split
 from tpsim.core.memory import MemoryUse, memory_per_stage
 from tpsim.core.metrics import pipeline_batches, pipelined_tpot, regime
+from tpsim.core.precision import run_precision
 from tpsim.core.summary import Summary
 from tpsim.experiments.sweep.pool import map_in_workers
 from tpsim.experiments.sweep.run import default_jobs
@@ -154,6 +156,10 @@ def _stage_memory(
     xs = expert_split(spec, tp, adp, ep, tp * adp // ep) if spec.is_moe else None
     gpu = first_gpu(get_topology(req.topology, 1))
     opts = Options(ideal=req.ideal, engine=req.engine, dtype=req.dtype, kv_dtype=req.kv_dtype)
+    if xs is not None:  # the routed experts as the engine builds them (padded)
+        xs = engine_experts(xs, spec, opts.calibration.engine, arch=gpu.arch,
+                            expert_dtype=run_precision(opts, spec, gpu).experts,
+                            phase="decode", a2a=opts.moe_a2a)  # fmt: skip
     stages = stage_layers(spec.num_layers, pp)
 
     def memory(b: int) -> list[MemoryUse]:

@@ -315,12 +315,13 @@ def build(data: Mapping[str, Mapping[str, Any]], name: str, engine: str = "ideal
             raise CalibrationError(
                 f"nccl.yaml.host_enqueue: unknown architecture {arch!r} (known: {known})"
             )
-    for arch in eng.pdl_archs:
-        if arch not in archs:
-            raise CalibrationError(
-                f"engine.yaml.pdl_archs: unknown architecture {arch!r} (known: "
-                f"{', '.join(sorted(archs))})"
-            )
+    for key, keyed in (("pdl_archs", eng.pdl_archs), ("mxfp4_expert_pad", eng.mxfp4_expert_pad)):
+        for arch in keyed:
+            if arch not in archs:
+                raise CalibrationError(
+                    f"engine.yaml.{key}: unknown architecture {arch!r} (known: "
+                    f"{', '.join(sorted(archs))})"
+                )
     return Calibration(
         name,
         kernels,

@@ -160,6 +160,14 @@ class Engine:
     #: VLLM_MOE_DP_CHUNK_SIZE), or hands them over at once, and more than the buffer holds
     #: fail (SGLang: DeepEP's ``x.size(0) <= num_max_dispatch_tokens_per_rank`` assertion)
     deepep_ll_chunked: bool = False
+    #: An MXFP4 checkpoint's routed experts (gpt-oss) as the engine builds them, by GPU
+    #: architecture (the MoE kernel it picks there): the multiples each expert's width per
+    #: GPU and the experts' hidden size are rounded up to, ``(width, hidden)``; an
+    #: architecture not listed: as stored. ``_batched``: what it picks when DeepEP's
+    #: low-latency kernels hand the experts their tokens batched per expert (None: as by
+    #: architecture)
+    mxfp4_expert_pad: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    mxfp4_expert_pad_batched: tuple[int, int] | None = None
 
     def pipeline_micro_batches(self, batch: int, tokens_per_seq: int, stages: int) -> int:
         """Micro-batches one step of ``batch`` sequences of ``tokens_per_seq`` tokens each

@@ -56,15 +56,16 @@ def linear_params_of_layer(
     projections and 1/tp of the others,
     :func:`~tpsim.core.lowering.mla.attention_params_per_rank`) and the dense MLP, or in an
     MoE layer the router [d, E] (replicated), its routed experts (``N / ep`` of them, ``1 /
-    moe_tp`` of each one's width; default tensor-parallel: all, ``1/tp``) and the shared
-    experts (:func:`tpsim.core.lowering.shard.shard`)."""
+    moe_tp`` of each one's width, at the width and hidden size the engine builds them;
+    default tensor-parallel: all, ``1/tp``) and the shared experts
+    (:func:`tpsim.core.lowering.shard.shard`)."""
     d, hd, split = model.hidden_size, model.head_dim, shard(model, tp, experts)
     h, kv, inner = split.heads, split.kv_heads, split.mlp_width
     attn = d * (h + 2 * kv) * hd + h * hd * d
     if model.is_mla:
         attn = attention_params_per_rank(model, tp)
     if model.is_moe_layer(layer):
-        experts_w = split.local_experts * 3 * d * split.expert_width
+        experts_w = split.local_experts * 3 * split.expert_hidden * split.expert_width
         return attn + d * model.num_experts + experts_w + 3 * d * split.shared_width
     return attn + (3 if model.gated_mlp else 2) * d * inner
 
@@ -76,7 +77,7 @@ def routed_expert_params_of_layer(
     if not model.is_moe_layer(layer):
         return 0
     split = shard(model, tp, experts)
-    return split.local_experts * 3 * model.hidden_size * split.expert_width
+    return split.local_experts * 3 * split.expert_hidden * split.expert_width
 
 
 def weight_params_per_gpu(model: ModelSpec, tp: int, experts: ExpertSplit | None = None) -> int:

@@ -20,6 +20,7 @@ from tpsim.core.comm.group import Comms, connect
 from tpsim.core.comm.layout import LayoutComms, place, stage_layers
 from tpsim.core.config import Layout, Options, Workload, tp_problem, valid_tp_degrees
 from tpsim.core.errors import ConfigError
+from tpsim.core.expert_shapes import engine_experts
 from tpsim.core.kernels import kernel_table
 from tpsim.core.kernels.costs import Hardware, hardware_for
 from tpsim.core.lowering.experts import ExpertSplit, expert_split, read_histogram
@@ -304,6 +305,11 @@ def resolve(
             routes_, ranks_ = comms.routes, comms.gpu_ranks[: layout.moe_group]
         xs = replace(xs, nodes=len({routes_.host(g) for g in ranks_}))
 
+    prec = run_precision(options, spec, gpu)
+    # the routed experts at the width and hidden size the engine builds them (padded)
+    xs = engine_experts(xs, spec, calib.engine, arch=gpu.arch, expert_dtype=prec.experts,
+                        phase=workload.phase, a2a=options.moe_a2a)  # fmt: skip
+
     def memory_of(w: Workload) -> tuple[MemoryUse, ...]:
         return tuple(
             memory_per_stage(spec, tp, w, options, gpu, layers=layers, first=s == 0,
@@ -320,7 +326,6 @@ def resolve(
         room = what_fits(lambda w: all(m.fits for m in memory_of(w)), workload,
                          least_batch=layout.micro_batches)  # fmt: skip
         raise ConfigError(mems[worst].refusal(what, gpu.name, f"{room}; {remedy}"))
-    prec = run_precision(options, spec, gpu)
     return RunPlan(
         model=spec,
         graph=graph,

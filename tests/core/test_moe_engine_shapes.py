@@ -9,6 +9,8 @@ import pytest
 from tpsim.cli import main
 from tpsim.core.api import simulate
 from tpsim.core.config import ConfigError, Layout, Options, Workload
+from tpsim.core.lowering.shard import Shard
+from tpsim.core.plan import resolve
 
 ADP8 = Layout(1, attention_dp=8, ep=8)  # 8 GPUs of TP 1 sharing the experts, EP 8
 
@@ -61,3 +63,80 @@ def test_the_refusal_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) 
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "150 tokens a rank" in err and "batch 256" in err
+
+
+def _split(model: str, topology: str, engine: str, layout: Layout | None = None,
+           **kw: object) -> Shard:  # fmt: skip
+    """The plan's shard of ``model`` (TP 8 unless ``layout``) for a decode step of 8 (or
+    ``phase=``), ``kw`` the options."""
+    wl = Workload(8, str(kw.pop("phase", "decode")), context_len=512, prompt_len=64)
+    options = Options(engine=engine, **kw)  # type: ignore[arg-type]
+    return resolve(model, topology, layout or Layout(8), wl, options).split
+
+
+@pytest.mark.parametrize(
+    ("engine", "topology", "width", "hidden"),
+    [
+        ("ideal", "dgx-h100", 360, 2880),  # as stored: 2880 / 8
+        ("vllm", "dgx-h100", 384, 2880),  # Triton: the width to 64
+        ("vllm", "dgx-b200", 512, 3072),  # TRT-LLM-gen: 256 and 256
+        ("vllm", "dgx-a100", 384, 3072),  # Marlin: 128 and 256
+        ("sglang", "dgx-h100", 384, 2880),  # triton_kernels: the width to 32
+        ("sglang", "dgx-b200", 512, 3072),  # FlashInfer MXFP4: 256 and 256
+    ],
+)
+def test_gpt_oss_experts_as_the_engine_pads_them(
+    engine: str, topology: str, width: int, hidden: int
+) -> None:
+    split = _split("gpt-oss-120b", topology, engine)
+    assert (split.expert_width, split.expert_hidden) == (width, hidden)
+
+
+def test_padded_experts_weigh_and_compute_at_their_padded_shapes() -> None:
+    """gpt-oss-120b, TP 8 on H100s under vLLM: 128 experts a GPU of 384 columns (not 360),
+    MXFP4 (half a byte and a byte of scale per 32), in 36 layers; the GEMMs take 2 x 384."""
+    wl = Workload(64, "decode", context_len=512)
+    plans = {e: resolve("gpt-oss-120b", "dgx-h100", 8, wl, Options(engine=e)) for e in
+             ("ideal", "vllm")}  # fmt: skip
+    grown = (plans["vllm"].memory[0].weights_bytes_per_gpu
+             - plans["ideal"].memory[0].weights_bytes_per_gpu)  # fmt: skip
+    assert grown == pytest.approx(36 * 128 * 3 * 2880 * (384 - 360) * (0.5 + 1 / 32), abs=2)
+    r = simulate("gpt-oss-120b", "dgx-h100", 8, wl, Options(engine="vllm"))
+    up = next(x for x in r.records if x.name == "experts_up" and x.layer == 0)
+    assert up.detail.endswith("experts [2880, 768]")
+
+
+def test_vllm_builds_the_experts_at_deepep_s_hidden_size() -> None:
+    """vLLM pads gpt-oss's 2880 to 3072 for DeepEP, and FusedMoE's experts with it (bf16
+    experts: no MXFP4 rounding): 16 experts a GPU of [3072, 2 x 2880] and [2880, 3072]; the
+    router and the rest stay at 2880."""
+    layout = Layout(1, attention_dp=8, ep=8)
+    for phase in ("decode", "prefill"):  # low-latency: 3072 listed; normal: 512 bytes
+        deepep = _split("gpt-oss-120b", "dgx-h100", "vllm", layout, dtype="bf16",
+                        moe_a2a="deepep", phase=phase)  # fmt: skip
+        assert (deepep.expert_width, deepep.expert_hidden) == (2880, 3072)
+    assert _split("gpt-oss-120b", "dgx-h100", "vllm", layout, dtype="bf16").expert_hidden == 2880
+    wl = Workload(8, "decode", context_len=512)
+    plans = {a: resolve("gpt-oss-120b", "dgx-h100", layout, wl,
+                        Options(engine="vllm", dtype="bf16", moe_a2a=a)) for a in
+             ("nccl", "deepep")}  # fmt: skip
+    grown = (plans["deepep"].memory[0].weights_bytes_per_gpu
+             - plans["nccl"].memory[0].weights_bytes_per_gpu)  # fmt: skip
+    assert grown == 36 * 16 * 3 * (3072 - 2880) * 2880 * 2
+    r = simulate("gpt-oss-120b", "dgx-h100", layout, wl,
+                 Options(engine="vllm", dtype="bf16", moe_a2a="deepep"))  # fmt: skip
+    up = next(x for x in r.records if x.name == "experts_up" and x.layer == 0)
+    assert up.detail.split(" x ", 1)[0].endswith(", 3072]") and "[3072, 5760]" in up.detail
+    router = next(x for x in r.records if x.name == "router" and x.layer == 0)
+    assert "2880" in router.detail
+
+
+def test_vllm_under_deepep_low_latency_pads_mxfp4_experts_for_batched_marlin() -> None:
+    """DeepEP's low-latency kernels hand vLLM's experts batched tokens, which only Marlin's
+    batched MXFP4 experts take: the width to 128 (2880 -> 2944) and the hidden size to 256,
+    after DeepEP's 3072; prefill's normal kernels keep Triton's 64 on Hopper."""
+    layout = Layout(1, attention_dp=8, ep=8)
+    ll = _split("gpt-oss-120b", "dgx-h100", "vllm", layout, moe_a2a="deepep")
+    ht = _split("gpt-oss-120b", "dgx-h100", "vllm", layout, moe_a2a="deepep", phase="prefill")
+    assert (ll.expert_width, ll.expert_hidden) == (2944, 3072)
+    assert (ht.expert_width, ht.expert_hidden) == (2880, 3072)

@@ -68,6 +68,11 @@ class ExpertSplit:
     #: the hidden size DeepEP's low-latency and normal kernels carry a token in (an engine
     #: that pads it: tpsim.core.deepep_buffers.hidden_for); 0: the model's
     deepep_hidden: tuple[int, int] = (0, 0)
+    #: the routed experts as the engine builds them (tpsim.core.expert_shapes): each
+    #: expert's width per rank rounded up to a multiple of ``width_align``, and the hidden
+    #: size their weights are built at and their GEMMs run at (0: the model's)
+    width_align: int = 1
+    expert_hidden: int = 0
 
     def nodes_hit(self) -> float:
         """Expected distinct hosts one token's ``k`` experts sit on (experts spread evenly

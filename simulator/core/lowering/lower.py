@@ -85,6 +85,7 @@ class _Megatron(LatentAttention, ExpertBlock):
         self.inner = split.mlp_width  # I: MLP width per rank (padded)
         self.vocab = split.vocab  # V: vocab rows per rank (padded)
         self.expert = split.expert_width  # Im: each routed expert's width per rank
+        self.expert_d = split.expert_hidden  # the hidden size the routed experts take
         # DeepEP's low-latency buffer (tokens a rank) and whether the engine chunks above it
         self.ll_cap, self.ll_chunked = engine.deepep_ll_tokens, engine.deepep_ll_chunked
         self.engine_name = engine.name

@@ -25,6 +25,7 @@ class ExpertBlock(LoweringBlock):
         ep_rank: int
         a2a: str
         expert: int
+        expert_d: int
         shared: int
         ll_cap: int
         ll_chunked: bool
@@ -145,10 +146,11 @@ class ExpertBlock(LoweringBlock):
     def routed_experts(self, mb: Any, layer: int, pairs: int, read: float) -> None:
         """This rank's experts over its ``pairs`` token-expert pairs, ``read`` experts'
         weights streamed: gate|up [P, d] x [d, 2Im] per expert, SwiGLU, down [P, Im] x
-        [Im, d] (Im: the width slice this rank holds)."""
+        [Im, d] (Im: the width slice this rank holds; Im and d as the engine builds the
+        experts, padded for its kernel: ExpertSplit.width_align, expert_hidden)."""
         if pairs == 0:
             return
-        inner, d = self.expert, self.d
+        inner, d = self.expert, self.expert_d  # as the engine builds the experts (padded)
         for name, n, kdim in (("experts_up", 2 * inner, d), ("experts_down", d, inner)):
             cost, detail = self.price.grouped_gemm(name, pairs, n, kdim, read)
             self.build.kernel(mb.index, name, "gemm", layer, cost, detail)

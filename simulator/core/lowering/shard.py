@@ -7,7 +7,9 @@ LM head split the vocabulary. Mixture-of-experts layers follow their
 of ``1 / moe_tp`` of their width (by default ``ep = 1``, ``moe_tp = tp``: tensor-parallel
 experts), the router [d, E] whole, and the shared experts split like the dense MLP (whole,
 replicated, when tokens are dispatched: each rank runs them on its own tokens). Widths that
-do not divide are padded up, as Megatron-LM and vLLM pad them. Multi-head latent
+do not divide are padded up, as Megatron-LM and vLLM pad them; the routed experts also as the
+engine rounds their width and hidden size for its MoE kernel (``ExpertSplit.width_align``,
+``expert_hidden``: :mod:`tpsim.core.expert_shapes`). Multi-head latent
 attention's cache has no head to split: one latent "KV head", held whole by every rank
 (replication ``tp``).
 """
@@ -34,6 +36,9 @@ class Shard:
     expert_width: int = 0  # each routed expert's FFN width per rank, ceil(Im / moe_tp)
     shared_width: int = 0  # the shared experts' FFN width per rank, ceil(Is / tp)
     local_experts: int = 0  # routed experts per rank, N / ep
+    #: the hidden size the routed experts' weights and GEMMs take: the model's, or as the
+    #: engine pads it (ExpertSplit.expert_hidden)
+    expert_hidden: int = 0
 
 
 def shard(model: ModelSpec, tp: int, experts: ExpertSplit | None = None) -> Shard:
@@ -44,6 +49,7 @@ def shard(model: ModelSpec, tp: int, experts: ExpertSplit | None = None) -> Shar
     if model.is_mla:  # the latent cache is one KV "head" every rank holds whole
         kv, replication = 1, tp
     moe_tp, local = (experts.moe_tp, experts.local_experts) if experts else (tp, model.num_experts)
+    align = experts.width_align if experts else 1
     shared_tp = 1 if experts and experts.dispatch else tp
     return Shard(
         tp=tp,
@@ -52,9 +58,12 @@ def shard(model: ModelSpec, tp: int, experts: ExpertSplit | None = None) -> Shar
         kv_replication=replication,
         mlp_width=ceil_div(model.intermediate_size, tp),
         vocab=ceil_div(model.vocab_size, tp),
-        expert_width=ceil_div(model.moe_intermediate_size, moe_tp),
+        expert_width=ceil_div(ceil_div(model.moe_intermediate_size, moe_tp), align) * align,
         shared_width=ceil_div(model.shared_intermediate_size, shared_tp),
         local_experts=local,
+        expert_hidden=((experts.expert_hidden if experts else 0) or model.hidden_size)
+        if model.is_moe
+        else 0,
     )
 
 
