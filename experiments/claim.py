@@ -31,7 +31,7 @@ from tpsim.core.config import Layout, Options, Workload, tp_problem
 from tpsim.core.errors import ConfigError
 from tpsim.core.kernels.attention import causal_pairs
 from tpsim.core.lowering.shard import shard
-from tpsim.core.memory import linear_params_per_gpu, memory_per_gpu
+from tpsim.core.memory import group_params_of_layer, linear_params_per_gpu, memory_per_gpu
 from tpsim.core.precision import dtype_bytes, run_precision
 from tpsim.models.catalog import get_model
 from tpsim.models.spec import ModelSpec
@@ -102,9 +102,17 @@ def lower_bound(
     routed_all = spec.num_moe_layers * spec.num_experts * per_expert
     routed_least = spec.num_moe_layers * spec.experts_per_token * per_expert
     expert_b = dtype_bytes(prec.experts or prec.weights)
+    # the GEMMs the checkpoint keeps 16-bit: read in 16 bits, run at the 16-bit peak
+    kept = kept_experts = 0
+    for i in range(layers) if prec.kept else ():
+        groups = group_params_of_layer(spec, tp, i)
+        kept += sum(groups[g] for g in prec.kept.groups_of(i) if g != "experts")
+        if "experts" in prec.kept.groups_of(i):
+            kept_experts += spec.experts_per_token * per_expert
     weight_bytes = (
-        (linear - routed_all) * dtype_bytes(prec.weights)
-        + routed_least * expert_b
+        (linear - routed_all - kept) * dtype_bytes(prec.weights)
+        + (routed_least - kept_experts) * expert_b
+        + (kept + kept_experts) * act_b
         + vocab * d * act_b
     )
     decode = workload.phase == "decode"
@@ -126,14 +134,19 @@ def lower_bound(
         windows = [spec.sliding_window if spec.is_sliding_layer(i) else 0 for i in range(layers)]
         pairs = workload.batch * sum(causal_pairs(s, w) for w in windows)
     attention_flops = 4.0 * heads * hd * pairs
-    linear_flops = 2.0 * tokens * (linear - routed_all + routed_least)
+    kept_flops = 2.0 * tokens * (kept + kept_experts)
+    linear_flops = 2.0 * tokens * (linear - routed_all + routed_least) - kept_flops
     head_flops = 2.0 * workload.batch * vocab * d
     math_peak = gpu.fp8_flops if prec.math == "fp8" and gpu.fp8_flops else gpu.bf16_flops
     if prec.math == "fp4" and gpu.fp4_flops:
         math_peak = gpu.fp4_flops
     fp8_attention = prec.kv == "fp8" and gpu.fp8_flops
     attn_peak = gpu.fp8_flops if fp8_attention and gpu.fp8_flops else gpu.bf16_flops
-    compute_s = linear_flops / math_peak + (attention_flops + head_flops) / attn_peak
+    compute_s = (
+        linear_flops / math_peak
+        + kept_flops / gpu.bf16_flops
+        + (attention_flops + head_flops) / attn_peak
+    )
 
     comm = _communication(graph, group.gpu_ranks, group.routes, tp, tokens * d * act_b, layers)
     mem = memory_per_gpu(spec, tp, workload, options, gpu)
@@ -149,7 +162,7 @@ def lower_bound(
             "weight_bytes_read_per_gpu": round(weight_bytes),
             "kv_bytes_read_per_gpu": round(kv_bytes),
             "hbm_peak_Bps": gpu.hbm_Bps,
-            "flops_per_gpu": linear_flops + attention_flops + head_flops,
+            "flops_per_gpu": linear_flops + kept_flops + attention_flops + head_flops,
             "peak_flops": math_peak,
             "resident_bytes_per_gpu": resident,
             "hbm_bytes": gpu.hbm_bytes,

@@ -35,6 +35,9 @@ head and layer. ``mtp_layers`` (DeepSeek-V3's multi-token prediction module) is 
 apart (:meth:`mtp_params`): it is not part of the forward pass of a step, nor loaded without
 speculative decoding.
 ``expert_dtype`` is the routed experts' checkpoint dtype where it differs (gpt-oss: mxfp4).
+``kept_16bit`` names the GEMMs a quantised checkpoint keeps in 16 bits, per layer
+(:mod:`tpsim.models.kept`: Meta's Llama-3.1-405B-FP8 keeps attention and its first and last
+layers' MLP bf16).
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from tpsim.models.attention import is_int as _is_int
 from tpsim.models.dtypes import DTYPE_BYTES, check_dtype
 from tpsim.models.errors import ModelError
 from tpsim.models.experts import MOE_INT_FIELDS, ExpertShapes
+from tpsim.models.kept import Kept, KeptModules, check_kept
 
 #: Norm layers and their parameter vectors of size d per norm.
 NORM_VECTORS: dict[str, int] = {"rmsnorm": 1, "layernorm": 2}
@@ -76,6 +80,7 @@ LATER_FIELDS = (
     "attention_sinks",
     "expert_dtype",
     "weight_block",
+    "kept_16bit",
 )
 
 _BOOL_FIELDS = (
@@ -132,6 +137,9 @@ class ModelSpec(AttentionShapes, ExpertShapes):
     #: the dimensions of each q/k head rotary embedding turns (GLM-4.5's
     #: ``partial_rotary_factor`` 0.5: 64 of 128); 0: all of head_dim
     rotary_dim: int = 0
+    #: the GEMMs a quantised checkpoint keeps 16-bit, (group, layers) pairs
+    #: (:mod:`tpsim.models.kept`); (): every linear layer in ``dtype``
+    kept_16bit: Kept = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -176,11 +184,51 @@ class ModelSpec(AttentionShapes, ExpertShapes):
                 f"rotary_dim={self.rotary_dim} {where}: a model with learned position "
                 "embeddings has no rotary embedding"
             )
+        self._check_kept(where)
         if self.learned_position_embeddings and mpe == 0:
             raise ModelError(
                 f"max_position_embeddings=0 {where}: must be positive when "
                 "learned_position_embeddings is true"
             )
+
+    def _check_kept(self, where: str) -> None:
+        check_kept(self.kept_16bit, self.num_layers, where)
+        for group, layers in self.kept_16bit:
+            if group in ("qkv_proj", "o_proj"):  # every layer has attention
+                continue
+            moe = group in ("shared_up", "shared_down", "experts")
+            wrong = [i for i in layers if self.is_moe_layer(i) != moe]
+            if moe and group != "experts" and not self.shared_intermediate_size:
+                wrong = list(layers)
+            if wrong:
+                where_not = "a layer with those experts" if moe else "a dense MLP layer"
+                raise ModelError(f"kept_16bit[{group!r}] layer {wrong[0]} {where}: not {where_not}")
+
+    @property
+    def kept(self) -> KeptModules:
+        """The GEMMs kept 16-bit (:class:`tpsim.models.kept.KeptModules`)."""
+        return KeptModules(self.kept_16bit, self.num_layers)
+
+    def group_params(self, group: str) -> int:
+        """Weights of one layer's GEMM ``group`` (:data:`tpsim.models.kept.GROUPS`), whole
+        (no bias): what keeping it 16-bit stores in 16 bits."""
+        d, inner = self.hidden_size, self.intermediate_size
+        o = self.num_heads * self.value_head_dim * d if self.is_mla else self.q_size * d
+        shared = self.shared_intermediate_size
+        return {
+            "qkv_proj": (self.mla_params_per_layer() - o if self.is_mla
+                         else d * (self.q_size + 2 * self.kv_size)),
+            "o_proj": o,
+            "mlp_up": (2 if self.gated_mlp else 1) * d * inner,
+            "mlp_down": d * inner,
+            "shared_up": 2 * d * shared,
+            "shared_down": d * shared,
+            "experts": self.num_experts * self.expert_params(),
+        }[group]  # fmt: skip
+
+    def kept_params(self) -> int:
+        """Weights of every GEMM kept 16-bit, over all layers (``kept_16bit``)."""
+        return sum(self.group_params(g) * len(layers) for g, layers in self.kept_16bit)
 
     # -- shapes ---------------------------------------------------------------------------
 
@@ -298,12 +346,16 @@ class ModelSpec(AttentionShapes, ExpertShapes):
 
     def weight_bytes(self, dtype: str | None = None) -> int:
         """Bytes of all weights stored in ``dtype`` (default: the model's own dtype, with
-        the routed experts in ``expert_dtype`` where the checkpoint has one)."""
+        the routed experts in ``expert_dtype`` where the checkpoint has one, and the GEMMs
+        it keeps 16-bit in two bytes: ``kept_16bit``)."""
         bytes_per = DTYPE_BYTES[check_dtype(self.dtype if dtype is None else dtype)]
-        if dtype is None and self.expert_dtype:
-            experts = self.expert_weight_params()
-            rest = self.num_params() - experts
-            return round(rest * bytes_per + experts * DTYPE_BYTES[self.expert_dtype])
+        if dtype is None and (self.expert_dtype or self.kept_16bit):
+            kept_experts = sum(len(ls) for g, ls in self.kept_16bit if g == "experts")
+            experts = self.expert_weight_params() - kept_experts * self.group_params("experts")
+            kept = self.kept_params()
+            rest = self.num_params() - experts - kept
+            expert_b = DTYPE_BYTES[self.expert_dtype or self.dtype]
+            return round(rest * bytes_per + experts * expert_b + kept * 2)
         return round(self.num_params() * bytes_per)
 
     def kv_bytes_per_token(self, dtype: str | None = None) -> int:
@@ -336,6 +388,8 @@ class ModelSpec(AttentionShapes, ExpertShapes):
         for field in ("dense_layers", "sliding_layers", "weight_block"):
             if field in out:
                 out[field] = list(getattr(self, field))
+        if "kept_16bit" in out:
+            out["kept_16bit"] = self.kept.to_dict()
         if self.num_experts:
             out["params_total"] = self.num_params()
             out["params_active"] = self.active_params()
@@ -344,10 +398,12 @@ class ModelSpec(AttentionShapes, ExpertShapes):
         return out
 
     def with_dtype(self, dtype: str) -> ModelSpec:
-        """The same model with weights in ``dtype``."""
-        dtype = check_dtype(dtype)  # other weights than the checkpoint's: not its blocks
-        block = self.weight_block if dtype == self.dtype else ()
-        return dataclasses.replace(self, dtype=dtype, weight_block=block)
+        """The same model with weights in ``dtype`` (every linear layer: other weights than
+        the checkpoint's keep neither its blocks nor its 16-bit layers)."""
+        dtype = check_dtype(dtype)
+        same = dtype == self.dtype
+        return dataclasses.replace(self, dtype=dtype, weight_block=self.weight_block if same
+                                   else (), kept_16bit=self.kept_16bit if same else ())  # fmt: skip
 
 
 #: The defaults of the fields in LATER_FIELDS (a dense model's values).

@@ -59,15 +59,29 @@ def linear_params_of_layer(
     moe_tp`` of each one's width, at the width and hidden size the engine builds them;
     default tensor-parallel: all, ``1/tp``) and the shared experts
     (:func:`tpsim.core.lowering.shard.shard`)."""
+    router = model.hidden_size * model.num_experts if model.is_moe_layer(layer) else 0
+    return router + sum(group_params_of_layer(model, tp, layer, experts).values())
+
+
+def group_params_of_layer(
+    model: ModelSpec, tp: int, layer: int, experts: ExpertSplit | None = None
+) -> dict[str, int]:
+    """One rank's weights of each GEMM of ``layer`` (the groups of
+    :data:`tpsim.models.kept.GROUPS` the layer has; the router apart)."""
     d, hd, split = model.hidden_size, model.head_dim, shard(model, tp, experts)
     h, kv, inner = split.heads, split.kv_heads, split.mlp_width
-    attn = d * (h + 2 * kv) * hd + h * hd * d
+    out = {"qkv_proj": d * (h + 2 * kv) * hd, "o_proj": h * hd * d}
     if model.is_mla:
-        attn = attention_params_per_rank(model, tp)
+        o = h * model.value_head_dim * d
+        out = {"qkv_proj": attention_params_per_rank(model, tp) - o, "o_proj": o}
     if model.is_moe_layer(layer):
-        experts_w = split.local_experts * 3 * split.expert_hidden * split.expert_width
-        return attn + d * model.num_experts + experts_w + 3 * d * split.shared_width
-    return attn + (3 if model.gated_mlp else 2) * d * inner
+        out["experts"] = split.local_experts * 3 * split.expert_hidden * split.expert_width
+        shared = split.shared_width
+        if shared:
+            out["shared_up"], out["shared_down"] = 2 * d * shared, d * shared
+        return out
+    out["mlp_up"], out["mlp_down"] = (2 if model.gated_mlp else 1) * d * inner, d * inner
+    return out
 
 
 def routed_expert_params_of_layer(
@@ -207,8 +221,21 @@ def memory_per_stage(
     # the router stays 16-bit in a quantised checkpoint (as the LM head; vLLM builds its
     # gate with quant_config=None)
     router = sum(d * model.num_experts for i in layers if model.is_moe_layer(i))
+    # the GEMMs the checkpoint keeps 16-bit (Precision.kept: run as stored only)
+    kept_linear = kept_routed = 0
+    for i in layers if prec.kept else ():
+        groups = group_params_of_layer(model, tp, i, experts)
+        for g in prec.kept.groups_of(i):
+            if g == "experts":
+                kept_routed += groups[g]
+            else:
+                kept_linear += groups[g]
     w_b, e_b = dtype_bytes(prec.weights), dtype_bytes(prec.expert_weights)
-    weights = round((linear - routed - router) * w_b + routed * e_b + (other + router) * act_b)
+    weights = round(
+        (linear - routed - router - kept_linear) * w_b
+        + (routed - kept_routed) * e_b
+        + (other + router + kept_linear + kept_routed) * act_b
+    )
     kv_cache = round(
         workload.batch * kv_elements_per_rank(model, tp, workload.kv_len, layers) * kv_b
     )

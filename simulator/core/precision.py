@@ -4,9 +4,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from tpsim.models.kept import NONE_KEPT, KeptModules
 from tpsim.models.spec import DTYPE_BYTES, ModelSpec
 
 if TYPE_CHECKING:
@@ -42,6 +43,11 @@ class Precision:
 
     ``experts``: the routed experts' weights, which a checkpoint may store apart
     (gpt-oss: MXFP4, run weight-only at the GEMMs' own math).
+
+    ``kept``: the GEMMs a quantised checkpoint run as stored keeps 16-bit
+    (:class:`tpsim.models.kept.KeptModules`: Meta's Llama-3.1-405B-FP8 keeps attention and
+    its first and last layers' MLP bf16), as vLLM builds a skipped layer
+    (``UnquantizedLinearMethod``): ``act`` weights and inputs at the 16-bit peak.
     """
 
     weights: str  # linear-layer weights (QKV, O, MLP)
@@ -50,6 +56,7 @@ class Precision:
     kv: str  # KV cache
     math: str  # the tensor-core peak the linear GEMMs run at
     experts: str = ""  # the routed experts' weights ("": as weights)
+    kept: KeptModules = NONE_KEPT  # GEMMs kept 16-bit (a checkpoint run as stored)
 
     @property
     def expert_weights(self) -> str:
@@ -83,6 +90,9 @@ class Precision:
                 f"routed experts {self.experts} ({scale}), dequantised to {self.gemm_in} in "
                 f"the GEMM prologue, {self.math} math"
             )
+        if self.kept:
+            parts.append(f"kept {self.act} by the checkpoint ({self.act} math): "
+                         f"{self.kept.describe()}")  # fmt: skip
         return "; ".join(parts)
 
 
@@ -93,6 +103,7 @@ def precision(
     *,
     fp4_tensor_cores: bool = False,
     expert_dtype: str = "",
+    kept: KeptModules = NONE_KEPT,
 ) -> Precision:
     """Resolve ``options.dtype``/``kv_dtype`` against the model and the GPU.
 
@@ -102,8 +113,22 @@ def precision(
     ``--dtype`` quantises (or dequantises) every linear layer, the experts too. The KV cache
     is ``--kv-dtype``, else ``--dtype``'s; a checkpoint stored in fp8 (DeepSeek-V3's) or
     NVFP4 run without ``--dtype`` keeps a 16-bit cache, as vLLM's ``kv_cache_dtype="auto"``
-    does.
+    does. The GEMMs a checkpoint keeps 16-bit (``kept``) stay so run as stored; a
+    ``--dtype`` quantises them too.
     """
+    prec = _resolved(options, model_dtype, fp8_tensor_cores, fp4_tensor_cores, expert_dtype)
+    if options.dtype is None and kept:
+        return replace(prec, kept=kept)
+    return prec
+
+
+def _resolved(
+    options: Options,
+    model_dtype: str,
+    fp8_tensor_cores: bool,
+    fp4_tensor_cores: bool,
+    expert_dtype: str,
+) -> Precision:
     experts = "" if options.dtype else expert_dtype
     base = options.dtype or model_dtype
     if base == "fp32":
@@ -136,6 +161,7 @@ def run_precision(options: Options, model: ModelSpec, gpu: GPUSpec) -> Precision
         gpu.fp8_flops is not None,
         fp4_tensor_cores=gpu.fp4_flops is not None,
         expert_dtype=model.expert_dtype,
+        kept=model.kept,
     )
 
 

@@ -130,12 +130,14 @@ def _lanes(records: list[Record], through: int | None = None) -> tuple[float, fl
 
 
 def _first_layers(spec: ModelSpec, n: int) -> ModelSpec:
-    """``spec`` cut to its first ``n`` layers (their sliding and dense layers kept)."""
+    """``spec`` cut to its first ``n`` layers (their sliding and dense layers and the GEMMs
+    they keep 16-bit kept)."""
     return replace(
         spec,
         num_layers=n,
         sliding_layers=tuple(i for i in spec.sliding_layers if i < n),
         dense_layers=tuple(i for i in spec.dense_layers if i < n),
+        kept_16bit=spec.kept.first(n),
     )
 
 
@@ -176,6 +178,7 @@ class IterationTimer:
         spec = self.plan.model
         alike = all(spec.is_moe_layer(i) == spec.is_moe_layer(0) for i in range(spec.num_layers))
         alike = alike and len(self.plan.experts.histogram) <= 1  # per-layer routing differs
+        alike = alike and spec.kept.uniform  # 16-bit GEMMs on some layers only: they differ
         #: the short model the step is extrapolated from, if its layers are alike
         self._short: tuple[int, ModelSpec] | None = (
             (SHORT_LAYERS, _first_layers(spec, SHORT_LAYERS))

@@ -93,15 +93,18 @@ class Pricing:
             return None
         return self.table.op_seconds(op, self.hw.name, dtype, x, y, model)
 
-    def gemm(self, name: str, m: int, n: int, k: int) -> tuple[KernelCost, str]:
-        """GEMM ``name`` of ``[m, k] x [k, n]`` and its shape text (``(kernel table)`` added
-        when a measured time replaced the model's)."""
-        return self._kept(("gemm", name, m, n, k), lambda: self._gemm(name, m, n, k))
-
-    def _gemm(self, name: str, m: int, n: int, k: int) -> tuple[KernelCost, str]:
+    def gemm(self, name: str, m: int, n: int, k: int, layer: int = -1) -> tuple[KernelCost, str]:
+        """GEMM ``name`` of ``[m, k] x [k, n]`` of ``layer`` and its shape text (``(kernel
+        table)`` added when a measured time replaced the model's; ``16-bit`` when the
+        checkpoint keeps it so on this layer)."""
         # the LM head and an MoE router stay 16-bit in quantised checkpoints (vLLM builds
-        # the router's gate with quant_config=None: DeepSeek, Qwen3-MoE, Mixtral)
-        linear = name not in ("lm_head", "router")
+        # the router's gate with quant_config=None: DeepSeek, Qwen3-MoE, Mixtral), and so
+        # does a GEMM the checkpoint's skip list names (UnquantizedLinearMethod)
+        linear = name not in ("lm_head", "router") and not self.prec.kept.has(name, layer)
+        key = ("gemm", name, m, n, k, linear)
+        return self._kept(key, lambda: self._gemm(name, m, n, k, linear))
+
+    def _gemm(self, name: str, m: int, n: int, k: int, linear: bool) -> tuple[KernelCost, str]:
         g = self.hw if linear else self.hw16
         a_in, w, wdtype = (
             (self.in_b, self.w_b, self.prec.weights)
@@ -114,6 +117,8 @@ class Pricing:
 
         cost = price(m)
         detail = f"[{m}, {k}] x [{k}, {n}]"
+        if not linear and name not in ("lm_head", "router"):
+            detail += f" {self.prec.act} (kept 16-bit)"
         if self.table is not None:
             t = self.table.gemm_seconds(
                 name, self.hw.name, wdtype, m, n, k, lambda r: price(r).seconds
@@ -127,15 +132,22 @@ class Pricing:
         return cost, detail
 
     def grouped_gemm(
-        self, name: str, rows: int, n: int, k: int, experts_read: float
+        self, name: str, rows: int, n: int, k: int, experts_read: float, layer: int = -1
     ) -> tuple[KernelCost, str]:
-        """The routed experts' grouped GEMM ``name``: ``rows`` token-expert pairs
-        ``[rows, k]`` over ``experts_read`` expert weights ``[k, n]`` (no kernel table
-        measures one: always the model's price)."""
+        """The routed experts' grouped GEMM ``name`` of ``layer``: ``rows`` token-expert
+        pairs ``[rows, k]`` over ``experts_read`` expert weights ``[k, n]`` (no kernel table
+        measures one: always the model's price); 16-bit at the 16-bit peak where the
+        checkpoint keeps this layer's experts so."""
+        detail = f"[{rows}, {k}] x {experts_read:.2f} experts [{k}, {n}]"
+        if self.prec.kept.has(name, layer):
+            cost = costs.grouped_gemm(rows, n, k, self.hw16, experts_read=experts_read,
+                                      act_bytes=self.act_b, w_bytes=self.act_b,
+                                      out_bytes=self.act_b)  # fmt: skip
+            return cost, f"{detail} {self.prec.act} (kept 16-bit)"
         cost = costs.grouped_gemm(rows, n, k, self.hw, experts_read=experts_read,
                                   act_bytes=self.in_b, w_bytes=self.expert_b or self.w_b,
                                   out_bytes=self.act_b)  # fmt: skip
-        return cost, f"[{rows}, {k}] x {experts_read:.2f} experts [{k}, {n}]"
+        return cost, detail
 
     def batched_gemm(self, name: str, batch: int, m: int, n: int, k: int) -> tuple[KernelCost, str]:
         """``batch`` independent 16-bit GEMMs ``[m, k] x [k, n]``, one weight each (a bmm:

@@ -110,7 +110,7 @@ class _Megatron(LatentAttention, ExpertBlock):
     def gemm(self, mb: Slice, name: str, layer: int, m: int, n: int, k: int, site: str = "",
              deps: tuple[int, ...] | None = None, part: str = "") -> int:  # fmt: skip
         """GEMM ``name`` of ``[m, k] x [k, n]`` as one kernel (piece ``part`` of a split)."""
-        cost, detail = self.price.gemm(name, m, n, k)
+        cost, detail = self.price.gemm(name, m, n, k, layer)
         return self.build.kernel(mb.index, name + part, "gemm", layer, cost, detail, site, deps)
 
     def rows(self, mb: Slice) -> int:

@@ -152,7 +152,7 @@ class ExpertBlock(LoweringBlock):
             return
         inner, d = self.expert, self.expert_d  # as the engine builds the experts (padded)
         for name, n, kdim in (("experts_up", 2 * inner, d), ("experts_down", d, inner)):
-            cost, detail = self.price.grouped_gemm(name, pairs, n, kdim, read)
+            cost, detail = self.price.grouped_gemm(name, pairs, n, kdim, read, layer)
             self.build.kernel(mb.index, name, "gemm", layer, cost, detail)
             if name == "experts_up":
                 self.swiglu(mb, "experts_act", layer, pairs, inner)  # [P, 2Im] -> [P, Im]

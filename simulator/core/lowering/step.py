@@ -42,6 +42,7 @@ def step_pricing(model: ModelSpec, tp: int, options: Options, hw: Hardware,
         hw.fp8_tensor_cores,
         fp4_tensor_cores=hw.fp4_tensor_cores,
         expert_dtype=model.expert_dtype,
+        kept=model.kept,
     )
     price = Pricing.of(hw, prec, table)
     return replace(price, memo={}) if memo else price
