@@ -77,7 +77,8 @@ A config without model_type that has the llama keys loads as llama-like; an unkn
 model_type is refused (naming the family its ``architectures`` class belongs to, when tpsim
 reads that one). ``quantization_config`` sets the linear layers' dtype in every family
 (:func:`tpsim.models.hf_reader.linear_dtype`: fp8, NVFP4, AWQ/GPTQ int4); other quantisations
-are refused.
+are refused. Its skip lists keep some GEMMs 16-bit (``ModelSpec.kept_16bit``,
+:func:`tpsim.models.hf_skiplist.with_skip_lists`).
 Every malformed input raises ModelError with a one-line message naming the field.
 """
 
@@ -91,6 +92,7 @@ from tpsim.calibration.bounded import ReadRefused, read_text, shorten
 from tpsim.models.errors import ModelError
 from tpsim.models.families import FAMILIES, SUPPORTED_TYPES, llama_like
 from tpsim.models.hf_reader import Reader, show, where_of
+from tpsim.models.hf_skiplist import with_skip_lists
 from tpsim.models.spec import ModelSpec
 
 #: A config.json is a few KB; anything above this is not one (and is not read into memory).
@@ -195,9 +197,9 @@ def spec_from_hf_dict(cfg: dict[str, Any], name: str, *, source: str = "config.j
                 f"model_type={model_type!r}; {_readers('layer_types')}",
             )
     if family is not None:
-        return family[0](r, name)
+        return with_skip_lists(r, family[0](r, name), model_type)
     if model_type is None and all(k in cfg for k in _LLAMA_KEYS):
-        return llama_like(r, name, None)
+        return with_skip_lists(r, llama_like(r, name, None), None)
     raise ModelError(
         f"model_type missing in {source}: required unless the llama keys "
         f"({', '.join(_LLAMA_KEYS)}) are all present"

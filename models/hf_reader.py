@@ -5,7 +5,6 @@ and the source.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -136,9 +135,9 @@ def quant_method(r: Reader) -> str | None:
 
 #: ``quantization_config.quant_method`` values whose linear layers tpsim runs in one of its
 #: dtypes: block- or row-scaled e4m3 (transformers' FineGrainedFP8, DeepSeek-V3's and
-#: Qwen3's -FP8 checkpoints; FBGEMM's row-scaled fp8). A checkpoint that leaves some linear
-#: layers 16-bit (Meta's Llama-3.1-405B-FP8: attention) is refused:
-#: :func:`_refuse_unquantised_layers`.
+#: Qwen3's -FP8 checkpoints; FBGEMM's row-scaled fp8). The linear layers a checkpoint's skip
+#: list leaves 16-bit (Meta's Llama-3.1-405B-FP8: attention, its first and last layers) are
+#: read by :func:`tpsim.models.hf_skiplist.with_skip_lists`.
 FP8_METHODS = ("fp8", "fbgemm_fp8")
 #: ``quant_method`` values of 4-bit integer weights with group scales and zero points
 #: (AutoAWQ's and AutoGPTQ/GPTQModel's checkpoints; vLLM runs both with Marlin: ``int4``).
@@ -203,7 +202,6 @@ def linear_dtype(r: Reader) -> str:
     if method is None:
         return dtype_of(r)
     q = r.cfg["quantization_config"]
-    _refuse_unquantised_layers(r, q)
     if method in FP8_METHODS:
         return "fp8"
     if method in INT4_METHODS:
@@ -227,49 +225,6 @@ def linear_dtype(r: Reader) -> str:
         method,
         f"not modelled (its weights are not a format tpsim prices); modelled: {MODELLED_QUANT}",
     )
-
-
-#: The keys under which a quantisation method lists the modules it leaves in 16 bits:
-#: transformers' and vLLM's fp8, fbgemm_fp8, AWQ (``modules_to_not_convert``),
-#: llm-compressor's compressed-tensors (``ignore``), ModelOpt (``exclude_modules``, and
-#: ``ignore`` in newer exports), vLLM's own fp8 config (``ignored_layers``).
-SKIP_KEYS = ("modules_to_not_convert", "ignore", "exclude_modules", "ignored_layers")
-#: A skip-list entry that leaves a module 16-bit which tpsim already keeps 16-bit, or does
-#: not load: the LM head and embedding, an MoE router (``mlp.gate``, ``block_sparse_moe.gate``,
-#: Qwen2-MoE's ``shared_expert_gate``, DeepSeek's ``e_score_correction_bias``, gpt-oss's
-#: ``router``), and vision or multi-token-prediction modules.
-_KEPT_16BIT = re.compile(
-    r"lm_head|embed_tokens|e_score_correction_bias|router|visual|vision|mtp"
-    r"|(^|[.*:])(shared_expert_)?gate[$*]*$"
-)
-
-
-def _refuse_unquantised_layers(r: Reader, q: dict[str, Any]) -> None:
-    """Refuse a checkpoint whose quantisation leaves some of its transformer layers'
-    linear weights 16-bit (its skip list names attention, MLP or expert projections, or
-    whole layers): tpsim sizes and times every linear layer in the one quantised format,
-    so such weights would be 2-4x too small. Meta's Llama-3.1-405B-FP8 leaves attention
-    and the first and last layers bf16 (Llama 3 paper, sec. 6.2): sized as all fp8, 16 %
-    of its weights were missing. An entry naming a layer past ``num_hidden_layers`` (an MTP
-    layer, not loaded) is kept."""
-    layers = r.cfg.get("num_hidden_layers")
-    for key in SKIP_KEYS:
-        entries = q.get(key)
-        if entries is None:
-            continue
-        where = f"quantization_config.{key}"
-        if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
-            raise r.fail(where, entries, "must be a list of module names")
-        for entry in entries:
-            if _KEPT_16BIT.search(entry):
-                continue
-            index = re.search(r"layers\.(\d+)", entry)
-            if index and isinstance(layers, int) and int(index.group(1)) >= layers:
-                continue
-            raise r.fail(where, entry,
-                         "leaves these linear layers unquantised (16-bit) beside the "
-                         "quantised ones; mixed weight formats are not modelled (sized as "
-                         "quantised they would be 2-4x too small)")  # fmt: skip
 
 
 def _compressed_tensors(r: Reader, q: dict[str, Any]) -> str:

@@ -217,6 +217,12 @@ def _run(a: argparse.Namespace) -> int:
             "(tpsim's --dtype sets the weights; vLLM's only the activations): leave it out "
             "to run the checkpoint as stored"
         )
+    kept = result.typed.config.model.kept
+    if a.dtype and kept:
+        warn(
+            f"--dtype {a.dtype} also runs what the checkpoint keeps 16-bit as {a.dtype} "
+            f"({kept.describe()}): leave it out to run the checkpoint as stored"
+        )
     if a.kernel_table:
         from tpsim.core.kernels.kernel_table import load
 

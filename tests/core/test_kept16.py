@@ -4,16 +4,19 @@ quantises them all again."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
-from tpsim import Options, Workload
+from tpsim import Options, Workload, simulate
 from tpsim.core.kernels import costs
 from tpsim.core.kernels.costs import hardware_for
 from tpsim.core.lowering.lower import lower
 from tpsim.core.memory import memory_per_gpu, memory_per_stage
 from tpsim.core.precision import run_precision
 from tpsim.models.catalog import get_model
+from tpsim.models.hf_config import spec_from_hf_dict
 from tpsim.models.spec import ModelSpec
 from tpsim.topologies.gpus import GPUS
 
@@ -128,3 +131,54 @@ def test_the_claim_bound_reads_kept_gemms_in_16_bits() -> None:
     mixed = lower_bound(_small(), "dgx-h100", 2, wl).details["weight_bytes_read_per_gpu"]
     fp8 = lower_bound(_small(), "dgx-h100", 2, wl, dtype="fp8").details
     assert mixed - fp8["weight_bytes_read_per_gpu"] == 4 * 1_310_720 + 6_291_456
+
+
+#: SMALL as its config.json says it: fbgemm_fp8 leaving attention and layer 0's MLP bf16.
+SMALL_CONFIG = {
+    "model_type": "llama", "hidden_size": 1024, "num_attention_heads": 8,
+    "num_key_value_heads": 2, "num_hidden_layers": 4, "intermediate_size": 4096,
+    "vocab_size": 32000, "torch_dtype": "bfloat16", "tie_word_embeddings": False,
+    "quantization_config": {"quant_method": "fbgemm_fp8", "activation_scale_ub": 1200.0,
+                            "modules_to_not_convert": ["self_attn", "model.layers.0.mlp",
+                                                       "lm_head"]},
+}  # fmt: skip
+
+
+def test_the_small_config_reads_as_small() -> None:
+    assert spec_from_hf_dict(SMALL_CONFIG, "small") == SMALL
+
+
+def test_meta_405b_fp8_on_8_h100(tmp_path: Path) -> None:
+    """The run's weights are the hand figure of docs/model.md (60,903,292,928 B a GPU: its
+    attention and layers 0 and 125's MLP bf16, the rest of the MLPs fp8, the embedding and
+    head bf16), its precision line names the kept modules, and --dtype fp8 is 51.26 GB."""
+    path = Path(__file__).parents[1] / "data" / "models" / "llama-3.1-405b-instruct-fp8.json"
+    s = simulate(str(path), "dgx-h100", 8, Workload(1, "decode", context_len=16)).typed_summary
+    assert s.memory.weights_bytes_per_gpu == 60_903_292_928
+    assert s.config.precision_note.endswith(
+        "kept bf16 by the checkpoint (bf16 math): attention on every layer; MLP on layers 0, 125"
+    )
+    assert s.config.model.to_dict()["kept_16bit"]["qkv_proj"] == list(range(126))
+    fp8 = simulate(str(path), "dgx-h100", 8, Workload(1, "decode", context_len=16),
+                   Options(dtype="fp8")).typed_summary  # fmt: skip
+    assert fp8.memory.weights_bytes_per_gpu / 1e9 == pytest.approx(51.26, abs=0.005)
+    assert "kept" not in fp8.config.precision_note
+
+
+def test_dtype_on_a_mixed_checkpoint_warns_that_it_quantises_the_kept_layers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tpsim.cli import main
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(SMALL_CONFIG))
+    assert main(["run", "--model", str(path), "--topology", "dgx-h100", "--tp", "2"]) == 0
+    out, err = capsys.readouterr()
+    assert (
+        "kept bf16 by the checkpoint (bf16 math): attention on every layer; MLP on layer 0\n" in out
+    )
+    assert not err
+    args = ["run", "--model", str(path), "--topology", "dgx-h100", "--tp", "2", "--dtype", "fp8"]
+    assert main(args) == 0
+    _, err = capsys.readouterr()
+    assert "--dtype fp8 also runs what the checkpoint keeps 16-bit as fp8" in err
