@@ -146,7 +146,8 @@ def test_four_bit_dtypes_carry_their_block_scales() -> None:
 def test_an_attention_field_tpsim_does_not_model_is_refused() -> None:
     cfg = _cfg("qwen3-32b")
     kinds = ["sliding_attention", "full_attention"] * 32
-    with pytest.raises(ModelError, match=r"^layer_types='sliding_attention'.*layer_types tpsim reads: gpt_oss"):
+    says = r"^layer_types='sliding_attention'.*layer_types tpsim reads: gpt_oss"
+    with pytest.raises(ModelError, match=says):
         spec_from_hf_dict({**cfg, "layer_types": kinds}, "x")
     assert spec_from_hf_dict({**cfg, "layer_types": ["full_attention"] * 64}, "x").num_layers
     with pytest.raises(ModelError, match=r"^kv_lora_rank=512 .*not modelled.*deepseek_v3"):
