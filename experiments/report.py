@@ -30,6 +30,7 @@ from tpsim.experiments.compare import (
 )
 from tpsim.experiments.plots.gantt_view import gantt_view
 from tpsim.experiments.plots.report_charts import breakdown_figure, sweep_figure
+from tpsim.experiments.plots.report_charts import drawn as drawn_point
 from tpsim.experiments.plots.report_gantt import Run, gantt_figure, us
 from tpsim.experiments.plots.style import REPORT_CSS as CSS
 
@@ -189,10 +190,11 @@ def html_report(
         parts.append(fig_html(fig, f"gantt{i}"))
     if sweep_rows:
         parts.append("<h2>Sweep</h2>")
-        ok = [r for r in sweep_rows if not r.get("error")]
+        failed = sum(1 for r in sweep_rows if r.get("error"))
+        unfit = sum(1 for r in sweep_rows if not r.get("error") and not drawn_point(r))
         parts.append(
-            f'<p class="note">{len(sweep_rows):,} points, {len(sweep_rows) - len(ok):,} '
-            "with errors.</p>"
+            f'<p class="note">{len(sweep_rows):,} points, {failed:,} with errors, {unfit:,} '
+            "not fitting in memory (neither drawn).</p>"
         )
         parts.append(fig_html(sweep_figure(sweep_rows), "sweep"))
     body = "\n".join(parts)

@@ -135,12 +135,19 @@ def _step_s(row: Mapping[str, Any]) -> float:
     return float(row["in_flight_tpot_s"] if kept_full(row) else row.get("latency_s") or 0.0)
 
 
+def drawn(row: Mapping[str, Any]) -> bool:
+    """Whether the sweep chart draws ``row``: it ran and its step fits the GPUs' memory (the
+    sweep's PNG plots leave the others out too)."""
+    return not row.get("error") and row.get("fits") is not False
+
+
 def sweep_figure(rows: Sequence[Mapping[str, Any]]) -> go.Figure:
     """Tokens/s per GPU against batch, one line per configuration of a sweep (log axes), a
     pipeline's with its stages kept full (``in_flight_*``; one whose batches in flight do
-    not fit is left out). The legend names only what differs between the lines; lines with
-    the same points are drawn once, named together."""
-    ok = [r for r in rows if not r.get("error") and _per_gpu(r)]
+    not fit is left out, as is a point that does not fit its GPUs' memory: ``fits`` false).
+    The legend names only what differs between the lines; lines with the same points are
+    drawn once, named together."""
+    ok = [r for r in rows if drawn(r) and _per_gpu(r)]
     full = any(kept_full(r) for r in ok)
     fields = [f for f in SERIES_FIELDS if len({str(r.get(f, "")) for r in ok}) > 1] or ["tp"]
     series: dict[str, list[Mapping[str, Any]]] = {}

@@ -187,3 +187,17 @@ def test_every_line_of_a_sweep_chart_has_its_own_look() -> None:
     fig = sweep_figure(rows)
     looks = {(t.line.color, t.line.dash, t.marker.symbol) for t in fig.data}
     assert len(fig.data) == 8 and len(looks) == 8
+
+
+def test_sweep_chart_leaves_out_points_that_do_not_fit() -> None:
+    """A point whose step does not fit its GPUs' memory was drawn as if it ran (the sweep's
+    PNG plots already left it out)."""
+    row = {"model": "m", "topology": "t", "nodes": 1, "phase": "decode", "engine": "vllm"}
+    rows = [
+        {**row, "tp": tp, "batch": 8, "tokens_per_s_per_gpu": 10.0 * tp, "latency_s": 0.01,
+         "fits": tp > 1}
+        for tp in (1, 2, 4)
+    ]  # fmt: skip
+    fig = sweep_figure(rows)
+    assert [t.name for t in fig.data] == ["TP 2", "TP 4"]
+    assert [list(t.y) for t in fig.data] == [[20.0], [40.0]]
