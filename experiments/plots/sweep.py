@@ -393,9 +393,20 @@ def draw_series_comparison(series: Mapping[str, Sequence[Row]], *, title: str) -
     every = [r for rs in series.values() for r in rs if rated(r)]
     full = rate_words(every)
     ylabel = f"tokens/s (whole layout{full})" if full else "tokens/s (whole TP group)"
+    # a line per series and layout beyond TP (stages, replicas): a series holding PP 1 and
+    # PP 2 points of one batch had zigzagged between them on one line
+    lines = sorted(
+        {(n, layout_of(r)[1:]) for n in names for r in series[n] if rated(r)},
+        key=lambda k: (names.index(k[0]), k[1]),
+    )
     for ax, batch in zip(axes, batches, strict=False):
-        for i, name in enumerate(names):
-            _tp_line(ax, i, name, [r for r in series[name] if rated(r) and r["batch"] == batch])
+        for i, (name, rest) in enumerate(lines):
+            pts = [
+                r
+                for r in series[name]
+                if rated(r) and r["batch"] == batch and layout_of(r)[1:] == rest
+            ]
+            _tp_line(ax, i, name + _extra_layout((0, *rest)), pts)
         _style(ax, _x_label(every), ylabel, _tps(every))
         _plain_log_y(ax)
         ax.set_title(f"batch {batch}", fontsize=FONT)

@@ -395,3 +395,14 @@ def test_in_node_vs_cross_node_draws_tp_groups_alone() -> None:
     lines = [line for line in fig.axes[0].get_lines() if line.get_gid() != sp.HOST_BOUNDARY]
     assert sorted(x for line in lines for x in line.get_xdata()) == [4, 8, 16]
     assert "TP groups alone" in fig._suptitle.get_text()
+
+
+def test_series_comparison_draws_each_layout_of_a_series_apart() -> None:
+    """Defect: a series holding PP 1 and PP 2 points of one batch drew them on one line
+    against TP, zigzagging between the layouts."""
+    plain = [row(tp, 8) for tp in (2, 4)]
+    piped = [{**row(tp, 8), "pp": 2, "point_id": f"pp{tp}"} for tp in (2, 4)]
+    fig = sp.draw_series_comparison({"a": plain + piped, "b": plain}, title="t")
+    lines = fig.axes[0].get_lines()
+    assert sorted(line.get_label() for line in lines) == ["a", "a, PP 2", "b"]
+    assert all(list(line.get_xdata()) == [2, 4] for line in lines)
