@@ -177,7 +177,9 @@ def engine_sequences(req: PlanRequest, tp: int, pp: int, ep: int = 1, adp: int =
     """The most sequences of ``context_len`` tokens the engine's paged KV cache holds per
     replica (per attention group), as the engine sizes it when it starts and ``tpsim serve``
     does (:func:`~tpsim.experiments.serve.run.kv_cache`: its share of the memory less the
-    weights and a profiling step of ``max_num_batched_tokens`` tokens, in whole blocks);
+    weights and a profiling step of ``max_num_batched_tokens`` tokens, in whole blocks, a
+    sequence holding those of its sliding-window layers' window only where the engine's
+    hybrid manager frees the rest);
     :data:`BATCH_LIMIT` for an engine without one (static batching)."""
     from tpsim.calibration.scheduler import scheduler
     from tpsim.core.plan import resolve
@@ -192,7 +194,7 @@ def engine_sequences(req: PlanRequest, tp: int, pp: int, ep: int = 1, adp: int =
     if spec.policy == "static":
         return BATCH_LIMIT
     kv = kv_cache(plan_, spec, pp)
-    return kv.blocks // -(-req.context_len // kv.block_size)
+    return kv.blocks // kv.blocks_layout.blocks_for(req.context_len)
 
 
 def _fits(req: PlanRequest, tp: int, pp: int, ep: int = 1, adp: int = 1) -> Callable[[int], bool]:

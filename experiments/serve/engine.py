@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from tpsim.calibration.scheduler import SchedulerSpec
 from tpsim.core.lowering.mixed import MixedStep
-from tpsim.experiments.serve.kvblocks import RequestBlocks
+from tpsim.experiments.serve.kvblocks import BlockLayout, RequestBlocks
 from tpsim.experiments.serve.kvpool import BlockPool, Key
 from tpsim.experiments.serve.running import (
     BLOCKS,
@@ -110,10 +110,13 @@ class EngineInstance:
         requests: Callable[[int], tuple[int, int, int, int]],
         *,
         record_steps: bool = True,
+        layout: BlockLayout | None = None,
     ) -> None:
         self.spec, self.total_blocks, self.timer = spec, blocks, timer
         self.pool = BlockPool(blocks)
-        self.kv = RequestBlocks(self.pool, spec.block_size, spec.prefix_caching)
+        #: how a sequence holds blocks (default: every layer at its length)
+        self.layout = layout or BlockLayout(spec.block_size)
+        self.kv = RequestBlocks(self.pool, self.layout, spec.prefix_caching)
         self.lookup = requests  # id -> (prompt tokens, output tokens, prefix group, shared)
         self.waiting: deque[Request] = deque()
         #: async scheduling: requests admitted since the last plan, with when, in order
@@ -285,7 +288,7 @@ class EngineInstance:
         the first that cannot have them are taken at once; that one preempts the last
         admitted until it fits (or is the one preempted: the step is planned), and the
         requests after it are scheduled in the same way."""
-        run, size = self.running, self.spec.block_size
+        run, layout = self.running, self.layout
         sels, ns, preempted, start = [], [], False, 0
         while start < len(run) and budget > 0:
             cols = run.cols[:, start : len(run)]
@@ -295,7 +298,7 @@ class EngineInstance:
                 left = np.where((computed < prompt) == (only == "prefills"), left, 0)
             n = np.minimum(left, budget - (np.cumsum(left) - left))
             ok = n > 0
-            need = np.where(ok, -(-(computed + n) // size) - cols[BLOCKS], 0)
+            need = np.where(ok, layout.blocks_of(computed + n) - cols[BLOCKS], 0)
             np.maximum(need, 0, out=need)
             total = np.cumsum(need)
             m = len(total)

@@ -8,23 +8,85 @@ gets them.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
 from tpsim.experiments.serve.kvpool import BlockPool, Key
 
 if TYPE_CHECKING:
     from tpsim.experiments.serve.engine import Request
+    from tpsim.models.spec import ModelSpec
+
+
+@dataclass(frozen=True)
+class BlockLayout:
+    """How a sequence holds the pool's blocks, ``size`` tokens each: one block a ``size``
+    tokens in each of ``full`` groups of layers, and in each of ``sliding`` groups only the
+    blocks that hold its last ``window`` tokens (vLLM V1's hybrid KV cache manager: a block
+    of the pool holds one group's layers; ``SlidingWindowManager.remove_skipped_blocks``
+    frees the blocks wholly before the window, so a sequence keeps at most
+    ``ceil((window - 1) / size) + 1`` of them). One full group and no sliding one: every
+    layer's cache at the sequence's length."""
+
+    size: int
+    full: int = 1
+    sliding: int = 0
+    window: int = 0
+
+    @property
+    def groups(self) -> int:
+        return self.full + self.sliding
+
+    @property
+    def window_blocks(self) -> int:
+        """The most blocks a sliding group keeps for one sequence."""
+        return -(-(self.window - 1) // self.size) + 1
+
+    def blocks_for(self, tokens: int) -> int:
+        """Blocks that hold ``tokens`` of one sequence."""
+        n = -(-tokens // self.size)
+        return self.full * n + (self.sliding * min(n, self.window_blocks) if self.sliding else 0)
+
+    def blocks_of(self, tokens: np.ndarray) -> np.ndarray:
+        """:meth:`blocks_for` of each of ``tokens``."""
+        n = -(-tokens // self.size)
+        if not self.sliding:
+            return self.full * n
+        return self.full * n + self.sliding * np.minimum(n, self.window_blocks)
+
+
+def hybrid_layout(model: ModelSpec, layers: range, block_size: int) -> tuple[BlockLayout, int]:
+    """vLLM V1's hybrid KV cache groups (``_get_kv_cache_groups_uniform_page_size``) of
+    ``model``, and the layers of ``layers`` (a pipeline stage's) one block of the pool holds.
+
+    The model's full and sliding layers are split into groups of one size: the fewer kind's
+    count, or the larger's when it is under 1.5 times that (each kind then padded to whole
+    groups); a model of one kind is one group. A stage's block holds one layer of each of
+    its groups' layers there, the largest group's count on the stage."""
+    sliding = [i for i in range(model.num_layers) if model.is_sliding_layer(i)]
+    kinds = [n for n in (model.num_layers - len(sliding), len(sliding)) if n]
+    size = min(kinds) if max(kinds) >= 1.5 * min(kinds) else max(kinds)
+    nf, ns = (-(-n // size) for n in (model.num_layers - len(sliding), len(sliding)))
+    here = sum(1 for i in layers if model.is_sliding_layer(i))
+    per_block = max(-(-(len(layers) - here) // nf) if nf else 0, -(-here // ns) if ns else 0)
+    layout = BlockLayout(block_size, nf, ns, model.sliding_window if ns else 0)
+    return layout, per_block
 
 
 class RequestBlocks:
-    """``pool``'s blocks as requests hold them, ``block_size`` tokens each."""
+    """``pool``'s blocks as requests hold them, as ``layout`` says (``size`` tokens each)."""
 
-    def __init__(self, pool: BlockPool, block_size: int, prefix_caching: bool) -> None:
-        self.pool, self.size, self.prefix_caching = pool, block_size, prefix_caching
+    def __init__(self, pool: BlockPool, layout: BlockLayout, prefix_caching: bool) -> None:
+        # an all-sliding model's prefix cache (its blocks held past the window) is not
+        # modelled: a request's registered blocks are among its full groups' blocks
+        self.pool, self.layout = pool, layout
+        self.prefix_caching = prefix_caching and layout.full > 0
+        self.size = layout.size
 
     def blocks_for(self, tokens: int) -> int:
         """Blocks that hold ``tokens``."""
-        return -(-tokens // self.size)
+        return self.layout.blocks_for(tokens)
 
     def hold(self, tokens: int, held: int) -> int | None:
         """The blocks held once ``tokens`` fit, from ``held``, taking what is missing; None
@@ -99,4 +161,4 @@ def own_group(r: Request) -> int:
     return -2 - r.id
 
 
-__all__ = ["RequestBlocks", "own_group"]
+__all__ = ["BlockLayout", "RequestBlocks", "hybrid_layout", "own_group"]

@@ -17,95 +17,21 @@ from typing import Any
 
 import numpy as np
 from tpsim.calibration.scheduler import SchedulerSpec, scheduler
-from tpsim.core.comm.layout import stage_layers
 from tpsim.core.config import Layout, Options, Workload
 from tpsim.core.engine.serving import run_loop
 from tpsim.core.errors import ConfigError
 from tpsim.core.kv_transfer import KVRoutes, Pool
-from tpsim.core.memory import kv_elements_per_rank, memory_per_stage
-from tpsim.core.plan import RunPlan, resolve
-from tpsim.core.precision import dtype_bytes, precision
+from tpsim.core.plan import resolve
 from tpsim.core.stage_sends import StageSends
 from tpsim.core.step_timer import IterationTimer
 from tpsim.experiments.serve import metrics
 from tpsim.experiments.serve.disagg import Disagg, DisaggServers
 from tpsim.experiments.serve.engine import EngineInstance, Request, StepRecord
+from tpsim.experiments.serve.kvcache import KVCache, kv_blocks, kv_cache
 from tpsim.experiments.serve.lockstep import LockstepGroup
 from tpsim.experiments.serve.pipeline import SplitPass, Stages, VirtualEngine
 from tpsim.experiments.serve.workload import MAX_REQUESTS, Lengths, Requests, streams
 from tpsim.models.spec import ModelSpec
-
-
-@dataclass(frozen=True)
-class KVCache:
-    """One instance's KV cache: blocks, tokens per block, bytes per token per GPU."""
-
-    blocks: int
-    block_size: int
-    bytes_per_token: float
-    bytes_per_gpu: int
-
-    @property
-    def tokens(self) -> int:
-        return self.blocks * self.block_size
-
-
-def kv_blocks(timer: IterationTimer, spec: SchedulerSpec, pp: int = 1) -> KVCache:
-    """The blocks of one instance's KV cache, as its engine sizes it: :func:`kv_cache` of
-    the timer's plan."""
-    return kv_cache(timer.plan, spec, pp)
-
-
-def kv_cache(plan: RunPlan, spec: SchedulerSpec, pp: int = 1) -> KVCache:
-    """The blocks of one instance's KV cache, as its engine sizes it (``pp`` pipeline
-    stages: each GPU holds its stage's layers, and the stage with the fewest blocks bounds
-    the tokens the pipeline holds).
-
-    ``total`` (vLLM): ``gpu_memory_utilization`` of the GPU's memory, less the runtime's
-    reserve, the weights, the activations of a profiling step of ``max_num_batched_tokens``
-    tokens and the sampler's fp32 logits of ``max_num_seqs`` sequences (on the last stage).
-    ``free`` (TensorRT-LLM): that share of what is left after the runtime, weights and
-    activations.
-    """
-    model, tp, gpu, options = plan.model, plan.layout.tp, plan.gpu, plan.options
-    t = spec.max_num_batched_tokens
-    kv_b = dtype_bytes(precision(options, model.dtype, gpu.fp8_flops is not None).kv)
-    runtime = plan.calib.memory.runtime_bytes
-    best: KVCache | None = None
-    weights, whole = 0, True  # whole: a block fits in each stage's memory at utilisation 1
-    for s, layers in enumerate(stage_layers(model.num_layers, pp)):
-        last = s == pp - 1
-        work = Workload(1, "prefill", t, t)
-        mem = memory_per_stage(model, tp, work, options, gpu, layers=layers, first=s == 0,
-                               last=last, experts=plan.experts)  # fmt: skip
-        logits = spec.max_num_seqs * model.vocab_size * 4 if last else 0
-        used = mem.weights_bytes_per_gpu + mem.activation_bytes_per_gpu + logits
-        if spec.memory_rule == "total":
-            room = gpu.hbm_bytes * spec.gpu_memory_utilization - runtime - used
-        else:
-            room = spec.gpu_memory_utilization * (gpu.hbm_bytes - runtime - used)
-        # the cache one token adds on one GPU, every layer of the stage (MLA: the whole
-        # latent on each)
-        per_token = kv_elements_per_rank(model, tp, 1, layers) * kv_b
-        blocks = int(room // (per_token * spec.block_size)) if room > 0 else 0
-        whole = whole and gpu.hbm_bytes - runtime - used >= per_token * spec.block_size
-        if best is None or blocks < best.blocks:
-            best = KVCache(blocks, spec.block_size, per_token, round(room))
-            weights = mem.weights_bytes_per_gpu
-    assert best is not None
-    if best.blocks < 1:
-        more = "raise --tp" + (" or --pp" if pp > 1 else "")
-        if whole:  # the GPUs could hold a cache: the share the engine may use is the cause
-            raise ConfigError(
-                f"gpu_memory_utilization={spec.gpu_memory_utilization:g}: leaves no room for "
-                f"a KV cache beside {model.name}'s {weights / 2**30:.1f} GiB of weights per "
-                f"{gpu.name} at TP {tp}; raise it, or {more}"
-            )
-        raise ConfigError(
-            f"tp={tp}: {model.name} leaves no room for a KV cache on {gpu.name} "
-            f"({weights / 2**30:.1f} GiB of weights per GPU); {more}"
-        )
-    return best
 
 
 @dataclass(frozen=True)
@@ -237,7 +163,7 @@ def check_fits(spec: SchedulerSpec, kv: KVCache, model: ModelSpec, prompt: int, 
         raise ConfigError(
             f"{what}: {prompt} + {output} tokens, beyond {model.name}'s context of {limit:,}"
         )
-    if prompt + output > kv.tokens:
+    if kv.blocks_layout.blocks_for(prompt + output) > kv.blocks:
         raise ConfigError(
             f"{what}: {prompt} + {output} tokens, more than the whole KV cache "
             f"({kv.tokens:,} tokens); raise --tp or --gpu-memory-utilization"
@@ -306,7 +232,7 @@ def serve(
     model = it.model
     simulated_before = it.simulated
     spec = scheduler_spec(setup, it.plan.gpu.hbm_bytes)
-    kv = kv_blocks(it, spec, setup.pp)
+    kv = kv_blocks(it, spec, setup.pp, hybrid=d is None)
     engine = it.plan.calib.engine
     split = engine.pipeline_split_tokens is not None  # one instance splits its own batches
     if setup.pp > 1 and not split:  # each virtual engine its share of every stage's cache
@@ -325,7 +251,7 @@ def serve(
             raise ConfigError(f"engine={spec.engine}: static batching has no disaggregated "
                               "prefill and decode")  # fmt: skip
         p_it = it if d.prefill_tp == d.decode_tp else _timer(setup, d.prefill_tp)
-        p_kv = kv_blocks(p_it, spec)
+        p_kv = kv_blocks(p_it, spec, hybrid=False)
     closed = requests is None or not requests.arrival_s
     smallest = min(kv.tokens, p_kv.tokens)
     fits_kv = kv if kv.tokens == smallest else p_kv
@@ -356,7 +282,7 @@ def serve(
     groups: list[LockstepGroup] = []
 
     def make(step_time: Callable[[Any], float]) -> EngineInstance:
-        return EngineInstance(spec, kv.blocks, step_time, lookup)
+        return EngineInstance(spec, kv.blocks, step_time, lookup, layout=kv.layout)
 
     if d is not None:
         plan = it.plan

@@ -12,6 +12,7 @@ from tpsim.calibration.profiles import by_file, merged_file
 POLICIES = ("continuous", "static")
 ADMISSIONS = ("on_demand", "reserve")
 MEMORY_RULES = ("total", "free")
+SLIDING_KV = ("hybrid", "full")
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,10 @@ class SchedulerSpec:
     #: and TensorRT-LLM's overlap schedulers): a request arriving during an iteration is
     #: first scheduled in the one after the next, unless the engine has nothing else to run
     async_scheduling: bool = False
+    #: how the paged cache holds sliding-window layers beside full ones: "hybrid" (vLLM V1's
+    #: hybrid KV cache manager: layers grouped by kind, a sliding group keeping only the
+    #: window's blocks) or "full" (every layer's cache at the sequence's length)
+    sliding_window_kv: str = "full"
 
 
 def _by_gpu(value: Any, field: str, large: bool) -> int:
@@ -87,6 +92,7 @@ def scheduler(engine: str, gpu_memory_bytes: float) -> SchedulerSpec:
         preemption=_one_of(data, "preemption", where, ("recompute",)),
         prefix_caching=_flag(data, "prefix_caching", where),
         async_scheduling=_flag(data, "async_scheduling", where),
+        sliding_window_kv=_one_of(data, "sliding_window_kv", where, SLIDING_KV),
     )
 
 

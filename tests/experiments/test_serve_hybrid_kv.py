@@ -1,0 +1,78 @@
+"""A sliding-window model's KV cache as vLLM V1's hybrid KV cache manager holds it: the
+layers grouped by kind, a block of the pool holding one group's layers, and a sequence
+keeping only the window's blocks in a sliding group (``sliding_window_kv: hybrid``); engines
+without it hold every layer at the sequence's length."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+from tpsim.calibration.scheduler import scheduler
+from tpsim.core.config import Layout, Options, Workload
+from tpsim.core.plan import resolve
+from tpsim.experiments.plan import PlanRequest, engine_sequences
+from tpsim.experiments.serve.engine import EngineInstance
+from tpsim.experiments.serve.kvblocks import BlockLayout, hybrid_layout
+from tpsim.experiments.serve.run import kv_cache
+from tpsim.models.catalog import get_model
+
+
+def test_the_groups_are_vllm_s() -> None:
+    """gpt-oss-120b: 18 full and 18 sliding layers (window 128) make two groups of 18, a
+    block holding 18 layers; Mistral-7B (every layer sliding, window 4096) one group of 32;
+    a model of full layers one group of all of them. At PP 2 a stage's block holds 9."""
+    oss = get_model("gpt-oss-120b")
+    assert hybrid_layout(oss, range(36), 16) == (BlockLayout(16, 1, 1, 128), 18)
+    assert hybrid_layout(oss, range(18), 16) == (BlockLayout(16, 1, 1, 128), 9)
+    assert hybrid_layout(get_model("mistral-7b"), range(32), 16) == (
+        BlockLayout(16, 0, 1, 4096),
+        32,
+    )
+    assert hybrid_layout(get_model("llama-3.1-8b"), range(32), 16) == (BlockLayout(16), 32)
+
+
+def test_a_sliding_group_keeps_the_window_s_blocks() -> None:
+    """A window of 128 tokens in blocks of 16: at most ceil(127 / 16) + 1 = 9 blocks; a
+    1024-token sequence of gpt-oss holds 64 full blocks and 9 sliding ones, 73 in all."""
+    layout = BlockLayout(16, 1, 1, 128)
+    assert layout.window_blocks == 9
+    assert [layout.blocks_for(t) for t in (1, 16, 17, 128, 144, 1024)] == [2, 2, 4, 16, 18, 73]
+    assert layout.blocks_of(np.array([1, 1024])).tolist() == [2, 73]
+    assert BlockLayout(16).blocks_for(1024) == 64
+
+
+def test_an_engine_instance_holds_the_window_only() -> None:
+    """A 1024-token prompt and one output token on a hybrid layout: 73 blocks held (64 a
+    full group's, 9 the sliding group's), not 128 (both groups at full length)."""
+    spec = replace(scheduler("vllm", 80 * 2**30), async_scheduling=False)
+    e = EngineInstance(spec, 1000, lambda step: 0.01, lambda i: (1024, 2, -1, 0),
+                       layout=BlockLayout(16, 1, 1, 128))  # fmt: skip
+    e.admit(0, 0.0)
+    e.finish(e.step(0.0) or 0.0)
+    assert e.total_blocks - e.free == 73
+
+
+def test_gpt_oss_holds_as_many_sequences_as_vllm() -> None:
+    """gpt-oss-120b at TP 1 on an H100 under vLLM: the pool's blocks hold 18 layers each
+    (two groups of 18), so it has twice the blocks of a pool whose blocks hold all 36, and a
+    1024-token sequence takes 73 of them: 1.75x the sequences of every layer at full length
+    (the planner's batch limit)."""
+    plan = resolve("gpt-oss-120b", "dgx-h100", Layout(1), Workload(1, "decode", 1, 1),
+                   Options(), oom_flag=False)  # fmt: skip
+    spec = scheduler("vllm", plan.gpu.hbm_bytes)
+    hybrid, full = kv_cache(plan, spec), kv_cache(plan, spec, hybrid=False)
+    assert hybrid.layout == BlockLayout(16, 1, 1, 128)
+    assert hybrid.blocks // 2 == full.blocks  # 18 layers a block against 36
+    assert hybrid.tokens == full.tokens  # vLLM reports a group's share of the blocks
+    seqs = engine_sequences(PlanRequest("gpt-oss-120b", "dgx-h100", context_len=1024), 1, 1)
+    assert seqs == hybrid.blocks // 73
+    assert seqs > 1.7 * (full.blocks // 64)
+
+
+def test_engines_without_the_hybrid_manager_hold_every_layer() -> None:
+    """SGLang's profile (its two-pool SWA cache not modelled) keeps every layer at length."""
+    plan = resolve("gpt-oss-120b", "dgx-h100", Layout(1), Workload(1, "decode", 1, 1),
+                   Options(engine="sglang"), oom_flag=False)  # fmt: skip
+    kv = kv_cache(plan, scheduler("sglang", plan.gpu.hbm_bytes))
+    assert kv.layout is None and kv.blocks_layout == BlockLayout(1)
