@@ -1,6 +1,7 @@
 """An engine profile's mixture-of-experts keys (``engine.yaml``): DeepEP's buffers, the hidden
 sizes it takes and how the engine feeds its low-latency kernels (``deepep_*``), and how the
-engine pads an MXFP4 checkpoint's experts (``mxfp4_expert_pad*``). A malformed value is a
+engine pads an MXFP4 checkpoint's experts (``mxfp4_expert_pad*``), whether it splits experts
+expert- and tensor-parallel at once (``moe_ep_with_tp``). A malformed value is a
 :class:`CalibrationError` naming the field."""
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from tpsim.calibration.entries import CalibrationError, entry, number
 
 
 def moe_keys(d: Mapping[str, Any], w: str) -> dict[str, Any]:
-    """The engine's ``deepep_*`` and ``mxfp4_expert_pad*`` keys, as :class:`Engine` fields."""
+    """The engine's ``deepep_*``, ``mxfp4_expert_pad*`` and ``moe_ep_with_tp`` keys, as
+    :class:`Engine` fields."""
     ll_tokens = entry(d, "deepep_ll_tokens", w)
     if isinstance(ll_tokens, bool) or not isinstance(ll_tokens, int) or ll_tokens < 1:
         raise CalibrationError(f"{w}.deepep_ll_tokens={ll_tokens!r}: a positive number of tokens")
@@ -35,7 +37,7 @@ def moe_keys(d: Mapping[str, Any], w: str) -> dict[str, Any]:
             f"{w}.deepep_hidden_sizes={hidden!r}: must be a list of hidden sizes, increasing"
         )
     flags = {}
-    for key in ("deepep_pad_hidden", "deepep_ll_chunked"):
+    for key in ("deepep_pad_hidden", "deepep_ll_chunked", "moe_ep_with_tp"):
         flags[key] = entry(d, key, w)
         if not isinstance(flags[key], bool):
             raise CalibrationError(f"{w}.{key}={flags[key]!r}: must be true or false")
@@ -53,6 +55,7 @@ def moe_keys(d: Mapping[str, Any], w: str) -> dict[str, Any]:
         "deepep_hidden_sizes": tuple(hidden),
         "deepep_pad_hidden": flags["deepep_pad_hidden"],
         "deepep_ll_chunked": flags["deepep_ll_chunked"],
+        "moe_ep_with_tp": flags["moe_ep_with_tp"],
         "mxfp4_expert_pad": pads,
         "mxfp4_expert_pad_batched": None
         if batched is None

@@ -168,6 +168,12 @@ class Engine:
     #: architecture)
     mxfp4_expert_pad: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     mxfp4_expert_pad_batched: tuple[int, int] | None = None
+    #: Whether the engine splits the routed experts both ways at once, some whole experts to
+    #: each expert-parallel rank and each of them in width slices (``1 < ep < tp x
+    #: attention_dp``: SGLang's moe_tp_size = tp_size / ep_size, TensorRT-LLM's moe_tp x
+    #: moe_ep); False: either tensor-parallel experts or expert parallelism over the whole
+    #: MoE group (vLLM's ``--enable-expert-parallel``: ep = tp x dp, no MoE-TP)
+    moe_ep_with_tp: bool = True
 
     def pipeline_micro_batches(self, batch: int, tokens_per_seq: int, stages: int) -> int:
         """Micro-batches one step of ``batch`` sequences of ``tokens_per_seq`` tokens each

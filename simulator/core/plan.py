@@ -240,6 +240,12 @@ def resolve(
         )
     xs = expert_split(spec, tp, layout.attention_dp, layout.ep, layout.expert_tp,
                       options.expert_skew, histogram)  # fmt: skip
+    if xs.ep > 1 and xs.moe_tp > 1 and not calib.engine.moe_ep_with_tp:
+        raise ConfigError(
+            f"ep={layout.ep}: engine {calib.engine.name} splits the experts one way, ep=1 "
+            f"(a slice of each on every GPU) or ep={layout.moe_group} (whole experts: its "
+            f"--enable-expert-parallel), not ep={layout.ep} with moe_tp {xs.moe_tp}"
+        )
     if options.dtype in (None, spec.dtype):  # the checkpoint's own weights, in its blocks
         check_weight_blocks(spec, tp, xs.moe_tp)
     if options.moe_a2a != "nccl" and not xs.dispatch:

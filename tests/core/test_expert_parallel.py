@@ -365,10 +365,12 @@ def test_attention_dp_over_two_hosts_says_so_in_the_text(
     from tpsim.cli import main
 
     argv = ["run", "--model", "mixtral-8x7b", "--topology", "dgx-h100", "--nodes", "2",
-            "--tp", "1", "--attention-dp", "16", "--ep", "8", "--batch", "8"]  # fmt: skip
+            "--tp", "1", "--attention-dp", "16", "--ep", "8", "--batch", "8",
+            "--engine", "sglang"]  # fmt: skip
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "TP 1 x attention-DP 16, EP 8 x MoE-TP 2" in out
+    assert "engine sglang" in out
     assert "network 8 NICs per host" in out
     assert "dp 0 pp 0: n0.gpu0-7, n1.gpu0-7" in out
     assert "per replica" not in out

@@ -140,3 +140,16 @@ def test_vllm_under_deepep_low_latency_pads_mxfp4_experts_for_batched_marlin() -
     ht = _split("gpt-oss-120b", "dgx-h100", "vllm", layout, moe_a2a="deepep", phase="prefill")
     assert (ll.expert_width, ll.expert_hidden) == (2944, 3072)
     assert (ht.expert_width, ht.expert_hidden) == (2880, 3072)
+
+
+@pytest.mark.parametrize("layout", [Layout(8, ep=4), Layout(1, attention_dp=8, ep=4)])
+def test_vllm_splits_the_experts_one_way(layout: Layout) -> None:
+    """vLLM's expert parallelism is the whole MoE group or none (FusedMoEParallelConfig:
+    ep_size = tp_size x dp_size, tp_size 1): EP 4 x MoE-TP 2 of 8 GPUs is refused, naming
+    the two splits it has; SGLang (moe_tp_size = tp_size / ep_size) runs it."""
+    wl = Workload(1, "decode", 1, 1)
+    with pytest.raises(ConfigError, match=r"^ep=4: engine vllm splits the experts one way.*"
+                       r"ep=8 \(whole experts.*not ep=4 with moe_tp 2$"):  # fmt: skip
+        resolve("qwen3-30b-a3b", "dgx-h100", layout, wl, Options())
+    plan = resolve("qwen3-30b-a3b", "dgx-h100", layout, wl, Options(engine="sglang"))
+    assert (plan.experts.ep, plan.experts.moe_tp) == (4, 2)
