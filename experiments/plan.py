@@ -16,11 +16,12 @@ total tokens/s, then TPOT; when none meets them, by how close each comes.
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tpsim.core.api import simulate
 from tpsim.core.comm.layout import stage_layers
@@ -39,6 +40,10 @@ from tpsim.topologies.graph import first_gpu
 from tpsim.topologies.io import get_topology
 from tqdm import tqdm
 
+if TYPE_CHECKING:
+    from tpsim.calibration.scheduler import SchedulerSpec
+    from tpsim.core.plan import RunPlan
+
 MAX_PP = 8
 #: The largest batch per replica tried when memory alone decides (no engine runs more).
 BATCH_LIMIT = 1 << 14
@@ -50,7 +55,7 @@ class PlanRequest:
     topology: str
     nodes: int = 1
     gpus: int = 0  # 0: every GPU of the nodes
-    batch_max: int = 0  # 0: what memory allows (bounded by the TPOT SLO)
+    batch_max: int = 0  # 0: what memory and max_num_seqs allow (bounded by the TPOT SLO)
     prompt_len: int = 1024
     context_len: int = 2048
     slo_ttft_ms: float | None = None
@@ -181,20 +186,39 @@ def engine_sequences(req: PlanRequest, tp: int, pp: int, ep: int = 1, adp: int =
     sequence holding those of its sliding-window layers' window only where the engine's
     hybrid manager frees the rest);
     :data:`BATCH_LIMIT` for an engine without one (static batching)."""
+    from tpsim.experiments.serve.run import kv_cache
+
+    plan_, spec = _engine(req, tp, pp, ep, adp)
+    if spec.policy == "static":
+        return BATCH_LIMIT
+    kv = kv_cache(plan_, spec, pp)
+    return kv.blocks // kv.blocks_layout.blocks_for(req.context_len)
+
+
+def engine_batch_cap(req: PlanRequest, tp: int, pp: int, ep: int = 1, adp: int = 1) -> int:
+    """The most sequences a continuous-batching engine runs at once per replica (per
+    attention group): its ``max_num_seqs`` (vLLM's default 1024 on an 80 GB GPU) for each
+    of a pipeline's virtual engines, as ``tpsim serve`` and ``plan --rate`` run them;
+    :data:`BATCH_LIMIT` for a static engine (its batch is the caller's) or under
+    ``--batch-max`` (which says the engine is set to run that many)."""
+    _, spec = _engine(req, tp, pp, ep, adp)
+    if spec.policy == "static" or req.batch_max:
+        return BATCH_LIMIT
+    return min(BATCH_LIMIT, pp * spec.max_num_seqs)
+
+
+@functools.lru_cache(maxsize=256)
+def _engine(req: PlanRequest, tp: int, pp: int, ep: int, adp: int) -> tuple[RunPlan, SchedulerSpec]:
+    """The layout resolved (memory allowed to overflow) and its engine's scheduler."""
     from tpsim.calibration.scheduler import scheduler
     from tpsim.core.plan import resolve
-    from tpsim.experiments.serve.run import kv_cache
 
     opts = Options(ideal=req.ideal, engine=req.engine, dtype=req.dtype, kv_dtype=req.kv_dtype,
                    allow_oom=True)  # fmt: skip
     lay = Layout(tp, pp=pp, ep=ep, attention_dp=adp)
     plan_ = resolve(req.model, req.topology, lay, Workload(1, "decode", 1, 1), opts,
                     nodes=req.nodes, oom_flag=False)  # fmt: skip
-    spec = scheduler(req.engine, plan_.gpu.hbm_bytes)
-    if spec.policy == "static":
-        return BATCH_LIMIT
-    kv = kv_cache(plan_, spec, pp)
-    return kv.blocks // kv.blocks_layout.blocks_for(req.context_len)
+    return plan_, scheduler(req.engine, plan_.gpu.hbm_bytes)
 
 
 def _fits(req: PlanRequest, tp: int, pp: int, ep: int = 1, adp: int = 1) -> Callable[[int], bool]:
@@ -210,7 +234,7 @@ def fitting_batches(req: PlanRequest, tp: int, pp: int, ep: int = 1, adp: int = 
     prefill fit every stage, then the largest batch that fits (memory, or the cap) when it
     is not a power of 2."""
     fits = _fits(req, tp, pp, ep, adp)
-    cap = req.batch_max or BATCH_LIMIT
+    cap = min(req.batch_max or BATCH_LIMIT, engine_batch_cap(req, tp, pp, ep, adp))
     out, b = [], 1
     while b <= cap and fits(b):
         out.append(b)
@@ -327,13 +351,19 @@ def evaluate(
         if ok(t) and t.tokens_per_s > s.tokens_per_s:
             b, s, peak = below[-1], t, True
     tpot, tpot_ok = s.tpot_s, ok(s)
-    cap = req.batch_max or BATCH_LIMIT
+    engine_cap = engine_batch_cap(req, tp, pp, ep, adp)
     if peak:
         limit = "tokens/s peak"
     elif above:
         limit = "TPOT SLO"
-    elif b == cap:
-        limit = "--batch-max" if req.batch_max else "the planner's limit"
+    elif req.batch_max and b == req.batch_max:
+        limit = "--batch-max"
+    elif b == engine_cap < BATCH_LIMIT:
+        limit = f"the engine's max_num_seqs, {engine_cap // pp}" + (
+            " a virtual engine" if pp > 1 else ""
+        )
+    elif b == BATCH_LIMIT:
+        limit = "the planner's limit"
     else:
         limit = "memory"
     gpus = tp * adp * pp * dp

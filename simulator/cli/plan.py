@@ -24,7 +24,8 @@ def add_plan_parser(sub: Any) -> None:
     p.add_argument("--nodes", type=int, default=1)
     p.add_argument("--gpus", type=int, default=0, help="GPUs to use (default: all)")
     p.add_argument("--batch-max", type=int, default=0, help="largest batch per replica "
-                   "(default: what memory allows, bounded by the TPOT SLO)")  # fmt: skip
+                   "(default: what memory and the engine's max_num_seqs allow, bounded by the TPOT "
+                   "SLO; given, it replaces max_num_seqs)")  # fmt: skip
     # one default context everywhere: the Workload's, as run, sweep and check-claim use
     p.add_argument("--prompt-len", default=Workload.prompt_len,
                    help=f"tokens per prompt (default: {Workload.prompt_len}); under traffic "

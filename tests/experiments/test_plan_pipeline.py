@@ -119,3 +119,19 @@ def test_a_stage_of_attention_dp_groups_is_timed_over_all_its_ranks() -> None:
     micro = simulate("llama-2-7b", "dgx-h100", Layout(2, pp=2, micro_batches=2),
                      Workload(8, "decode", 512, 1024)).typed  # fmt: skip
     assert micro.stage_s is None  # a stage serves several micro-batches: no one batch's share
+
+
+def test_the_batch_is_no_more_than_the_engine_runs_at_once() -> None:
+    """vLLM runs at most max_num_seqs sequences (1024 on an 80 GB GPU) per engine, one
+    engine per pipeline stage as serve runs them: plan had given TP 4 x PP 2 of Qwen3-30B-A3B
+    2684 sequences (2 x 1342) and TP 8 1342, which only memory bounded; --batch-max lifts
+    the cap (the engine set to run that many)."""
+    req = PlanRequest("qwen3-30b-a3b", "dgx-h100", context_len=2048)
+    plain, piped = evaluate(req, tp=8, pp=1, dp=1), evaluate(req, tp=4, pp=2, dp=1)
+    assert plain is not None and piped is not None
+    assert (plain.batch, piped.batch) == (1024, 2048)
+    assert plain.batch_limit == "the engine's max_num_seqs, 1024"
+    assert piped.batch_limit == "the engine's max_num_seqs, 1024 a virtual engine"
+    lifted = evaluate(PlanRequest("qwen3-30b-a3b", "dgx-h100", context_len=2048,
+                                  batch_max=1200), tp=8, pp=1, dp=1)  # fmt: skip
+    assert lifted is not None and lifted.batch == 1200 and lifted.batch_limit == "--batch-max"
