@@ -9,6 +9,7 @@ switch, no figure registry to leak into. Saving is :mod:`.gantt`'s (and :mod:`.s
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -205,10 +206,17 @@ def gantt_figure(
     dense = sum(map(len, bars.values())) > DENSE_BARS_PER_ROW * len(row_y)
     edge = {"linewidth": 0} if dense else {"edgecolors": "white", "linewidth": 0.5}
     # a bar narrower than MIN_BAR_PX (a 15 us send in a 20 ms step) is drawn that wide, or
-    # it vanishes, or its white edge paints it out: a row that holds work never looks empty
+    # it vanishes, or its white edge paints it out: a row that holds work never looks empty.
+    # It widens only into the free time after it: widened over the bar that follows, a run
+    # of tiny bars (eager dispatch gaps, a collective's steps) painted its row their colour.
     least = MIN_BAR_PX * 1.02 * axis.x(t1) / ((WIDTH_IN - left_in - right_in) * DPI)
+    starts: dict[int, list[float]] = defaultdict(list)
+    for (y, _), xs in bars.items():
+        starts[y].extend(x for x, _ in xs)
+    for row_starts in starts.values():
+        row_starts.sort()
     for (y, color), xs in sorted(bars.items()):
-        xs = [(x, max(w, least)) for x, w in xs]
+        xs = [(x, widened(x, w, least, starts[y])) for x, w in xs]
         ax.broken_barh(xs, (y - height / 2, height), facecolors=color, **edge)
     # The critical path is a black rail along the foot of its bars: outlines would paint
     # narrow or back-to-back bars (a full pass, PCIe collectives) solid black.
@@ -304,3 +312,13 @@ def gantt_figure(
         ax.set_title(full_title, fontsize=TITLE_PT, pad=LABEL_PT * 1.9, linespacing=1.3)
 
     return GanttChart(fig, ax, tuple(shown), height, view)
+
+
+def widened(x: float, w: float, least: float, row_starts: Sequence[float]) -> float:
+    """The width a bar at ``x`` of width ``w`` is drawn: at least ``least`` where the bar
+    after it on its row (``row_starts``, sorted) leaves the room, else up to that bar."""
+    if w >= least:
+        return w
+    i = bisect_right(row_starts, x)
+    room = row_starts[i] - x if i < len(row_starts) else math.inf
+    return max(w, min(least, room))

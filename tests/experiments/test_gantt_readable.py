@@ -7,12 +7,13 @@ from __future__ import annotations
 import itertools
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from matplotlib.colors import to_rgba
 from tpsim import Layout, Options, Workload, simulate
 from tpsim.experiments.plots.gantt import gantt, gantt_figure
-from tpsim.experiments.plots.gantt_draw import RAIL
+from tpsim.experiments.plots.gantt_draw import KIND_COLORS, RAIL
 from tpsim.experiments.plots.gantt_text import LABEL_GAP_PX, MAX_BAR_NAMES
 from tpsim.outputs.text import chart_title
 
@@ -103,3 +104,35 @@ def test_cross_node_steps_are_distinct_from_nvlink_steps() -> None:
     assert "collective (network)" in labels and "collective" in labels
     one = simulate("llama-3.1-8b", "dgx-h100", Layout(8), Workload(8), Options())
     assert not any(r.detail.endswith(NET_STEP) for r in one.records)
+
+
+def _drawn_px(chart: Any, colour: str) -> float:
+    """Pixels of width the chart's bars of ``colour`` cover, summed over its bars."""
+    ax = chart.ax
+    lo, hi = ax.get_xlim()
+    px = (hi - lo) / (ax.get_position().width * chart.fig.get_figwidth() * chart.fig.dpi)
+    want = to_rgba(colour)
+    return sum(
+        (p.get_extents().x1 - p.get_extents().x0) / px
+        for c in ax.collections
+        if len(c.get_facecolor()) and tuple(c.get_facecolor()[0]) == want
+        for p in c.get_paths()
+    )
+
+
+def test_a_tiny_bar_is_not_widened_over_the_bar_after_it() -> None:
+    """An eager prefill drawn whole: each kernel's 2.75 us device dispatch, a tenth of a
+    pixel, was widened to MIN_BAR_PX over the kernel after it and drawn last, so the
+    compute row read as mostly 'dispatch' (Llama-3.1-70B 8K prefill, TP 4 x PP 2: grey
+    over most of each layer for 0.5% of its time). A bar is widened only into the free
+    time after it; the dispatches now cover about their own time."""
+    r = simulate(
+        "llama-3.1-8b", "dgx-h100", Layout(2), Workload(1, "prefill", 1024), Options(launch="eager")
+    )
+    chart = gantt_figure(r.records, layers="all")
+    ax = chart.ax
+    lo, hi = ax.get_xlim()
+    px = (hi - lo) / (ax.get_position().width * chart.fig.get_figwidth() * chart.fig.dpi)
+    dispatch = [w / px for rec, _, (_, w) in chart.bars if rec.kind == "dispatch"]
+    assert dispatch and sum(dispatch) < 0.5 * len(dispatch)  # each far thinner than a pixel
+    assert _drawn_px(chart, KIND_COLORS["dispatch"]) < 1.5 * sum(dispatch)  # was ~10x
