@@ -177,7 +177,7 @@ def html_report(
     for i, run in enumerate(runs):
         fig, drawn, total = gantt_figure(run, us(longest) * 1.02 if len(runs) > 1 else None)
         parts.append(f"<h2>Timeline: {html.escape(run.entry.label)}</h2>")
-        which = gantt_view(run.records).note
+        which = gantt_view(run.records, critical=run.critical).note  # the ranks it drew
         note = (
             (f"{which[0].upper()}{which[1:]}; " if which else "")
             + f"{drawn:,} records drawn"

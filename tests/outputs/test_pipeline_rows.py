@@ -6,6 +6,7 @@ layers, and bars too thin for a pixel still drawn."""
 from __future__ import annotations
 
 import math
+import re
 import typing
 from pathlib import Path
 
@@ -253,3 +254,19 @@ def test_the_critical_path_crosses_a_stage_boundary_through_the_send() -> None:
         if e.get("cat") == "dependency" and e["id"] == DEPENDENCY_FLOW_BASE + recv.id
     }
     assert arrow == {"s": (send.rank + 1, 4), "f": (recv.rank + 1, 5)}  # GPU 0's send to GPU 8
+
+
+def test_the_report_says_how_many_gpus_its_gantt_draws(tmp_path: Path) -> None:
+    """TP 8 x PP 2 on two hosts: the report's Gantt draws GPUs 0, 1, 8 and 15 (8 holds
+    stage 1's critical path) but its note said 'Showing 3 of 16 GPUs', counted without
+    the critical path; the note now counts the GPUs drawn."""
+    from tpsim.cli import main
+
+    out = tmp_path / "r.html"
+    argv = ["report", "--model", "llama-3.1-8b", "--topology", "dgx-h100", "--nodes", "2"]
+    argv += ["--tp", "8", "--pp", "2", "--batch", "4", "--out", str(out)]
+    assert main(argv) == 0
+    text = out.read_text(encoding="utf-8")
+    lanes = set(re.findall(r"(n\d\.gpu\d+ pp\d tp\d+) \\u00b7 compute", text))  # JSON-escaped
+    assert len(lanes) == 4, lanes
+    assert "Showing 4 of 16 GPUs" in text  # was 3
