@@ -38,7 +38,8 @@ def gantt(
     and the head); ``layers="all"`` draws the whole step; ``layers=(a, b)`` zooms the time
     axis to the compute/comm records of layers a..b inclusive (their launches only when the
     layers have no GPU records);
-    ``ranks`` picks the ranks drawn (default: all up to 8, else 0, 1 and the last);
+    ``ranks`` picks the ranks drawn (default: all up to 8, else 0, 1 and the last, with
+    those the critical path runs longest on; zoomed, only those holding the layers);
     records whose id is in ``critical`` are underlined by a black rail; op names are
     written on bars wide enough to hold them, and an SVG gives every bar a hover tooltip
     (name, detail, bytes, start, duration). The figure is sized for a slide (12 inches wide,

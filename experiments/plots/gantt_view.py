@@ -69,6 +69,9 @@ def gantt_view(
             all_ranks if len(all_ranks) <= MAX_DEFAULT_RANKS else [*all_ranks[:2], all_ranks[-1]]
         )
         shown = with_critical(records, shown, critical)
+        if isinstance(layers, tuple):  # zoomed: the GPUs holding those layers, as compare's
+            held = {r.rank for r in records if layers[0] <= r.layer <= layers[1]}
+            shown = [k for k in shown if k in held] or sorted(held)[:1] or shown
     else:
         missing = sorted(set(ranks) - set(all_ranks))
         if missing:

@@ -151,3 +151,15 @@ def test_the_default_ranks_follow_the_critical_path_into_a_later_stage() -> None
     assert {0, 1, 15} <= set(shown) and any(8 <= k < 15 for k in shown)
     late = max(rec.end_s for rec in path)
     assert any(rec.rank in shown and rec.end_s == late for rec in path)
+
+
+def test_a_zoom_on_layers_draws_the_gpus_that_hold_them() -> None:
+    """TP 2 x PP 2 zoomed on layers 0-1 (run --gantt-layers 0-1, sweep's gantt_best): the
+    chart drew stage 1's GPUs as well, empty but for host work beside the window; a zoom
+    now keeps the GPUs holding those layers, as compare --gantt's lanes do."""
+    r = simulate("llama-3.1-8b", "dgx-h100", Layout(2, pp=2), Workload(4))
+    assert gantt_view(r.records, critical=r.critical_path).ranks == (0, 1, 2, 3)
+    view = gantt_view(r.records, layers=(0, 1), critical=r.critical_path)
+    assert view.ranks == (0, 1)  # was (0, 1, 2, 3)
+    assert view.note == "showing 2 of 4 GPUs"
+    assert gantt_view(r.records, layers=(20, 21)).ranks == (2, 3)  # stage 1's layers
