@@ -57,26 +57,43 @@ def bar_names(
 ) -> None:
     """Write each op's name inside the ``visible`` part of its bar (the axes' x range: a bar
     that starts before the window is named in what shows of it) where that holds it, as Agg
-    measures it."""
-    written = 0
+    measures it; a collective none of whose bars holds its step's name
+    ("moe_combine.all_to_all[0]", after its fixed latency's bar) is named by its site
+    ("moe_combine") across its bars where that fits."""
+    labels: list[tuple[float, float, int, str, str]] = []  # x, width, row, text, kind
+    steps: dict[tuple[int, int, int], list[tuple[float, float, Record]]] = {}
+    named: set[tuple[int, int, int]] = set()  # collectives with a step named in full
     for r, y, (x0, w0) in shown:
         x = max(x0, visible[0])
         w = min(x0 + w0, visible[1]) - x
-        if r.kind in ("launch", "dispatch") or w / per_px < text_px(r.name, BAR_NAME_PT) + 4:
+        if r.kind in ("launch", "dispatch") or w <= 0:
             continue
+        key = (r.rank, y, r.op)
+        if w / per_px >= text_px(r.name, BAR_NAME_PT) + 4:
+            labels.append((x, w, y, r.name, r.kind))
+            named.add(key)
+        elif r.site and r.name.startswith(f"{r.site}."):
+            steps.setdefault(key, []).append((x, w, r))
+    for key, bars in steps.items():
+        lo = min(x for x, _, _ in bars)
+        width = max(x + w for x, w, _ in bars) - lo
+        busy = sum(w for _, w, _ in bars)  # back to back, not split by the collapsed gap
+        r = bars[0][2]
+        if key in named or busy < 0.9 * width:
+            continue
+        if width / per_px >= text_px(r.site, BAR_NAME_PT) + 4:
+            labels.append((lo, width, key[1], r.site, r.kind))
+    for x, w, y, text, kind in labels[:MAX_BAR_NAMES]:
         ax.text(
             x + w / 2,
             y,
-            r.name,
+            text,
             fontsize=BAR_NAME_PT,
-            color="white" if r.kind in DARK_KINDS else "black",
+            color="white" if kind in DARK_KINDS else "black",
             ha="center",
             va="center",
             clip_on=True,
         )
-        written += 1
-        if written >= MAX_BAR_NAMES:
-            break
 
 
 def layer_starts(

@@ -92,7 +92,9 @@ def test_text_is_slide_sized_and_names_fit_their_bars(case: str, request) -> Non
         holders = [
             (x, w)
             for r, y, (x, w) in chart.bars
-            if r.name == t.get_text() and y == ty and abs(x + w / 2 - tx) < 1e-9 * max(1, tx)
+            if t.get_text() in (r.name, r.site)
+            and y == ty
+            and abs(x + w / 2 - tx) < 1e-9 * max(1, tx)
         ]
         if not holders:
             continue  # a layer label, the gap's words
@@ -163,3 +165,25 @@ def test_a_zoom_on_layers_draws_the_gpus_that_hold_them() -> None:
     assert view.ranks == (0, 1)  # was (0, 1, 2, 3)
     assert view.note == "showing 2 of 4 GPUs"
     assert gantt_view(r.records, layers=(20, 21)).ranks == (2, 3)  # stage 1's layers
+
+
+def test_a_moe_exchange_too_narrow_for_its_step_name_is_named_by_its_site() -> None:
+    """Qwen3-30B-A3B, TP 1 x attention-DP 8, EP 8 under DeepEP at 300 tokens a GPU: vLLM
+    runs each MoE layer in two chunks, each its own dispatch and combine; zoomed on one
+    layer the exchanges were unnamed bars (the combine's step 134 px after its fixed
+    latency's 43, 'moe_combine.all_to_all[0]' 250 px), so dispatch could not be told from
+    combine but by hovering an SVG. A collective whose steps cannot hold their names is
+    named by its site across its bars where that fits."""
+    r = simulate(
+        "qwen3-30b-a3b",
+        "dgx-h100",
+        Layout(1, attention_dp=8, ep=8),
+        Workload(300, context_len=256),
+        Options(moe_a2a="deepep"),
+    )
+    chart = gantt_figure(r.records, layers=(10, 10))
+    combines = [rec for rec, _, _ in chart.bars if rec.site == "moe_combine"]
+    assert len({rec.op for rec in combines}) == 2  # the layer's two chunks
+    names = [t.get_text() for t in chart.ax.texts]
+    assert names.count("moe_combine") == 1  # the first chunk's; was none
+    assert not any(n.startswith("moe_combine.") for n in names)
