@@ -62,11 +62,11 @@ def config_from_row(row: Mapping[str, Any]) -> dict[str, Any]:
             "launch": row["launch"],
             "dtype": row.get("dtype") or "model's",
         },
-        "launch_effective": _launch_ran(row),
+        "launch_effective": launch_ran(row),
     }
 
 
-def _launch_ran(row: Mapping[str, Any]) -> str:
+def launch_ran(row: Mapping[str, Any]) -> str:
     """The launch mode a row's step ran in: its ``launch``, or eager where the engine has no
     CUDA graph for the step (as ``tpsim run`` says it)."""
     lengths = {k: int(row[k]) for k in ("prompt_len", "context_len") if row.get(k)}

@@ -13,6 +13,8 @@ from typing import Any
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.font_manager import FontProperties
+from matplotlib.text import Text
 from tpsim.core.config import Options
 from tpsim.core.errors import INPUT_ERRORS
 from tpsim.experiments.sweep.rows import kept_full, served
@@ -135,6 +137,31 @@ def bare_figure(width: float, height: float) -> Figure:
     fig = Figure(figsize=(width, height))
     FigureCanvasAgg(fig)  # a canvas, so text extents can be measured before saving
     return fig
+
+
+def suptitle_inside(fig: Figure, text: str, *, fontsize: float, x: float = 0.5) -> Text:
+    """``fig.suptitle(text)`` centred at ``x`` (a fraction of the figure's width), each line
+    wrapped at word boundaries, as Agg measures it, to stay inside the figure: a one-panel
+    figure is narrower than its title, which ran off both edges."""
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    font = FontProperties(size=fontsize)
+    room = 2 * min(x, 1 - x) * fig.bbox.width * 0.98
+
+    def width(line: str) -> float:
+        return float(renderer.get_text_width_height_descent(line, font, ismath=False)[0])
+
+    lines: list[str] = []
+    for line in text.split("\n"):
+        cur = ""
+        for word in line.split(" "):
+            cand = f"{cur} {word}" if cur else word
+            if cur and width(cand) > room:
+                lines.append(cur)
+                cur = word
+            else:
+                cur = cand
+        lines.append(cur)
+    return fig.suptitle("\n".join(lines), fontsize=fontsize, x=x)
 
 
 def compact(x: float, _pos: object = None) -> str:

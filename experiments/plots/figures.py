@@ -19,6 +19,7 @@ from typing import Any
 
 from tpsim.core.api import simulate
 from tpsim.core.errors import ConfigError
+from tpsim.experiments.compare_rows import launch_ran
 from tpsim.experiments.plots import sweep as sweep_plots
 from tpsim.experiments.plots.figure import outcome, rate, rated
 from tpsim.experiments.plots.gantt import gantt
@@ -71,13 +72,27 @@ def _one_per(rows: Iterable[Row], fields: Sequence[str]) -> list[Row]:
     return sorted(best.values(), key=lambda r: (r["batch"], r["tp"], _order(r)))
 
 
-def series_title(row: Row) -> str:
+def launch_words(rows: Sequence[Row]) -> str:
+    """The launch mode a series' steps ran in, as ``tpsim run`` says it: ``launch graph``,
+    or eager where the engine has no CUDA graph for the step (vLLM's prefill of more than
+    512 tokens), the title had said ``launch graph`` of an 8K prefill run eagerly."""
+    asked = str(rows[0]["launch"])
+    ran = {launch_ran(r) for r in rows}
+    if ran == {asked}:
+        return f"launch {asked}"
+    if len(ran) == 1:
+        return f"launch {ran.pop()} (no CUDA graph for this step in the engine)"
+    return f"launch {asked}, eager where the engine has no CUDA graph for the step"
+
+
+def series_title(row: Row, group: Sequence[Row] = ()) -> str:
+    """A series' title from its first ``row`` (the launch mode from every row of ``group``)."""
     lengths = (
         f"prompt {row['prompt_len']}"
         if row["phase"] == "prefill"
         else f"context {row['context_len']}"
     )
-    extras = [f"launch {row['launch']}"]
+    extras = [launch_words(group or [row])]
     extras += [f"{k} {row[k]}" for k in ("dtype", "kv_dtype") if row.get(k)]
     extras += [f"overlap {row['overlap']}"] if row["overlap"] != "none" else []
     extras += ["sequence parallel"] if row.get("sequence_parallel") else []
@@ -126,7 +141,7 @@ def plot_results(
         written.append(path)
         captions[path] = "every series on shared axes: tokens/s against TP, a panel per batch"
     for group in groups.values():
-        head = series_title(group[0])
+        head = series_title(group[0], group)
         prefix = _slug(group[0], varying) if len(groups) > 1 else ""
         # a point placed over more hosts than its fewest (--gpus-per-node) is drawn apart
         # ("split over 2 hosts"); the regime map shows the fewest and counts the others

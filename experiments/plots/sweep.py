@@ -42,6 +42,7 @@ from tpsim.experiments.plots.figure import (
     rate_words,
     rated,
     spread_over,
+    suptitle_inside,
 )
 from tpsim.experiments.plots.regime_map import REGIME_COLOURS, draw_regime_map, regime_map
 from tpsim.experiments.plots.save import save_figure
@@ -199,7 +200,8 @@ def draw_throughput_vs_tp(rows: Sequence[Row], *, title: str) -> Figure:
         ax2.plot([p[0] for p in pts], [p[2] for p in pts], **style)
     # attention DP: a point at its MoE group's GPUs (TP x attention DP), not at its TP
     words = rate_words(good)
-    whole = "whole layout" if words else "whole TP group"
+    beyond_tp = any(layout_of(r)[1] * layout_of(r)[2] * layout_of(r)[5] > 1 for r in good)
+    whole = "whole layout" if words or beyond_tp else "whole TP group"  # stages, replicas
     for ax, label in ((ax1, f"tokens/s ({whole}{words})"), (ax2, f"tokens/s per GPU{words}")):
         _style(ax, _x_label(good), label, _tps(good))
         _plain_log_y(ax)
@@ -207,8 +209,9 @@ def draw_throughput_vs_tp(rows: Sequence[Row], *, title: str) -> Figure:
     if batches:
         legend_outside(ax2, fontsize=FONT - 2)
     skipped = len(rows) - len(good)
-    note = f" ({skipped} points not fitting or failed: not drawn)" if skipped else ""
-    fig.suptitle(title + note + pipeline_note(rows), fontsize=FONT + 1)
+    points = "point" if skipped == 1 else "points"
+    note = f" ({skipped} {points} not fitting or failed: not drawn)" if skipped else ""
+    suptitle_inside(fig, title + note + pipeline_note(rows), fontsize=FONT + 1)
     fig.tight_layout()
     return fig
 
@@ -280,7 +283,8 @@ def draw_breakdown_bars(rows: Sequence[Row], *, title: str) -> Figure:
     right = 1 - 1.9 / fig.get_figwidth()  # the legend's strip
     piped = any(kept_full(r) for r in good)
     fill = "; a pipeline: one batch's step (kept full, the others fill its bubble)" if piped else ""
-    fig.suptitle(
+    suptitle_inside(
+        fig,
         f"{title}\ncritical path by part; each batch on its own scale{fill}",
         fontsize=FONT,
         x=right / 2,
@@ -372,7 +376,7 @@ def draw_in_node_vs_cross_node(rows: Sequence[Row], *, title: str) -> Figure:
         right = 1 - 2.2 / fig.get_figwidth()  # the legend's strip, beside the panels
         fig.legend(handles, labels, loc="center left", bbox_to_anchor=(right, 0.5),
                    fontsize=FONT - 2)  # fmt: skip
-    fig.suptitle(title, fontsize=FONT + 1)
+    suptitle_inside(fig, title, fontsize=FONT + 1)
     fig.tight_layout(rect=(0, 0, 1 - 2.2 / fig.get_figwidth(), 1))
     return fig
 
@@ -419,7 +423,7 @@ def draw_series_comparison(series: Mapping[str, Sequence[Row]], *, title: str) -
     if handles:
         fig.legend(list(handles.values()), list(handles), loc="center left",
                    bbox_to_anchor=(right, 0.5), fontsize=FONT - 3)  # fmt: skip
-    fig.suptitle(f"{title}\nseries on shared axes{pipeline_note(every)}", fontsize=FONT)
+    suptitle_inside(fig, f"{title}\nseries on shared axes{pipeline_note(every)}", fontsize=FONT)
     fig.tight_layout(rect=(0, 0, right, 1))
     return fig
 
