@@ -10,7 +10,7 @@ from typing import Any
 
 from matplotlib.backends.backend_agg import RendererAgg
 from matplotlib.font_manager import FontProperties
-from matplotlib.transforms import blended_transform_factory
+from matplotlib.transforms import blended_transform_factory, offset_copy
 from tpsim.core.records import Record
 from tpsim.experiments.plots.gantt_axis import GanttTimeAxis
 from tpsim.experiments.plots.gantt_view import GanttView
@@ -138,7 +138,11 @@ def layer_labels(
         boundaries = {}
     heads = {r.layer for r in records if r.name == "lm_head"}
     if 0 < len(boundaries) < MAX_LAYER_LINES:
-        top = blended_transform_factory(ax.transData, ax.transAxes)
+        # a fixed 2 points above the axes: a fraction of the axes' height (1.01) rose into
+        # the title over a tall chart (8 GPUs' rows: 20 px, the labels over its last line)
+        top = offset_copy(
+            blended_transform_factory(ax.transData, ax.transAxes), ax.figure, y=2, units="points"
+        )
         # Right to left, so a layer's label wins over the embedding's just before it.
         next_label = math.inf
         for layer, t in sorted(boundaries.items(), reverse=True):
@@ -151,7 +155,7 @@ def layer_labels(
             next_label = x
             ax.text(
                 x,
-                1.01,
+                1.0,
                 text,
                 transform=top,
                 fontsize=LABEL_PT,

@@ -136,3 +136,22 @@ def test_a_tiny_bar_is_not_widened_over_the_bar_after_it() -> None:
     dispatch = [w / px for rec, _, (_, w) in chart.bars if rec.kind == "dispatch"]
     assert dispatch and sum(dispatch) < 0.5 * len(dispatch)  # each far thinner than a pixel
     assert _drawn_px(chart, KIND_COLORS["dispatch"]) < 1.5 * sum(dispatch)  # was ~10x
+
+
+def test_layer_labels_stay_below_the_title_of_a_tall_chart() -> None:
+    """Eight GPUs of an 8K prefill zoomed on layers 0-1 (sweep's gantt_best): the labels sat
+    1% of the axes' height above them, 20 px on a 15-inch chart, and ran 12 px into the
+    title's last line; they sit a fixed 2 points above the axes."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    r = simulate("llama-3.1-8b", "dgx-h100", Layout(8), Workload(1, "prefill", 8192), Options())
+    chart = gantt_figure(r.records, layers=(0, 1), title="a title\nof two lines")
+    assert chart.view is not None and len(chart.view.ranks) == 8
+    renderer = FigureCanvasAgg(chart.fig).get_renderer()
+    title = chart.ax.title.get_window_extent(renderer)
+    axes = chart.ax.get_window_extent(renderer)
+    labels = [t for t in chart.ax.texts if re.fullmatch(r"emb|L\d+|head", t.get_text())]
+    assert labels
+    for t in labels:
+        box = t.get_window_extent(renderer)
+        assert axes.y1 <= box.y0 and box.y1 <= title.y0, t.get_text()
