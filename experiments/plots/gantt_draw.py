@@ -39,6 +39,18 @@ NET_KIND = "collective (network)"  # collective steps over the network get their
 A2A_KIND = "all-to-all"  # MoE dispatch and combine inside a host: their own colour too
 OTHER_COLOR = OTHER_COLOUR
 
+
+def bar_kind(r: Record) -> str:
+    """The kind a record's bar is coloured and named by (the legend's), in the PNG and the
+    report alike: its kind, a collective's step over the network or a MoE all-to-all's
+    step inside a host apart."""
+    if r.kind == "collective" and r.detail.endswith(NET_STEP):
+        return NET_KIND
+    if r.kind == "collective" and "all_to_all" in r.name:
+        return A2A_KIND
+    return r.kind
+
+
 #: Rows of one rank, top to bottom, with their y-axis labels.
 ROWS: tuple[tuple[str, str], ...] = (("cpu", "CPU"), ("compute", "compute"), ("comm", "comm"))
 #: A pipeline's point-to-point sends and receives: a row of their own under comm when the
@@ -167,11 +179,7 @@ def gantt_figure(
         row = row_y.get((r.rank, shown_stream(r)))
         if row is None or r.end_s < t0 or r.start_s > t1:
             continue
-        kind = r.kind
-        if kind == "collective" and r.detail.endswith(NET_STEP):
-            kind = NET_KIND
-        elif kind == "collective" and "all_to_all" in r.name:
-            kind = A2A_KIND
+        kind = bar_kind(r)
         for xy in axis.pieces(r.start_s, r.end_s):
             bars[(row, KIND_COLORS.get(kind, OTHER_COLOR))].append(xy)
             kinds_seen.add(kind)

@@ -9,10 +9,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import plotly.graph_objects as go
-from tpsim.core.engine.simulation import NET_STEP
 from tpsim.core.records import Record
 from tpsim.experiments.compare import Entry
-from tpsim.experiments.plots.gantt_draw import NET_KIND
+from tpsim.experiments.plots.gantt_draw import bar_kind
 from tpsim.experiments.plots.gantt_view import gantt_view
 from tpsim.experiments.plots.report_charts import plain
 from tpsim.experiments.plots.style import KIND_COLOURS, OTHER_COLOUR
@@ -46,7 +45,7 @@ def _lane(rank: int, stream: str, labels: Mapping[int, str]) -> str:
 
 
 def _kind(r: Record) -> str:
-    return NET_KIND if r.kind == "collective" and r.detail.endswith(NET_STEP) else r.kind
+    return bar_kind(r)  # the PNG Gantt's kinds: the MoE all-to-all's steps apart too
 
 
 def _host(label: str) -> str:

@@ -270,3 +270,22 @@ def test_the_report_says_how_many_gpus_its_gantt_draws(tmp_path: Path) -> None:
     lanes = set(re.findall(r"(n\d\.gpu\d+ pp\d tp\d+) \\u00b7 compute", text))  # JSON-escaped
     assert len(lanes) == 4, lanes
     assert "Showing 4 of 16 GPUs" in text  # was 3
+
+
+def test_the_report_gantt_colours_a_moe_all_to_all_as_the_png_does() -> None:
+    """Attention-DP 8 with EP 8: the PNG Gantt drew the dispatch and combine in their own
+    colour, named 'all-to-all' in its legend; the report's drew the same bars orange under
+    'collective'. The report takes the PNG's kinds."""
+    from tpsim import Layout, Options, Workload, simulate
+    from tpsim.experiments.plots.gantt_draw import A2A_KIND, gantt_figure
+    from tpsim.experiments.plots.report_gantt import Run
+    from tpsim.experiments.plots.report_gantt import gantt_figure as report_figure
+
+    r = simulate(
+        "qwen3-30b-a3b", "dgx-h100", Layout(1, attention_dp=8, ep=8), Workload(8), Options()
+    )
+    crit = frozenset(r.critical_path)
+    png = gantt_figure(r.records, critical=crit)
+    legend = [t.get_text() for t in png.ax.get_legend().get_texts()]
+    fig, _, _ = report_figure(Run(None, r.records, crit, {}))  # type: ignore[arg-type]
+    assert A2A_KIND in legend and A2A_KIND in {t.name for t in fig.data}
