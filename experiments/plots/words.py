@@ -98,6 +98,12 @@ def layout_label(row: Row) -> str:
     return name + (f" EP {row['ep']}" if (row.get("ep") or 1) > 1 else "")
 
 
+def _span(shares: Sequence[float]) -> str:
+    """``59%-100%``, or ``58%`` where every share rounds alike (one point)."""
+    low, high = f"{min(shares):.0%}", f"{max(shares):.0%}"
+    return low if low == high else f"{low}-{high}"
+
+
 def regime_summary(rows: Sequence[Row]) -> str:
     """``regime: memory-bound at 14 points (59-100 %), ...; 2 near ties: TP 16 batch 32
     memory-bound (52%; communication 45%)``: the regimes of a sweep with their shares."""
@@ -108,7 +114,7 @@ def regime_summary(rows: Sequence[Row]) -> str:
     for r in done:
         by.setdefault(row_regime(r), []).append(regime_margin(r)[0])
     parts = [
-        f"{k} at {len(v)} point{'s' * (len(v) > 1)} ({min(v):.0%}-{max(v):.0%} of the path)"
+        f"{k} at {len(v)} point{'s' * (len(v) > 1)} ({_span(v)} of the path)"
         for k, v in sorted(by.items(), key=lambda kv: (-len(kv[1]), kv[0]))
     ]
     ties = sorted((r for r in done if near_tie(r)), key=lambda r: (r["tp"], r["batch"]))

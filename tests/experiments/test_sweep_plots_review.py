@@ -406,3 +406,13 @@ def test_series_comparison_draws_each_layout_of_a_series_apart() -> None:
     lines = fig.axes[0].get_lines()
     assert sorted(line.get_label() for line in lines) == ["a", "a, PP 2", "b"]
     assert all(list(line.get_xdata()) == [2, 4] for line in lines)
+
+
+def test_a_regime_s_share_is_one_figure_where_its_points_agree() -> None:
+    """'memory-bound at 1 point (58%-58% of the path)': a range of one value."""
+    from tpsim.experiments.plots.words import regime_summary
+
+    one = regime_summary([row(4, 16, memory_share=0.58)])
+    assert "memory-bound at 1 point (58% of the path)" in one
+    two = regime_summary([row(4, 16, memory_share=0.58), row(8, 16, memory_share=0.9)])
+    assert "memory-bound at 2 points (58%-90% of the path)" in two
