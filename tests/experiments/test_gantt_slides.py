@@ -187,3 +187,24 @@ def test_a_moe_exchange_too_narrow_for_its_step_name_is_named_by_its_site() -> N
     names = [t.get_text() for t in chart.ax.texts]
     assert names.count("moe_combine") == 1  # the first chunk's; was none
     assert not any(n.startswith("moe_combine.") for n in names)
+
+
+def test_a_three_way_gantt_title_names_every_ratio_and_the_pipeline_kept_full(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The title kept the verdict's first clause: two of three configurations, and not the
+    pipeline that gives the most tokens/s kept full (TP 8 x PP 2 here, 1.99x TP 8)."""
+    seen: dict[str, Any] = {}
+
+    def capture(runs: Any, path: Any, *, title: str = "", layers: Any = None) -> None:
+        seen.update(title=title)
+
+    monkeypatch.setattr(gantt_module, "gantt_compare", capture)
+    argv = ["compare", "--model", "llama-3.1-70b", "--topology", "dgx-h100", "--nodes", "1,2,2",
+            "--tp", "8,16,8", "--pp", "1,1,2", "--batch", "16", "--gantt",
+            str(tmp_path / "c.png")]  # fmt: skip
+    assert main(argv) == 0
+    head, kept, _ = seen["title"].split("\n")
+    assert head.startswith("TP 8, PP 1, 1 node gives the most tokens/s a step (")
+    assert "x TP 16, PP 1, 2 nodes" in head and "x TP 8, PP 2, 2 nodes" in head
+    assert kept.startswith("with each pipeline kept full, TP 8, PP 2, 2 nodes gives the most")
