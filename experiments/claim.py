@@ -118,8 +118,8 @@ def lower_bound(
     decode = workload.phase == "decode"
     cached = workload.context_len - 1 if decode else 0  # the new token's K and V are computed
     # a sliding-window layer reads (and keeps) at most its window of keys
-    kept = sum(spec.attended(i, cached) for i in range(layers))
-    kv_bytes = workload.batch * kept * kv_heads * hd * 2 * dtype_bytes(prec.kv)
+    keys = sum(spec.attended(i, cached) for i in range(layers))
+    kv_bytes = workload.batch * keys * kv_heads * hd * 2 * dtype_bytes(prec.kv)
     memory_s = (weight_bytes + kv_bytes) / gpu.hbm_Bps
 
     # compute: 2 FLOPs per weight a token uses (of a MoE layer: the k experts it picks);

@@ -182,3 +182,19 @@ def test_dtype_on_a_mixed_checkpoint_warns_that_it_quantises_the_kept_layers(
     assert main(args) == 0
     _, err = capsys.readouterr()
     assert "--dtype fp8 also runs what the checkpoint keeps 16-bit as fp8" in err
+
+
+@pytest.mark.parametrize("wl", [Workload(1, "prefill", prompt_len=512),
+                                Workload(512, "decode", context_len=64)])  # fmt: skip
+def test_the_claim_bound_runs_kept_gemms_at_the_16_bit_peak(wl: Workload) -> None:
+    """check-claim's compute term: the 11,534,336 kept weights a GPU holds (TP 2) cost 2
+    FLOPs a token each at the bf16 peak, not the fp8 one: 512 tokens, 11,811,160,064 FLOPs
+    at 1/989 - 1/1979 ns a TFLOP more than --dtype fp8 (the key count of the decode's KV
+    reads, reusing the name, had stood in for the kept weights: 0 FLOPs at prefill)."""
+    from tpsim.experiments.claim import lower_bound
+
+    mixed = lower_bound(_small(), "dgx-h100", 2, wl, kv_dtype="bf16").terms_s["compute"]
+    fp8 = lower_bound(_small(), "dgx-h100", 2, wl, dtype="fp8", kv_dtype="bf16")
+    kept_flops = 2 * 512 * (4 * 1_310_720 + 6_291_456)
+    more = kept_flops * (1 / H100.bf16_flops - 1 / H100.fp8_flops)
+    assert mixed - fp8.terms_s["compute"] == pytest.approx(more, rel=1e-9)
