@@ -136,8 +136,10 @@ def _step_s(row: Mapping[str, Any]) -> float:
 
 
 def drawn(row: Mapping[str, Any]) -> bool:
-    """Whether the sweep chart draws ``row``: it ran and its step fits the GPUs' memory (the
-    sweep's PNG plots leave the others out too)."""
+    """Whether the sweep chart draws ``row``: it ran and its step fits the GPUs' memory, a
+    pipeline's batches in flight too (the sweep's PNG plots leave the others out too)."""
+    if kept_full(row) and not row.get("in_flight_fits"):
+        return False
     return not row.get("error") and row.get("fits") is not False
 
 

@@ -201,3 +201,24 @@ def test_sweep_chart_leaves_out_points_that_do_not_fit() -> None:
     fig = sweep_figure(rows)
     assert [t.name for t in fig.data] == ["TP 2", "TP 4"]
     assert [list(t.y) for t in fig.data] == [[20.0], [40.0]]
+
+
+def test_sweep_note_counts_a_pipeline_whose_batches_in_flight_do_not_fit() -> None:
+    """A pipeline whose one batch fits but whose batches in flight do not is left out of the
+    chart (its tokens/s kept full do not run); the note counted it neither with the errors
+    nor among the points not fitting ('2 points, 0 with errors, 0 not fitting')."""
+    from tpsim.experiments.report import html_report
+    from tpsim.experiments.sweep.rows import COLUMNS
+
+    row = {c: None for c in COLUMNS} | {
+        "model": "m", "topology": "t", "nodes": 1, "phase": "decode", "engine": "vllm",
+        "batch": 8, "latency_s": 0.01, "fits": True, "tp": 2, "pp": 1,
+        "tokens_per_s": 40.0, "tokens_per_s_per_gpu": 20.0,
+    }  # fmt: skip
+    flight = {"in_flight_batches": 2, "in_flight_tpot_s": 0.01, "in_flight_tokens_per_s":
+              1600.0, "in_flight_tokens_per_s_per_gpu": 400.0, "in_flight_bytes_per_gpu": 10,
+              "in_flight_fits": False, "in_flight_largest_batch": 4}  # fmt: skip
+    rows = [row, {**row, "pp": 2, "tokens_per_s_per_gpu": 10.0, **flight}]
+    assert len(sweep_figure(rows).data) == 1  # the PP 1 line alone
+    text = html_report([], question="q", sweep_rows=rows)
+    assert "2 points, 0 with errors, 1 not fitting in memory (neither drawn)" in text
