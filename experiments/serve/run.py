@@ -21,7 +21,7 @@ from tpsim.core.config import Layout, Options, Workload
 from tpsim.core.engine.serving import run_loop
 from tpsim.core.errors import ConfigError
 from tpsim.core.kv_transfer import KVRoutes, Pool
-from tpsim.core.plan import resolve
+from tpsim.core.plan import RunPlan, resolve
 from tpsim.core.stage_sends import StageSends
 from tpsim.core.step_timer import IterationTimer
 from tpsim.experiments.serve import metrics
@@ -181,6 +181,25 @@ def check_fits(spec: SchedulerSpec, kv: KVCache, model: ModelSpec, prompt: int, 
         )
 
 
+def _check_deepep_batch(plan: RunPlan, max_num_seqs: int) -> None:
+    """Refuse, before the run, an engine that hands a decode step's tokens to DeepEP's
+    low-latency kernels at once (SGLang; the lowering refuses such a step,
+    :meth:`~tpsim.core.lowering.moe_block.ExpertBlock.low_latency_chunks`) where
+    ``max_num_seqs`` lets a decode batch past the buffer's tokens a GPU: the run had exited
+    partway, on the step that first grew past it."""
+    engine = plan.calib.engine
+    if plan.options.moe_a2a != "deepep" or engine.deepep_ll_chunked or not plan.model.is_moe:
+        return
+    most = engine.deepep_ll_tokens * plan.layout.tp
+    if max_num_seqs > most:
+        raise ConfigError(
+            f"max_num_seqs={max_num_seqs}: engine {engine.name} hands a decode step's tokens "
+            f"to DeepEP's low-latency kernels at once, whose buffer holds "
+            f"{engine.deepep_ll_tokens} a GPU (profile key deepep_ll_tokens): at most {most} "
+            f"sequences per attention-DP group (give --max-num-seqs {most})"
+        )
+
+
 def serve(
     setup: ServeSetup,
     *,
@@ -234,6 +253,7 @@ def serve(
     spec = scheduler_spec(setup, it.plan.gpu.hbm_bytes)
     kv = kv_blocks(it, spec, setup.pp, hybrid=d is None)
     engine = it.plan.calib.engine
+    _check_deepep_batch(it.plan, spec.max_num_seqs)
     split = engine.pipeline_split_tokens is not None  # one instance splits its own batches
     if setup.pp > 1 and not split:  # each virtual engine its share of every stage's cache
         kv = replace(kv, blocks=kv.blocks // setup.pp)

@@ -305,3 +305,20 @@ def test_a_trace_header_may_space_its_names(
     spaced.write_text("\nTIMESTAMP, ContextTokens, GeneratedTokens\n0, 100, 10\n1, 200, 20\n")
     rc, out, _ = run([*BASE, "--trace", str(spaced), "--json"], capsys)
     assert rc == 0 and json.loads(out)["completed"] == 2
+
+
+def test_sglang_deepep_past_its_buffer_is_refused_before_the_run(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """SGLang hands a decode step's tokens to DeepEP's low-latency kernels at once (128 a
+    GPU): its default max_num_seqs let the batch past that, and serve exited partway, on
+    the step that first grew past it, without naming the flag that fixes it."""
+    argv = ["serve", "--model", "qwen3-30b-a3b", "--topology", "dgx-h100", "--tp", "1",
+            "--attention-dp", "8", "--ep", "8", "--moe-a2a", "deepep", "--engine", "sglang",
+            "--rate", "5", "--requests", "20", "--out", str(tmp_path / "r.jsonl")]  # fmt: skip
+    rc, out, err = run(argv, capsys)
+    assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "max_num_seqs=4096" in err and "--max-num-seqs 128" in err
+    assert not (tmp_path / "r.jsonl").exists()
+    rc, _, _ = run([*argv, "--max-num-seqs", "128"], capsys)
+    assert rc == 0
