@@ -50,6 +50,7 @@ def config_from_row(row: Mapping[str, Any]) -> dict[str, Any]:
             "tp": row["tp"],
             **{k: int(row.get(k) or 1) for k in ("pp", "dp", "micro_batches", "ep")},
             "attention_dp": int(row.get("attention_dp") or 1),
+            "moe_tp": expert_tp(row),
         },
         "workload": {
             "batch": row["batch"],
@@ -61,9 +62,19 @@ def config_from_row(row: Mapping[str, Any]) -> dict[str, Any]:
             "engine": row.get("engine") or Options.engine,
             "launch": row["launch"],
             "dtype": row.get("dtype") or "model's",
+            "moe_a2a": row.get("moe_a2a") or Options.moe_a2a,  # an older file's: NCCL's
         },
         "launch_effective": launch_ran(row),
     }
+
+
+def expert_tp(row: Mapping[str, Any]) -> int:
+    """The ranks splitting each routed expert's width, as ``run --json``'s
+    ``config.layout.moe_tp`` gives it: the row's ``moe_tp``, or where it is 0 (derived; an
+    older file's row) tp * attention_dp / ep."""
+    given = int(row.get("moe_tp") or 0)
+    group = int(row["tp"]) * int(row.get("attention_dp") or 1)
+    return given or max(1, group // int(row.get("ep") or 1))
 
 
 def launch_ran(row: Mapping[str, Any]) -> str:
@@ -107,4 +118,4 @@ def breakdown_from_row(row: Mapping[str, Any]) -> dict[str, float]:
     return {p: float(row.get(f"{p}_s") or 0.0) for p in PARTS}
 
 
-__all__ = ["breakdown_from_row", "config_from_row", "summary_from_row"]
+__all__ = ["breakdown_from_row", "config_from_row", "expert_tp", "summary_from_row"]

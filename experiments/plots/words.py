@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tpsim.core.config import Options
 from tpsim.core.metrics import regime
 from tpsim.experiments.compare_assumptions import assumptions
 from tpsim.experiments.compare_rows import breakdown_from_row, config_from_row, replica_hosts
@@ -90,12 +91,16 @@ def assumption_lines(rows: Sequence[Row]) -> list[str]:
 
 def layout_label(row: Row) -> str:
     """``TP 4``, ``TP 4 x PP 2``, ``TP 1 x ADP 8 EP 8``: a row's degrees above 1 (TP always),
-    so that two points of one TP and batch are told apart."""
+    each expert's width split where the row gives it (``MoE-TP 1``) and an all-to-all other
+    than NCCL's (``moe-a2a deepep``), so that two points of one TP and batch are told apart."""
     name = f"TP {row['tp']}"
     for key, short in (("attention_dp", "ADP"), ("pp", "PP"), ("dp", "DP")):
         if (row.get(key) or 1) > 1:
             name += f" x {short} {row[key]}"
-    return name + (f" EP {row['ep']}" if (row.get("ep") or 1) > 1 else "")
+    name += f" EP {row['ep']}" if (row.get("ep") or 1) > 1 else ""
+    name += f" MoE-TP {row['moe_tp']}" if row.get("moe_tp") else ""
+    a2a = row.get("moe_a2a") or Options.moe_a2a
+    return name + (f" moe-a2a {a2a}" if a2a != Options.moe_a2a else "")
 
 
 def _span(shares: Sequence[float]) -> str:

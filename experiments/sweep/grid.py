@@ -75,21 +75,27 @@ class GridPoint:
     ep: int = 1
     attention_dp: int = 1
     expert_skew: float = 0.0
+    #: each routed expert's width split (0: derived, tp * attention_dp / ep, as run's
+    #: default) and the all-to-all kernels of token dispatch, added after those
+    moe_tp: int = 0
+    moe_a2a: str = "nccl"
 
     @property
     def point_id(self) -> str:
         """A stable key derived from the parameters only (the same in every run and file).
 
         A single TP group (pp = dp = micro_batches = 1) keeps the key it had before those
-        axes existed: they enter the key only when one differs from 1; the MoE axes only
-        when one differs from its default."""
+        axes existed: they enter the key only when one differs from 1; the MoE axes, and
+        the experts' split and all-to-all added after them, only when one of their group
+        differs from its default."""
         values = asdict(self)
         if all(values[k] == 1 for k in LAYOUT_AXES):
             for k in LAYOUT_AXES:
                 del values[k]
-        if all(values[k] == d for k, d in MOE_AXES.items()):
-            for k in MOE_AXES:
-                del values[k]
+        for group in (MOE_AXES, MOE_SPLIT_AXES):
+            if all(values[k] == d for k, d in group.items()):
+                for k in group:
+                    del values[k]
         text = json.dumps(values, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -127,6 +133,9 @@ class GridPoint:
 LAYOUT_AXES: tuple[str, ...] = ("pp", "dp", "micro_batches")
 #: The axes of a mixture-of-experts layout and its routing, with their defaults.
 MOE_AXES: dict[str, Any] = {"ep": 1, "attention_dp": 1, "expert_skew": 0.0}
+#: The axes added after those, with their defaults (run's): each routed expert's width
+#: split (0: derived) and the all-to-all kernels of token dispatch.
+MOE_SPLIT_AXES: dict[str, Any] = {"moe_tp": 0, "moe_a2a": "nccl"}
 POINT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(GridPoint))
 
 
@@ -284,7 +293,7 @@ def point_from_row(row: Mapping[str, Any]) -> GridPoint:
     for k in LAYOUT_AXES:  # a row of a file from before these axes: one TP group
         if values[k] is None:
             values[k] = 1
-    for k, default in MOE_AXES.items():  # a row from before the MoE axes
+    for k, default in (MOE_AXES | MOE_SPLIT_AXES).items():  # a row from before these axes
         if values[k] is None:
             values[k] = default
     return GridPoint(**values)

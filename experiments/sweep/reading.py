@@ -88,11 +88,14 @@ def file_columns(path: str | Path) -> tuple[str, ...]:
 def check_resumable(path: str | Path) -> None:
     """Refuse (ConfigError) to resume a file written by an older tpsim: rows appended to it
     would have columns its own rows lack (a CSV header too short for them; JSON Lines rows
-    without a pipeline's figures kept full)."""
+    without a pipeline's figures kept full, or without the experts' split and all-to-all).
+    The columns it lacks are named in file order, the in_flight ones as ``in_flight_*``."""
     have = file_columns(path)
-    missing = [c for c in COLUMNS if c not in have and c not in IN_FLIGHT_COLUMNS]
-    if any(c not in have for c in IN_FLIGHT_COLUMNS):
-        missing.append("in_flight_*")
+    missing = list(
+        dict.fromkeys(
+            "in_flight_*" if c in IN_FLIGHT_COLUMNS else c for c in COLUMNS if c not in have
+        )
+    )
     if missing:
         raise ConfigError(f"results file {path}: " + OLD_FILE.format(missing=", ".join(missing)))
 

@@ -18,7 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from tpsim.core.errors import ConfigError
-from tpsim.experiments.sweep.grid import CONTROL, LAYOUT_AXES, MOE_AXES, POINT_FIELDS
+from tpsim.experiments.sweep.grid import (
+    CONTROL,
+    LAYOUT_AXES,
+    MOE_AXES,
+    MOE_SPLIT_AXES,
+    POINT_FIELDS,
+)
 
 BREAKDOWN = ("compute", "memory", "communication", "launch_overhead", "host", "idle")
 MEMORY = (
@@ -59,16 +65,17 @@ IN_FLIGHT = (
 IN_FLIGHT_COLUMNS: tuple[str, ...] = tuple(f"in_flight_{k}" for k in IN_FLIGHT)
 #: Columns added after the first release of the file, appended so the others keep their
 #: places, in the versions that added them: the layout axes with the pipeline bubble of the
-#: breakdown, the MoE axes, a pipeline kept full.
+#: breakdown, the MoE axes, a pipeline kept full, the experts' split and all-to-all.
 ADDED: tuple[tuple[str, ...], ...] = (
     (*LAYOUT_AXES, "bubble_s"),
     tuple(MOE_AXES),
     IN_FLIGHT_COLUMNS,
+    tuple(MOE_SPLIT_AXES),
 )
 APPENDED_COLUMNS: tuple[str, ...] = tuple(c for added in ADDED for c in added)
 COLUMNS: tuple[str, ...] = (
     "point_id",
-    *(f for f in POINT_FIELDS if f not in LAYOUT_AXES and f not in MOE_AXES),
+    *(f for f in POINT_FIELDS if f not in (*LAYOUT_AXES, *MOE_AXES, *MOE_SPLIT_AXES)),
     *RESULT_COLUMNS,
     *APPENDED_COLUMNS,
 )
@@ -81,7 +88,7 @@ EARLIER_HEADERS: tuple[tuple[str, ...], ...] = tuple(
 INT_COLUMNS = frozenset(
     {"nodes", "gpus_per_node", "tp", "batch", "prompt_len", "context_len", "hosts"}
     | set(LAYOUT_AXES)
-    | {"ep", "attention_dp"}
+    | {"ep", "attention_dp", "moe_tp"}
     | set(MEMORY)
     | {"collectives", "comm_bytes_per_gpu"}
     | {"in_flight_batches", "in_flight_bytes_per_gpu", "in_flight_largest_batch"}
@@ -141,12 +148,13 @@ def csv_header() -> str:
 
 def _older(row: dict[str, Any]) -> dict[str, Any]:
     """A row of an earlier version (:data:`EARLIER_HEADERS`, or JSON Lines without these
-    keys) with the axes added since at their defaults: one TP group, no experts split; a
+    keys) with the axes added since at their defaults: one TP group, no experts split
+    beyond TP, each expert's width split as derived (moe_tp 0), NCCL's all-to-all; a
     pipeline kept full is not known (its columns stay empty)."""
     for k in LAYOUT_AXES:
         if row.get(k) is None:
             row[k] = 1
-    for k, default in MOE_AXES.items():
+    for k, default in (MOE_AXES | MOE_SPLIT_AXES).items():
         if row.get(k) is None:
             row[k] = default
     return row

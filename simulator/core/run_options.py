@@ -390,14 +390,14 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
         "dispatched by all-to-all)",
         int_check("attention_dp", 1, 4096),
     ),
-    # derived from the other two unless given: not a grid axis
+    # 0, the default: derived from the other two (a sweep's row keeps the 0); given, it
+    # must make moe_tp*ep the MoE group, else the point is refused as run refuses it
     RunOption(
         "moe_tp",
         "int",
         "layout",
         "ranks splitting each routed expert's width (default: tp*attention_dp/ep)",
         int_check("moe_tp", 0, 4096),
-        sweepable=False,
     ),
     RunOption(
         "expert_skew",
@@ -417,7 +417,6 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
         "(grouped send/recv) or deepep (DeepEP's low-latency kernels at decode, normal ones "
         "at prefill)",
         choice_check("moe_a2a", MOE_A2A),
-        sweepable=False,
         choices=MOE_A2A,
     ),
     # a file per run: not a grid axis

@@ -9,7 +9,7 @@ import pytest
 from tpsim.cli import main
 from tpsim.experiments.sweep.grid import grid_from_flags, grid_from_yaml, point_from_row
 from tpsim.experiments.sweep.reading import read_rows
-from tpsim.experiments.sweep.rows import COLUMNS
+from tpsim.experiments.sweep.rows import COLUMNS, IN_FLIGHT_COLUMNS
 from tpsim.experiments.sweep.run import run_point
 
 BASE = {"model": "llama-3.1-8b", "topology": "dgx-h100", "context_len": "256", "batch": "4"}
@@ -27,9 +27,12 @@ OLD_HEAD = (
 
 def test_new_columns_are_appended_after_the_old_ones() -> None:
     assert ",".join(COLUMNS).startswith(OLD_HEAD + ",")
-    assert COLUMNS[-14:-7] == ("pp", "dp", "micro_batches", "bubble_s", "ep", "attention_dp",
-                               "expert_skew")  # fmt: skip
-    assert all(c.startswith("in_flight_") for c in COLUMNS[-7:])  # test_sweep_in_flight.py
+    # in the versions that added them: test_sweep_in_flight.py, test_sweep_moe_axes.py
+    assert COLUMNS[len(OLD_HEAD.split(",")) :] == (
+        *("pp", "dp", "micro_batches", "bubble_s", "ep", "attention_dp", "expert_skew"),
+        *IN_FLIGHT_COLUMNS,
+        *("moe_tp", "moe_a2a"),
+    )
 
 
 def test_single_group_points_keep_their_old_ids() -> None:
