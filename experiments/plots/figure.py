@@ -96,22 +96,44 @@ def outcome(row: Row) -> int:
     return 0 if ok(row) else 1
 
 
-Layout = tuple[int, int, int, int, int, int]
+Layout = tuple[int, int, int, int, int, int, int]
+#: The layout of one TP group, and what a layout's parts beyond TP are then.
+PLAIN: tuple[int, ...] = (1, 1, 1, 1, 1, 0)
 
 
 def layout_of(r: Row) -> Layout:
-    """(tp, pp, dp, micro_batches, ep, attention_dp) of a results row (older rows: one TP
-    group)."""
+    """(tp, pp, dp, micro_batches, ep, attention_dp, moe_tp) of a results row (older rows:
+    one TP group; moe_tp 0: derived, as the sweep's axis gives it)."""
     return (r["tp"], r.get("pp") or 1, r.get("dp") or 1, r.get("micro_batches") or 1,
-            r.get("ep") or 1, r.get("attention_dp") or 1)  # fmt: skip
+            r.get("ep") or 1, r.get("attention_dp") or 1, r.get("moe_tp") or 0)  # fmt: skip
 
 
 def layout_name(key: Layout) -> str:
-    """``TP 4``, ``TP 4 x PP 2 (4 mb)``, ``TP 2 x DP 2``, ``TP 1 x ADP 8 EP 8``."""
-    tp, pp, dp, mb, ep, adp = key
-    name = f"TP {tp}" + (f" x ADP {adp}" if adp > 1 else "")
-    name += (f" x PP {pp}" if pp > 1 else "") + (f" x DP {dp}" if dp > 1 else "")
-    return name + (f" EP {ep}" if ep > 1 else "") + (f" ({mb} mb)" if mb > 1 else "")
+    """``TP 4``, ``TP 4 x PP 2 (4 mb)``, ``TP 2 x DP 2``, ``TP 1 x ADP 8 EP 8``, and where
+    the row gave each expert's width split, ``TP 1 x ADP 8 EP 8 MoE-TP 1``."""
+    return " ".join(_layout_parts(key))
+
+
+def _layout_parts(key: Layout) -> list[str]:
+    tp, pp, dp, mb, ep, adp, moe_tp = key
+    parts = [f"TP {tp}"] + [
+        f"x {k} {v}" for k, v in (("ADP", adp), ("PP", pp), ("DP", dp)) if v > 1
+    ]
+    parts += [f"EP {ep}"] if ep > 1 else []
+    parts += [f"MoE-TP {moe_tp}"] if moe_tp else []
+    return parts + ([f"({mb} mb)"] if mb > 1 else [])
+
+
+def layout_lines(key: Layout, width: int) -> str:
+    """:func:`layout_name` in lines of at most ``width`` characters where it can, broken
+    between its parts (``TP 1 x ADP 8 EP 8`` / ``MoE-TP 1``), never inside one."""
+    lines: list[str] = []
+    for part in _layout_parts(key):
+        if lines and len(lines[-1]) + 1 + len(part) <= width:
+            lines[-1] += " " + part
+        else:
+            lines.append(part)
+    return "\n".join(lines)
 
 
 def fewest_hosts(rows: list[Row] | tuple[Row, ...]) -> dict[tuple[Any, Layout], int]:

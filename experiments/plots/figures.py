@@ -1,8 +1,10 @@
 """Which figures a table of sweep rows gets, and where they go: ``tpsim plot RESULTS``.
 
-Rows are grouped into series: everything but ``tp``, ``batch`` and the placement (``nodes``,
-``gpus_per_node``) equal. Each series gets throughput against TP, a breakdown, a regime map,
-and, when its groups span different numbers of hosts, in-node against cross-node curves;
+Rows are grouped into series: everything but the layout (``tp``, ``pp``, ``dp``, the MoE
+split: ``ep``, ``attention_dp``, ``moe_tp``), ``batch`` and the placement (``nodes``,
+``gpus_per_node``) equal; a MoE model's all-to-all (``moe_a2a``) is its series'. Each series
+gets throughput against TP, a breakdown, a regime map, and, when its groups span different
+numbers of hosts, in-node against cross-node curves;
 several series are also drawn on shared axes (``compare_series.png``). Gantt charts are
 drawn for chosen points (by ``point_id``; default: the fastest fitting point of each
 series, a pipeline's tokens/s counted kept full as ``compare`` counts it), re-simulated from
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from tpsim.core.api import simulate
+from tpsim.core.config import Options
 from tpsim.core.errors import ConfigError
 from tpsim.experiments.compare_rows import launch_ran
 from tpsim.experiments.plots import sweep as sweep_plots
@@ -46,11 +49,12 @@ SERIES = (
     "ideal",
     "engine",
     "expert_skew",
+    "moe_a2a",
 )
 GANTT_LAYERS = (0, 1)
 #: One point of a figure: a TP degree, a layout beyond it (stages, replicas, experts split
-#: over the GPUs, attention data-parallel groups) and a batch.
-POINT = ("tp", "pp", "dp", "micro_batches", "ep", "attention_dp", "batch")
+#: over the GPUs and each one's width, attention data-parallel groups) and a batch.
+POINT = ("tp", "pp", "dp", "micro_batches", "ep", "attention_dp", "moe_tp", "batch")
 
 
 def _key(row: Row) -> tuple[Any, ...]:
@@ -99,11 +103,13 @@ def series_title(row: Row, group: Sequence[Row] = ()) -> str:
     extras += ["ideal"] if row.get("ideal") else []
     extras += [f"engine {row['engine']}"] if row.get("engine") else []
     extras += [f"expert skew {row['expert_skew']:g}"] if row.get("expert_skew") else []
+    a2a = row.get("moe_a2a") or Options.moe_a2a
+    extras += [f"moe-a2a {a2a}"] if a2a != Options.moe_a2a else []
     return f"{row['model']} {row['phase']} on {row['topology']} ({lengths}, {', '.join(extras)})"
 
 
 def _slug(row: Row, varying: Sequence[str]) -> str:
-    short = {"prompt_len": "prompt", "context_len": "ctx", "kv_dtype": "kv"}
+    short = {"prompt_len": "prompt", "context_len": "ctx", "kv_dtype": "kv", "moe_a2a": "a2a-"}
     parts = []
     for k in varying:
         v = row.get(k)
@@ -128,8 +134,9 @@ def plot_results(
         groups.setdefault(_key(r), []).append(r)
     if len(groups) > MAX_SERIES:
         raise ConfigError(
-            f"plot: the rows form {len(groups)} series (every column but tp, batch and the "
-            f"placement equal); at most {MAX_SERIES} are drawn: plot a smaller results file"
+            f"plot: the rows form {len(groups)} series (every column but the layout, batch "
+            f"and the placement equal); at most {MAX_SERIES} are drawn: plot a smaller "
+            "results file"
         )
     varying = [k for i, k in enumerate(SERIES) if len({g[i] for g in groups}) > 1]
     written: list[Path] = []

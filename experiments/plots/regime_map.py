@@ -117,8 +117,10 @@ def draw_regime_map(rows: Sequence[shared.Row], *, title: str) -> Figure:
             color="white" if dark and r.get("fits") else "black",
             bbox=box if plain else None,
         )
-    plain_tp = all(k[1:] == (1, 1, 1, 1, 1) for k in tps)
-    ax.set_xticks(range(len(tps)), [str(k[0]) if plain_tp else shared.layout_name(k) for k in tps])
+    plain_tp = all(k[1:] == shared.PLAIN for k in tps)
+    # a column is 1.6 inches: about 20 characters of its tick label a line
+    names = [str(k[0]) if plain_tp else shared.layout_lines(k, 20) for k in tps]
+    ax.set_xticks(range(len(tps)), names)
     ax.set_yticks(range(len(batches)), [str(b) for b in batches])
     ax.set_xlabel("TP degree (GPUs)" if plain_tp else "layout", fontsize=shared.FONT)
     ax.set_ylabel("batch (sequences)", fontsize=shared.FONT)

@@ -57,10 +57,12 @@ def breakdown_figure(entries: Sequence[Entry]) -> go.Figure:
 
 #: The fields that name a sweep's series, in the legend's order.
 SERIES_FIELDS = ("model", "topology", "nodes", "tp", "pp", "dp", "attention_dp", "ep",
-                 "phase", "prompt_len", "context_len", "dtype", "launch", "engine",
-                 "expert_skew")  # fmt: skip
-#: Values a field takes when it says nothing (left out of the title when shared).
-_QUIET = {"pp": 1, "dp": 1, "attention_dp": 1, "ep": 1, "expert_skew": 0}
+                 "moe_tp", "phase", "prompt_len", "context_len", "dtype", "launch", "engine",
+                 "expert_skew", "moe_a2a")  # fmt: skip
+#: Values a field takes when it says nothing (left out of the title when shared; moe_tp 0:
+#: derived, and an older file's row without the column says nothing either).
+_QUIET = {"pp": 1, "dp": 1, "attention_dp": 1, "ep": 1, "moe_tp": 0, "expert_skew": 0,
+          "moe_a2a": "nccl"}  # fmt: skip
 
 
 def _series_label(row: Mapping[str, Any], fields: Sequence[str]) -> str:
@@ -75,6 +77,8 @@ def _series_label(row: Mapping[str, Any], fields: Sequence[str]) -> str:
         "context_len": lambda v: f"context {v}",
         "launch": lambda v: f"launch {v}",
         "expert_skew": lambda v: f"skew {v}",
+        "moe_tp": lambda v: f"MoE-TP {v}" if v else "MoE-TP derived",
+        "moe_a2a": lambda v: f"moe-a2a {v}",
     }
     return " ".join(words.get(f, str)(row.get(f)) for f in fields if row.get(f) not in (None, ""))
 
@@ -196,7 +200,7 @@ def sweep_figure(rows: Sequence[Mapping[str, Any]]) -> go.Figure:
         if f not in fields
         and ok
         and ok[0].get(f) not in (None, "")
-        and (f not in _QUIET or float(ok[0][f]) != _QUIET[f])
+        and (f not in _QUIET or ok[0][f] != _QUIET[f])
     ]
     fig.update_layout(
         height=520,

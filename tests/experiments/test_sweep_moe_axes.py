@@ -15,6 +15,10 @@ from tpsim.core.api import simulate
 from tpsim.core.config import Options
 from tpsim.core.errors import ConfigError
 from tpsim.experiments.compare_rows import summary_from_row
+from tpsim.experiments.plots import figures
+from tpsim.experiments.plots.regime_map import draw_regime_map
+from tpsim.experiments.plots.report_charts import sweep_figure
+from tpsim.experiments.plots.sweep import draw_series_comparison, draw_throughput_vs_tp
 from tpsim.experiments.plots.words import layout_label
 from tpsim.experiments.sweep.grid import (
     AXES,
@@ -162,6 +166,27 @@ def test_an_older_file_reads_as_nccl_derived_and_is_not_resumed(
         assert path.read_bytes() == was
 
 
+def test_plots_name_the_all_to_all_and_the_width_split(
+    rows: dict[tuple[int, str], Row], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(figures, "draw_gantt", lambda row, path: path)
+    derived = [rows[0, "nccl"], rows[0, "deepep"]]
+    written = {p.name for p in figures.plot_results(derived, tmp_path)}
+    assert {"a2a-nccl_regime_map.png", "a2a-deepep_regime_map.png"} <= written
+    assert "moe-a2a deepep" in figures.series_title(rows[0, "deepep"])
+    assert "moe-a2a" not in figures.series_title(rows[0, "nccl"])  # the default said nothing
+    named = {figures._slug(r, ["moe_a2a"]).rstrip("_"): [r] for r in derived}
+    fig = draw_series_comparison(named, title="t")
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend == ["a2a-nccl, ADP 2 EP 2", "a2a-deepep, ADP 2 EP 2"]
+    given = [rows[0, "nccl"], rows[1, "nccl"]]  # moe_tp derived, and given
+    fig = draw_throughput_vs_tp(given, title="t")
+    labels = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
+    assert labels == ["batch 8, ADP 2 EP 2", "batch 8, ADP 2 EP 2 MoE-TP 1"]
+    cols = [t.get_text() for t in draw_regime_map(given, title="t").axes[0].get_xticklabels()]
+    assert cols == ["TP 1 x ADP 2 EP 2", "TP 1 x ADP 2 EP 2\nMoE-TP 1"]
+
+
 def test_compare_results_and_report_carry_the_axes(
     rows: dict[tuple[int, str], Row], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -176,3 +201,10 @@ def test_compare_results_and_report_carry_the_axes(
     ids = f"{nccl['point_id']},{deepep['point_id']}"
     assert main(["compare", "--results", str(out), "--rows", ids]) == 0
     assert "TP 1 x ADP 2 EP 2 MoE-TP 1 moe-a2a deepep" in capsys.readouterr().out
+    fig = sweep_figure([nccl, rows[0, "deepep"]])
+    assert sorted(t.name for t in fig.data) == ["moe-a2a deepep", "moe-a2a nccl"]
+
+
+def test_columns_are_documented() -> None:
+    guide = (Path(__file__).parents[2] / "docs" / "guide.md").read_text()
+    assert "`moe_tp`, `moe_a2a`" in guide and "--moe-tp" in guide and "--moe-a2a" in guide
