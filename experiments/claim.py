@@ -87,7 +87,9 @@ def lower_bound(
         raise ConfigError(f"tp={tp} {problem} of {spec.name}")
     group = tp_group(graph, tp, layout.gpus_per_node)
     gpu = group.gpu
-    options = Options(dtype=dtype, kv_dtype=kv_dtype)
+    # the ideal engine's precision: without --kv-dtype a quantised run's cache is fp8 (the
+    # smallest any engine keeps it), so the bound holds whichever engine serves it
+    options = Options(dtype=dtype, kv_dtype=kv_dtype, engine="ideal")
     prec = run_precision(options, spec, gpu)
     d, hd, layers = spec.hidden_size, spec.head_dim, spec.num_layers
     split = shard(spec, tp)

@@ -64,7 +64,7 @@ class PlanRequest:
     engine: str = "vllm"
     ideal: bool = False
     dtype: str | None = None  # --dtype (None: the model's)
-    kv_dtype: str | None = None  # --kv-dtype (None: as --dtype)
+    kv_dtype: str | None = None  # --kv-dtype (None: as the engine keeps it)
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,7 @@ class RateRequest:
     seed: int = 0
     disaggregated: bool = True  # also try xP + yD units
     dtype: str | None = None  # --dtype (None: the model's)
-    kv_dtype: str | None = None  # --kv-dtype (None: as --dtype)
+    kv_dtype: str | None = None  # --kv-dtype (None: as the engine keeps it)
 
 
 @dataclass(frozen=True)

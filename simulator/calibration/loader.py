@@ -246,6 +246,10 @@ def _engine(d: Mapping[str, Any], name: str) -> Engine:
     if first not in FIRST_TOKEN:
         choices = ", ".join(FIRST_TOKEN)
         raise CalibrationError(f"{w}.first_token={first!r}: must be one of {choices}")
+    kv = entry(d, "kv_cache_dtype", w)
+    if kv not in KV_CACHE_DTYPE:
+        choices = ", ".join(KV_CACHE_DTYPE)
+        raise CalibrationError(f"{w}.kv_cache_dtype={kv!r}: must be one of {choices}")
     return Engine(
         name=name,
         graph_phases=tuple(p for p in ("decode", "prefill") if p in phases),
@@ -265,6 +269,7 @@ def _engine(d: Mapping[str, Any], name: str) -> Engine:
         host_overlap_sync=sync,
         pdl_archs=tuple(pdl),
         pipeline_split_tokens=split,
+        kv_cache_dtype=kv,
         **moe_keys(d, w),
     )
 
@@ -273,6 +278,8 @@ def _engine(d: Mapping[str, Any], name: str) -> Engine:
 FIRST_TOKEN = ("prefill", "decode_step")
 #: What an engine's all-reduce kernel fuses (:attr:`Engine.allreduce_fusion`).
 ALLREDUCE_FUSION = ("none", "residual_rms_norm")
+#: Where an engine keeps the KV cache without ``--kv-dtype`` (:attr:`Engine.kv_cache_dtype`).
+KV_CACHE_DTYPE = ("quantised", "activation")
 
 
 def _coordination(triple: object, field: str) -> Coordination:

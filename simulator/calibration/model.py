@@ -174,6 +174,13 @@ class Engine:
     #: moe_ep); False: either tensor-parallel experts or expert parallelism over the whole
     #: MoE group (vLLM's ``--enable-expert-parallel``: ep = tp x dp, no MoE-TP)
     moe_ep_with_tp: bool = True
+    #: The KV cache's dtype when ``--kv-dtype`` is not given, as the engine's own default
+    #: (``--kv-cache-dtype auto``) sets it for the checkpoints ``--dtype`` stands for:
+    #: "quantised", fp8 with the linear layers under ``--dtype fp8`` and, where the GPU
+    #: has fp8 tensor cores, ``fp4`` (TensorRT-LLM's ModelOpt checkpoints declare an fp8
+    #: cache); "activation", the activations' 16-bit dtype whatever ``--dtype`` quantises
+    #: (vLLM, SGLang). int4 and a checkpoint run as stored keep a 16-bit cache either way.
+    kv_cache_dtype: str = "quantised"
 
     def pipeline_micro_batches(self, batch: int, tokens_per_seq: int, stages: int) -> int:
         """Micro-batches one step of ``batch`` sequences of ``tokens_per_seq`` tokens each

@@ -206,7 +206,7 @@ class Options:
     overlap: str = "none"
     allreduce_algo: str = "auto"
     dtype: str | None = None  # weights and activations; None = the model's own dtype
-    kv_dtype: str | None = None  # KV cache; None = same as dtype
+    kv_dtype: str | None = None  # KV cache; None: as the engine keeps it (precision.py)
     ideal: bool = False
     allow_oom: bool = False
     fused: bool = True  # fused residual-add + RMSNorm kernels, as vLLM runs them

@@ -31,8 +31,14 @@ class Precision:
     quantise their inputs to NVFP4 and run at the fp4 peak (W4A4); on one with fp8 tensor
     cores (Hopper, Ada) the weights are dequantised to fp8 in the GEMM prologue and the GEMM
     runs at the fp8 peak with fp8 inputs (W4A8); on Ampere they are dequantised to 16 bits
-    (W4A16, Marlin). The KV cache is then fp8 where the GPU has fp8 tensor cores, else
-    16-bit.
+    (W4A16, Marlin).
+
+    The KV cache of a quantised run (``--dtype fp8`` or ``fp4``) without ``--kv-dtype`` is
+    as the engine profile keeps it (:attr:`tpsim.calibration.Engine.kv_cache_dtype`):
+    "activation" leaves it 16-bit, as vLLM's and SGLang's ``--kv-cache-dtype auto`` do
+    for a checkpoint that declares no cache quantisation; "quantised" (TensorRT-LLM, whose
+    ModelOpt checkpoints declare an fp8 cache, and the ideal engine) makes it fp8, with
+    ``fp4`` only where the GPU has fp8 tensor cores, else 16-bit.
 
     ``--dtype int4`` stores them as AWQ and GPTQ checkpoints do (4-bit integers, a 16-bit
     scale and a 4-bit zero point per 128 weights: 0.52 byte per weight), and runs them as
@@ -63,7 +69,8 @@ class Precision:
         return self.experts or self.weights
 
     def note(self, gpu: str) -> str:
-        """One line saying how 8- and 4-bit weights run on ``gpu`` ('' for 16-bit runs)."""
+        """One line saying how 8- and 4-bit weights run on ``gpu``, and the KV cache's dtype
+        ('' for 16-bit runs)."""
         parts = []
         if self.weights == "int4":
             parts.append(
@@ -90,6 +97,8 @@ class Precision:
                 f"routed experts {self.experts} ({scale}), dequantised to {self.gemm_in} in "
                 f"the GEMM prologue, {self.math} math"
             )
+        if parts:  # the cache of a quantised run, as --kv-dtype or the engine keeps it
+            parts.append(f"KV cache {self.kv}")
         if self.kept:
             parts.append(f"kept {self.act} by the checkpoint ({self.act} math): "
                          f"{self.kept.describe()}")  # fmt: skip
@@ -111,12 +120,16 @@ def precision(
     ``dtype="auto"``: "FP16 precision for FP32 and FP16 models, BF16 for BF16 models"), and
     routed experts stored in their own ``expert_dtype`` (gpt-oss's MXFP4) stay in it. A
     ``--dtype`` quantises (or dequantises) every linear layer, the experts too. The KV cache
-    is ``--kv-dtype``, else ``--dtype``'s; a checkpoint stored in fp8 (DeepSeek-V3's) or
-    NVFP4 run without ``--dtype`` keeps a 16-bit cache, as vLLM's ``kv_cache_dtype="auto"``
-    does. The GEMMs a checkpoint keeps 16-bit (``kept``) stay so run as stored; a
-    ``--dtype`` quantises them too.
+    is ``--kv-dtype``, else a 16-bit ``--dtype``'s, else as the engine profile of
+    ``options`` keeps a quantised run's (:class:`Precision`); a checkpoint stored in fp8
+    (DeepSeek-V3's) or NVFP4 run without ``--dtype`` keeps a 16-bit cache, as every
+    engine's ``auto`` does for one that declares no cache quantisation. The GEMMs a
+    checkpoint keeps 16-bit (``kept``) stay so run as stored; a ``--dtype`` quantises them
+    too.
     """
-    prec = _resolved(options, model_dtype, fp8_tensor_cores, fp4_tensor_cores, expert_dtype)
+    quantised_kv = options.calibration.engine.kv_cache_dtype == "quantised"
+    prec = _resolved(options, model_dtype, fp8_tensor_cores, fp4_tensor_cores, expert_dtype,
+                     quantised_kv=quantised_kv)  # fmt: skip
     if options.dtype is None and kept:
         return replace(prec, kept=kept)
     return prec
@@ -128,24 +141,27 @@ def _resolved(
     fp8_tensor_cores: bool,
     fp4_tensor_cores: bool,
     expert_dtype: str,
+    *,
+    quantised_kv: bool,
 ) -> Precision:
     experts = "" if options.dtype else expert_dtype
     base = options.dtype or model_dtype
     if base == "fp32":
         base = "fp16"
     act = model_dtype if model_dtype in ("bf16", "fp16") else "bf16"
-    stored = options.dtype is None  # a quantised checkpoint run as stored
+    # the engine quantises the cache with the weights (not those of a checkpoint run as
+    # stored: every engine's "auto" keeps its cache 16-bit)
+    quantised_kv = quantised_kv and options.dtype is not None
     if base == "int4":  # W4A16 everywhere (Marlin); no integer KV cache
         return Precision("int4", act, act, options.kv_dtype or act, act, experts)
     if base == "fp4":
-        kv = options.kv_dtype or ("fp8" if fp8_tensor_cores and not stored else act)
+        kv = options.kv_dtype or ("fp8" if fp8_tensor_cores and quantised_kv else act)
         if fp4_tensor_cores:
             return Precision("fp4", "fp4", act, kv, "fp4")
         if fp8_tensor_cores:
             return Precision("fp4", "fp8", act, kv, "fp8")  # W4A8: dequantised to fp8
         return Precision("fp4", act, act, kv, act)  # W4A16 (Marlin): Ampere
-    # an fp8 checkpoint run as stored keeps a 16-bit cache (vLLM's kv_cache_dtype "auto")
-    kv = options.kv_dtype or (act if stored and base == "fp8" else base)
+    kv = options.kv_dtype or (act if base == "fp8" and not quantised_kv else base)
     if base != "fp8":
         return Precision(base, base, base, kv, base, experts)
     if fp8_tensor_cores:

@@ -51,9 +51,12 @@ def test_fp8_halves_the_linear_weights_only() -> None:
     bf16 = memory_per_gpu(model, 2, wl, Options(), h100)
     fp8 = memory_per_gpu(model, 2, wl, Options(dtype="fp8"), h100)
     assert fp8.weights_bytes_per_gpu == 3_489_660_928 * 1 + 525_602_816 * 2
-    assert fp8.kv_cache_bytes_per_gpu == bf16.kv_cache_bytes_per_gpu // 2  # KV follows dtype
-    kv16 = memory_per_gpu(model, 2, wl, Options(dtype="fp8", kv_dtype="bf16"), h100)
-    assert kv16.kv_cache_bytes_per_gpu == bf16.kv_cache_bytes_per_gpu
+    # vLLM (the default engine) keeps the cache bf16; TensorRT-LLM's ModelOpt checkpoint fp8
+    assert fp8.kv_cache_bytes_per_gpu == bf16.kv_cache_bytes_per_gpu
+    trt = memory_per_gpu(model, 2, wl, Options(dtype="fp8", engine="trtllm"), h100)
+    assert trt.kv_cache_bytes_per_gpu == bf16.kv_cache_bytes_per_gpu // 2
+    kv8 = memory_per_gpu(model, 2, wl, Options(dtype="fp8", kv_dtype="fp8"), h100)
+    assert kv8.kv_cache_bytes_per_gpu == bf16.kv_cache_bytes_per_gpu // 2
 
 
 def test_prefill_activations_grow_linearly_with_the_prompt() -> None:

@@ -38,7 +38,7 @@ def _layer(ops: list, layer: int) -> dict:
 def test_mla_kv_cache_is_the_whole_latent_on_every_rank(tp: int) -> None:
     """(kv_lora_rank + qk_rope_head_dim) x bytes per token and layer, not divided by tp."""
     wl = Workload(batch=8, phase="decode", context_len=4096)
-    opts = Options(dtype="fp8", allow_oom=True)
+    opts = Options(dtype="fp8", kv_dtype="fp8", allow_oom=True)
     mem = memory_per_gpu(DS, tp, wl, opts, GPUS["h200-sxm"])
     assert mem.kv_cache_bytes_per_gpu == 8 * 4096 * (512 + 64) * 61 * 1  # fp8 cache
     bf16 = memory_per_gpu(DS, tp, wl, Options(dtype="bf16", allow_oom=True), GPUS["h200-sxm"])
@@ -126,8 +126,11 @@ def test_sliding_layers_cache_only_the_window() -> None:
 def test_fp4_runs_on_fp4_tensor_cores_only_on_blackwell(
     gpu: str, gemm_in: str, math: str, kv: str
 ) -> None:
-    prec = run_precision(Options(dtype="fp4"), MODELS["llama-3.1-8b"], GPUS[gpu])
+    """``kv``: TensorRT-LLM's cache (its ModelOpt NVFP4 checkpoints declare an fp8 one),
+    fp8 where the GPU has fp8 tensor cores; vLLM's stays bf16 (``auto``)."""
+    prec = run_precision(Options(dtype="fp4", engine="trtllm"), MODELS["llama-3.1-8b"], GPUS[gpu])
     assert (prec.weights, prec.gemm_in, prec.math, prec.kv) == ("fp4", gemm_in, math, kv)
+    assert run_precision(Options(dtype="fp4"), MODELS["llama-3.1-8b"], GPUS[gpu]).kv == "bf16"
     word = {"fp4": "fp4 tensor cores", "fp8": "dequantised to fp8"}.get(math, "W4A16")
     assert word in prec.note(gpu)
 
@@ -160,7 +163,8 @@ def test_deepseek_v3_runs_on_8_h200_in_fp8() -> None:
         s = r.typed_summary
         assert s.memory.fits and s.latency_s > 0
         assert s.model_split.kv_heads_per_gpu == 1 and s.model_split.kv_replication == 8
-        assert s.memory.kv_cache_bytes_per_gpu == wl.batch * wl.kv_len * 576 * 61
+        # vLLM keeps the cache bf16 under --dtype fp8 (kv_cache_dtype "auto")
+        assert s.memory.kv_cache_bytes_per_gpu == wl.batch * wl.kv_len * 576 * 61 * 2
         assert "W8A8" in s.config.precision_note
 
 
@@ -191,12 +195,15 @@ def test_a_gemm_table_measures_fp4_gemms(tmp_path: Path) -> None:
 
 
 def test_an_fp8_checkpoint_run_as_stored_keeps_a_16_bit_cache() -> None:
-    """DeepSeek-V3 is stored in fp8: run as is, its cache is bf16 (vLLM's "auto"); asked for
-    fp8 (--dtype or --kv-dtype), fp8."""
+    """DeepSeek-V3 is stored in fp8: run as is, its cache is bf16 (every engine's "auto");
+    asked for fp8 (--kv-dtype), or quantised under an engine whose checkpoints quantise the
+    cache (trtllm), fp8; --dtype fp8 under vLLM keeps it bf16."""
     h200 = GPUS["h200-sxm"]
     assert (run_precision(Options(), DS, h200).weights, run_precision(Options(), DS, h200).kv) == (
         "fp8",
         "bf16",
     )
-    assert run_precision(Options(dtype="fp8"), DS, h200).kv == "fp8"
+    assert run_precision(Options(engine="trtllm"), DS, h200).kv == "bf16"
+    assert run_precision(Options(dtype="fp8"), DS, h200).kv == "bf16"
+    assert run_precision(Options(dtype="fp8", engine="trtllm"), DS, h200).kv == "fp8"
     assert run_precision(Options(kv_dtype="fp8"), DS, h200).kv == "fp8"

@@ -92,7 +92,7 @@ def test_in_flight_names_the_largest_batch_whose_batches_fit() -> None:
 
     def flight(b: int) -> dict:
         r = simulate("llama-3.1-405b", "dgx-h100", Layout(8, pp=2), Workload(b, context_len=8192),
-                     Options(dtype="fp8"), nodes=2)  # fmt: skip
+                     Options(dtype="fp8", kv_dtype="fp8"), nodes=2)  # fmt: skip
         return r.summary["in_flight"]
 
     over = flight(192)

@@ -133,8 +133,9 @@ def test_kv_cache_sized_after_weights() -> None:
 def test_a_latent_cache_is_sized_by_its_latent_on_every_gpu() -> None:
     """DeepSeek-V3 keeps MLA's latent (512 + 64 per token and layer) whole on every GPU of
     its TP group: 576 x 61 bytes a token in fp8, not its K and V heads' width."""
-    it = IterationTimer("deepseek-v3", "hgx-h200", 8, Options(dtype="fp8"))
-    setup = ServeSetup("deepseek-v3", "hgx-h200", 8, options=Options(dtype="fp8"))
+    fp8 = Options(dtype="fp8", kv_dtype="fp8")  # an fp8 cache (vLLM's own default is bf16)
+    it = IterationTimer("deepseek-v3", "hgx-h200", 8, fp8)
+    setup = ServeSetup("deepseek-v3", "hgx-h200", 8, options=fp8)
     kv = kv_blocks(it, scheduler_spec(setup, it.plan.gpu.hbm_bytes))
     assert kv.bytes_per_token == 576 * 61
     assert kv.blocks == kv.bytes_per_gpu // (576 * 61 * 16)
