@@ -102,7 +102,10 @@ def add_study_parsers(sub: Any) -> None:
                     help=f"decode: keys each new token attends to (default: "
                     f"{Workload.context_len})")  # fmt: skip
     cc.add_argument("--dtype", choices=COMPUTE_DTYPES)
-    cc.add_argument("--kv-dtype", choices=KV_DTYPES)
+    cc.add_argument("--kv-dtype", choices=KV_DTYPES,
+                    help="KV cache (default: the smallest any engine keeps, so the bound "
+                    "holds for all: fp8 with --dtype fp8, and with fp4 where the GPU has fp8 "
+                    "tensor cores; else 16-bit)")  # fmt: skip
     cc.add_argument(
         "--tokens-per-s", type=number(0, 1e12), required=True, help="the claimed throughput"
     )

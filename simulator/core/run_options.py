@@ -229,8 +229,10 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
         "kv_dtype",
         "choice",
         "options",
-        "KV cache (default: --dtype; with fp4, fp8 where the GPU has fp8 tensor cores; with "
-        "int4, or an fp8 checkpoint run as stored: 16-bit)",
+        "KV cache (default: a 16-bit --dtype's; with fp8 or fp4, as the engine keeps it "
+        "(its profile's kv_cache_dtype): 16-bit under vllm and sglang, fp8 under trtllm and "
+        "ideal (with fp4 where the GPU has fp8 tensor cores); with int4, or a checkpoint run "
+        "as stored: 16-bit)",
         choice_check("kv_dtype", KV_DTYPES, optional=True),
         choices=KV_DTYPES,
     ),
