@@ -184,7 +184,11 @@ def experts_lines(s: Summary) -> list[str]:
         return [f"  experts       none routed: every layer's MLP is dense (of {m.num_experts} "
                 "experts in its config, no layer uses them)"]  # fmt: skip
     n, k = m.num_experts, m.experts_per_token
-    moved = "tokens dispatched by all-to-all" if lay.attention_dp > 1 else "all-reduce after"
+    moved = "all-reduce after"
+    if lay.attention_dp > 1:
+        kernels = {"deepep": "DeepEP's kernels", "nccl": "NCCL"}
+        a2a = s.config.options.moe_a2a
+        moved = f"tokens dispatched by all-to-all ({kernels.get(a2a, a2a)}, --moe-a2a {a2a})"
     return [
         f"  experts       {n // lay.ep} of {n} routed experts per GPU, 1/{lay.moe_tp} of each "
         f"one's width (EP {lay.ep} x MoE-TP {lay.moe_tp}), top {k}; {moved}",

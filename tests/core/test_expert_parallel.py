@@ -375,6 +375,7 @@ def test_attention_dp_over_two_hosts_says_so_in_the_text(
     assert "dp 0 pp 0: n0.gpu0-7, n1.gpu0-7" in out
     assert "per replica" not in out
     assert "1 of 8 routed experts per GPU, 1/2 of each one's width" in out
+    assert "tokens dispatched by all-to-all (NCCL, --moe-a2a nccl)" in out  # which kernels
 
 
 # -- uneven routing moves uneven traffic ------------------------------------------------------
