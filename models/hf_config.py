@@ -84,6 +84,7 @@ Every malformed input raises ModelError with a one-line message naming the field
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -91,7 +92,7 @@ from typing import Any
 from tpsim.calibration.bounded import ReadRefused, read_text, shorten
 from tpsim.models.errors import ModelError
 from tpsim.models.families import FAMILIES, SUPPORTED_TYPES, llama_like
-from tpsim.models.hf_reader import Reader, show, where_of
+from tpsim.models.hf_reader import Reader, declared_kv_dtype, show, where_of
 from tpsim.models.hf_skiplist import with_skip_lists
 from tpsim.models.spec import ModelSpec
 
@@ -197,13 +198,19 @@ def spec_from_hf_dict(cfg: dict[str, Any], name: str, *, source: str = "config.j
                 f"model_type={model_type!r}; {_readers('layer_types')}",
             )
     if family is not None:
-        return with_skip_lists(r, family[0](r, name), model_type)
+        return _with_kv(r, with_skip_lists(r, family[0](r, name), model_type))
     if model_type is None and all(k in cfg for k in _LLAMA_KEYS):
-        return with_skip_lists(r, llama_like(r, name, None), None)
+        return _with_kv(r, with_skip_lists(r, llama_like(r, name, None), None))
     raise ModelError(
         f"model_type missing in {source}: required unless the llama keys "
         f"({', '.join(_LLAMA_KEYS)}) are all present"
     )
+
+
+def _with_kv(r: Reader, spec: ModelSpec) -> ModelSpec:
+    """``spec`` with the KV cache dtype its checkpoint declares (:func:`declared_kv_dtype`)."""
+    kv = declared_kv_dtype(r)
+    return dataclasses.replace(spec, kv_cache_dtype=kv) if kv else spec
 
 
 def _readers(key: str) -> str:

@@ -261,6 +261,36 @@ def _compressed_tensors(r: Reader, q: dict[str, Any]) -> str:
     return found.pop()
 
 
+def declared_kv_dtype(r: Reader) -> str:
+    """The KV cache's dtype a quantised checkpoint declares: ModelOpt's
+    ``quantization_config.kv_cache_quant_algo`` (``FP8``; nvidia's FP8 and FP4 releases
+    made with ModelOpt's default fp8 cache) or llm-compressor's ``kv_cache_scheme`` (8-bit
+    float); "" where it declares none (null or absent). vLLM, SGLang and TensorRT-LLM run
+    such a cache in fp8 under their default ``auto`` (vLLM's resolve_kv_cache_dtype_string
+    and compressed-tensors' Attention set-up, SGLang's ModelRunner.configure_kv_cache_dtype,
+    TensorRT-LLM's load_modelopt_quant_config); any other declared format is refused."""
+    method = quant_method(r)
+    q: dict[str, Any] = r.cfg.get("quantization_config") or {}
+    if method == "modelopt":
+        algo = q.get("kv_cache_quant_algo")
+        if algo is None:
+            return ""
+        if algo != "FP8":
+            raise r.fail("quantization_config.kv_cache_quant_algo", algo,
+                         "not modelled; modelled: FP8 (or none)")  # fmt: skip
+        return "fp8"
+    if method == "compressed-tensors":
+        scheme = q.get("kv_cache_scheme")
+        if scheme is None:
+            return ""
+        form = (scheme.get("type"), scheme.get("num_bits")) if isinstance(scheme, dict) else None
+        if form != ("float", 8):
+            raise r.fail("quantization_config.kv_cache_scheme", scheme,
+                         "not modelled; modelled: 8-bit float (or none)")  # fmt: skip
+        return "fp8"
+    return ""
+
+
 def _int4_group(r: Reader, key: str, group: object) -> None:
     """Refuse 4-bit integer weights whose scales are not per group of 128 (``int4``'s
     bytes): per channel (-1) or in groups of 32 or 64 the checkpoint is 4-11% off."""
@@ -281,6 +311,7 @@ __all__ = [
     "HF_DTYPES",
     "MISSING",
     "Reader",
+    "declared_kv_dtype",
     "dtype_of",
     "heads_of",
     "layer_list",

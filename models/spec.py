@@ -81,6 +81,7 @@ LATER_FIELDS = (
     "expert_dtype",
     "weight_block",
     "kept_16bit",
+    "kv_cache_dtype",
 )
 
 _BOOL_FIELDS = (
@@ -140,6 +141,10 @@ class ModelSpec(AttentionShapes, ExpertShapes):
     #: the GEMMs a quantised checkpoint keeps 16-bit, (group, layers) pairs
     #: (:mod:`tpsim.models.kept`); (): every linear layer in ``dtype``
     kept_16bit: Kept = ()
+    #: the KV cache's dtype a quantised checkpoint declares (ModelOpt's
+    #: ``kv_cache_quant_algo``, llm-compressor's ``kv_cache_scheme``), which the engines'
+    #: ``auto`` cache follows when it runs as stored; "": none declared
+    kv_cache_dtype: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -185,6 +190,10 @@ class ModelSpec(AttentionShapes, ExpertShapes):
                 "embeddings has no rotary embedding"
             )
         self._check_kept(where)
+        if self.kv_cache_dtype not in ("", "fp8"):
+            raise ModelError(
+                f"kv_cache_dtype={self.kv_cache_dtype!r} {where}: unknown; valid: fp8 (or none)"
+            )
         if self.learned_position_embeddings and mpe == 0:
             raise ModelError(
                 f"max_position_embeddings=0 {where}: must be positive when "

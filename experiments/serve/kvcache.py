@@ -11,7 +11,7 @@ from tpsim.core.config import Workload
 from tpsim.core.errors import ConfigError
 from tpsim.core.memory import kv_elements_per_rank, memory_per_stage
 from tpsim.core.plan import RunPlan
-from tpsim.core.precision import dtype_bytes, precision
+from tpsim.core.precision import dtype_bytes
 from tpsim.core.step_timer import IterationTimer
 from tpsim.experiments.serve.kvblocks import BlockLayout, hybrid_layout
 
@@ -61,7 +61,7 @@ def kv_cache(plan: RunPlan, spec: SchedulerSpec, pp: int = 1, *, hybrid: bool = 
     """
     model, tp, gpu, options = plan.model, plan.layout.tp, plan.gpu, plan.options
     t = spec.max_num_batched_tokens
-    kv_b = dtype_bytes(precision(options, model.dtype, gpu.fp8_flops is not None).kv)
+    kv_b = dtype_bytes(plan.precision.kv)
     runtime = plan.calib.memory.runtime_bytes
     hybrid = hybrid and spec.sliding_window_kv == "hybrid"
     best: KVCache | None = None

@@ -113,6 +113,7 @@ def precision(
     fp4_tensor_cores: bool = False,
     expert_dtype: str = "",
     kept: KeptModules = NONE_KEPT,
+    kv_declared: str = "",
 ) -> Precision:
     """Resolve ``options.dtype``/``kv_dtype`` against the model and the GPU.
 
@@ -130,6 +131,11 @@ def precision(
     quantised_kv = options.calibration.engine.kv_cache_dtype == "quantised"
     prec = _resolved(options, model_dtype, fp8_tensor_cores, fp4_tensor_cores, expert_dtype,
                      quantised_kv=quantised_kv)  # fmt: skip
+    if options.dtype is None and options.kv_dtype is None and kv_declared:
+        # a checkpoint that declares its cache's quantisation (ModelOpt's
+        # kv_cache_quant_algo, llm-compressor's kv_cache_scheme), run as stored: every
+        # engine's "auto" follows it
+        prec = replace(prec, kv=kv_declared)
     if options.dtype is None and kept:
         return replace(prec, kept=kept)
     return prec
@@ -178,6 +184,7 @@ def run_precision(options: Options, model: ModelSpec, gpu: GPUSpec) -> Precision
         fp4_tensor_cores=gpu.fp4_flops is not None,
         expert_dtype=model.expert_dtype,
         kept=model.kept,
+        kv_declared=model.kv_cache_dtype,
     )
 
 

@@ -7,6 +7,7 @@ claim) reads the same rule."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from tpsim.core.precision import run_precision
 from tpsim.experiments.claim import lower_bound
 from tpsim.experiments.plan import PlanRequest, fitting_batches
 from tpsim.models import MODELS, ModelSpec
+from tpsim.models.catalog import CONFIGS
 from tpsim.topologies.gpus import GPUS, GPUSpec
 
 LLAMA, DS = MODELS["llama-3.1-8b"], MODELS["deepseek-v3"]
@@ -124,3 +126,49 @@ def test_memory_plan_and_claim_read_the_engine_s_cache() -> None:
     # claim: a lower bound for any engine reads the smallest cache an fp8 run keeps
     bound = lower_bound("llama-3.1-8b", "dgx-h100", 1, wl, dtype="fp8")
     assert bound.details["kv_bytes_read_per_gpu"] == pytest.approx(32 * 4095 * 32 * 8 * 128 * 2)
+
+
+def _declaring(quant: dict) -> ModelSpec:
+    from tpsim.models.hf_config import spec_from_hf_dict
+
+    cfg = json.loads((CONFIGS / "qwen3-32b.json").read_text())
+    return spec_from_hf_dict({**cfg, "quantization_config": quant}, "q")
+
+
+def test_a_checkpoint_that_declares_an_fp8_cache_runs_one_as_stored() -> None:
+    """ModelOpt's kv_cache_quant_algo FP8 (nvidia's FP8 and FP4 releases) and
+    llm-compressor's 8-bit float kv_cache_scheme: every engine's auto cache follows them,
+    where tpsim had kept it 16-bit; --kv-dtype and --dtype keep their meaning."""
+    modelopt = _declaring({"quant_method": "modelopt", "quant_algo": "FP8",
+                           "kv_cache_quant_algo": "FP8"})  # fmt: skip
+    ct = _declaring({"quant_method": "compressed-tensors",
+                     "config_groups": {"g": {"weights": {"type": "float", "num_bits": 8}}},
+                     "kv_cache_scheme": {"type": "float", "num_bits": 8}})  # fmt: skip
+    silent = _declaring({"quant_method": "modelopt", "quant_algo": "FP8"})
+    assert modelopt.kv_cache_dtype == ct.kv_cache_dtype == "fp8"
+    assert silent.kv_cache_dtype == "" and "kv_cache_dtype" not in silent.to_dict()
+    assert modelopt.to_dict()["kv_cache_dtype"] == "fp8"
+    for engine in ("vllm", "sglang", "trtllm"):
+        assert _kv(engine, None, model=modelopt) == _kv(engine, None, model=ct) == "fp8"
+        assert _kv(engine, None, model=silent) == "bf16"
+        assert _kv(engine, None, model=modelopt, kv="bf16") == "bf16"
+    stored = memory_per_gpu(modelopt, 2, Workload(8, "decode", 1, 4096), Options(), H100)
+    plain = memory_per_gpu(silent, 2, Workload(8, "decode", 1, 4096), Options(), H100)
+    assert stored.kv_cache_bytes_per_gpu * 2 == plain.kv_cache_bytes_per_gpu
+
+
+@pytest.mark.parametrize(
+    ("quant", "field"),
+    [
+        ({"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_quant_algo": "INT8"},
+         "kv_cache_quant_algo"),
+        ({"quant_method": "compressed-tensors",
+          "config_groups": {"g": {"weights": {"type": "float", "num_bits": 8}}},
+          "kv_cache_scheme": {"type": "int", "num_bits": 8}}, "kv_cache_scheme"),
+    ],
+)  # fmt: skip
+def test_another_declared_cache_format_is_refused_naming_it(quant: dict, field: str) -> None:
+    from tpsim.models import ModelError
+
+    with pytest.raises(ModelError, match=rf"^quantization_config\.{field}=.*not modelled"):
+        _declaring(quant)

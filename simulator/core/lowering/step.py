@@ -43,6 +43,7 @@ def step_pricing(model: ModelSpec, tp: int, options: Options, hw: Hardware,
         fp4_tensor_cores=hw.fp4_tensor_cores,
         expert_dtype=model.expert_dtype,
         kept=model.kept,
+        kv_declared=model.kv_cache_dtype,
     )
     price = Pricing.of(hw, prec, table)
     return replace(price, memo={}) if memo else price
