@@ -114,15 +114,17 @@ def _qwen_moe(r: Reader, name: str, model_type: str) -> ModelSpec:
     )
 
 
-def _rotary_dim(r: Reader, head_dim: int, default: float) -> int:
+def _rotary_dim(
+    r: Reader, head_dim: int, default: float, field: str = "partial_rotary_factor"
+) -> int:
     """The q/k head dimensions rotary turns: ``head_dim * partial_rotary_factor`` (as
-    transformers' and vLLM's get_rope compute it), the factor read at the top level or in
-    ``rope_parameters`` (transformers v5), ``default`` when absent; 0 when it is all."""
+    transformers' and vLLM's get_rope compute it; GPT-NeoX's ``rotary_pct``), the factor
+    read at the top level or in ``rope_parameters`` (transformers v5), ``default`` when
+    absent; 0 when it is all."""
     rope = r.cfg.get("rope_parameters")
-    nested = rope.get("partial_rotary_factor") if isinstance(rope, dict) else None
-    key = "partial_rotary_factor" if r.has("partial_rotary_factor") or nested is None else (
-        "rope_parameters.partial_rotary_factor")  # fmt: skip
-    value = r.cfg.get("partial_rotary_factor", nested)
+    nested = rope.get(field) if isinstance(rope, dict) else None
+    key = field if r.has(field) or nested is None else f"rope_parameters.{field}"
+    value = r.cfg.get(field, nested)
     factor = default if value is None else value
     if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor <= 1:
         raise r.fail(key, value, "must be a number above 0 and at most 1")
@@ -187,6 +189,9 @@ def _gpt_neox(r: Reader, name: str) -> ModelSpec:
         qkv_bias=True,
         mlp_bias=True,
         max_position_embeddings=r.integer("max_position_embeddings", 0, minimum=0),
+        # transformers' GPTNeoXConfig and vLLM's gpt_neox.py: rotary on rotary_pct of each
+        # head (0.25 by default; Pythia's 0.25, GPT-NeoX-20B's 0.25)
+        rotary_dim=_rotary_dim(r, head_dim, 0.25, "rotary_pct"),
     )
 
 

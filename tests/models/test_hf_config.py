@@ -81,6 +81,18 @@ def test_gpt_neox_is_plain_mlp_layernorm_with_biases() -> None:
     # attn 8*24 + 24 + 64 + 8 = 288; mlp 2*8*32 + 32 + 8 = 552; norms 2*2*8 = 32
     assert spec.params_per_layer() == 288 + 552 + 32
     assert spec.num_params() == 872 + 80 + 80 + 16
+    assert spec.rotary_dim == 2  # rotary_pct 0.5 of the 4-wide heads
+
+
+def test_gpt_neox_turns_rotary_pct_of_each_head() -> None:
+    """vLLM's gpt_neox.py: rotary_dim = head_size * rotary_pct (transformers' default 0.25):
+    Pythia-70M's 64-wide heads turn 16 dims (it had priced rotary over all 64)."""
+    cfg = json.loads((DATA / "gpt_neox.json").read_text())
+    cfg.update(hidden_size=512, num_attention_heads=8, intermediate_size=2048, rotary_pct=0.25)
+    assert spec_from_hf_dict(cfg, "pythia").rotary_dim == 16
+    del cfg["rotary_pct"]
+    assert spec_from_hf_dict(cfg, "pythia").rotary_dim == 16  # the default
+    assert spec_from_hf_dict({**cfg, "rotary_pct": 1.0}, "p").rotary_dim == 0  # all of it
 
 
 def test_gpt2_small_has_its_published_124m_params() -> None:
