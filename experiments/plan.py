@@ -184,15 +184,14 @@ def engine_sequences(req: PlanRequest, tp: int, pp: int, ep: int = 1, adp: int =
     does (:func:`~tpsim.experiments.serve.run.kv_cache`: its share of the memory less the
     weights and a profiling step of ``max_num_batched_tokens`` tokens, in whole blocks, a
     sequence holding those of its sliding-window layers' window only where the engine's
-    hybrid manager frees the rest);
+    hybrid manager or sliding pool frees the rest, and fitting both of SGLang's pools);
     :data:`BATCH_LIMIT` for an engine without one (static batching)."""
     from tpsim.experiments.serve.run import kv_cache
 
     plan_, spec = _engine(req, tp, pp, ep, adp)
     if spec.policy == "static":
         return BATCH_LIMIT
-    kv = kv_cache(plan_, spec, pp)
-    return kv.blocks // kv.blocks_layout.blocks_for(req.context_len)
+    return kv_cache(plan_, spec, pp).sequences(req.context_len)
 
 
 def engine_batch_cap(req: PlanRequest, tp: int, pp: int, ep: int = 1, adp: int = 1) -> int:

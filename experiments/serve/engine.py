@@ -55,6 +55,12 @@ from tpsim.experiments.serve.running import (
     Running,
 )
 
+
+def _fitting(total: np.ndarray, free: int) -> int:
+    """How many leading requests' blocks fit ``free``, ``total`` their running sum."""
+    return len(total) if total[-1] <= free else int(np.searchsorted(total, free, "right"))
+
+
 #: A plan: the running positions scheduled (ascending: admission order) and their tokens.
 Plan = tuple[np.ndarray, np.ndarray]
 _NONE = np.zeros(0, dtype=np.int64)
@@ -298,15 +304,17 @@ class EngineInstance:
                 left = np.where((computed < prompt) == (only == "prefills"), left, 0)
             n = np.minimum(left, budget - (np.cumsum(left) - left))
             ok = n > 0
-            need = np.where(ok, layout.blocks_of(computed + n) - cols[BLOCKS], 0)
+            held = cols[BLOCKS]
+            need = np.where(ok, layout.blocks_of(computed + n) - held, 0)
             np.maximum(need, 0, out=need)
             total = np.cumsum(need)
             m = len(total)
-            j = (
-                m
-                if total[-1] <= self.pool.free
-                else int(np.searchsorted(total, self.pool.free, "right"))
-            )
+            j = _fitting(total, self.pool.free)
+            if layout.swa_pool:  # the sliding pool's blocks too (SGLang's SWAKVPool)
+                swa = np.cumsum(layout.swa_of(held + need) - layout.swa_of(held))
+                j = min(j, _fitting(swa, self.kv.swa_free))
+                if j:
+                    self.kv.swa_free -= int(swa[j - 1])
             if j and total[j - 1]:
                 self.pool.take(int(total[j - 1]))
                 cols[BLOCKS, :j] += need[:j]

@@ -27,12 +27,19 @@ class BlockLayout:
     of the pool holds one group's layers; ``SlidingWindowManager.remove_skipped_blocks``
     frees the blocks wholly before the window, so a sequence keeps at most
     ``ceil((window - 1) / size) + 1`` of them). One full group and no sliding one: every
-    layer's cache at the sequence's length."""
+    layer's cache at the sequence's length.
+
+    ``swa_pool`` blocks (SGLang's ``SWAKVPool``): the sliding layers in a second pool of
+    their own, the main pool's blocks holding the full layers; a sequence holds in it at
+    most ``swa_keep`` tokens' blocks (its window, the tokens decoded between two frees of
+    those past it, a page), as many as it holds of the main pool below that."""
 
     size: int
     full: int = 1
     sliding: int = 0
     window: int = 0
+    swa_pool: int = 0
+    swa_keep: int = 0
 
     @property
     def groups(self) -> int:
@@ -42,6 +49,11 @@ class BlockLayout:
     def window_blocks(self) -> int:
         """The most blocks a sliding group keeps for one sequence."""
         return -(-(self.window - 1) // self.size) + 1
+
+    @property
+    def keep_blocks(self) -> int:
+        """The most blocks of the sliding pool a sequence keeps."""
+        return -(-self.swa_keep // self.size)
 
     def blocks_for(self, tokens: int) -> int:
         """Blocks that hold ``tokens`` of one sequence."""
@@ -54,6 +66,22 @@ class BlockLayout:
         if not self.sliding:
             return self.full * n
         return self.full * n + self.sliding * np.minimum(n, self.window_blocks)
+
+    def swa_held(self, blocks: int) -> int:
+        """Blocks of the sliding pool a sequence holding ``blocks`` of the main pool keeps
+        (0 without one)."""
+        return min(blocks, self.keep_blocks) if self.swa_pool else 0
+
+    def swa_of(self, blocks: np.ndarray) -> np.ndarray:
+        """:meth:`swa_held` of each of ``blocks``."""
+        return np.minimum(blocks, self.keep_blocks)
+
+    def sequences(self, blocks: int, tokens: int) -> int:
+        """How many sequences of ``tokens`` a pool of ``blocks`` (and the sliding pool)
+        holds."""
+        n = self.blocks_for(tokens)
+        most = blocks // n
+        return min(most, self.swa_pool // self.swa_held(n)) if self.swa_pool else most
 
 
 def hybrid_layout(model: ModelSpec, layers: range, block_size: int) -> tuple[BlockLayout, int]:
@@ -75,7 +103,9 @@ def hybrid_layout(model: ModelSpec, layers: range, block_size: int) -> tuple[Blo
 
 
 class RequestBlocks:
-    """``pool``'s blocks as requests hold them, as ``layout`` says (``size`` tokens each)."""
+    """``pool``'s blocks as requests hold them, as ``layout`` says (``size`` tokens each),
+    and the free blocks of the layout's sliding pool, when it has one (``swa_free``: only
+    counted, never cached)."""
 
     def __init__(self, pool: BlockPool, layout: BlockLayout, prefix_caching: bool) -> None:
         # an all-sliding model's prefix cache (its blocks held past the window) is not
@@ -83,17 +113,22 @@ class RequestBlocks:
         self.pool, self.layout = pool, layout
         self.prefix_caching = prefix_caching and layout.full > 0
         self.size = layout.size
+        self.swa_free = layout.swa_pool
 
     def blocks_for(self, tokens: int) -> int:
         """Blocks that hold ``tokens``."""
         return self.layout.blocks_for(tokens)
 
     def hold(self, tokens: int, held: int) -> int | None:
-        """The blocks held once ``tokens`` fit, from ``held``, taking what is missing; None
-        (nothing taken) when too few are free."""
+        """The blocks held once ``tokens`` fit, from ``held``, taking what is missing (and
+        the sliding pool's, where there is one); None (nothing taken) when too few are free
+        in either."""
         need = self.blocks_for(tokens) - held
-        if need > 0 and not self.pool.take(need):
-            return None
+        if need > 0:
+            swa = self.layout.swa_held(held + need) - self.layout.swa_held(held)
+            if swa > self.swa_free or not self.pool.take(need):
+                return None
+            self.swa_free -= swa
         return max(held, held + need)
 
     def grow(self, r: Request, tokens: int) -> bool:
@@ -106,6 +141,7 @@ class RequestBlocks:
     def release(self, r: Request) -> None:
         """``r`` gives its blocks back (registered ones stay cached)."""
         self.pool.release(r.keys, r.blocks - len(r.keys))
+        self.swa_free += self.layout.swa_held(r.blocks)
         r.keys = []
         r.blocks = 0
         r.next_key = 0
@@ -139,7 +175,10 @@ class RequestBlocks:
         hit = len(keys) * self.size
         if self.blocks_for(hit + tokens) - len(keys) + self.pool.cost_of(keys) > self.pool.free:
             return False
+        if self.layout.swa_held(self.blocks_for(hit + tokens)) > self.swa_free:
+            return False
         self.pool.acquire(keys)
+        self.swa_free -= self.layout.swa_held(len(keys))
         r.keys, r.blocks, r.computed, r.next_key = list(keys), len(keys), hit, len(keys)
         return True
 

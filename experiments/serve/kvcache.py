@@ -14,6 +14,7 @@ from tpsim.core.plan import RunPlan
 from tpsim.core.precision import dtype_bytes
 from tpsim.core.step_timer import IterationTimer
 from tpsim.experiments.serve.kvblocks import BlockLayout, hybrid_layout
+from tpsim.models.spec import ModelSpec
 
 
 @dataclass(frozen=True)
@@ -33,8 +34,13 @@ class KVCache:
 
     @property
     def tokens(self) -> int:
-        """The tokens the cache holds, as vLLM reports them: a group's share of the blocks."""
+        """The tokens the cache holds, as vLLM reports them: a group's share of the blocks
+        (SGLang's two pools: the full one's)."""
         return self.blocks // self.blocks_layout.groups * self.block_size
+
+    def sequences(self, tokens: int) -> int:
+        """How many sequences of ``tokens`` tokens the cache holds at once."""
+        return self.blocks_layout.sequences(self.blocks, tokens)
 
 
 def kv_blocks(
@@ -57,12 +63,16 @@ def kv_cache(plan: RunPlan, spec: SchedulerSpec, pp: int = 1, *, hybrid: bool = 
     activations. A block holds every layer of the stage for ``block_size`` tokens, or with
     the engine's hybrid manager (``sliding_window_kv: hybrid``, and ``hybrid``: not with
     a KV transfer connector, as vLLM turns it off then) one group's layers
-    (:func:`~tpsim.experiments.serve.kvblocks.hybrid_layout`).
+    (:func:`~tpsim.experiments.serve.kvblocks.hybrid_layout`). ``sliding_window_kv: pool``
+    (SGLang's ``SWAKVPool``; ``hybrid`` False: one pool, as the disaggregated pools' instances
+    take no layout): a model of full and sliding layers splits the room between a pool of
+    the full layers and one of the sliding layers (:func:`swa_pools`).
     """
     model, tp, gpu, options = plan.model, plan.layout.tp, plan.gpu, plan.options
     t = spec.max_num_batched_tokens
     kv_b = dtype_bytes(plan.precision.kv)
     runtime = plan.calib.memory.runtime_bytes
+    pools = hybrid and spec.sliding_window_kv == "pool" and _mixed(model)
     hybrid = hybrid and spec.sliding_window_kv == "hybrid"
     best: KVCache | None = None
     weights, whole = 0, True  # whole: a block fits in each stage's memory at utilisation 1
@@ -85,11 +95,21 @@ def kv_cache(plan: RunPlan, spec: SchedulerSpec, pp: int = 1, *, hybrid: bool = 
             layout, held = hybrid_layout(model, layers, spec.block_size)
             block = per_token / len(layers) * held * spec.block_size
         blocks = int(room // block) if room > 0 else 0
+        if pools:
+            per_layer = kv_elements_per_rank(model, tp, 1, range(1)) * kv_b
+            blocks, layout = swa_pools(model, spec, per_layer, room)
         whole = whole and gpu.hbm_bytes - runtime - used >= block
         if best is None or blocks < best.blocks:
             best = KVCache(blocks, spec.block_size, per_token, round(room), layout)
             weights = mem.weights_bytes_per_gpu
     assert best is not None
+    swa = best.layout.swa_pool if best.layout else 0
+    if best.blocks >= 1 and swa and best.layout and swa < best.layout.keep_blocks:
+        raise ConfigError(  # SGLang refuses a sliding pool short of one request's window
+            f"gpu_memory_utilization={spec.gpu_memory_utilization:g}: {model.name}'s "
+            f"sliding-window pool holds {swa * spec.block_size} tokens, fewer than one "
+            f"sequence keeps there ({best.layout.swa_keep}); raise it, or raise --tp"
+        )
     if best.blocks < 1:
         more = "raise --tp" + (" or --pp" if pp > 1 else "")
         if whole:  # the GPUs could hold a cache: the share the engine may use is the cause
@@ -105,4 +125,31 @@ def kv_cache(plan: RunPlan, spec: SchedulerSpec, pp: int = 1, *, hybrid: bool = 
     return best
 
 
-__all__ = ["KVCache", "kv_blocks", "kv_cache"]
+def _mixed(model: ModelSpec) -> bool:
+    """Whether ``model`` has both full and sliding-window layers (SGLang's hybrid SWA
+    architectures in the catalog: gpt-oss; a model of one kind keeps one pool)."""
+    return 0 < len(model.sliding_layers) < model.num_layers
+
+
+def swa_pools(
+    model: ModelSpec, spec: SchedulerSpec, layer_bytes: float, room: float
+) -> tuple[int, BlockLayout]:
+    """SGLang's two pools in ``room`` bytes of a GPU (``HybridSWAPoolConfigurator``): a
+    full-pool token costs ``layer_bytes`` in each full layer and brings
+    ``swa_full_tokens_ratio`` of a token in each sliding layer, so the full pool holds
+    ``room // (layer_bytes x (full + ratio x sliding))`` tokens and the sliding pool that
+    times the ratio, each in whole pages (``block_size``); the layer counts are the
+    model's, on a pipeline stage too, as SGLang counts them. A sequence keeps in the
+    sliding pool its last ``sliding_window`` tokens, the ``swa_eviction_interval`` decoded
+    between two frees of those before it, and a page. The full pool's blocks and the
+    layout."""
+    size, ratio = spec.block_size, spec.swa_full_tokens_ratio
+    sliding = len(model.sliding_layers)
+    cell = layer_bytes * (model.num_layers - sliding) + ratio * layer_bytes * sliding
+    full = int(room // cell) // size * size if room > 0 else 0
+    swa = int(full * ratio) // size * size
+    keep = model.sliding_window + spec.swa_eviction_interval + size
+    return full // size, BlockLayout(size, swa_pool=swa // size, swa_keep=keep)
+
+
+__all__ = ["KVCache", "kv_blocks", "kv_cache", "swa_pools"]

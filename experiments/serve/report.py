@@ -74,6 +74,9 @@ def text(s: dict[str, Any], result: ServeResult, setup_line: str) -> str:
                 f"{s['kv_transfers']} / {s['mean_kv_transfer_mb']:.1f}",
             ),
         ]
+    swa = kv.blocks_layout.swa_pool * kv.block_size
+    if swa:  # SGLang's sliding layers' pool beside the full layers' one
+        out.append(_line("Sliding-window pool (tokens):", f"{swa}"))
     out += [
         _line("Preemptions:", f"{result.preemptions}"),
         _line("Iterations:", f"{result.iterations}"),

@@ -163,7 +163,7 @@ def check_fits(spec: SchedulerSpec, kv: KVCache, model: ModelSpec, prompt: int, 
         raise ConfigError(
             f"{what}: {prompt} + {output} tokens, beyond {model.name}'s context of {limit:,}"
         )
-    if kv.blocks_layout.blocks_for(prompt + output) > kv.blocks:
+    if kv.sequences(prompt + output) < 1:
         raise ConfigError(
             f"{what}: {prompt} + {output} tokens, more than the whole KV cache "
             f"({kv.tokens:,} tokens); raise --tp or --gpu-memory-utilization"
@@ -256,7 +256,8 @@ def serve(
     _check_deepep_batch(it.plan, spec.max_num_seqs)
     split = engine.pipeline_split_tokens is not None  # one instance splits its own batches
     if setup.pp > 1 and not split:  # each virtual engine its share of every stage's cache
-        kv = replace(kv, blocks=kv.blocks // setup.pp)
+        share = kv.layout and replace(kv.layout, swa_pool=kv.layout.swa_pool // setup.pp)
+        kv = replace(kv, blocks=kv.blocks // setup.pp, layout=share)
         if kv.blocks < 1:
             raise ConfigError(f"pp={setup.pp}: too little KV cache for {setup.pp} virtual engines")
     p_it, p_kv = it, kv

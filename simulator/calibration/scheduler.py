@@ -12,7 +12,7 @@ from tpsim.calibration.profiles import by_file, merged_file
 POLICIES = ("continuous", "static")
 ADMISSIONS = ("on_demand", "reserve")
 MEMORY_RULES = ("total", "free")
-SLIDING_KV = ("hybrid", "full")
+SLIDING_KV = ("hybrid", "pool", "full")
 
 
 @dataclass(frozen=True)
@@ -37,8 +37,15 @@ class SchedulerSpec:
     async_scheduling: bool = False
     #: how the paged cache holds sliding-window layers beside full ones: "hybrid" (vLLM V1's
     #: hybrid KV cache manager: layers grouped by kind, a sliding group keeping only the
-    #: window's blocks) or "full" (every layer's cache at the sequence's length)
+    #: window's blocks), "pool" (SGLang's SWAKVPool: the sliding layers in a pool of their
+    #: own, ``swa_full_tokens_ratio`` the full one's tokens, a sequence keeping there its
+    #: last window, ``swa_eviction_interval`` tokens and a page) or "full" (every layer's
+    #: cache at the sequence's length)
     sliding_window_kv: str = "full"
+    #: "pool": the sliding pool's tokens over the full pool's
+    swa_full_tokens_ratio: float = 0.8
+    #: "pool": decode steps between two frees of a sequence's sliding tokens past the window
+    swa_eviction_interval: int = 128
 
 
 def _by_gpu(value: Any, field: str, large: bool) -> int:
@@ -67,6 +74,13 @@ def _one_of(data: dict[str, Any], key: str, where: str, allowed: tuple[str, ...]
     return str(v)
 
 
+def _ratio(data: dict[str, Any], key: str, where: str) -> float:
+    v = number(entry(data, key, where), f"{where}.{key}")
+    if not 0 < v <= 1:
+        raise CalibrationError(f"{where}.{key}={v}: must be in (0, 1]")
+    return v
+
+
 def scheduler(engine: str, gpu_memory_bytes: float) -> SchedulerSpec:
     """The scheduler of ``engine`` (a profile name or file) on a GPU of that much memory
     (vLLM's defaults depend on it)."""
@@ -93,6 +107,10 @@ def scheduler(engine: str, gpu_memory_bytes: float) -> SchedulerSpec:
         prefix_caching=_flag(data, "prefix_caching", where),
         async_scheduling=_flag(data, "async_scheduling", where),
         sliding_window_kv=_one_of(data, "sliding_window_kv", where, SLIDING_KV),
+        swa_full_tokens_ratio=_ratio(data, "swa_full_tokens_ratio", where),
+        swa_eviction_interval=_by_gpu(
+            entry(data, "swa_eviction_interval", where), f"{where}.swa_eviction_interval", large
+        ),
     )
 
 

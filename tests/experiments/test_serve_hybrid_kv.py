@@ -71,8 +71,9 @@ def test_gpt_oss_holds_as_many_sequences_as_vllm() -> None:
 
 
 def test_engines_without_the_hybrid_manager_hold_every_layer() -> None:
-    """SGLang's profile (its two-pool SWA cache not modelled) keeps every layer at length."""
+    """TensorRT-LLM's profile (gpt-oss runs without per-layer attention windows, one pool)
+    keeps every layer at length."""
     plan = resolve("gpt-oss-120b", "dgx-h100", Layout(1), Workload(1, "decode", 1, 1),
-                   Options(engine="sglang"), oom_flag=False)  # fmt: skip
-    kv = kv_cache(plan, scheduler("sglang", plan.gpu.hbm_bytes))
-    assert kv.layout is None and kv.blocks_layout == BlockLayout(1)
+                   Options(engine="trtllm"), oom_flag=False)  # fmt: skip
+    kv = kv_cache(plan, scheduler("trtllm", plan.gpu.hbm_bytes))
+    assert kv.layout is None and kv.blocks_layout == BlockLayout(32)

@@ -1,0 +1,106 @@
+"""A sliding-window model's KV cache as SGLang holds it (``sliding_window_kv: pool``): the
+full layers in one pool, the sliding layers in a second one of ``swa_full_tokens_ratio``
+its tokens, a sequence keeping there only its window, the tokens decoded between two frees
+of those past it, and a page; a request runs only when both pools have its tokens."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tpsim.calibration.scheduler import SchedulerSpec, scheduler
+from tpsim.core.config import Layout, Options, Workload
+from tpsim.core.plan import RunPlan, resolve
+from tpsim.experiments.plan import PlanRequest, engine_sequences
+from tpsim.experiments.serve.engine import EngineInstance
+from tpsim.experiments.serve.kvblocks import BlockLayout
+from tpsim.experiments.serve.run import kv_cache
+from tpsim.models.catalog import get_model
+
+
+def _sglang(model: str) -> tuple[RunPlan, SchedulerSpec]:
+    plan = resolve(model, "dgx-h100", Layout(1), Workload(1, "decode", 1, 1),
+                   Options(engine="sglang"), oom_flag=False)  # fmt: skip
+    return plan, scheduler("sglang", plan.gpu.hbm_bytes)
+
+
+def _run(e: EngineInstance, n: int) -> int:
+    """Admit ``n`` requests at once, run them out at 10 ms a step; the most that ran at once."""
+    for i in range(n):
+        e.admit(i, 0.0)
+    t = 0.0
+    while (s := e.step(t)) is not None:
+        t += s
+        e.finish(t)
+    assert len(e.finished) == n
+    return max(step.running for step in e.steps)
+
+
+def test_gpt_oss_pools_are_sglang_s() -> None:
+    """gpt-oss-120b at TP 1 on an H100: a layer's token is 8 KV heads x 64 x K and V x 2
+    bytes = 2048 B, and 18 of its 36 layers are sliding (window 128). SGLang's
+    HybridSWAPoolConfigurator gives the full pool room // (2048 x 18 + 0.8 x 2048 x 18)
+    = room x 5 // 331776 tokens, the sliding pool 0.8 of them, a sequence keeping there
+    128 + 128 + 1 = 257 tokens; every layer at full length would hold room // 73728."""
+    oss = get_model("gpt-oss-120b")
+    assert (len(oss.sliding_layers), oss.num_layers, oss.sliding_window) == (18, 36, 128)
+    plan, spec = _sglang("gpt-oss-120b")
+    kv, whole = kv_cache(plan, spec), kv_cache(plan, spec, hybrid=False)
+    room = kv.bytes_per_gpu
+    assert kv.blocks == room * 5 // 331776
+    assert kv.layout == BlockLayout(1, swa_pool=kv.blocks * 4 // 5, swa_keep=257)
+    assert kv.tokens == kv.blocks  # SGLang reports the full pool's tokens
+    assert whole.blocks == room // 73728 and whole.layout is None
+    assert kv.blocks * 324 // 360 in (whole.blocks - 1, whole.blocks)  # 1.11x the tokens
+
+
+def test_a_model_without_sliding_layers_is_unchanged() -> None:
+    """Llama-3.1-8B under SGLang: one pool of every layer, as before."""
+    plan, spec = _sglang("llama-3.1-8b")
+    kv = kv_cache(plan, spec)
+    assert kv.layout is None and kv == kv_cache(plan, spec, hybrid=False)
+
+
+def test_a_sequence_holds_its_window_in_the_sliding_pool() -> None:
+    """A 1024-token prompt and one output token: 1025 tokens of the full pool (then freed),
+    257 of the sliding one; a 100-token sequence holds 101 of each."""
+    spec = replace(scheduler("sglang", 80 * 2**30), async_scheduling=False)
+    layout = BlockLayout(1, swa_pool=5000, swa_keep=257)
+    assert [layout.swa_held(t) for t in (1, 257, 258, 1025)] == [1, 257, 257, 257]
+    e = EngineInstance(spec, 10000, lambda step: 0.01, lambda i: (1024, 3, -1, 0),
+                       layout=layout)  # fmt: skip
+    e.admit(0, 0.0)
+    e.finish(e.step(0.0) or 0.0)
+    assert (e.total_blocks - e.free, e.kv.swa_free) == (1024, 5000 - 257)
+    e.finish(0.02 + (e.step(0.01) or 0.0))
+    assert (e.total_blocks - e.free, e.kv.swa_free) == (1025, 5000 - 257)
+    e.finish(0.04 + (e.step(0.03) or 0.0))
+    assert (e.total_blocks - e.free, e.kv.swa_free) == (0, 5000)  # done: both given back
+
+
+def test_either_pool_running_out_holds_requests_back() -> None:
+    """300-token prompts, 10 output tokens, admitted on demand with their prompt's blocks:
+    the full pool of 10000 takes 10000 // 300 = 33 of them, but a sliding pool of 600 only
+    two (257 each), so two run at once; with a sliding pool of 10000, the full pool's 33."""
+    spec = replace(scheduler("sglang", 80 * 2**30), async_scheduling=False)
+    for swa, most in ((600, 2), (10000, 33)):
+        e = EngineInstance(spec, 10000, lambda step: 0.01, lambda i: (300, 10, -1, 0),
+                           layout=BlockLayout(1, swa_pool=swa, swa_keep=257))  # fmt: skip
+        assert _run(e, 40) == most
+        assert (e.free, e.kv.swa_free) == (10000, swa)
+
+
+def test_sglang_runs_more_gpt_oss_sequences_than_every_layer_at_length() -> None:
+    """8192-token prompts and 256 output tokens on gpt-oss-120b at TP 1 (KV-bound): the
+    full pool of 1.11x the tokens holds 9 such sequences of 8448 tokens, the sliding pool
+    hundreds; every layer at length held 8. Twenty requests at once run 9 at a time, not
+    8, and the planner's batch limit follows."""
+    plan, spec = _sglang("gpt-oss-120b")
+    spec = replace(spec, async_scheduling=False)
+    ran = []
+    for kv in (kv_cache(plan, spec), kv_cache(plan, spec, hybrid=False)):
+        e = EngineInstance(spec, kv.blocks, lambda step: 0.01, lambda i: (8192, 256, -1, 0),
+                           layout=kv.layout)  # fmt: skip
+        ran.append(_run(e, 20))
+    assert ran == [9, 8]
+    req = PlanRequest("gpt-oss-120b", "dgx-h100", context_len=8448, engine="sglang")
+    assert engine_sequences(req, 1, 1) == 9
