@@ -137,6 +137,9 @@ def check_output(path: str | Path, *, resume: bool, overwrite: bool) -> None:
     result_format(p)
     if not p.parent.is_dir():
         raise ConfigError(f"--out={path}: folder {p.parent} does not exist")
+    # the lock file, and a resumed file's atomic rewrite, are created beside it
+    if not os.access(p.parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"--out={path}: folder {p.parent} is not writable")
     if p.exists() and not p.is_file():
         raise ConfigError(f"--out={path}: not a regular file")
     if p.exists() and not (resume or overwrite):

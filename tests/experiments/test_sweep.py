@@ -162,6 +162,26 @@ def test_bad_flags_exit_2_without_a_file(
     assert needle in err[-1] and "Traceback" not in "\n".join(err)
 
 
+def test_a_folder_it_cannot_write_is_one_line_before_the_banner(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # as `run --trace` refuses it; root may write anywhere, so the folder's answer is given
+    real = os.access
+    denied = tmp_path / "ro"
+    denied.mkdir()
+
+    def access(path: Any, mode: int, **kw: Any) -> bool:
+        return False if Path(path) == denied and mode & os.W_OK else real(path, mode, **kw)
+
+    monkeypatch.setattr(os, "access", access)
+    out = denied / "s.csv"
+    args = ["sweep", "--model", "llama-3.1-8b", "--topology", "dgx-h100", "--tp", "1"]
+    assert main([*args, "--out", str(out), "--quiet"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"tpsim: error: --out={out}: folder {denied} is not writable\n"
+    assert captured.out == "" and list(denied.iterdir()) == []
+
+
 @pytest.mark.parametrize(
     ("text", "needle"),
     [
