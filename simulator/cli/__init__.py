@@ -230,13 +230,47 @@ def _silence_stdout() -> None:
         pass
 
 
+class _ReaderMayLeave:
+    """``sys.stdout`` while a command runs: a reader that stops early (``| head -3``) ends
+    the text, not the command, whose output files (``--gantt``, ``--out``, ``--plots``) are
+    still written whole; what it prints after the reader left goes nowhere."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.left = False
+
+    def write(self, text: str) -> int:
+        if not self.left:
+            try:
+                return int(self.inner.write(text))
+            except BrokenPipeError:
+                self._leave()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.left:
+            try:
+                self.inner.flush()
+            except BrokenPipeError:
+                self._leave()
+
+    def _leave(self) -> None:
+        self.left = True
+        _silence_stdout()
+
+    def __getattr__(self, name: str) -> Any:  # fileno, isatty, encoding, ...: the stream's
+        return getattr(self.inner, name)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command. Bad input, an output that cannot be written (stdout included) and
     a file that cannot be read: one line, exit 2; Ctrl-C: one line, exit 130 (SIGTERM 143,
     SIGHUP 129, handled as Ctrl-C). A command that
-    fails leaves none of its output files behind."""
+    fails leaves none of its output files behind; a reader of stdout that stops early ends
+    the text only (:class:`_ReaderMayLeave`)."""
     from tpsim.outputs.export import all_or_nothing
 
+    stdout = sys.stdout = _ReaderMayLeave(sys.stdout)
     try:
         with signals.as_interrupts(), all_or_nothing():
             args: Any = _parser().parse_args(argv)
@@ -250,7 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         signals.ignore_more()  # a second Ctrl-C as the process exits does not kill it by SIGINT
         print(f"tpsim: {signals.described(exc)}; no output written", file=sys.stderr)
         return signals.exit_code(exc)
-    except BrokenPipeError:  # `tpsim list models | head -1`: the reader has what it wanted
+    except BrokenPipeError:  # a write that went around sys.stdout, to a reader that left
         _silence_stdout()
         return 0
     except OSError as exc:  # an output the commands' own checks could not foresee
@@ -271,6 +305,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         _error(f"incomplete: {exc}; run it again")
         return EXIT_INCOMPLETE
+    finally:
+        sys.stdout = stdout.inner
 
 
 if __name__ == "__main__":

@@ -246,6 +246,21 @@ def test_a_reader_that_stops_early_is_no_error(tmp_path: Path) -> None:
     assert p.returncode == 0 and p.stderr == "" and p.stdout.startswith("name")
 
 
+def test_a_reader_that_left_ends_the_text_not_the_files(tmp_path: Path) -> None:
+    # `tpsim run ... --trace t.json | head -3`: the trace is written all the same (it was
+    # not, and the exit was 0); here the reader left before the first line
+    trace = tmp_path / "t.json"
+    argv = [*RUN, "--batch", "1", "--trace", str(trace)]
+    with subprocess.Popen(
+        [sys.executable, "-m", "tpsim", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as p:
+        assert p.stdout is not None and p.stderr is not None
+        p.stdout.close()
+        err = p.stderr.read().decode()
+    assert (p.returncode, err) == (0, "")
+    assert json.loads(trace.read_text())["traceEvents"]
+
+
 @pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
 @pytest.mark.slow
 def test_process_substitution_is_refused_with_the_way_out(tmp_path: Path) -> None:
