@@ -208,7 +208,10 @@ def draw_throughput_vs_tp(rows: Sequence[Row], *, title: str) -> Figure:
         _mark_hosts(ax, good)
     if batches:
         legend_outside(ax2, fontsize=FONT - 2)
-    skipped = len(rows) - len(good)
+    # points of which no row is drawn: a layout that failed where the grid placed it on
+    # too few hosts (--nodes 1,2 --tp 16) is drawn from its placement that ran
+    drawn = {(layout_of(r), r["batch"]) for r in good}
+    skipped = len({(layout_of(r), r["batch"]) for r in rows} - drawn)
     points = "point" if skipped == 1 else "points"
     note = f" ({skipped} {points} not fitting or failed: not drawn)" if skipped else ""
     suptitle_inside(fig, title + note + pipeline_note(rows), fontsize=FONT + 1)

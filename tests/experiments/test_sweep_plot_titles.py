@@ -43,3 +43,14 @@ def test_throughput_of_a_pipeline_is_the_whole_layouts_and_one_point_is_singular
     assert "(1 point not fitting or failed: not drawn)" in title.replace("\n", " ")
     box = fig._suptitle.get_window_extent(renderer=fig.canvas.get_renderer())
     assert box.x0 >= 0 and box.x1 <= fig.bbox.x1
+
+
+def test_points_not_drawn_are_those_of_which_no_row_is_drawn() -> None:
+    """A sweep over --nodes 1,2 --tp 8,16: TP 16 fails on one host, runs on two and is
+    drawn; the title counted every failed placement, '2 points ... not drawn' here where one
+    is left out (Llama-3.1-70B, --nodes 1,2 --tp 2,4,8,16 --pp 1,2: 7 where 3 were)."""
+    failed = {"hosts": None, "latency_s": None, "error": "more than the 8 GPUs of dgx-h100"}
+    rows = [row(8, 1), row(8, 1, hosts=2), row(16, 1) | failed, row(16, 1, hosts=2)]
+    rows.append(row(16, 64) | failed)  # the one point of which no row is drawn
+    title = sp.draw_throughput_vs_tp(rows, title=TITLE)._suptitle.get_text()
+    assert "(1 point not fitting or failed: not drawn)" in title.replace("\n", " ")
