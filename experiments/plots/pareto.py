@@ -2,7 +2,8 @@
 
 Drawn on a bare ``matplotlib.figure.Figure`` as ``plots.py`` does and written atomically
 by its :func:`~tpsim.experiments.plots.save.save_figure`. Labels are placed greedily so that
-none overlaps another label or a point (a leader line joins a label set further away).
+none overlaps another label or a point, each nearer its own point than any other where it
+can be; a leader line joins a label set further away, or nearer another point.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ FRONT_COLOUR = "#0072B2"  # blue (Okabe-Ito)
 OTHER_COLOUR = "#999999"  # grey
 BEST_COLOUR = "#D55E00"  # vermillion
 LOG_SPAN = 4.0  # an axis whose values span more than this factor is drawn logarithmic
+LEADER_PX = 20  # a label further from its point than this is joined to it by a line
+CLEAR_PX = 6  # ... as is one not this much nearer its point than any other point
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,18 @@ def _overlaps(box: Bbox, taken: Sequence[Bbox]) -> bool:
     return any(box.overlaps(t) for t in taken)
 
 
+def _gap(box: Bbox, x: float, y: float) -> float:
+    """Pixels from (x, y) to the nearest point of ``box`` (0 inside it)."""
+    return math.hypot(min(max(x, box.x0), box.x1) - x, min(max(y, box.y0), box.y1) - y)
+
+
+def _own(box: Bbox, i: int, centres: Sequence[tuple[float, float]]) -> bool:
+    """Whether the label ``box`` of point ``i`` is plainly nearer that point than any other
+    (by :data:`CLEAR_PX`), so that a reader pairs them without a line."""
+    mine = _gap(box, *centres[i])
+    return all(mine + CLEAR_PX <= _gap(box, *c) for j, c in enumerate(centres) if j != i)
+
+
 def place_labels(fig: Figure, ax: object, points: Sequence[ParetoPoint]) -> list[Bbox]:
     """Write each point's label where it overlaps no label, no point and stays inside the
     axes: candidate offsets around the point, nearer first; returns the labels' boxes."""
@@ -56,8 +71,8 @@ def place_labels(fig: Figure, ax: object, points: Sequence[ParetoPoint]) -> list
     axes_box = ax.get_window_extent(renderer)  # type: ignore[attr-defined]
     to_px = ax.transData  # type: ignore[attr-defined]
     marks = []
-    for p in points:
-        cx, cy = to_px.transform((p.x, p.y))
+    centres = [tuple(to_px.transform((p.x, p.y))) for p in points]
+    for p, (cx, cy) in zip(points, centres, strict=True):
         r = 12 if p.best else 5  # the ring around the recommended one is larger
         marks.append(Bbox.from_extents(cx - r, cy - r, cx + r, cy + r))
     taken: list[Bbox] = list(marks)
@@ -75,7 +90,7 @@ def place_labels(fig: Figure, ax: object, points: Sequence[ParetoPoint]) -> list
         )  # fmt: skip
         box = text.get_window_extent(renderer)
         w, h = box.width, box.height
-        chosen = None
+        free: list[Bbox] = []  # places that overlap nothing, nearer first
         for dist in (8, 16, 28, 44, 64, 90, 120, 160):
             for ang in range(0, 360, 30):
                 dx = dist * math.cos(math.radians(ang))
@@ -87,10 +102,11 @@ def place_labels(fig: Figure, ax: object, points: Sequence[ParetoPoint]) -> list
                 inside = axes_box.containsx(x0) and axes_box.containsx(x0 + w)
                 inside = inside and axes_box.containsy(y0) and axes_box.containsy(y0 + h)
                 if inside and not _overlaps(cand, taken):
-                    chosen = cand
-                    break
-            if chosen is not None:
-                break
+                    free.append(cand)
+        # the nearest free place beside the point that reads as its own, else the nearest
+        # (joined by a line)
+        owned = [c for c in free if _gap(c, cx, cy) <= LEADER_PX and _own(c, i, centres)]
+        chosen = owned[0] if owned else free[0] if free else None
         if chosen is None:  # no room anywhere near: the first ring, above the point
             chosen = Bbox.from_bounds(cx + 8, cy + 8, w, h)
         text.xyann = (chosen.x0 - cx, chosen.y0 - cy)
@@ -98,7 +114,8 @@ def place_labels(fig: Figure, ax: object, points: Sequence[ParetoPoint]) -> list
         text.set_verticalalignment("bottom")
         nx_ = min(max(cx, chosen.x0), chosen.x1)  # the label's nearest point to the mark
         ny_ = min(max(cy, chosen.y0), chosen.y1)
-        if math.hypot(nx_ - cx, ny_ - cy) > 20:  # far: a leader line to the label
+        far = math.hypot(nx_ - cx, ny_ - cy) > LEADER_PX
+        if far or not _own(chosen, i, centres):  # a leader line to the label
             end = to_px.inverted().transform((nx_, ny_))
             ax.plot(  # type: ignore[attr-defined]
                 [p.x, end[0]], [p.y, end[1]], color="#BBBBBB", linewidth=0.6, zorder=1
@@ -118,6 +135,21 @@ def pareto_plot(
 ) -> Path:
     """Every layout a point (x in seconds, drawn in ms), the Pareto front joined, the
     recommended one marked; axes logarithmic where the values span more than LOG_SPAN."""
+    fig = draw_pareto(points, title=title, xlabel=xlabel, ylabel=ylabel, slo_x=slo_x)
+    out = Path(path)
+    save_figure(fig, out)
+    return out
+
+
+def draw_pareto(
+    points: Sequence[ParetoPoint],
+    *,
+    title: str,
+    xlabel: str = "TPOT, decode step (ms)",
+    ylabel: str = "tokens/s per GPU",
+    slo_x: float | None = None,
+) -> Figure:
+    """:func:`pareto_plot`'s figure, not saved."""
     fig = Figure(figsize=(10, 6.5), dpi=110)
     ax = fig.subplots()
     front = pareto_front(points)
@@ -166,9 +198,7 @@ def pareto_plot(
     ax.legend(fontsize=FONT - 1, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncols=4)
     fig.tight_layout()
     place_labels(fig, ax, scaled)
-    out = Path(path)
-    save_figure(fig, out)
-    return out
+    return fig
 
 
-__all__ = ["ParetoPoint", "pareto_front", "pareto_plot", "place_labels"]
+__all__ = ["ParetoPoint", "draw_pareto", "pareto_front", "pareto_plot", "place_labels"]
