@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 from tpsim.experiments.plots.save import save_figure
 from tpsim.experiments.plots.style import LABEL_PT, LINE_COLOURS, TICK_PT, TITLE_PT
 from tpsim.experiments.serve.metrics import per_request
@@ -27,6 +28,13 @@ def _style(ax, xlabel: str, ylabel: str) -> None:  # type: ignore[no-untyped-def
 def timeline(result: ServeResult, path: Path, title: str) -> Path:
     """Requests waiting and running, and the KV cache in use, over time, per instance
     (replica, attention group or virtual engine: ``result.instance``)."""
+    out = path / "timeline.png"
+    save_figure(draw_timeline(result, title), out)
+    return out
+
+
+def draw_timeline(result: ServeResult, title: str) -> Figure:
+    """:func:`timeline`'s figure, not saved: the counts on whole-number ticks."""
     fig = Figure(figsize=(12, 8), layout="constrained")
     axes = fig.subplots(3, 1, sharex=True)
     for k, steps in enumerate(result.steps):
@@ -42,14 +50,18 @@ def timeline(result: ServeResult, path: Path, title: str) -> Path:
     _style(axes[0], "", "requests waiting")
     _style(axes[1], "", "running batch (sequences)")
     _style(axes[2], "time (s)", "KV cache in use (%)")
+    # requests and sequences, from none: no half of one (ticks at 0.5 had read so), and a
+    # batch steady at 2 not drawn on an axis of 1.9 to 2.1
+    for ax, field in ((axes[0], "waiting"), (axes[1], "running")):
+        most = max((getattr(s, field) for steps in result.steps for s in steps), default=0)
+        ax.set_ylim(0, max(1, most) * 1.05)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     axes[2].set_ylim(0, 105)
     if len(result.steps) > 1:
         axes[0].legend(fontsize=LABEL_PT, frameon=False)
     note = f"{result.preemptions} preemptions" if result.preemptions else "no preemptions"
     fig.suptitle(f"{title}\n{note}", fontsize=TITLE_PT)
-    out = path / "timeline.png"
-    save_figure(fig, out)
-    return out
+    return fig
 
 
 def cdfs(result: ServeResult, path: Path, title: str) -> Path:
@@ -81,4 +93,4 @@ def serve_plots(result: ServeResult, folder: Path, title: str) -> list[Path]:
     return [timeline(result, folder, title), cdfs(result, folder, title)]
 
 
-__all__ = ["cdfs", "serve_plots", "timeline"]
+__all__ = ["cdfs", "draw_timeline", "serve_plots", "timeline"]

@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 from tpsim.cli import main
+from tpsim.experiments.plots.serve import draw_timeline
+from tpsim.experiments.serve.run import ServeSetup, serve
+from tpsim.experiments.serve.workload import Lengths
 
 BASE = ["serve", "--model", "llama-3.1-8b", "--topology", "dgx-h100", "--tp", "1"]
 SMALL = ["--requests", "40", "--prompt-len", "uniform:100-900", "--output-len", "uniform:5-60"]
@@ -55,6 +58,20 @@ def test_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     for name in ("timeline.png", "latency_cdf.png"):
         assert (tmp_path / "p" / name).read_bytes()[:4] == b"\x89PNG"
         assert f"wrote {tmp_path / 'p' / name}" in out
+
+
+def test_the_timeline_counts_on_whole_numbers() -> None:
+    """Four clients of an engine that runs two sequences at once: two wait at most, and the
+    'requests waiting' axis was ticked 0, 0.5, 1, 1.5, 2 (half a request)."""
+    setup = ServeSetup("llama-3.1-8b", "dgx-h100", 1, overrides=(("max_num_seqs", 2),))
+    work = (0, Lengths("fixed", 16), Lengths("fixed", 20))
+    result = serve(setup, lengths=work, concurrency=4, count=8, timer=lambda step: 0.01)
+    assert max(s.waiting for steps in result.steps for s in steps) == 2
+    fig = draw_timeline(result, "t")
+    fig.canvas.draw()  # type: ignore[no-untyped-call]
+    for ax in fig.axes[:2]:
+        ticks = [t for t in ax.get_yticks() if ax.get_ylim()[0] <= t <= ax.get_ylim()[1]]
+        assert ticks and all(t == int(t) for t in ticks), (ax.get_ylabel(), ticks)
 
 
 def test_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
