@@ -12,20 +12,23 @@ from tpsim.experiments.plan import PlanRequest, PlanRow
 def table(rows: list[PlanRow], req: PlanRequest) -> str:
     """The ranked table, then the recommendation."""
     width = max(20, *(len(r.label) for r in rows))
+    slos = ["met" if r.slo_ok else ("TTFT missed" if r.tpot_ok else "TPOT missed") for r in rows]
+    # the SLO column as wide as its widest entry where $/Mtok follows it (its figures had
+    # stood 8 characters right of the others' after 'TPOT missed')
+    slo_w = max(3, *(len(s) for s in slos)) if req.gpu_hour_usd is not None else 0
     head = (
         f"{'#':>2}  {'layout':<{width}} {'batch':>5} {'TTFT ms':>9} {'TPOT ms':>9} "
-        f"{'tok/s':>9} {'tok/s/GPU':>9} {'free GB':>8}  {'regime':<20} SLO"
+        f"{'tok/s':>9} {'tok/s/GPU':>9} {'free GB':>8}  {'regime':<20} {'SLO':<{slo_w}}"
     )
     if req.gpu_hour_usd is not None:
         head += "   $/Mtok"
     lines = [head]
-    for k, r in enumerate(rows, 1):
-        slo = "met" if r.slo_ok else ("TTFT missed" if r.tpot_ok else "TPOT missed")
+    for k, (r, slo) in enumerate(zip(rows, slos, strict=True), 1):
         line = (
             f"{k:>2}  {r.label:<{width}} {r.batch:>5} {r.ttft_s * 1e3:>9.2f} "
             f"{r.tpot_s * 1e3:>9.2f} "
             f"{r.tokens_per_s:>9,.0f} {r.tokens_per_s_per_gpu:>9,.1f} "
-            f"{r.headroom_bytes / 1e9:>8.1f}  {r.regime:<20} {slo}"
+            f"{r.headroom_bytes / 1e9:>8.1f}  {r.regime:<20} {slo:<{slo_w}}"
         )
         if r.usd_per_mtok is not None:
             line += f"  {r.usd_per_mtok:>7.3f}"

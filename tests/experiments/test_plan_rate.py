@@ -196,6 +196,22 @@ def test_static_plan_with_no_layout_meeting_the_slos_names_the_closest() -> None
     assert text.startswith("No layout meets the SLOs. The closest is " + rows[0].label)
 
 
+def test_the_static_table_s_cost_column_lines_up_after_a_missed_slo() -> None:
+    """README's plan: '$/Mtok' of a row that missed its TPOT SLO stood 8 characters right of
+    the others' ('met    0.396' against 'TPOT missed   71.604')."""
+    from tpsim.experiments.plan import PlanRequest, PlanRow
+    from tpsim.experiments.plan_text import table
+
+    def row(tp: int, tpot_ok: bool, usd: float) -> PlanRow:
+        return PlanRow(tp, 1, 8 // tp, 8, 0.05, 0.03, 1e3, 125.0, 10**10, "memory-bound",
+                       True, tpot_ok, usd)  # fmt: skip
+
+    req = PlanRequest("llama-3.1-70b", "dgx-h100", slo_tpot_ms=30, gpu_hour_usd=2.5)
+    head, met, missed = table([row(4, True, 0.396), row(1, False, 71.604)], req).splitlines()[:3]
+    assert met.endswith("met            0.396") and missed.endswith("TPOT missed   71.604")
+    assert head.index("$/Mtok") + len("$/Mtok") == len(met) == len(missed)
+
+
 def test_a_short_probe_judged_saturated_runs_again_long_enough(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
