@@ -145,8 +145,9 @@ def _collapse(
     ]
     if g1 <= g0 or len(inside) < MIN_COLLAPSED or first >= second:
         return None, None, ()
-    own = {  # each rank's layers wholly inside the stretch
-        rank: [k for k in blocks[0] if g0 <= starts[rank][k] and ends[rank][k] <= g1]
+    own = {  # each rank's layers mostly inside the stretch (their middle in it): a layer
+        # begun a microsecond before the stretch is hidden all but that sliver
+        rank: [k for k in blocks[0] if g0 <= (starts[rank][k] + ends[rank][k]) / 2 <= g1]
         for rank in shown
     }
     ranges = {rank: (min(ks), max(ks)) for rank, ks in own.items()}

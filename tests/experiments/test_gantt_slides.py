@@ -64,6 +64,22 @@ def test_default_view_is_first_and_last_layer_with_a_marked_gap(decode_70b) -> N
         gantt_view(decode_70b.records, layers="some")  # type: ignore[arg-type]
 
 
+def test_lanes_a_microsecond_apart_hide_the_same_layers() -> None:
+    """Qwen3-30B-A3B at --expert-skew 2 over 16 GPUs: GPU 3 began each layer 1.6 us before
+    GPU 0, so the stretch (from the last lane's start of layer 1) held all of its layer 1 but
+    that sliver, and its lane said '… layers 2–46 …' beside GPU 0's '… layers 1–46 …'."""
+    from tpsim.core.records import Record
+
+    def layer(rank: int, k: int, t0: float) -> Record:
+        return Record(10 * k + rank, rank, "compute", "mlp_up", "gemm", "memory", k, "", k,
+                      t0, t0 + 200e-6, 0.0, 0, -1, "")  # fmt: skip
+
+    early = {0: 0.0, 1: 1.6e-6}  # rank 1 begins every layer 1.6 us sooner
+    records = [layer(r, k, 200e-6 * k - early[r]) for r in (0, 1) for k in range(8)]
+    view = gantt_view(records, ranks=[0, 1])
+    assert view.gap_layers == (1, 6) and view.gap_layers_by_rank == ()
+
+
 def test_few_layers_or_pipeline_stages_are_not_collapsed() -> None:
     tiny = simulate(
         str(DATA / "models" / "tiny-llama"),
