@@ -158,10 +158,12 @@ def _mark_hosts(ax: Any, rows: Sequence[Row]) -> None:
         return
     x = math.sqrt(edge[0] * edge[1])  # half way on the log2 axis
     ax.axvline(x, color="#444444", linestyle="--", linewidth=1.2, gid=HOST_BOUNDARY)
+    # named as the axis counts: TP, or the GPUs of TP x attention DP
+    beyond = f"TP > {edge[0]}" if _x_label(rows).startswith("TP") else f"> {edge[0]} GPUs"
     ax.text(
         x,
         0.02,
-        f"TP > {edge[0]}: group over 2+ hosts",
+        f"{beyond}: group over 2+ hosts",
         transform=ax.get_xaxis_transform(),
         rotation=90,
         ha="right",
@@ -307,10 +309,10 @@ def hosts_label(hosts: int) -> str:
     return "group in one host" if hosts == 1 else f"group over {hosts} hosts"
 
 
-def cross_node_ratios(rows: Sequence[Row], batch: int) -> list[tuple[int, int, float, int]]:
-    """``(tp, hosts, ratio, against_tp)`` for each point of ``batch`` whose group spans
-    hosts: its tokens/s over those of the one-host group at the same TP, or else of the
-    largest one-host TP."""
+def cross_node_ratios(rows: Sequence[Row], batch: int) -> list[tuple[int, int, float, str]]:
+    """``(gpus, hosts, ratio, against)`` for each point of ``batch`` whose group spans
+    hosts: its tokens/s over those of the one-host group of as many GPUs, or else of the
+    largest one-host group, named by its layout (``TP 8``, ``TP 1 x ADP 8 EP 8``)."""
     good = [r for r in rows if ok(r) and r["batch"] == batch]
     inside = {_group_gpus(r): r for r in good if r["hosts"] == 1}
     out = []
@@ -319,7 +321,8 @@ def cross_node_ratios(rows: Sequence[Row], batch: int) -> list[tuple[int, int, f
             continue
         x = _group_gpus(r)
         base = inside.get(x) or inside[max(inside)]
-        out.append((x, r["hosts"], r["tokens_per_s"] / base["tokens_per_s"], _group_gpus(base)))
+        ratio = r["tokens_per_s"] / base["tokens_per_s"]
+        out.append((x, r["hosts"], ratio, layout_name(layout_of(base))))
     return out
 
 
@@ -358,7 +361,7 @@ def draw_in_node_vs_cross_node(rows: Sequence[Row], *, title: str) -> Figure:
                  if r["batch"] == batch}  # fmt: skip
         for tp, h, ratio, base in cross_node_ratios(good, batch):
             ax.annotate(
-                f"{ratio:.2f}x TP {base}\nin one host",
+                f"{ratio:.2f}x {base}\nin one host",
                 (tp, level[tp, h]),
                 xytext=(0, -10),
                 textcoords="offset points",

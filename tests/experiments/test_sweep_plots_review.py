@@ -364,6 +364,21 @@ def test_attention_dp_rows_stand_at_their_group_in_every_plot_against_tp() -> No
     assert sp.cross_node_ratios(rows, 8)[0][:2] == (16, 2)
 
 
+def test_an_attention_dp_group_is_named_by_its_layout_beside_the_host_boundary() -> None:
+    """Qwen3-30B-A3B, TP 1 x ADP 8 EP 8 on one host against TP 2 x ADP 8 EP 16 over two:
+    the ratio said '1.14x TP 8 in one host' and the boundary 'TP > 8', of groups whose TP
+    is 1 and 2 (8 is the GPUs of TP x attention DP, as the axis counts)."""
+    rows = [row(1, 8, attention_dp=8, ep=8), row(2, 8, hosts=2, attention_dp=8, ep=16)]
+    fig = sp.draw_in_node_vs_cross_node(rows, title="t")
+    (ratio,) = [t.get_text() for t in fig.axes[0].texts if t.get_gid() == "ratio"]
+    assert ratio.endswith("x TP 1 x ADP 8 EP 8\nin one host")
+    marks = [t.get_text() for t in fig.axes[0].texts if "hosts" in t.get_text()]
+    assert marks == ["> 8 GPUs: group over 2+ hosts"]
+    plain = sp.draw_in_node_vs_cross_node([row(8, 8), row(16, 8, hosts=2)], title="t")
+    assert "TP > 8: group over 2+ hosts" in [t.get_text() for t in plain.axes[0].texts]
+    assert any(t.get_text().endswith("x TP 8\nin one host") for t in plain.axes[0].texts)
+
+
 def test_a_pipeline_s_bar_holds_its_bubble() -> None:
     """A PP 2 row's breakdown has a bubble part: its bar left it out (half the step at one
     micro-batch) and drew the pipeline twice as fast as its latency."""
