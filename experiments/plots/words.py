@@ -79,9 +79,10 @@ def assumption_lines(rows: Sequence[Row]) -> list[str]:
             seen[key] = assumptions(graph, {"config": config})
         text = tuple(f"{k} {v}" for k, v in seen[key].items())
         place = f"{r['topology']}" + (f" x{r['nodes']} nodes" if r["nodes"] > 1 else "")
-        if crosses:  # the TP group itself, or a layout's stages or replicas
+        if crosses:  # the TP group itself (with its attention-DP groups), or stages, replicas
             alone = int(r.get("hosts") or 1) > 1
-            spans = "TP group over several hosts" if alone else f"layout over {hosts} hosts"
+            group = "TP x attention-DP group" if (r.get("attention_dp") or 1) > 1 else "TP group"
+            spans = f"{group} over several hosts" if alone else f"layout over {hosts} hosts"
             place += f", {spans}"
         where.setdefault(text, [])
         if place not in where[text]:

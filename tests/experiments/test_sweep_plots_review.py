@@ -194,6 +194,14 @@ def test_assumptions_of_rows() -> None:
     assert "NICs per host" in lines[1] and "launch graph" in lines[1]
 
 
+def test_attention_dp_groups_over_hosts_are_not_called_a_tp_group_over_them() -> None:
+    """TP 2 x attention DP 8 on 2 DGX H100s: its TP groups of 2 stay in a host; the 16
+    GPUs that share the experts do not (the line said 'TP group over several hosts')."""
+    rows = [row(1, 8, attention_dp=8, ep=8), row(2, 8, hosts=2, attention_dp=8, ep=16)]
+    lines = assumption_lines(rows)
+    assert "x2 nodes, TP x attention-DP group over several hosts)" in lines[-1]
+
+
 def test_a_pipeline_over_hosts_is_not_called_a_tp_group_over_them(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
