@@ -89,22 +89,35 @@ def launch_words(rows: Sequence[Row]) -> str:
     return f"launch {asked}, eager where the engine has no CUDA graph for the step"
 
 
-def series_title(row: Row, group: Sequence[Row] = ()) -> str:
-    """A series' title from its first ``row`` (the launch mode from every row of ``group``)."""
+def series_title(row: Row, group: Sequence[Row] = (), varying: Sequence[str] = ()) -> str:
+    """A series' title from its first ``row`` (the launch mode from every row of ``group``).
+    A setting at its default is left out, unless it is among the columns ``varying`` that
+    tell the series of one plot apart (a sweep over --moe-a2a nccl,deepep titled its nccl
+    series as if no all-to-all had been chosen)."""
     lengths = (
         f"prompt {row['prompt_len']}"
         if row["phase"] == "prefill"
         else f"context {row['context_len']}"
     )
+    named = set(varying)
     extras = [launch_words(group or [row])]
-    extras += [f"{k} {row[k]}" for k in ("dtype", "kv_dtype") if row.get(k)]
-    extras += [f"overlap {row['overlap']}"] if row["overlap"] != "none" else []
-    extras += ["sequence parallel"] if row.get("sequence_parallel") else []
-    extras += ["ideal"] if row.get("ideal") else []
+    for k, unset in (("dtype", "of the model"), ("kv_dtype", "of the engine")):
+        extras += [f"{k} {row.get(k) or unset}"] if row.get(k) or k in named else []
+    extras += (
+        [f"overlap {row['overlap']}"] if row["overlap"] != "none" or "overlap" in named else []
+    )
+    if row.get("sequence_parallel") or "sequence_parallel" in named:
+        extras.append(
+            "sequence parallel" if row.get("sequence_parallel") else "no sequence parallel"
+        )
+    if row.get("ideal") or "ideal" in named:
+        extras.append("ideal" if row.get("ideal") else "calibrated")
     extras += [f"engine {row['engine']}"] if row.get("engine") else []
-    extras += [f"expert skew {row['expert_skew']:g}"] if row.get("expert_skew") else []
+    if row.get("expert_skew") or "expert_skew" in named:
+        skew = row.get("expert_skew")
+        extras.append(f"expert skew {skew:g}" if skew else "uniform routing")
     a2a = row.get("moe_a2a") or Options.moe_a2a
-    extras += [f"moe-a2a {a2a}"] if a2a != Options.moe_a2a else []
+    extras += [f"moe-a2a {a2a}"] if a2a != Options.moe_a2a or "moe_a2a" in named else []
     return f"{row['model']} {row['phase']} on {row['topology']} ({lengths}, {', '.join(extras)})"
 
 
@@ -148,7 +161,7 @@ def plot_results(
         written.append(path)
         captions[path] = "every series on shared axes: tokens/s against TP, a panel per batch"
     for group in groups.values():
-        head = series_title(group[0], group)
+        head = series_title(group[0], group, varying)
         prefix = _slug(group[0], varying) if len(groups) > 1 else ""
         # a point placed over more hosts than its fewest (--gpus-per-node) is drawn apart
         # ("split over 2 hosts"); the regime map shows the fewest and counts the others

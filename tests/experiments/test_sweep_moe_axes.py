@@ -179,6 +179,12 @@ def test_plots_name_the_all_to_all_and_the_width_split(
     fig = draw_series_comparison(named, title="t")
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     assert legend == ["a2a-nccl, ADP 2 EP 2", "a2a-deepep, ADP 2 EP 2"]
+    # beside the deepep series, the nccl one says it is nccl (its titles said nothing)
+    index = (tmp_path / "index.html").read_text()
+    assert "a2a-nccl_regime_map.png: " in index and "engine vllm, moe-a2a nccl)" in index
+    overlaps = [rows[0, "nccl"] | {"overlap": o} for o in ("none", "chunked")]
+    assert "overlap none" in figures.series_title(overlaps[0], varying=["overlap"])
+    assert "overlap" not in figures.series_title(overlaps[0])
     given = [rows[0, "nccl"], rows[1, "nccl"]]  # moe_tp derived, and given
     fig = draw_throughput_vs_tp(given, title="t")
     labels = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
