@@ -359,13 +359,16 @@ def draw_in_node_vs_cross_node(rows: Sequence[Row], *, title: str) -> Figure:
             )
         level = {(_group_gpus(r), r["hosts"]): r["tokens_per_s"] for r in good
                  if r["batch"] == batch}  # fmt: skip
+        xs = _tps(good)
         for tp, h, ratio, base in cross_node_ratios(good, batch):
+            # inside the axes: a label centred on the first TP ran over the y tick labels
+            ha = "left" if tp == xs[0] < xs[-1] else "right" if tp == xs[-1] > xs[0] else "center"
             ax.annotate(
                 f"{ratio:.2f}x {base}\nin one host",
                 (tp, level[tp, h]),
                 xytext=(0, -10),
                 textcoords="offset points",
-                ha="center",
+                ha=ha,
                 va="top",
                 fontsize=FONT - 3,
                 gid="ratio",

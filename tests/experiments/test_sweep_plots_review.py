@@ -372,6 +372,21 @@ def test_attention_dp_rows_stand_at_their_group_in_every_plot_against_tp() -> No
     assert sp.cross_node_ratios(rows, 8)[0][:2] == (16, 2)
 
 
+def test_ratio_labels_stay_inside_their_panel() -> None:
+    """Study in_node_vs_cross_node: TP 4 split over two hosts sits at the first tick, and
+    its '0.85x TP 4 / in one host', centred on it, ran over the y axis's '40'."""
+    rows = [row(4, 1), row(8, 1), row(4, 1, hosts=2), row(8, 1, hosts=2), row(16, 1, hosts=2)]
+    fig = sp.draw_in_node_vs_cross_node(rows, title="t")
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    ax = fig.axes[0]
+    area = ax.get_window_extent(renderer)
+    ratios = [t for t in ax.texts if t.get_gid() == "ratio"]
+    assert len(ratios) == 3
+    for text in ratios:
+        box = text.get_window_extent(renderer)
+        assert area.x0 <= box.x0 and box.x1 <= area.x1, text.get_text()
+
+
 def test_an_attention_dp_group_is_named_by_its_layout_beside_the_host_boundary() -> None:
     """Qwen3-30B-A3B, TP 1 x ADP 8 EP 8 on one host against TP 2 x ADP 8 EP 16 over two:
     the ratio said '1.14x TP 8 in one host' and the boundary 'TP > 8', of groups whose TP
