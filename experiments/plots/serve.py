@@ -42,10 +42,15 @@ def draw_timeline(result: ServeResult, title: str) -> Figure:
             continue
         colour = LINE_COLOURS[k % len(LINE_COLOURS)]
         t = np.array([s.start_s for s in steps])
-        label = f"{result.instance} {k}" if len(result.steps) > 1 else None
-        axes[0].step(t, [s.waiting for s in steps], where="post", color=colour, label=label)
+        names = result.instance_names
+        label = names[k] if names else f"{result.instance} {k}"
+        axes[0].step(t, [s.waiting for s in steps], where="post", color=colour,
+                     label=label if len(result.steps) > 1 else None)  # fmt: skip
         axes[1].step(t, [s.running for s in steps], where="post", color=colour)
-        used = np.array([s.blocks_used for s in steps]) / result.kv.blocks * 100
+        # of its own cache: a disaggregated run's prefill pool holds fewer blocks (TP 1
+        # against the decode pool's TP 2), and was counted against the decode pool's
+        blocks = result.instance_blocks[k] if result.instance_blocks else result.kv.blocks
+        used = np.array([s.blocks_used for s in steps]) / blocks * 100
         axes[2].step(t, used, where="post", color=colour)
     _style(axes[0], "", "requests waiting")
     _style(axes[1], "", "running batch (sequences)")
@@ -57,8 +62,9 @@ def draw_timeline(result: ServeResult, title: str) -> Figure:
         ax.set_ylim(0, max(1, most) * 1.05)
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     axes[2].set_ylim(0, 105)
-    if len(result.steps) > 1:
-        axes[0].legend(fontsize=LABEL_PT, frameon=False)
+    if len(result.steps) > 1:  # beside the panels: over them it hid the spikes of waiting
+        axes[0].legend(fontsize=LABEL_PT, frameon=False, loc="upper left",
+                       bbox_to_anchor=(1.01, 1.0))  # fmt: skip
     note = f"{result.preemptions} preemptions" if result.preemptions else "no preemptions"
     fig.suptitle(f"{title}\n{note}", fontsize=TITLE_PT)
     return fig

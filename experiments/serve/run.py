@@ -85,6 +85,10 @@ class ServeResult:
     #: what one of ``steps``' record lists is: an engine "instance" (a replica), an
     #: "attention group" (attention data parallelism) or a pipeline's "virtual engine"
     instance: str = "instance"
+    #: each record list's KV blocks (a disaggregated run's prefill and decode pools differ)
+    #: and its name where ``instance`` and a number do not say it ("prefill 0", "decode 1")
+    instance_blocks: tuple[int, ...] = ()
+    instance_names: tuple[str, ...] = ()
 
     def summary(
         self, slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None
@@ -377,6 +381,13 @@ def serve(
         prefill_kv=p_kv if d is not None else None,
         transfer_bytes=tuple(pools.transfers) if pools is not None else (),
         instance=instance,
+        instance_blocks=tuple(e.total_blocks for e in engines),
+        instance_names=(
+            tuple(f"prefill {k}" for k in range(len(pools.prefill)))
+            + tuple(f"decode {k}" for k in range(len(pools.decode)))
+            if pools is not None
+            else ()
+        ),
     )
 
 

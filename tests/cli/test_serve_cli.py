@@ -74,6 +74,25 @@ def test_the_timeline_counts_on_whole_numbers() -> None:
         assert ticks and all(t == int(t) for t in ticks), (ax.get_ylabel(), ticks)
 
 
+def test_the_timeline_of_disaggregated_pools_names_them_each_against_its_own_cache() -> None:
+    """2 prefill workers at TP 1 and a decode worker at TP 2: the legend said 'instance 0..2'
+    and the prefill pool's blocks in use were divided by the decode pool's (which holds
+    more), under-reading its cache in use."""
+    from tpsim.experiments.serve.disagg import Disagg
+
+    setup = ServeSetup("llama-3.1-8b", "dgx-h100", 2, disagg=Disagg(1, 2, 2, 1))
+    work = (0, Lengths("fixed", 3000), Lengths("fixed", 4))
+    result = serve(setup, lengths=work, concurrency=4, count=8, timer=lambda step: 0.01)
+    p_blocks, d_blocks = result.prefill_kv.blocks, result.kv.blocks  # type: ignore[union-attr]
+    assert p_blocks < d_blocks
+    fig = draw_timeline(result, "t")
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert legend == ["prefill 0", "prefill 1", "decode 0"]
+    used = max(s.blocks_used for s in result.steps[0])
+    peak = max(fig.axes[2].get_lines()[0].get_ydata())
+    assert used > 0 and peak == pytest.approx(used / p_blocks * 100)
+
+
 def test_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     f = tmp_path / "t.csv"
     rows = [f"2023-11-16 18:15:{10 + k:02d}.5,{100 + 10 * k},{5 + k}\n" for k in range(20)]
