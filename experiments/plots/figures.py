@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from tpsim.calibration.bounded import shorten
 from tpsim.core.api import simulate
 from tpsim.core.config import Options
 from tpsim.core.errors import ConfigError
@@ -141,6 +142,13 @@ def plot_results(
     out = Path(out)
     if not rows:
         raise ConfigError("plot: the results file has no rows")
+    by_id = {r["point_id"]: r for r in rows}
+    for pid in gantt_ids or ():  # before any figure is drawn (a large sweep's take minutes)
+        if pid not in by_id:
+            raise ConfigError(f"--gantt={pid}: no row with that point_id in the results")
+        if by_id[pid].get("error"):  # its own error, named as the row's, not as --gantt's
+            why = shorten(str(by_id[pid]["error"]), 150)
+            raise ConfigError(f"--gantt={pid}: that point failed, no timeline to draw ({why})")
     make_folder(out)
     groups: dict[tuple[Any, ...], list[Row]] = {}
     for r in sorted(rows, key=lambda r: (tuple(map(str, _key(r))), _order(r))):
@@ -187,10 +195,7 @@ def plot_results(
                 written.append(draw_gantt(best, out / f"{prefix}gantt_best.png"))
                 full = FULL if piped else ""
                 captions[written[-1]] = f"{head}: {CAPTIONS['gantt_best']}{full}"
-    by_id = {r["point_id"]: r for r in rows}
     for pid in gantt_ids or ():
-        if pid not in by_id:
-            raise ConfigError(f"--gantt={pid}: no row with that point_id in the results")
         written.append(draw_gantt(by_id[pid], out / f"gantt_{pid}.png"))
         captions[written[-1]] = f"point {pid}: timeline of layers 0-1"
     index = out / "index.html"

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from tpsim.cli import main
+from tpsim.core.errors import ConfigError
 from tpsim.experiments.plots import figures
 from tpsim.experiments.plots import sweep as sp
 from tpsim.experiments.plots.figures import plot_results
@@ -370,6 +371,19 @@ def test_attention_dp_rows_stand_at_their_group_in_every_plot_against_tp() -> No
     assert sorted(x for line in lines for x in line.get_xdata()) == [4, 8, 16]
     assert fig.axes[0].get_xlabel() == "GPUs of the TP group (TP x attention DP)"
     assert sp.cross_node_ratios(rows, 8)[0][:2] == (16, 2)
+
+
+def test_plot_gantt_of_a_failed_point_is_refused_naming_the_flag_before_any_figure(
+    tmp_path: Path,
+) -> None:
+    """plot --gantt ID of a row whose point failed re-simulated it after every other figure
+    and exited with the point's own error ('tp*pp*dp=16*2*1=32: more than the 16 GPUs...'),
+    naming neither --gantt nor the row."""
+    failed = row(16, 1) | {"point_id": "f16", "latency_s": None, "error": "more than 8 GPUs"}
+    out = tmp_path / "plots"
+    with pytest.raises(ConfigError, match=r"^--gantt=f16: that point failed.*more than 8 GPUs"):
+        figures.plot_results([row(8, 1), failed], out, gantt_ids=["f16"])
+    assert not out.exists()
 
 
 def test_ratio_labels_stay_inside_their_panel() -> None:
