@@ -33,19 +33,34 @@ def text_px(text: str, size_pt: float, dpi: float = DPI) -> float:
 
 
 def wrap(text: str, size_pt: float, width_px: float) -> str:
-    """``text``'s lines wrapped at word boundaries to fit ``width_px``."""
+    """``text``'s lines wrapped to fit ``width_px``: after a comma where one fits (a title's
+    ``context 1024`` and ``engine vllm`` kept whole: it had broken them between name and
+    value), else at a word boundary."""
     out = []
     for line in text.split("\n"):
-        words, cur = line.split(" "), ""
-        for w in words:
-            cand = f"{cur} {w}" if cur else w
-            if cur and text_px(cand, size_pt) > width_px:
-                out.append(cur)
-                cur = w
-            else:
+        cur = ""
+        for clause in line.split(", "):
+            cand = f"{cur}, {clause}" if cur else clause
+            if not cur or text_px(cand, size_pt) <= width_px:
                 cur = cand
-        out.append(cur)
+                continue
+            out.extend(_words(cur + ",", size_pt, width_px))
+            cur = clause
+        out.extend(_words(cur, size_pt, width_px))
     return "\n".join(out)
+
+
+def _words(line: str, size_pt: float, width_px: float) -> list[str]:
+    """``line`` cut at word boundaries into lines of at most ``width_px``."""
+    out, cur = [], ""
+    for w in line.split(" "):
+        cand = f"{cur} {w}" if cur else w
+        if cur and text_px(cand, size_pt) > width_px:
+            out.append(cur)
+            cur = w
+        else:
+            cur = cand
+    return [*out, cur]
 
 
 def bar_names(

@@ -74,6 +74,21 @@ def test_graph_mode_cpu_row_says_why_it_is_empty_when_zoomed(graph_decode) -> No
     assert any("no host work in this window" in t.get_text() for t in chart.ax.texts)
 
 
+def test_a_long_title_breaks_after_a_comma_not_between_a_name_and_its_value() -> None:
+    """TP 2 x DP 4's title broke as '... launch graph, engine' / 'vllm' and Qwen3's as
+    '..., context' / '1024, ...'; a clause longer than the width still breaks at words."""
+    from tpsim.experiments.plots.gantt_text import text_px, wrap
+
+    title = ("llama-3.1-8b on dgx-h100, TP 2 x DP 4, decode batch 16, context 1024, bf16, "
+             "launch graph, engine vllm")  # fmt: skip
+    width = text_px("llama-3.1-8b on dgx-h100, TP 2 x DP 4, decode batch 16, context", 13)
+    lines = wrap(title, 13, width).split("\n")
+    assert lines[0].endswith("batch 16,") and lines[-1].endswith("launch graph, engine vllm")
+    assert all(text_px(line, 13) <= width for line in lines)
+    long = wrap("a clause of many words longer than the width", 13, text_px("a clause of", 13))
+    assert long.split("\n")[0] == "a clause of"
+
+
 def test_title_carries_latency_and_regime(graph_decode) -> None:
     text = chart_title(graph_decode.summary)
     assert "per step" in text and graph_decode.summary["regime"] in text and "%" in text
