@@ -145,6 +145,12 @@ def _per(summary: Mapping[str, Any]) -> str:
     return "step" if summary["config"]["workload"]["phase"] == "decode" else "pass"
 
 
+def ratio_text(r: float) -> str:
+    """A winner's ratio over another configuration, as ``1.23x``: with a third decimal
+    where two would print 1.00x and hide which one leads (``1.004x``)."""
+    return f"{r:.2f}x" if round(r, 2) != 1.0 else f"{r:.3f}x"
+
+
 def _ms(seconds: float) -> str:
     ms = seconds * 1e3
     return f"{ms:.3g} ms" if ms < 100 else f"{ms:.0f} ms"
@@ -205,7 +211,7 @@ def headline(entries: Sequence[Entry]) -> str:
     full (``in_flight``, as plan prices it), that one."""
     best = max(entries, key=lambda e: (e.summary["tokens_per_s"], -entries.index(e)))
     ratios = [
-        f"{best.summary['tokens_per_s'] / e.summary['tokens_per_s']:.2f}x {e.label}"
+        f"{ratio_text(best.summary['tokens_per_s'] / e.summary['tokens_per_s'])} {e.label}"
         for e in entries
         if e is not best
     ]
@@ -353,7 +359,7 @@ def verdict(entries: Sequence[Entry]) -> str:
     for e in others:
         r = best.summary["tokens_per_s"] / e.summary["tokens_per_s"]
         parts.append(
-            f"{r:.2f}x the tokens/s of {e.label} "
+            f"{ratio_text(r)} the tokens/s of {e.label} "
             f"({_ms(best.summary['latency_s'])} against {_ms(e.summary['latency_s'])} per {per}), "
             f"from {_cause(best, e)}"
         )
@@ -384,7 +390,7 @@ def _served_clause(entries: Sequence[Entry]) -> str:
             f"tokens/s ({per_gpu(rate, lead)})")  # fmt: skip
     if len(ok) > 1:
         nxt = ok[1]
-        text += f", {rate / nxt[0]:.2f}x {nxt[2].label} ({per_gpu(nxt[0], nxt[2])})"
+        text += f", {ratio_text(rate / nxt[0])} {nxt[2].label} ({per_gpu(nxt[0], nxt[2])})"
     efficient = max(ok, key=lambda t: (t[0] / gpus(t[2].summary), t[1]))
     if efficient[2] is not lead:
         text += f", though {efficient[2].label} gives the most per GPU"

@@ -355,3 +355,11 @@ def test_the_verdict_credits_the_tp_group_in_one_host_not_the_nics(
                        "--batch", "8", "--json"])  # fmt: skip
     assert "TP group all-reduces across hosts;" in j["verdict"]
     assert "200 Gb/s against" not in j["verdict"]
+
+
+def test_a_winner_by_under_half_a_percent_is_not_shown_at_1_00x() -> None:
+    from tpsim.experiments.compare import ratio_text
+
+    assert ratio_text(15.06 / 15.0) == "1.004x"  # 15.0 ms against 15.06: one leads
+    assert ratio_text(1.0) == "1.000x"
+    assert ratio_text(1.26) == "1.26x"
