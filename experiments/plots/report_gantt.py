@@ -140,7 +140,7 @@ def gantt_figure(run: Run, x_max_us: float | None = None) -> tuple[go.Figure, in
         height=max(320, 26 * len(lanes) + 140),
         margin={"l": 10, "r": 10, "t": 64, "b": 40},
         xaxis={
-            "title": "time (us)",
+            "title": "time (µs)",
             "rangeslider": {"visible": False},
             **({"range": [0, x_max_us]} if x_max_us else {}),
         },
