@@ -14,6 +14,7 @@ from tpsim.cli.run import add_option, run_topology
 from tpsim.core.config import Layout, Options, Workload, check_nodes, tp_problem
 from tpsim.core.errors import ConfigError
 from tpsim.core.run_options import BY_NAME
+from tpsim.outputs.text import hosts
 
 #: Requests one run may send (as tpsim.experiments.serve.workload.MAX_REQUESTS, which the
 #: parser does not import: --help stays light).
@@ -292,7 +293,9 @@ def _serve(a: argparse.Namespace) -> int:
     # the dtypes asked for (the model's own otherwise): an int4 run and a bf16 one differ
     dtypes = "".join(f", {k.replace('_', '-')} {v}" for k, v in
                      (("dtype", a.dtype), ("kv_dtype", a.kv_dtype)) if v)  # fmt: skip
-    setup_line = f"{result.model_name} on {a.topology}, {layout}{dtypes}, engine {a.engine}; {what}"
+    # the hosts as run's title names them (dgx-h100x2: --nodes 2 copies of the catalog host)
+    where = hosts(str(setup.topology.graph.get("name", a.topology)), a.nodes)
+    setup_line = f"{result.model_name} on {where}, {layout}{dtypes}, engine {a.engine}; {what}"
     if a.out is not None:
         from tpsim.outputs.export import write_text
 

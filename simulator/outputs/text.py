@@ -41,15 +41,21 @@ def launch_label(config: Mapping[str, Any]) -> str:
     return asked if ran == asked else f"{ran} (no CUDA graph for this step in the engine)"
 
 
+def hosts(topology: str, nodes: int) -> str:
+    """Where a run is, by the name of its (joined) topology: ``dgx-h100x2`` for two catalog
+    hosts, ``FILE (2 hosts)`` for a file whose name does not say so."""
+    if nodes > 1 and not topology.endswith(f"x{nodes}"):  # a file's own hosts
+        return f"{topology} ({nodes} hosts)"
+    return topology
+
+
 def title(s: Mapping[str, Any]) -> str:
     c = s["config"]
     w = c["workload"]
     lengths = (
         f"prompt {w['prompt_len']}" if w["phase"] == "prefill" else f"context {w['context_len']}"
     )
-    where = c["topology"]
-    if c["nodes"] > 1 and not where.endswith(f"x{c['nodes']}"):  # a file's own hosts
-        where += f" ({c['nodes']} hosts)"
+    where = hosts(c["topology"], c["nodes"])
     lay = c.get("layout", {})
     split = f"TP {c['tp']}" + "".join(
         f" x {k.upper()} {lay[k]}" for k in ("pp", "dp") if lay.get(k, 1) > 1

@@ -180,6 +180,17 @@ def test_attention_data_parallel_groups_serve(capsys: pytest.CaptureFixture[str]
     assert "KV cache per attention group (tokens):" in out
 
 
+def test_setup_line_names_the_hosts(capsys: pytest.CaptureFixture[str]) -> None:
+    """The line above the figures names the hosts the layout spans, as run's title does:
+    TP 8 x PP 2 over two DGX H100s is 16 GPUs, not 'on dgx-h100' (a host of 8)."""
+    argv = ["serve", "--model", "llama-3.1-8b", "--topology", "dgx-h100", "--nodes", "2",
+            "--tp", "8", "--pp", "2", "--rate", "10", *SMALL]  # fmt: skip
+    rc, out, _ = run(argv, capsys)
+    assert rc == 0 and "llama-3.1-8b on dgx-h100x2, tp 8 x pp 2, engine vllm" in out
+    rc, out, _ = run([*BASE, "--rate", "10", *SMALL], capsys)
+    assert rc == 0 and "llama-3.1-8b on dgx-h100, tp 1, engine vllm" in out
+
+
 def test_run_moe_flags_serve(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """serve takes run's --moe-a2a, --moe-tp and --routing: the dispatch kernels and the
     routing move the steps, and a split that does not fill the MoE group is refused."""
