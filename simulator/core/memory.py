@@ -145,7 +145,9 @@ def activation_elements(
     Attention: residual and normed x [T, d], QKV [T, (h + 2kv) hd], output [T, h hd], and the
     o_proj output [T, d]. MLP: residual and normed x, gate|up [T, 2I] (or up [T, I]) and
     the activation [T, I]. The peak is the larger, not the sum: QKV is freed before the MLP.
-    An MoE layer holds its routed experts' tensors per token-expert pair (k per token).
+    An MoE layer holds its routed experts' tensors per token-expert pair: all ``T k`` with
+    replicated tokens (an expert-parallel rank too sizes them before routing), the
+    ``T k A / ep`` it receives, in expectation, with dispatched tokens.
     FlashAttention keeps no [S, S] score matrix, so long prompts cost T-linear memory; a
     prefill of ``batch x prompt_len`` tokens in one pass holds all T rows at once.
 
@@ -166,8 +168,13 @@ def activation_elements(
     # the activation [Tk, Im] and the output [Tk, d], the shared experts' gate|up and
     # activation [T, 3Is]
     k, im = model.experts_per_token, split.expert_width
-    pairs: float = k  # token-expert pairs per token this rank computes: k A / ep, expected
-    if experts is not None:
+    # token-expert pairs per token this rank holds buffers for: with replicated tokens the
+    # rank is handed all T and sizes its buffers for all T k pairs before routing says which
+    # are its own (vLLM's fused_experts_impl: cache13 [M, top_k, max(N, K)], cache2
+    # [M top_k, N / 2], another EP rank's pairs written as zeros), whatever ep; dispatched
+    # tokens arrive as the pairs routed to it, k A / ep in expectation
+    pairs: float = k
+    if experts is not None and experts.dispatch:
         pairs = k * experts.attention_dp / experts.ep
     moe = 2 * d + model.num_experts + pairs * (3 * im + d) + 3 * split.shared_width
     buffers = 0.0

@@ -201,3 +201,23 @@ def test_the_router_stays_16_bit_in_an_fp8_run() -> None:
     linear = sum(linear_params_of_layer(spec, 1, i) for i in range(spec.num_layers))
     router_params = 48 * 2048 * 128
     assert bf16 - fp8 == linear - router_params  # every linear weight halves but the router
+
+
+def test_replicated_tokens_hold_every_pair_whatever_the_expert_split() -> None:
+    """Without attention DP every rank of the MoE group is handed all T tokens and sizes its
+    experts' buffers for all T k token-expert pairs before routing says which are its own
+    (vLLM's fused_experts_impl: cache13 [M, top_k, max(N, K)] and cache2 [M top_k, N/2];
+    the pairs of experts on other EP ranks written as zeros). Qwen3-30B-A3B (d 2048, 128
+    experts of width 768, top 8) at TP 2, 16 tokens: tensor-parallel experts hold 16 x 8
+    pairs of 384-wide slices; EP 2 holds the same 16 x 8 pairs at the whole 768 (it had
+    counted half of them, k / ep, as if the other rank's pairs were never allocated)."""
+    from tpsim.core.lowering.experts import expert_split
+
+    spec, wl = get_model("qwen3-30b-a3b"), Workload(16)
+    d, n = 2048, 128
+    tp_experts = activation_elements(spec, 2, wl)
+    ep = activation_elements(spec, 2, wl, expert_split(spec, 2, 1, 2, 1))
+    attention = 3 * d + (16 + 2 * 2) * 128 + 16 * 128  # below the MoE peak
+    assert 2 * d + n + 8 * (3 * 768 + d) > attention
+    assert tp_experts == 16 * (2 * d + n + 8 * (3 * 384 + d))
+    assert ep == 16 * (2 * d + n + 8 * (3 * 768 + d)) > tp_experts
