@@ -290,6 +290,9 @@ def _serve(a: argparse.Namespace) -> int:
         layout = disagg.label()
     layout += f", ep {a.ep}" if a.ep > 1 else ""
     layout += f", moe-a2a {a.moe_a2a}" if a.moe_a2a != Options.moe_a2a else ""
+    # an uneven routing moves every MoE step: said, as run's experts line says it
+    layout += f", expert-skew {a.expert_skew:g}" if a.expert_skew else ""
+    layout += f", routing {Path(a.routing).name}" if a.routing else ""
     # the dtypes asked for (the model's own otherwise): an int4 run and a bf16 one differ
     dtypes = "".join(f", {k.replace('_', '-')} {v}" for k, v in
                      (("dtype", a.dtype), ("kv_dtype", a.kv_dtype)) if v)  # fmt: skip

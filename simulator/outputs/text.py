@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Mapping
+from pathlib import PurePath
 from typing import Any
 
 from tpsim.calibration.profiles import about, canonical, engines, is_profile_file, profile
@@ -190,6 +191,15 @@ def experts_lines(s: Summary) -> list[str]:
         return [f"  experts       none routed: every layer's MLP is dense (of {m.num_experts} "
                 "experts in its config, no layer uses them)"]  # fmt: skip
     n, k = m.num_experts, m.experts_per_token
+    o = s.config.options
+    routing = ""  # uniform at random unless asked otherwise
+    if o.routing:
+        routing = f", each expert's share as {PurePath(o.routing).name} gives (--routing)"
+    elif o.expert_skew:  # as the lowering holds it: an expert takes each token at most once
+        hot = min(o.expert_skew, n / k)
+        routing = (
+            f", the hottest expert at {hot:g}x the mean load (--expert-skew {o.expert_skew:g})"
+        )
     moved = "all-reduce after"
     if lay.attention_dp > 1:
         kernels = {"deepep": "DeepEP's kernels", "nccl": "NCCL"}
@@ -197,7 +207,7 @@ def experts_lines(s: Summary) -> list[str]:
         moved = f"tokens dispatched by all-to-all ({kernels.get(a2a, a2a)}, --moe-a2a {a2a})"
     return [
         f"  experts       {n // lay.ep} of {n} routed experts per GPU, 1/{lay.moe_tp} of each "
-        f"one's width (EP {lay.ep} x MoE-TP {lay.moe_tp}), top {k}; {moved}",
+        f"one's width (EP {lay.ep} x MoE-TP {lay.moe_tp}), top {k}{routing}; {moved}",
         f"  parameters    {m.num_params() / 1e9:.1f} B, {m.active_params() / 1e9:.1f} B active "
         f"per token ({m.active_params(embedding=False) / 1e9:.2f} B counting only the "
         "embedding row a token reads, as DeepSeek and OpenAI quote it)",

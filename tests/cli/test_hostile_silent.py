@@ -163,3 +163,30 @@ def test_collective_auto_follows_an_engine_without_custom_kernels(
     assert "oneshot" not in capsys.readouterr().out
     assert main([*argv, "--engine", "vllm"]) == 0
     assert "oneshot" in capsys.readouterr().out
+
+
+def test_an_uneven_routing_is_said(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--expert-skew and --routing move every MoE step, but run's experts line and serve's
+    setup line read as a uniform run's: two results could not be told apart. The skew shown
+    is the one run (held to N/k: 128 experts / top-8 = 16)."""
+    moe = ["--model", "qwen3-30b-a3b", "--topology", "dgx-h100", "--tp", "2", "--ep", "2"]
+    hist = tmp_path / "hot.txt"
+    hist.write_text(",".join(["2"] * 8 + ["1"] * 120) + "\n")
+    assert main(["run", *moe, "--expert-skew", "100"]) == 0
+    out = capsys.readouterr().out
+    assert "top 8, the hottest expert at 16x the mean load (--expert-skew 100); all-reduce" in out
+    assert main(["run", *moe, "--routing", str(hist)]) == 0
+    assert "top 8, each expert's share as hot.txt gives (--routing); all-reduce" in (
+        capsys.readouterr().out
+    )
+    assert main(["run", *moe]) == 0
+    assert "top 8; all-reduce after" in capsys.readouterr().out
+    serve = ["serve", *moe, "--rate", "5", "--requests", "10"]
+    assert main([*serve, "--expert-skew", "4"]) == 0
+    assert "qwen3-30b-a3b on dgx-h100, tp 2, ep 2, expert-skew 4, engine vllm" in (
+        capsys.readouterr().out
+    )
+    assert main([*serve, "--routing", str(hist)]) == 0
+    assert "qwen3-30b-a3b on dgx-h100, tp 2, ep 2, routing hot.txt, engine vllm" in (
+        capsys.readouterr().out
+    )
