@@ -164,9 +164,11 @@ def activation_elements(
     mlp = 2 * d + (3 if model.gated_mlp else 2) * inner
     if not model.is_moe:
         return workload.tokens * max(attention, mlp)
-    # MoE: residual and x, router logits [T, E], per token-expert pair gate|up [Tk, 2Im],
-    # the activation [Tk, Im] and the output [Tk, d], the shared experts' gate|up and
-    # activation [T, 3Is]
+    # MoE: residual and x, router logits [T, E], per token-expert pair gate|up [Tk, 2Im] and
+    # the output [Tk, d] in one buffer (the output written after gate|up is consumed: the
+    # fused MoE kernels' cache13 [M, top_k, max(N, K)], vLLM's and SGLang's
+    # fused_experts_impl) and the activation [Tk, Im] beside it (cache2), the shared
+    # experts' gate|up and activation [T, 3Is]
     k, im = model.experts_per_token, split.expert_width
     # token-expert pairs per token this rank holds buffers for: with replicated tokens the
     # rank is handed all T and sizes its buffers for all T k pairs before routing says which
@@ -176,7 +178,7 @@ def activation_elements(
     pairs: float = k
     if experts is not None and experts.dispatch:
         pairs = k * experts.attention_dp / experts.ep
-    moe = 2 * d + model.num_experts + pairs * (3 * im + d) + 3 * split.shared_width
+    moe = 2 * d + model.num_experts + pairs * (max(2 * im, d) + im) + 3 * split.shared_width
     buffers = 0.0
     if experts is not None and experts.dispatch:
         buffers = 2 * pairs * d

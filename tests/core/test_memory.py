@@ -210,7 +210,9 @@ def test_replicated_tokens_hold_every_pair_whatever_the_expert_split() -> None:
     the pairs of experts on other EP ranks written as zeros). Qwen3-30B-A3B (d 2048, 128
     experts of width 768, top 8) at TP 2, 16 tokens: tensor-parallel experts hold 16 x 8
     pairs of 384-wide slices; EP 2 holds the same 16 x 8 pairs at the whole 768 (it had
-    counted half of them, k / ep, as if the other rank's pairs were never allocated)."""
+    counted half of them, k / ep, as if the other rank's pairs were never allocated). A
+    pair's gate|up [2 Im] and output [d] share cache13 (the output is written after gate|up
+    is consumed), beside the activation [Im]: max(2 Im, d) + Im, not 3 Im + d."""
     from tpsim.core.lowering.experts import expert_split
 
     spec, wl = get_model("qwen3-30b-a3b"), Workload(16)
@@ -218,6 +220,8 @@ def test_replicated_tokens_hold_every_pair_whatever_the_expert_split() -> None:
     tp_experts = activation_elements(spec, 2, wl)
     ep = activation_elements(spec, 2, wl, expert_split(spec, 2, 1, 2, 1))
     attention = 3 * d + (16 + 2 * 2) * 128 + 16 * 128  # below the MoE peak
-    assert 2 * d + n + 8 * (3 * 768 + d) > attention
-    assert tp_experts == 16 * (2 * d + n + 8 * (3 * 384 + d))
-    assert ep == 16 * (2 * d + n + 8 * (3 * 768 + d)) > tp_experts
+    assert 2 * d + n + 8 * (d + 384) > attention
+    # per pair: cache13 max(2 Im, d) (gate|up, then the output in the same buffer) and
+    # cache2 Im (the activation)
+    assert tp_experts == 16 * (2 * d + n + 8 * (max(2 * 384, d) + 384))
+    assert ep == 16 * (2 * d + n + 8 * (max(2 * 768, d) + 768)) > tp_experts
