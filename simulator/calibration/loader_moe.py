@@ -1,7 +1,8 @@
 """An engine profile's mixture-of-experts keys (``engine.yaml``): DeepEP's buffers, the hidden
 sizes it takes and how the engine feeds its low-latency kernels (``deepep_*``), and how the
 engine pads an MXFP4 checkpoint's experts (``mxfp4_expert_pad*``), whether it splits experts
-expert- and tensor-parallel at once (``moe_ep_with_tp``). A malformed value is a
+expert- and tensor-parallel at once (``moe_ep_with_tp``), how many tokens its fused MoE
+kernels take at a time (``fused_moe_chunk_tokens``). A malformed value is a
 :class:`CalibrationError` naming the field."""
 
 from __future__ import annotations
@@ -48,6 +49,11 @@ def moe_keys(d: Mapping[str, Any], w: str) -> dict[str, Any]:
         )
     pads = {str(arch): _pad(v, f"{w}.mxfp4_expert_pad.{arch}") for arch, v in table.items()}
     batched = entry(d, "mxfp4_expert_pad_batched", w)
+    chunk = entry(d, "fused_moe_chunk_tokens", w)
+    if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1):
+        raise CalibrationError(
+            f"{w}.fused_moe_chunk_tokens={chunk!r}: a positive number of tokens, or null"
+        )
     return {
         "deepep_ll_tokens": ll_tokens,
         "deepep_nvl_MiB": sizes["deepep_nvl_MiB"],
@@ -56,6 +62,7 @@ def moe_keys(d: Mapping[str, Any], w: str) -> dict[str, Any]:
         "deepep_pad_hidden": flags["deepep_pad_hidden"],
         "deepep_ll_chunked": flags["deepep_ll_chunked"],
         "moe_ep_with_tp": flags["moe_ep_with_tp"],
+        "fused_moe_chunk_tokens": chunk,
         "mxfp4_expert_pad": pads,
         "mxfp4_expert_pad_batched": None
         if batched is None

@@ -174,6 +174,10 @@ class Engine:
     #: moe_ep); False: either tensor-parallel experts or expert parallelism over the whole
     #: MoE group (vLLM's ``--enable-expert-parallel``: ep = tp x dp, no MoE-TP)
     moe_ep_with_tp: bool = True
+    #: The tokens the engine's fused MoE kernels take at a time (vLLM's
+    #: VLLM_FUSED_MOE_CHUNK_SIZE): a longer step runs its routed experts chunk by chunk,
+    #: their buffers sized for one chunk; None: every token of the step at once
+    fused_moe_chunk_tokens: int | None = None
     #: The KV cache's dtype when ``--kv-dtype`` is not given, as the engine's own default
     #: (``--kv-cache-dtype auto``) sets it for the checkpoints ``--dtype`` stands for:
     #: "quantised", fp8 with the linear layers under ``--dtype fp8`` and, where the GPU

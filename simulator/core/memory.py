@@ -178,12 +178,19 @@ def activation_elements(
     pairs: float = k
     if experts is not None and experts.dispatch:
         pairs = k * experts.attention_dp / experts.ep
-    moe = 2 * d + model.num_experts + pairs * (max(2 * im, d) + im) + 3 * split.shared_width
+    tokens = workload.tokens
+    # replicated tokens run through the fused kernels a chunk at a time where the engine
+    # chunks them (vLLM's VLLM_FUSED_MOE_CHUNK_SIZE): the pairs' buffers hold one chunk's
+    chunk = experts.chunk_tokens if experts is not None and not experts.dispatch else 0
+    paired = min(tokens, chunk) if chunk else tokens
+    per_pair = pairs * (max(2 * im, d) + im)
+    moe = 2 * d + model.num_experts + 3 * split.shared_width
+    moe += per_pair * paired / tokens if tokens else per_pair
     buffers = 0.0
     if experts is not None and experts.dispatch:
         buffers = 2 * pairs * d
     peak = max(attention, mlp if model.dense_layers else 0, moe) + buffers
-    return round(workload.tokens * peak)
+    return round(tokens * peak)
 
 
 def memory_per_stage(

@@ -315,6 +315,8 @@ def resolve(
     # the routed experts at the width and hidden size the engine builds them (padded)
     xs = engine_experts(xs, spec, calib.engine, arch=gpu.arch, expert_dtype=prec.experts,
                         phase=workload.phase, a2a=options.moe_a2a)  # fmt: skip
+    # and as many of a step's tokens at a time as its fused MoE kernels take
+    xs = replace(xs, chunk_tokens=calib.engine.fused_moe_chunk_tokens or 0)
 
     def memory_of(w: Workload) -> tuple[MemoryUse, ...]:
         return tuple(

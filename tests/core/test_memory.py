@@ -225,3 +225,46 @@ def test_replicated_tokens_hold_every_pair_whatever_the_expert_split() -> None:
     # cache2 Im (the activation)
     assert tp_experts == 16 * (2 * d + n + 8 * (max(2 * 384, d) + 384))
     assert ep == 16 * (2 * d + n + 8 * (max(2 * 768, d) + 768)) > tp_experts
+
+
+def test_an_engine_that_chunks_its_fused_experts_holds_one_chunk_s_pairs() -> None:
+    """vLLM runs a step's tokens through its fused MoE kernels VLLM_FUSED_MOE_CHUNK_SIZE
+    (16,384) at a time, their buffers sized for M = min(tokens, 16,384) (fused_experts_impl):
+    a prefill of two 32K prompts (65,536 tokens) of Qwen3-30B-A3B at TP 2 holds a quarter
+    of the pairs' buffers an unchunked engine (ideal) holds, and attention's tensors become
+    the peak; at 8,192 tokens the two hold the same."""
+    from dataclasses import replace
+
+    from tpsim.core.lowering.experts import expert_split
+
+    spec, d, n = get_model("qwen3-30b-a3b"), 2048, 128
+    xs = expert_split(spec, 2, 1, 1, 2)  # tensor-parallel experts: 384-wide slices
+    chunked = replace(xs, chunk_tokens=16384)
+    per_pair = 8 * (max(2 * 384, d) + 384)
+    long = Workload(2, "prefill", 32768)  # 65,536 tokens in the step
+    assert activation_elements(spec, 2, long, xs) == 65536 * (2 * d + n + per_pair)
+    # a chunk's pairs a token: 2d + n + per_pair / 4 = 9,088, below attention's 10,752 (x,
+    # normed x and o_proj's output, QKV of 16 + 2 x 2 heads, the output of 16): the peak
+    attention = 3 * d + (16 + 2 * 2) * 128 + 16 * 128
+    assert 2 * d + n + per_pair // 4 < attention
+    assert activation_elements(spec, 2, long, chunked) == 65536 * attention
+    short = Workload(1, "prefill", 8192)
+    assert activation_elements(spec, 2, short, chunked) == activation_elements(spec, 2, short, xs)
+    # the profiles: vLLM's chunk, vLLM V0's, none for the ideal engine
+    engine = {e: Options(engine=e).calibration.engine for e in ("vllm", "vllm-v0", "ideal")}
+    assert engine["vllm"].fused_moe_chunk_tokens == 16384
+    assert engine["vllm-v0"].fused_moe_chunk_tokens == 65536
+    assert engine["ideal"].fused_moe_chunk_tokens is None
+
+
+def test_vllm_s_long_moe_prefill_needs_less_memory_than_an_unchunked_engine_s() -> None:
+    """Through the whole run: two 32K prompts of Qwen3-30B-A3B at TP 2 under vLLM peak at
+    attention's tensors, the unchunked engine's at all 65,536 tokens' pairs."""
+    spec = get_model("qwen3-30b-a3b")
+    wl, layout = Workload(2, "prefill", 32768), Layout(tp=2)
+    runs = {e: simulate(spec, "dgx-h100", layout, wl, Options(engine=e, allow_oom=True))
+            for e in ("vllm", "ideal")}  # fmt: skip
+    act = {e: r.typed.memory.activation_bytes_per_gpu for e, r in runs.items()}
+    moe = 2 * 2048 + 128 + 8 * (max(2 * 384, 2048) + 384)  # the unchunked peak a token
+    attention = 3 * 2048 + (16 + 2 * 2) * 128 + 16 * 128  # vLLM's, its pairs chunked
+    assert act["ideal"] - act["vllm"] == 65536 * (moe - attention) * 2  # bf16: 1.69 GB

@@ -73,6 +73,9 @@ class ExpertSplit:
     #: size their weights are built at and their GEMMs run at (0: the model's)
     width_align: int = 1
     expert_hidden: int = 0
+    #: the tokens the engine's fused MoE kernels take at a time with replicated tokens
+    #: (calibration Engine.fused_moe_chunk_tokens; 0: all of the step's at once)
+    chunk_tokens: int = 0
 
     def nodes_hit(self) -> float:
         """Expected distinct hosts one token's ``k`` experts sit on (experts spread evenly
