@@ -184,8 +184,8 @@ def activation_elements(
     chunk = experts.chunk_tokens if experts is not None and not experts.dispatch else 0
     paired = min(tokens, chunk) if chunk else tokens
     per_pair = pairs * (max(2 * im, d) + im)
-    moe = 2 * d + model.num_experts + 3 * split.shared_width
-    moe += per_pair * paired / tokens if tokens else per_pair
+    share = paired / tokens if tokens else 1.0  # of the step's pairs held at once
+    moe = 2 * d + model.num_experts + 3 * split.shared_width + per_pair * share
     buffers = 0.0
     if experts is not None and experts.dispatch:
         buffers = 2 * pairs * d
