@@ -20,6 +20,7 @@ from tpsim.cli.types import (
 )
 from tpsim.core.config import Layout, Options, Workload, check_nodes
 from tpsim.core.errors import ConfigError
+from tpsim.core.lowering.experts import held_skew
 from tpsim.core.run_options import BY_NAME, RUN_OPTIONS, RunOption
 from tpsim.outputs import text as report
 
@@ -41,7 +42,7 @@ def warn_gantt_unused(a: argparse.Namespace) -> None:
 def warn_held_skew(skew: float, model: Any) -> None:
     """Warn where ``--expert-skew`` is above what routing allows (N/k: an expert takes each
     token at most once), which the lowering holds it to."""
-    held = model.num_experts / model.experts_per_token if model.is_moe else 0.0
+    held = held_skew(skew, model.num_experts, model.experts_per_token) if model.is_moe else 0.0
     if skew and held and skew > held:
         warn(
             f"--expert-skew={skew:g}: held to {held:g} ({model.num_experts} experts / "

@@ -9,6 +9,7 @@ from typing import Any
 
 from tpsim.calibration.profiles import about, canonical, engines, is_profile_file, profile
 from tpsim.core.errors import ConfigError
+from tpsim.core.lowering.experts import held_skew
 from tpsim.core.metrics import REGIMES
 from tpsim.core.summary import Summary
 from tpsim.models.catalog import MODELS
@@ -195,8 +196,8 @@ def experts_lines(s: Summary) -> list[str]:
     routing = ""  # uniform at random unless asked otherwise
     if o.routing:
         routing = f", each expert's share as {PurePath(o.routing).name} gives (--routing)"
-    elif o.expert_skew:  # as the lowering holds it: an expert takes each token at most once
-        hot = min(o.expert_skew, n / k)
+    elif o.expert_skew:  # as the lowering holds it
+        hot = held_skew(o.expert_skew, n, k)
         routing = (
             f", the hottest expert at {hot:g}x the mean load (--expert-skew {o.expert_skew:g})"
         )

@@ -145,7 +145,7 @@ class ExpertSplit:
         ``ep_rank``'s experts take in ``layer``: the hot expert ``s`` times the mean on the
         rank ``layer % ep``, the others the rest evenly."""
         n, local = self.experts, self.local_experts
-        s = min(self.skew, n / self.top_k)  # an expert takes each token at most once
+        s = held_skew(self.skew, n, self.top_k)
         rest = (n - s) / (n - 1) if n > 1 else 1.0  # the others' share of the mean
         return s + (local - 1) * rest if ep_rank == layer % self.ep else local * rest
 
@@ -321,4 +321,17 @@ def expert_split(
                        groups=model.n_group, topk_groups=model.topk_group)  # fmt: skip
 
 
-__all__ = ["ExpertSplit", "Load", "expected_max", "expert_split", "read_histogram"]
+def held_skew(skew: float, experts: int, top_k: int) -> float:
+    """The expert skew routing allows: an expert takes each token at most once, so the
+    hottest of ``experts`` takes at most ``experts / top_k`` times the mean load."""
+    return min(skew, experts / top_k)
+
+
+__all__ = [
+    "ExpertSplit",
+    "Load",
+    "expected_max",
+    "expert_split",
+    "held_skew",
+    "read_histogram",
+]
