@@ -29,23 +29,13 @@ from tpsim.experiments.compare import (
     verdict,
 )
 from tpsim.experiments.plots.gantt_view import gantt_view
+from tpsim.experiments.plots.plotly_html import figure_div
 from tpsim.experiments.plots.report_charts import breakdown_figure, sweep_figure
 from tpsim.experiments.plots.report_charts import drawn as drawn_point
 from tpsim.experiments.plots.report_gantt import Run, gantt_figure, us
 from tpsim.experiments.plots.style import REPORT_CSS as CSS
 
 __all__ = ["Run", "html_report"]
-
-
-def _div(fig: go.Figure, div: str, first: bool) -> str:
-    return str(
-        fig.to_html(
-            full_html=False,
-            include_plotlyjs=first,
-            div_id=div,
-            config={"displaylogo": False, "responsive": True},
-        )
-    )
 
 
 #: The facts the report states before anything else, with their row names.
@@ -132,7 +122,7 @@ def html_report(
 
     def fig_html(fig: go.Figure, div: str) -> str:
         nonlocal first
-        out = _div(fig, div, first)
+        out = figure_div(fig, div, include_plotlyjs=first)
         first = False
         return out
 

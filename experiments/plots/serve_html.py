@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
+from tpsim.experiments.plots.plotly_html import figure_div
 from tpsim.experiments.plots.style import LINE_COLOURS, REPORT_CSS
 from tpsim.experiments.serve.requests_file import ServedRequest, stats
 
@@ -117,19 +118,9 @@ def serve_report(
         table,
         f'<p class="note">{html.escape(note)}</p>',
         "<h2>Latency distributions</h2>",
-        _cdf(runs).to_html(
-            full_html=False,
-            include_plotlyjs=True,
-            div_id="cdf",
-            config={"displaylogo": False, "responsive": True},
-        ),
+        figure_div(_cdf(runs), "cdf", include_plotlyjs=True),
         "<h2>Over the run</h2>",
-        _over_time(runs).to_html(
-            full_html=False,
-            include_plotlyjs=False,
-            div_id="over-time",
-            config={"displaylogo": False, "responsive": True},
-        ),
+        figure_div(_over_time(runs), "over-time", include_plotlyjs=False),
     ]
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'

@@ -222,3 +222,27 @@ def test_sweep_note_counts_a_pipeline_whose_batches_in_flight_do_not_fit() -> No
     assert len(sweep_figure(rows).data) == 1  # the PP 1 line alone
     text = html_report([], question="q", sweep_rows=rows)
     assert "2 points, 0 with errors, 1 not fitting in memory (neither drawn)" in text
+
+
+def test_a_report_is_the_same_bytes_with_or_without_orjson(monkeypatch) -> None:
+    """plotly writes a figure's data with orjson when it is installed ("auto"): "·" stayed
+    UTF-8 where json writes \\u00b7, so a report made on a machine with orjson differed from
+    the same report made without it (and CI's lane test failed). figure_div pins json,
+    whatever the engine is set to, and puts the setting back."""
+    import plotly.graph_objects as go
+    import plotly.io as pio
+    from tpsim.experiments.plots.plotly_html import figure_div
+
+    fig = go.Figure(go.Bar(x=[1.0 / 3.0], y=["gpu0 \u00b7 compute"]))
+    plain = figure_div(fig, "d", include_plotlyjs=False)
+    assert "gpu0 \\u00b7 compute" in plain and "0.3333333333333333" in plain
+    try:
+        import orjson  # noqa: F401
+    except ImportError:
+        engines = ["json"]
+    else:
+        engines = ["json", "orjson", "auto"]
+    for engine in engines:
+        monkeypatch.setattr(pio.json.config, "default_engine", engine)
+        assert figure_div(fig, "d", include_plotlyjs=False) == plain
+        assert pio.json.config.default_engine == engine
