@@ -29,6 +29,7 @@ from tpsim.core.config import Layout, Options, Workload, tp_problem
 from tpsim.core.errors import ConfigError
 from tpsim.core.expert_shapes import engine_experts
 from tpsim.core.lowering.experts import expert_split
+from tpsim.core.lowering.mixed import MixedStep
 from tpsim.core.memory import MemoryUse, memory_per_stage
 from tpsim.core.metrics import pipeline_batches, pipelined_tpot, regime
 from tpsim.core.precision import run_precision
@@ -307,6 +308,16 @@ def decode_step(req: PlanRequest, tp: int, pp: int, dp: int, ep: int = 1, adp: i
     return step
 
 
+def one_prompt(prompt_len: int, context_len: int, adp: int) -> Workload:
+    """One request's prefill, the others idle: with attention data parallelism its group
+    prefills alone while the other groups join each MoE layer's all-to-all with no tokens, so
+    the experts route its ``prompt_len`` tokens only (as ``serve --concurrency 1`` runs it),
+    not a prompt from every group (``Workload(1)`` is a batch of 1 in each group)."""
+    if adp > 1:
+        return MixedStep.of((), ((prompt_len, 0),), routed=prompt_len)
+    return Workload(1, "prefill", prompt_len, context_len)
+
+
 def evaluate(
     req: PlanRequest, tp: int, pp: int, dp: int, ep: int = 1, adp: int = 1
 ) -> PlanRow | None:
@@ -318,7 +329,7 @@ def evaluate(
     opts = Options(ideal=req.ideal, engine=req.engine, dtype=req.dtype, kv_dtype=req.kv_dtype)
     prefill = simulate(req.model, req.topology,
                        Layout(tp, pp=pp, dp=dp, micro_batches=0, ep=ep, attention_dp=adp),
-                       Workload(1, "prefill", req.prompt_len, req.context_len), opts,
+                       one_prompt(req.prompt_len, req.context_len, adp), opts,
                        nodes=req.nodes).typed  # fmt: skip
     ttft = prefill.latency_s
     step = decode_step(req, tp, pp, dp, ep, adp)

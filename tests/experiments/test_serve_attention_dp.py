@@ -82,3 +82,22 @@ def test_same_seed_same_result() -> None:
     two = _run(ServeSetup(MOE, TOPO, 1, options=Options(), ep=2, attention_dp=2))[0]
     one.pop("wall_s", None), two.pop("wall_s", None)
     assert one == two
+
+
+def test_plan_prices_one_request_s_prefill_as_serve_runs_it_alone() -> None:
+    """plan's TTFT is one request's prefill. With attention DP 8 it had priced a batch of 1
+    in every group, eight prompts through the experts at once (Qwen3-30B-A3B TP 1 x ADP 8,
+    1,024-token prompt: 25.4 ms), where one request alone (serve --concurrency 1, the other
+    groups joining the all-to-alls empty) takes 20.7 ms; a layout without attention DP is
+    priced as before."""
+    from tpsim.experiments.plan import PlanRequest, evaluate
+
+    req = PlanRequest(MOE, TOPO, prompt_len=1024, context_len=2048)
+    one = synthetic(5, Lengths("fixed", 1024, 0), Lengths("fixed", 2, 0), count=1,
+                    arrival_s=[0.0])  # fmt: skip
+    for tp, adp in ((1, 8), (2, 1)):
+        setup = ServeSetup(MOE, TOPO, tp, options=Options(), ep=tp * adp, attention_dp=adp)
+        served = serve(setup, requests=one).summary()
+        row = evaluate(req, tp, 1, 1, ep=tp * adp, adp=adp)
+        assert row is not None
+        assert row.ttft_s * 1e3 == pytest.approx(served["mean_ttft_ms"], rel=1e-6), (tp, adp)
