@@ -353,19 +353,36 @@ class ModelSpec(AttentionShapes, ExpertShapes):
 
     # -- bytes and FLOPs -----------------------------------------------------------------
 
+    def sixteen_bit_params(self) -> int:
+        """Parameters a quantised checkpoint keeps in 16 bits whatever its GEMMs' dtype:
+        the embedding table, the LM head, every norm and each MoE layer's router (as
+        vLLM's VocabParallelEmbedding, ParallelLMHead, RMSNorm and the gate's
+        ReplicatedLinear are built unquantised; the memory model's ``other``)."""
+        routers = self.num_moe_layers * self.router_params() if self.num_experts else 0
+        return (
+            self.embedding_params()
+            + self.lm_head_params()
+            + self.final_norm_params()
+            + self.num_layers * self.norm_params_per_layer()
+            + routers
+        )
+
     def weight_bytes(self, dtype: str | None = None) -> int:
         """Bytes of all weights stored in ``dtype`` (default: the model's own dtype, with
         the routed experts in ``expert_dtype`` where the checkpoint has one, and the GEMMs
-        it keeps 16-bit in two bytes: ``kept_16bit``)."""
+        it keeps 16-bit in two bytes: ``kept_16bit``). Under a dtype of fewer than two bytes
+        the embedding, the head, the norms and the routers stay 16-bit
+        (:meth:`sixteen_bit_params`): an fp8 checkpoint's embeddings are not fp8."""
         bytes_per = DTYPE_BYTES[check_dtype(self.dtype if dtype is None else dtype)]
+        sixteen = self.sixteen_bit_params() if bytes_per < 2 else 0
         if dtype is None and (self.expert_dtype or self.kept_16bit):
             kept_experts = sum(len(ls) for g, ls in self.kept_16bit if g == "experts")
             experts = self.expert_weight_params() - kept_experts * self.group_params("experts")
             kept = self.kept_params()
-            rest = self.num_params() - experts - kept
+            rest = self.num_params() - experts - kept - sixteen
             expert_b = DTYPE_BYTES[self.expert_dtype or self.dtype]
-            return round(rest * bytes_per + experts * expert_b + kept * 2)
-        return round(self.num_params() * bytes_per)
+            return round(rest * bytes_per + experts * expert_b + (kept + sixteen) * 2)
+        return round((self.num_params() - sixteen) * bytes_per + sixteen * 2)
 
     def kv_bytes_per_token(self, dtype: str | None = None) -> int:
         """KV cache bytes for one token over all layers (whole model, unsharded; a sliding

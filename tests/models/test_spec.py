@@ -42,10 +42,19 @@ def test_worked_example_70b_bf16_is_140gb_and_35gb_per_gpu_at_tp4() -> None:
 
 
 def test_weight_bytes_scales_with_dtype() -> None:
+    """The GEMMs' weights take the dtype; under one of fewer than two bytes the embedding,
+    the head, the norms and the routers stay 16-bit (they were counted at one byte in fp8)."""
     spec = MODELS["llama-3.1-8b"]
+    sixteen = spec.sixteen_bit_params()
+    assert sixteen == 2 * 128256 * 4096 + 4096 + 32 * 2 * 4096  # untied head, 65 norms
     for dtype, nbytes in DTYPE_BYTES.items():
-        assert spec.weight_bytes(dtype) == nbytes * spec.num_params()
-    assert spec.with_dtype("fp8").weight_bytes() == spec.num_params()
+        if nbytes >= 2:
+            assert spec.weight_bytes(dtype) == nbytes * spec.num_params()
+        else:
+            expected = nbytes * (spec.num_params() - sixteen) + 2 * sixteen
+            assert spec.weight_bytes(dtype) == round(expected)
+    fp8 = spec.with_dtype("fp8")
+    assert fp8.weight_bytes() == spec.num_params() + sixteen
     assert spec.with_dtype("fp8").dtype == "fp8"
     assert spec.dtype == "bf16"  # frozen: with_dtype returns a new spec
 
@@ -173,3 +182,19 @@ def test_num_params_is_the_sum_of_its_parts(spec: ModelSpec) -> None:
     )
     assert spec.num_params() == parts
     assert spec.params_per_layer() * spec.num_layers <= spec.num_params()
+
+
+@pytest.mark.parametrize(
+    ("name", "dtype"),
+    [("llama-3.1-8b", "fp8"), ("qwen3-30b-a3b", "fp8"), ("qwen3-30b-a3b", "fp4"),
+     ("deepseek-v3", None), ("gpt-oss-20b", None), ("mixtral-8x7b", None)],
+)  # fmt: skip
+def test_weight_bytes_is_what_one_gpu_holds_at_tp_1(name: str, dtype: str | None) -> None:
+    """ModelSpec.weight_bytes() and the memory model count the same bytes: DeepSeek-V3's fp8
+    checkpoint is 673.0 GB (its embedding and head 16-bit; weight_bytes had 671.0)."""
+    from tpsim import Layout, Options, Workload, simulate
+
+    spec = MODELS[name] if dtype is None else MODELS[name].with_dtype(dtype)
+    opts = Options(dtype=dtype, allow_oom=True)
+    held = simulate(name, "hgx-h200", Layout(1), Workload(1), opts).typed.memory
+    assert spec.weight_bytes() == held.weights_bytes_per_gpu
