@@ -250,10 +250,14 @@ def test_an_engine_that_chunks_its_fused_experts_holds_one_chunk_s_pairs() -> No
     assert activation_elements(spec, 2, long, chunked) == 65536 * attention
     short = Workload(1, "prefill", 8192)
     assert activation_elements(spec, 2, short, chunked) == activation_elements(spec, 2, short, xs)
-    # the profiles: vLLM's chunk, vLLM V0's, none for the ideal engine
-    engine = {e: Options(engine=e).calibration.engine for e in ("vllm", "vllm-v0", "ideal")}
+    # the profiles: vLLM's chunk, vLLM V0's and SGLang's (fused_experts_impl's CHUNK_SIZE),
+    # none for TensorRT-LLM (its bound defaults to the step's own cap) and the ideal engine
+    names = ("vllm", "vllm-v0", "sglang", "trtllm", "ideal")
+    engine = {e: Options(engine=e).calibration.engine for e in names}
     assert engine["vllm"].fused_moe_chunk_tokens == 16384
     assert engine["vllm-v0"].fused_moe_chunk_tokens == 65536
+    assert engine["sglang"].fused_moe_chunk_tokens == 65536
+    assert engine["trtllm"].fused_moe_chunk_tokens is None
     assert engine["ideal"].fused_moe_chunk_tokens is None
 
 
@@ -268,3 +272,24 @@ def test_vllm_s_long_moe_prefill_needs_less_memory_than_an_unchunked_engine_s() 
     moe = 2 * 2048 + 128 + 8 * (max(2 * 384, 2048) + 384)  # the unchunked peak a token
     attention = 3 * 2048 + (16 + 2 * 2) * 128 + 16 * 128  # vLLM's, its pairs chunked
     assert act["ideal"] - act["vllm"] == 65536 * (moe - attention) * 2  # bf16: 1.69 GB
+
+
+def test_sglang_chunks_a_moe_prefill_past_64k_tokens_and_trtllm_does_not() -> None:
+    """SGLang's fused_experts_impl runs 64 * 1024 tokens at a time, its buffers sized for
+    M = min(tokens, 65,536): two 32K prompts of Qwen3-30B-A3B at TP 2 (65,536 tokens, one
+    chunk) hold what TensorRT-LLM holds, four (131,072) half of the pairs' buffers: 6.21 ->
+    3.66 GB a GPU. TensorRT-LLM's MoE bound (MoeConfig.max_num_tokens, by default
+    max_num_tokens x attention DP) is never below its step: every pair at once, as ideal."""
+    spec, layout = get_model("qwen3-30b-a3b"), Layout(tp=2)
+
+    def act(engine: str, prompts: int) -> int:
+        run = simulate(spec, "dgx-h100", layout, Workload(prompts, "prefill", 32768),
+                       Options(engine=engine, allow_oom=True))  # fmt: skip
+        return run.typed.memory.activation_bytes_per_gpu
+
+    per_pair = 8 * (max(2 * 384, 2048) + 384)  # a token's pairs, tensor-parallel experts
+    assert act("sglang", 2) == act("trtllm", 2) == act("ideal", 2)
+    four = {e: act(e, 4) for e in ("sglang", "trtllm", "ideal")}
+    assert four["trtllm"] == four["ideal"]
+    # half the step's pairs held at once, still above attention's tensors (the peak): bf16
+    assert four["trtllm"] - four["sglang"] == 131072 * per_pair // 2 * 2  # 2.55 GB
