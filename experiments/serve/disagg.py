@@ -11,6 +11,12 @@ decode worker's stream); the decode worker admits the request with its prompt co
 and decodes the rest. The prefill worker holds the request's blocks until the transfer
 ends (the decode side pulls them). A request of one output token ends at the prefill
 worker. A decode worker that preempts a request recomputes it there (vLLM V1's recompute).
+
+Each instance holds its cache as its engine does with a KV connector
+(:func:`~tpsim.experiments.serve.kvcache.kv_blocks`): SGLang's prefill and decode servers
+keep the sliding layers' pool, so a request holds there only its window on either side,
+and the transfer sends the sliding layers' window only
+(:meth:`~tpsim.experiments.serve.kvcache.KVCache.sent_bytes`).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from tpsim.calibration.scheduler import SchedulerSpec
 from tpsim.core.engine.serving import Flows
 from tpsim.core.kv_transfer import KVRoutes
 from tpsim.experiments.serve.engine import EngineInstance, Request
+from tpsim.experiments.serve.kvblocks import BlockLayout
 from tpsim.experiments.serve.kvpool import Key
 
 Lookup = Callable[[int], tuple[int, int, int, int]]
@@ -51,28 +58,30 @@ class PrefillInstance(EngineInstance):
     handed to a decode worker are held until its transfer ends (:meth:`sent`)."""
 
     def __init__(self, spec: SchedulerSpec, blocks: int, timer: Callable[[Any], float],
-                 lookup: Lookup) -> None:  # fmt: skip
+                 lookup: Lookup, layout: BlockLayout | None = None) -> None:  # fmt: skip
         self.outputs: dict[int, int] = {}
-        self.held: dict[int, tuple[list[Key], int]] = {}
+        self.held: dict[int, tuple[list[Key], int, int]] = {}
 
         def first_token(i: int) -> tuple[int, int, int, int]:
             prompt, output, group, shared = lookup(i)
             self.outputs[i] = output
             return prompt, 1, group, shared
 
-        super().__init__(spec, blocks, timer, first_token)
+        super().__init__(spec, blocks, timer, first_token, layout=layout)
 
     def _release(self, r: Request) -> None:
         if self.outputs.get(r.id, 1) > 1 and r.done_s >= 0:  # handed on: held until sent
-            self.held[r.id] = (r.keys, r.blocks - len(r.keys))
+            swa = self.layout.swa_held(r.blocks)  # the sliding pool's, where there is one
+            self.held[r.id] = (r.keys, r.blocks - len(r.keys), swa)
             r.keys, r.blocks, r.next_key = [], 0, 0
             return
         super()._release(r)
 
     def sent(self, i: int) -> None:
         """Request ``i``'s KV cache has arrived at its decode worker: its blocks are free."""
-        keys, own = self.held.pop(i)
+        keys, own, swa = self.held.pop(i)
         self.pool.release(keys, own)
+        self.kv.swa_free += swa
 
 
 class DecodeInstance(EngineInstance):
@@ -80,8 +89,9 @@ class DecodeInstance(EngineInstance):
 
     def __init__(self, spec: SchedulerSpec, blocks: int, timer: Callable[[Any], float],
                  arriving: dict[int, tuple[Request, int, PrefillInstance]],
-                 incoming: list[int], index: int) -> None:  # fmt: skip
-        super().__init__(spec, blocks, timer, lambda i: (0, 0, -1, 0))
+                 incoming: list[int], index: int,
+                 layout: BlockLayout | None = None) -> None:  # fmt: skip
+        super().__init__(spec, blocks, timer, lambda i: (0, 0, -1, 0), layout=layout)
         self.arriving, self.incoming, self.index = arriving, incoming, index
 
     def admit(self, request: int, now: float) -> None:
@@ -97,7 +107,10 @@ class DecodeInstance(EngineInstance):
 
 
 class DisaggServers:
-    """The pools' instances, how requests enter and move, and the transfers' figures."""
+    """The pools' instances, how requests enter and move, and the transfers' figures:
+    ``blocks`` and ``layouts`` of each pool's instances (None: every layer at length),
+    ``sent_bytes``: those a transfer of a prompt of so many tokens brings each decode
+    GPU."""
 
     def __init__(
         self,
@@ -107,18 +120,19 @@ class DisaggServers:
         blocks: tuple[int, int],
         timers: tuple[Callable[[Any], float], Callable[[Any], float]],
         lookup: Lookup,
-        decode_bytes_per_token: float,
+        sent_bytes: Callable[[int], float],
+        layouts: tuple[BlockLayout | None, BlockLayout | None] = (None, None),
     ) -> None:
         self.d, self.kv_routes = d, kv_routes
         self.arriving: dict[int, tuple[Request, int, PrefillInstance]] = {}
         self.incoming = [0] * d.decode_workers  # requests in transfer to each decode worker
-        self.prefill = [PrefillInstance(specs[0], blocks[0], timers[0], lookup)
+        self.prefill = [PrefillInstance(specs[0], blocks[0], timers[0], lookup, layouts[0])
                         for _ in range(d.prefill_workers)]  # fmt: skip
         self.decode = [DecodeInstance(specs[1], blocks[1], timers[1], self.arriving,
-                                      self.incoming, j)
+                                      self.incoming, j, layouts[1])
                        for j in range(d.decode_workers)]  # fmt: skip
         self.servers: list[EngineInstance] = [*self.prefill, *self.decode]
-        self.per_token = decode_bytes_per_token
+        self.sent_bytes = sent_bytes
         self.transfers: list[float] = []  # bytes per decode GPU of each transfer
 
     def route(self, i: int, now: float) -> int:
@@ -138,7 +152,7 @@ class DisaggServers:
         j = min(range(len(dec)), key=lambda n: (dec[n].in_system + self.incoming[n], n))
         self.incoming[j] += 1
         self.arriving[i] = (r, output, src)
-        nbytes = r.prompt * self.per_token
+        nbytes = self.sent_bytes(r.prompt)
         self.transfers.append(nbytes)
         return len(self.prefill) + j, self.kv_routes.flows(k, j, nbytes)
 

@@ -27,6 +27,11 @@ class KVCache:
     bytes_per_token: float
     bytes_per_gpu: int
     layout: BlockLayout | None = None  # None: one block a block_size tokens of every layer
+    #: SGLang's sliding pool: the sliding layers' share of ``bytes_per_token``, and the
+    #: tokens of theirs a KV transfer sends, the model's window less one (SGLang's
+    #: exclusive window); 0 and 0 otherwise (every layer's cache of every token is sent)
+    sliding_bytes_per_token: float = 0.0
+    sent_window: int = 0
 
     @property
     def blocks_layout(self) -> BlockLayout:
@@ -42,12 +47,34 @@ class KVCache:
         """How many sequences of ``tokens`` tokens the cache holds at once."""
         return self.blocks_layout.sequences(self.blocks, tokens)
 
+    def sent_bytes(self, prompt: int) -> float:
+        """Bytes per GPU that a disaggregated prefill sends of a ``prompt``-token request:
+        every layer's cache of every token, or, from SGLang's two pools, the full layers'
+        of every token and the sliding layers' of the last ``sent_window`` only, from a
+        page boundary (disaggregation/prefill.py ``send_kv_chunk``: the KV pages of the
+        prompt are the full pool's, ``SWAKVPool.get_contiguous_buf_infos``; the sliding
+        pool's go as the ``StateType.SWA`` state, ``_swa_payload``: tokens from
+        ``max(0, seq_len - sliding_window_size)`` rounded down to a page)."""
+        if not self.sliding_bytes_per_token:
+            return prompt * self.bytes_per_token
+        page = self.block_size
+        window = prompt - max(0, prompt - self.sent_window) // page * page
+        full = self.bytes_per_token - self.sliding_bytes_per_token
+        return prompt * full + window * self.sliding_bytes_per_token
+
 
 def kv_blocks(
-    timer: IterationTimer, spec: SchedulerSpec, pp: int = 1, *, hybrid: bool = True
+    timer: IterationTimer, spec: SchedulerSpec, pp: int = 1, *, connector: bool = False
 ) -> KVCache:
     """The blocks of one instance's KV cache, as its engine sizes it: :func:`kv_cache` of
-    the timer's plan."""
+    the timer's plan. ``connector``: the instance sends or receives KV caches
+    (disaggregated prefill and decode): vLLM then turns its hybrid KV cache manager off
+    (``sliding_window_kv: hybrid``: every layer at length), SGLang keeps its sliding pool
+    (``pool``: a prefill and a decode server under ``--disaggregation-mode`` build the same
+    ``SWAKVPool``, nothing in server_args or arg_groups/pd_disaggregation_hook.py turns it
+    off, and the KV managers take its sliding pool's buffers as ``StateType.SWA`` state:
+    ``SWAKVPool.get_state_buf_infos``)."""
+    hybrid = not connector or spec.sliding_window_kv == "pool"
     return kv_cache(timer.plan, spec, pp, hybrid=hybrid)
 
 
@@ -64,9 +91,9 @@ def kv_cache(plan: RunPlan, spec: SchedulerSpec, pp: int = 1, *, hybrid: bool = 
     the engine's hybrid manager (``sliding_window_kv: hybrid``, and ``hybrid``: not with
     a KV transfer connector, as vLLM turns it off then) one group's layers
     (:func:`~tpsim.experiments.serve.kvblocks.hybrid_layout`). ``sliding_window_kv: pool``
-    (SGLang's ``SWAKVPool``; ``hybrid`` False: one pool, as the disaggregated pools' instances
-    take no layout): a model of full and sliding layers splits the room between a pool of
-    the full layers and one of the sliding layers (:func:`swa_pools`).
+    (SGLang's ``SWAKVPool``; ``hybrid`` False: one pool of every layer, for comparison): a
+    model of full and sliding layers splits the room between a pool of the full layers and
+    one of the sliding layers (:func:`swa_pools`).
     """
     model, tp, gpu, options = plan.model, plan.layout.tp, plan.gpu, plan.options
     t = spec.max_num_batched_tokens
@@ -95,12 +122,16 @@ def kv_cache(plan: RunPlan, spec: SchedulerSpec, pp: int = 1, *, hybrid: bool = 
             layout, held = hybrid_layout(model, layers, spec.block_size)
             block = per_token / len(layers) * held * spec.block_size
         blocks = int(room // block) if room > 0 else 0
+        sliding, window = 0.0, 0
         if pools:
             per_layer = kv_elements_per_rank(model, tp, 1, range(1)) * kv_b
             blocks, layout = swa_pools(model, spec, per_layer, room)
+            sliding = per_layer * sum(1 for i in layers if model.is_sliding_layer(i))
+            window = model.sliding_window - 1  # SGLang's get_attention_sliding_window_size
         whole = whole and gpu.hbm_bytes - runtime - used >= block
         if best is None or blocks < best.blocks:
-            best = KVCache(blocks, spec.block_size, per_token, round(room), layout)
+            best = KVCache(blocks, spec.block_size, per_token, round(room), layout,
+                           sliding, window)  # fmt: skip
             weights = mem.weights_bytes_per_gpu
     assert best is not None
     swa = best.layout.swa_pool if best.layout else 0

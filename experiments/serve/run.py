@@ -255,7 +255,7 @@ def serve(
     model = it.model
     simulated_before = it.simulated
     spec = scheduler_spec(setup, it.plan.gpu.hbm_bytes)
-    kv = kv_blocks(it, spec, setup.pp, hybrid=d is None)
+    kv = kv_blocks(it, spec, setup.pp, connector=d is not None)
     engine = it.plan.calib.engine
     _check_deepep_batch(it.plan, spec.max_num_seqs)
     split = engine.pipeline_split_tokens is not None  # one instance splits its own batches
@@ -276,7 +276,7 @@ def serve(
             raise ConfigError(f"engine={spec.engine}: static batching has no disaggregated "
                               "prefill and decode")  # fmt: skip
         p_it = it if d.prefill_tp == d.decode_tp else _timer(setup, d.prefill_tp)
-        p_kv = kv_blocks(p_it, spec, hybrid=False)
+        p_kv = kv_blocks(p_it, spec, connector=True)
     closed = requests is None or not requests.arrival_s
     smallest = min(kv.tokens, p_kv.tokens)
     fits_kv = kv if kv.tokens == smallest else p_kv
@@ -316,7 +316,7 @@ def serve(
                              setup.gpus_per_node)  # fmt: skip
         pools = DisaggServers(d, kv_routes, (spec, spec), (p_kv.blocks, kv.blocks),
                               (timer or p_it.seconds, timer or it.seconds), lookup,
-                              kv.bytes_per_token)  # fmt: skip
+                              kv.sent_bytes, (p_kv.layout, kv.layout))  # fmt: skip
         engines = pools.servers
         servers: list[Any] = list(engines)
         route, handoff, capacities = pools.route, pools.handoff, kv_routes.capacities

@@ -11,9 +11,13 @@ from tpsim.calibration.scheduler import SchedulerSpec, scheduler
 from tpsim.core.config import Layout, Options, Workload
 from tpsim.core.plan import RunPlan, resolve
 from tpsim.experiments.plan import PlanRequest, engine_sequences
+from tpsim.experiments.serve.disagg import Disagg, PrefillInstance
 from tpsim.experiments.serve.engine import EngineInstance
 from tpsim.experiments.serve.kvblocks import BlockLayout
-from tpsim.experiments.serve.run import kv_cache
+from tpsim.experiments.serve.kvcache import KVCache
+from tpsim.experiments.serve.report import text
+from tpsim.experiments.serve.run import ServeResult, ServeSetup, kv_cache, serve
+from tpsim.experiments.serve.workload import parse_lengths, synthetic
 from tpsim.models.catalog import get_model
 
 
@@ -104,3 +108,77 @@ def test_sglang_runs_more_gpt_oss_sequences_than_every_layer_at_length() -> None
     assert ran == [9, 8]
     req = PlanRequest("gpt-oss-120b", "dgx-h100", context_len=8448, engine="sglang")
     assert engine_sequences(req, 1, 1) == 9
+
+
+def _disagg(engine: str, prompt: int = 2000) -> ServeResult:
+    """gpt-oss-120b, one TP-1 prefill worker and one TP-1 decode worker on an H100 host,
+    two requests of ``prompt`` tokens and 4 output tokens at once."""
+    setup = ServeSetup("gpt-oss-120b", "dgx-h100", 1, disagg=Disagg(1, 1, 1, 1),
+                       options=Options(engine=engine))  # fmt: skip
+    reqs = synthetic(0, parse_lengths("p", str(prompt)), parse_lengths("o", "4"), count=2,
+                     arrival_s=(0.0, 0.0))  # fmt: skip
+    return serve(setup, requests=reqs)
+
+
+def test_disaggregated_sglang_keeps_both_pools_and_sends_the_window() -> None:
+    """SGLang's prefill and decode servers keep their SWAKVPool under PD disaggregation:
+    each worker's cache is the two pools of the aggregated instance (81,238 full-pool
+    tokens and a sliding pool of 0.8 of them at TP 1 on an H100, where one pool of every
+    layer held 73,114), and a 2000-token prompt's transfer carries its 18 full layers'
+    2048 B of every token and its 18 sliding layers' of the last 127 only
+    (send_kv_chunk's _swa_payload: sliding_window_size = 128 - 1): 78.4 MB, not every
+    layer's 147.5 MB."""
+    r = _disagg("sglang")
+    plan, spec = _sglang("gpt-oss-120b")
+    pools, whole = kv_cache(plan, spec), kv_cache(plan, spec, hybrid=False)
+    assert r.prefill_kv is not None and r.kv.layout is not None
+    assert r.kv.blocks == r.prefill_kv.blocks == pools.blocks == pools.bytes_per_gpu * 5 // 331776
+    assert r.kv.layout == r.prefill_kv.layout == BlockLayout(1, swa_pool=pools.blocks * 4 // 5,
+                                                             swa_keep=257)  # fmt: skip
+    assert (whole.tokens, r.kv.tokens) == (73114, 81238)  # one pool, as the workers had it
+    assert r.transfer_bytes == (2000 * 18 * 2048 + 127 * 18 * 2048,) * 2
+    assert r.transfer_bytes[0] < 2000 * r.kv.bytes_per_token == 2000 * 36 * 2048
+    assert r.summary()["completed"] == 2
+    shown = text(r.summary(), r, "")
+    assert f"KV cache per decode worker (tokens):     {r.kv.tokens} " in shown
+    assert f"Sliding-window pool (tokens):            {r.kv.layout.swa_pool}" in shown
+
+
+def test_disaggregated_vllm_still_turns_its_hybrid_manager_off() -> None:
+    """vLLM turns its hybrid KV cache manager off with a KV transfer connector: both
+    workers hold every layer at length, and the transfer is every layer's."""
+    r = _disagg("vllm")
+    assert r.prefill_kv is not None
+    plan = resolve("gpt-oss-120b", "dgx-h100", Layout(1), Workload(1, "decode", 1, 1),
+                   Options(engine="vllm"), oom_flag=False)  # fmt: skip
+    whole = kv_cache(plan, r.spec, hybrid=False)
+    assert r.kv == r.prefill_kv == whole and whole.layout is None
+    assert kv_cache(plan, r.spec).layout is not None  # the manager, aggregated
+    assert r.transfer_bytes == (2000 * 36 * 2048,) * 2 == (2000 * whole.bytes_per_token,) * 2
+
+
+def test_a_short_prompt_sends_every_sliding_token_and_pages_round_the_window() -> None:
+    """A prompt within the window sends all of its tokens at every layer; with pages of
+    64, the sliding layers' send starts at the page holding the window's first token
+    (2000 - 127 = 1873 -> 1856: 144 tokens)."""
+    kv = KVCache(10, 1, 36.0, 0, None, 18.0, 127)
+    assert kv.sent_bytes(100) == 100 * 36.0
+    assert kv.sent_bytes(2000) == 2000 * 18.0 + 127 * 18.0
+    paged = replace(kv, block_size=64)
+    assert paged.sent_bytes(2000) == 2000 * 18.0 + 144 * 18.0
+    assert replace(kv, sliding_bytes_per_token=0.0).sent_bytes(2000) == 2000 * 36.0
+
+
+def test_a_prefill_worker_holds_the_sliding_pool_until_the_transfer_ends() -> None:
+    """A prefill worker with SGLang's pools keeps a handed-on request's sliding-pool
+    tokens (its window and the eviction interval: 257 of a 1000-token prompt) with its
+    full-pool ones until its KV cache reaches the decode worker."""
+    spec = replace(scheduler("sglang", 80 * 2**30), async_scheduling=False)
+    layout = BlockLayout(1, swa_pool=5000, swa_keep=257)
+    p = PrefillInstance(spec, 10000, lambda step: 0.01, lambda i: (1000, 8, -1, 0), layout)
+    p.admit(0, 0.0)
+    p.finish(p.step(0.0) or 0.0)
+    assert [r.id for r in p.finished] == [0]
+    assert (p.free, p.kv.swa_free) == (10000 - 1000, 5000 - 257)
+    p.sent(0)
+    assert (p.free, p.kv.swa_free) == (10000, 5000)
