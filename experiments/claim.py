@@ -29,7 +29,7 @@ from typing import Any
 from tpsim.core.comm.group import tp_group
 from tpsim.core.config import Layout, Options, Workload, tp_problem
 from tpsim.core.errors import ConfigError
-from tpsim.core.kernels.attention import causal_pairs
+from tpsim.core.kernels.attention import causal_pairs, chunked_pairs
 from tpsim.core.lowering.shard import shard
 from tpsim.core.memory import group_params_of_layer, linear_params_per_gpu, memory_per_gpu
 from tpsim.core.precision import dtype_bytes, run_precision
@@ -119,8 +119,14 @@ def lower_bound(
     )
     decode = workload.phase == "decode"
     cached = workload.context_len - 1 if decode else 0  # the new token's K and V are computed
-    # a sliding-window layer reads (and keeps) at most its window of keys
-    keys = sum(spec.attended(i, cached) for i in range(layers))
+    # a sliding-window layer reads (and keeps) at most its window of keys, a chunked layer
+    # the new token's chunk's cached ones
+    keys = sum(
+        spec.attended(i, workload.context_len) - 1
+        if decode and spec.is_chunked_layer(i)
+        else spec.attended(i, cached)
+        for i in range(layers)
+    )
     kv_bytes = workload.batch * keys * kv_heads * hd * 2 * dtype_bytes(prec.kv)
     memory_s = (weight_bytes + kv_bytes) / gpu.hbm_Bps
 
@@ -133,8 +139,10 @@ def lower_bound(
     if decode:
         pairs = workload.batch * sum(spec.attended(i, workload.context_len) for i in range(layers))
     else:
-        windows = [spec.sliding_window if spec.is_sliding_layer(i) else 0 for i in range(layers)]
-        pairs = workload.batch * sum(causal_pairs(s, w) for w in windows)
+        windows = [spec.local_span(i) for i in range(layers)]
+        pairs = workload.batch * sum(
+            chunked_pairs(s, c) if c else causal_pairs(s, w) for w, c in windows
+        )
     attention_flops = 4.0 * heads * hd * pairs
     kept_flops = 2.0 * tokens * (kept + kept_experts)
     linear_flops = 2.0 * tokens * (linear - routed_all + routed_least) - kept_flops

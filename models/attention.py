@@ -34,6 +34,7 @@ ATTENTION_INT_FIELDS = (
     "mtp_layers",
     "sliding_window",
     "rotary_dim",
+    "attention_chunk_size",
 )
 
 
@@ -66,6 +67,8 @@ class AttentionShapes:
     sliding_window: int
     rotary_dim: int
     sliding_layers: tuple[int, ...]
+    attention_chunk_size: int
+    chunked_layers: tuple[int, ...]
     attention_sinks: bool
     expert_dtype: str
 
@@ -107,23 +110,38 @@ class AttentionShapes:
             raise ModelError(
                 f"topk_group={self.topk_group} {where}: must be from 1 to n_group={self.n_group}"
             )
-        layers = self.sliding_layers
+        for field, size in (("sliding_layers", "sliding_window"),
+                            ("chunked_layers", "attention_chunk_size")):  # fmt: skip
+            self._check_local(field, size, where)
+        both = set(self.sliding_layers) & set(self.chunked_layers)
+        if both:
+            raise ModelError(
+                f"chunked_layers={short(self.chunked_layers)} {where}: layer {min(both)} is "
+                "also a sliding layer; a layer attends one way"
+            )
+
+    def _check_local(self, field: str, size: str, where: str) -> None:
+        """``field``'s layers (sliding or chunked) are in order, in the model, and set with
+        ``size`` (the window or the chunk) and only with it."""
+        layers = getattr(self, field)
         if not isinstance(layers, tuple) or not all(is_int(i) for i in layers):
-            raise ModelError(f"sliding_layers={layers!r} {where}: must be a tuple of layer indices")
+            raise ModelError(f"{field}={layers!r} {where}: must be a tuple of layer indices")
         if list(layers) != sorted(set(layers)) or any(not 0 <= i < self.num_layers for i in layers):
             raise ModelError(
-                f"sliding_layers={short(layers)} {where}: must be distinct layer indices from 0 "
+                f"{field}={short(layers)} {where}: must be distinct layer indices from 0 "
                 f"to {self.num_layers - 1}, in order"
             )
-        if bool(layers) != bool(self.sliding_window):
+        if bool(layers) != bool(getattr(self, size)):
             raise ModelError(
-                f"sliding_window={self.sliding_window} {where}: a window needs sliding_layers "
+                f"{size}={getattr(self, size)} {where}: a nonzero {size} needs {field} "
+                f"and {field} a nonzero {size}"
+                if field == "chunked_layers"
+                else f"{size}={getattr(self, size)} {where}: a window needs sliding_layers "
                 "and sliding_layers a window"
             )
         if self.kv_lora_rank and layers:
             raise ModelError(
-                f"sliding_layers={short(layers)} {where}: not modelled with multi-head latent "
-                "attention"
+                f"{field}={short(layers)} {where}: not modelled with multi-head latent attention"
             )
 
     @property
@@ -156,10 +174,36 @@ class AttentionShapes:
         """Whether ``layer`` attends over the last ``sliding_window`` tokens only."""
         return layer in self.sliding_layers
 
+    def is_chunked_layer(self, layer: int) -> bool:
+        """Whether ``layer`` attends within its ``attention_chunk_size`` chunk only (Llama 4's
+        RoPE layers: chunked local attention)."""
+        return layer in self.chunked_layers
+
+    def local_span(self, layer: int) -> tuple[int, int]:
+        """``(window, chunk)`` of ``layer``: its sliding window, or its attention chunk, 0
+        where it has none (a full layer: ``(0, 0)``)."""
+        if self.is_sliding_layer(layer):
+            return self.sliding_window, 0
+        return 0, self.attention_chunk_size if self.is_chunked_layer(layer) else 0
+
     def attended(self, layer: int, tokens: int) -> int:
-        """Keys a query at ``tokens`` tokens of context attends over in ``layer`` (and the
-        tokens its cache holds per sequence): the window on a sliding layer."""
-        return min(tokens, self.sliding_window) if self.is_sliding_layer(layer) else tokens
+        """Keys a query at ``tokens`` tokens of context attends over in ``layer``: the
+        window on a sliding layer; on a chunked layer the keys of its own chunk, from
+        ``floor((tokens - 1) / C) C`` to itself: ``(tokens - 1) mod C + 1`` (transformers'
+        create_chunked_causal_mask, vLLM's ChunkedLocalAttention)."""
+        if self.is_sliding_layer(layer):
+            return min(tokens, self.sliding_window)
+        if self.is_chunked_layer(layer) and tokens > 0:
+            return (tokens - 1) % self.attention_chunk_size + 1
+        return tokens
+
+    def held(self, layer: int, tokens: int) -> int:
+        """Tokens ``layer``'s cache must hold for one sequence of up to ``tokens`` tokens: the
+        window on a sliding layer, one chunk on a chunked layer (a chunk's keys are all held
+        by its last query; the chunks before it are not read again), else all of them."""
+        if self.is_chunked_layer(layer):
+            return min(tokens, self.attention_chunk_size)
+        return self.attended(layer, tokens)
 
     def mla_params_per_layer(self) -> int:
         """The MLA projections of one layer (weights only; the two latent norms are in
@@ -217,6 +261,12 @@ class AttentionShapes:
             out.append(
                 f"sliding-window attention ({self.sliding_window} tokens) on "
                 f"{len(self.sliding_layers)} of {self.num_layers} layers"
+            )
+        if self.chunked_layers:
+            out.append(
+                f"chunked local attention ({self.attention_chunk_size}-token chunks) on "
+                f"{len(self.chunked_layers)} of {self.num_layers} layers, full attention on "
+                "the others"
             )
         if self.attention_sinks:
             out.append("attention sinks: one learned logit per head and layer")

@@ -246,6 +246,14 @@ HF_IDS: dict[str, str] = {
             "deepseek-ai/DeepSeek-R1-0528",
         ),
         "gpt-oss-120b": ("openai/gpt-oss-120b",),
+        "llama-4-scout": (
+            "meta-llama/Llama-4-Scout-17B-16E",
+            "meta-llama/Llama-4-Scout-17B-16E-Instruct",
+        ),
+        "llama-4-maverick": (
+            "meta-llama/Llama-4-Maverick-17B-128E",
+            "meta-llama/Llama-4-Maverick-17B-128E-Instruct",
+        ),
         "gpt-oss-20b": ("openai/gpt-oss-20b",),
         "codellama-34b": (
             "codellama/CodeLlama-34b-hf",

@@ -10,6 +10,7 @@ readers are in :mod:`tpsim.models.family_latent`.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from tpsim.models.family_latent import deepseek, gpt_oss
@@ -168,6 +169,80 @@ def _glm4_moe(r: Reader, name: str) -> ModelSpec:
     )
 
 
+def _layer_flags(r: Reader, key: str, layers: int) -> list[int] | None:
+    """``key``: a list of 0/1 flags, one per layer at least (transformers reads the first
+    ``layers``), or None when absent or empty (transformers then builds the default)."""
+    value = r.cfg.get(key)
+    if value is None or value == []:
+        return None
+    if (
+        not isinstance(value, list)
+        or len(value) < layers
+        or not all(v in (0, 1) and not isinstance(v, float) for v in value)
+    ):
+        raise r.fail(key, value, f"must be a list of at least {layers} flags, 0 or 1")
+    return [int(v) for v in value[:layers]]
+
+
+def _llama4(r: Reader, name: str) -> ModelSpec:
+    """Llama 4's language model (transformers' Llama4TextConfig and modeling_llama4.py, vLLM's
+    llama4.py): GQA with ``head_dim``; layer i is MoE when ``(i + 1) %
+    interleave_moe_layer_step == 0`` (vLLM's Llama4DecoderLayer; transformers' default
+    ``moe_layers``, which must agree where given), ``num_local_experts`` routed experts of
+    width ``intermediate_size``, top ``num_experts_per_tok``, a sigmoid router and one shared
+    expert of the same width; the other layers a dense MLP of width ``intermediate_size_mlp``.
+    ``no_rope_layers`` (default: 0, NoPE, on every ``no_rope_layer_interval``-th layer) says
+    which layers use RoPE: those attend within their ``attention_chunk_size`` chunk
+    (chunked local attention, transformers' ``chunked_attention`` layer type), the NoPE ones
+    over the whole context. ``use_qk_norm``'s L2 norm has no weights (not counted; its
+    elementwise pass is not priced) and attention temperature tuning costs nothing.
+    Absent fields take Llama4TextConfig's defaults."""
+    if r.boolean("attention_bias", False):
+        raise r.fail("attention_bias", True, "biases on q, k, v and o_proj are not modelled "
+                     "for Llama 4 (vLLM's llama4.py builds none)")  # fmt: skip
+    layers = r.integer("num_hidden_layers")
+    experts = r.integer("num_local_experts", 16)
+    step = r.integer("interleave_moe_layer_step", 1)
+    moe = [i for i in range(layers) if (i + 1) % step == 0]
+    given = r.cfg.get("moe_layers")
+    if given is not None and given != moe:
+        raise r.fail("moe_layers", given,
+                     f"must be the layers interleave_moe_layer_step={step} makes MoE (vLLM's "
+                     "llama4.py builds those, whatever moe_layers says)")  # fmt: skip
+    if not moe:
+        raise r.fail("interleave_moe_layer_step", step, f"leaves none of the {layers} layers MoE")
+    rope = _layer_flags(r, "no_rope_layers", layers)
+    if rope is None:
+        interval = r.integer("no_rope_layer_interval", 4)
+        rope = [int((i + 1) % interval != 0) for i in range(layers)]
+    kinds = r.cfg.get("layer_types")
+    if kinds is not None:
+        expected = ["chunked_attention" if f else "full_attention" for f in rope]
+        if not isinstance(kinds, list) or kinds[:layers] != expected:
+            raise r.fail("layer_types", kinds,
+                         "must be chunked_attention on the RoPE layers and full_attention on "
+                         "the NoPE ones (no_rope_layers), as vLLM builds them")  # fmt: skip
+    # absent: Llama4TextConfig's 8192; null: no chunking (every layer attends fully)
+    chunk = r.cfg.get("attention_chunk_size", 8192)
+    if chunk is not None:
+        chunk = r.integer("attention_chunk_size", 8192)
+    chunked = tuple(i for i in range(layers) if rope[i]) if chunk else ()
+    width = r.integer("intermediate_size")
+    spec = llama_like(
+        r,
+        name,
+        "llama4",
+        num_experts=experts,
+        experts_per_token=top_k(r, experts),
+        moe_intermediate_size=width,
+        shared_intermediate_size=width,
+        dense_layers=tuple(i for i in range(layers) if i not in moe),
+        attention_chunk_size=chunk if chunked else 0,
+        chunked_layers=chunked,
+    )
+    return replace(spec, intermediate_size=r.integer("intermediate_size_mlp", 16384))
+
+
 def _gpt_neox(r: Reader, name: str) -> ModelSpec:
     d = r.integer("hidden_size")
     heads = r.integer("num_attention_heads")
@@ -252,6 +327,15 @@ def _opt(r: Reader, name: str) -> ModelSpec:
 
 Family = Callable[[Reader, str], ModelSpec]
 
+#: What Llama 4's reader reads of UNMODELLED_FIELDS (text_config: the wrapper's language model)
+_LLAMA4 = (
+    "num_local_experts",
+    "num_experts_per_tok",
+    "attention_chunk_size",
+    "layer_types",
+    "text_config",
+)
+
 #: The families tpsim models: model_type, its reader and the UNMODELLED_FIELDS it reads.
 FAMILIES: dict[str, tuple[Family, tuple[str, ...]]] = {
     "deepseek_v2": (
@@ -292,6 +376,10 @@ FAMILIES: dict[str, tuple[Family, tuple[str, ...]]] = {
         ),
     ),
     "llama": (lambda r, name: llama_like(r, name, "llama"), ()),
+    # Llama 4: the wrapper (Llama4ForConditionalGeneration) is read from its text_config
+    # (tpsim.models.hf_config), the bare language model as it is
+    "llama4": (_llama4, _LLAMA4),
+    "llama4_text": (_llama4, _LLAMA4),
     "mistral": (lambda r, name: llama_like(r, name, "mistral"), ("sliding_window",)),
     "mixtral": (_mixtral, ("num_local_experts", "num_experts_per_tok", "sliding_window")),
     "opt": (_opt, ()),

@@ -143,6 +143,8 @@ ARCHITECTURE_TYPES = {
     "DeepseekV3ForCausalLM": "deepseek_v3",
     "Glm4MoeForCausalLM": "glm4_moe",
     "GraniteMoeForCausalLM": "granitemoe",
+    "Llama4ForCausalLM": "llama4_text",
+    "Llama4ForConditionalGeneration": "llama4",
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "mistral",
     "MixtralForCausalLM": "mixtral",
@@ -164,6 +166,10 @@ def spec_from_hf_dict(cfg: dict[str, Any], name: str, *, source: str = "config.j
         raise ModelError(f"{source}: top level must be a JSON object, got {type(cfg).__name__}")
     r = Reader(cfg, source)
     model_type = r.string("model_type")
+    if model_type == "llama4":
+        cfg, source = _llama4_text(r), f"{source} text_config"
+        r = Reader(cfg, source)
+        model_type = r.string("model_type")
     if model_type in REFUSED_TYPES:
         raise r.fail("model_type", model_type, REFUSED_TYPES[model_type])
     family = FAMILIES.get(model_type) if model_type is not None else None
@@ -205,6 +211,27 @@ def spec_from_hf_dict(cfg: dict[str, Any], name: str, *, source: str = "config.j
         f"model_type missing in {source}: required unless the llama keys "
         f"({', '.join(_LLAMA_KEYS)}) are all present"
     )
+
+
+#: Fields of a Llama 4 wrapper's top level its language model takes where its text_config
+#: does not set them (Meta's FP8 checkpoint puts quantization_config at the top level).
+_WRAPPER_FIELDS = ("quantization_config", "torch_dtype", "dtype", "tie_word_embeddings")
+
+
+def _llama4_text(r: Reader) -> dict[str, Any]:
+    """The language model of a Llama 4 wrapper (``model_type`` llama4,
+    Llama4ForConditionalGeneration): its ``text_config`` (model_type llama4_text), with the
+    wrapper's :data:`_WRAPPER_FIELDS` where it has none. The vision tower
+    (``vision_config``) is not read: a text decode never runs it (its weights are in the
+    model's notes, not in its counts)."""
+    text = r.cfg.get("text_config")
+    if not isinstance(text, dict):
+        raise r.fail("text_config", text, "must be an object: the language model's config")
+    kind = text.get("model_type", "llama4_text")
+    if kind != "llama4_text":
+        raise r.fail("text_config.model_type", kind, "must be llama4_text in a llama4 config")
+    top = {k: r.cfg[k] for k in _WRAPPER_FIELDS if k in r.cfg and k not in text}
+    return {**top, **text, "model_type": "llama4_text"}
 
 
 def _with_kv(r: Reader, spec: ModelSpec) -> ModelSpec:

@@ -77,6 +77,7 @@ LATER_FIELDS = (
     "qk_norm",
     *ATTENTION_INT_FIELDS,
     "sliding_layers",
+    "chunked_layers",
     "attention_sinks",
     "expert_dtype",
     "weight_block",
@@ -130,6 +131,8 @@ class ModelSpec(AttentionShapes, ExpertShapes):
     mtp_layers: int = 0  # DeepSeek-V3 multi-token prediction layers (not run, not loaded)
     sliding_window: int = 0  # tokens a sliding layer attends over (0: none)
     sliding_layers: tuple[int, ...] = ()  # layers with sliding-window attention
+    attention_chunk_size: int = 0  # tokens of a chunk of chunked local attention (0: none)
+    chunked_layers: tuple[int, ...] = ()  # Llama 4: layers attending within their chunk
     attention_sinks: bool = False  # gpt-oss: a learned sink logit per head and layer
     expert_dtype: str = ""  # the routed experts' dtype when it differs ("": dtype)
     #: a block-scaled fp8 checkpoint's weight blocks (output rows, input columns), as its
@@ -411,7 +414,7 @@ class ModelSpec(AttentionShapes, ExpertShapes):
         for field in LATER_FIELDS:
             if out[field] == _DEFAULTS[field]:
                 del out[field]
-        for field in ("dense_layers", "sliding_layers", "weight_block"):
+        for field in ("dense_layers", "sliding_layers", "chunked_layers", "weight_block"):
             if field in out:
                 out[field] = list(getattr(self, field))
         if "kept_16bit" in out:

@@ -271,10 +271,11 @@ def memory_per_stage(
 def kv_elements_per_rank(model: ModelSpec, tp: int, tokens: int, layers: range) -> int:
     """Cache elements one sequence of ``tokens`` tokens holds on one rank in ``layers``:
     K and V of the rank's KV heads per token (MLA: the whole latent ``kv_lora_rank +
-    qk_rope_head_dim``, which has no head to split, on every rank), and on a sliding layer
-    only the last ``sliding_window`` tokens."""
+    qk_rope_head_dim``, which has no head to split, on every rank), on a sliding layer
+    only the last ``sliding_window`` tokens, on a chunked layer at most one
+    ``attention_chunk_size`` chunk (:meth:`~tpsim.models.spec.ModelSpec.held`)."""
     width = kv_width_per_rank(model, shard(model, tp).kv_heads)
-    return width * sum(model.attended(i, tokens) for i in layers)
+    return width * sum(model.held(i, tokens) for i in layers)
 
 
 def _largest(fits: Callable[[int], bool], low: int, high: int) -> int:

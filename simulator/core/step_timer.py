@@ -130,12 +130,13 @@ def _lanes(records: list[Record], through: int | None = None) -> tuple[float, fl
 
 
 def _first_layers(spec: ModelSpec, n: int) -> ModelSpec:
-    """``spec`` cut to its first ``n`` layers (their sliding and dense layers and the GEMMs
+    """``spec`` cut to its first ``n`` layers (their sliding, chunked and dense layers and the GEMMs
     they keep 16-bit kept)."""
     return replace(
         spec,
         num_layers=n,
         sliding_layers=tuple(i for i in spec.sliding_layers if i < n),
+        chunked_layers=tuple(i for i in spec.chunked_layers if i < n),
         dense_layers=tuple(i for i in spec.dense_layers if i < n),
         kept_16bit=spec.kept.first(n),
     )
@@ -189,6 +190,8 @@ class IterationTimer:
         self._heads = (split.heads, split.kv_heads, spec.head_dim)
         #: layers of sliding-window attention (gpt-oss alternates them with full ones)
         self._sliding = sum(1 for i in range(spec.num_layers) if spec.is_sliding_layer(i))
+        #: layers of chunked local attention (Llama 4's RoPE layers)
+        self._chunked = len(spec.chunked_layers)
         # the prices lower_mixed's steps use, each kernel's kept (attention_s prices with it)
         self._pricing = self._prices[spec.num_layers] = step_pricing(
             spec, tp, self.plan.options, self.plan.hardware, self.plan.table, memo=True
@@ -257,10 +260,15 @@ class IterationTimer:
         spec = self.plan.model
         if spec.is_mla:  # absorbed decodes and expanded chunks (tpsim.core.lowering.mla)
             return mixed_attention(self._pricing, spec, h, step).seconds * spec.num_layers
-        sliding = self._sliding
+        sliding, chunked = self._sliding, self._chunked
         total = attention_seconds(self._pricing, step, h, kv, hd).seconds * (
-            spec.num_layers - sliding
+            spec.num_layers - sliding - chunked
         )
+        if chunked:
+            chunk = spec.attention_chunk_size
+            total += (
+                attention_seconds(self._pricing, step, h, kv, hd, chunk=chunk).seconds * chunked
+            )
         if sliding:
             window = spec.sliding_window
             total += attention_seconds(self._pricing, step, h, kv, hd, window).seconds * sliding

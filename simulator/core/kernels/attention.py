@@ -17,6 +17,14 @@ def causal_pairs(seq: int, window: int = 0) -> float:
     return window * (window + 1) / 2 + (seq - window) * window
 
 
+def chunked_pairs(tokens: int, chunk: int) -> float:
+    """(query, key) pairs of chunked local attention over positions 0 .. ``tokens`` - 1:
+    the query at position p sees its own chunk's keys up to itself, ``p mod chunk + 1``
+    (a block-diagonal causal mask)."""
+    full, rest = divmod(tokens, chunk)
+    return full * chunk * (chunk + 1) / 2 + rest * (rest + 1) / 2
+
+
 def attention_prefill(
     batch: int,
     seq: int,
@@ -31,6 +39,7 @@ def attention_prefill(
     v_head_dim: int = 0,
     cache_width: int = 0,
     window: int = 0,
+    chunk: int = 0,
 ) -> KernelCost:
     """Causal FlashAttention over a prompt (chunk) of ``seq`` tokens per sequence, after
     ``cached`` tokens already in the KV cache: QK^T and PV over the lower triangle of the
@@ -38,7 +47,10 @@ def attention_prefill(
 
     FLOPs: ``2 * batch * heads * (head_dim + v_head_dim) * pairs``, pairs = ``seq (seq +
     1) / 2 + seq * cached`` (:func:`causal_pairs`; with a sliding ``window`` each query sees at
-    most ``window`` keys, the cached ones included). ``v_head_dim`` (0: ``head_dim``): the
+    most ``window`` keys, the cached ones included; with chunked local attention of ``chunk``
+    tokens the query at position p sees the keys of its chunk up to itself, ``p mod chunk +
+    1``: :func:`chunked_pairs`, and reads the cached keys of the first query's chunk only).
+    ``v_head_dim`` (0: ``head_dim``): the
     value heads' width (MLA's prefill: q/k 192, v 128). Bytes: read Q, K, V and write O once
     (tiles stay on chip), write the chunk's ``cache_width`` elements per token into the cache
     (default K and V of every KV head, ``2 kv_heads head_dim``; MLA: its latent) and read
@@ -58,7 +70,10 @@ def attention_prefill(
     tokens = batch * seq
     qkvo = tokens * (heads + kv_heads) * (head_dim + vd) * act_bytes
     nbytes = qkvo + tokens * width * kv_bytes  # the chunk written into the cache
-    if cached and window:  # query i sees min(window, cached + i) keys
+    if chunk:  # block-diagonal causal: the cached keys of the chunk the prompt starts in
+        pairs = chunked_pairs(cached + seq, chunk) - chunked_pairs(cached, chunk)
+        nbytes += batch * (cached % chunk) * width * kv_bytes
+    elif cached and window:  # query i sees min(window, cached + i) keys
         pairs = causal_pairs(cached + seq, window) - causal_pairs(cached, window)
         nbytes += batch * min(cached, window) * width * kv_bytes
     else:

@@ -134,8 +134,10 @@ class KernelTable:
         a gated MLP with ``head_dim * heads == n_embd``, the models Vidur profiles)."""
         fits = model.gated_mlp and model.head_dim * model.num_heads == model.hidden_size
         fits = fits and not model.is_moe and not model.qk_norm  # Vidur profiles neither
-        # nor latent attention, a sliding window or attention sinks: their attention differs
+        # nor latent attention, a sliding window, attention chunks or attention sinks: their
+        # attention differs
         fits = fits and not model.is_mla and not model.sliding_layers and not model.attention_sinks
+        fits = fits and not model.chunked_layers
         shape = Shape(model.hidden_size, model.num_heads, model.num_kv_heads,
                       model.intermediate_size, tp)  # fmt: skip
         return replace(self, bound=shape if fits and self.ops else None)

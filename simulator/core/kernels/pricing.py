@@ -160,9 +160,10 @@ class Pricing:
 
     def attention_prefill(self, batch: int, prompt: int, heads: int, kv_heads: int,
                           head_dim: int, *, v_head_dim: int = 0, cache_width: int = 0,
-                          window: int = 0) -> KernelCost:  # fmt: skip
+                          window: int = 0, chunk: int = 0) -> KernelCost:  # fmt: skip
         """Causal attention of ``batch`` prompts of ``prompt`` tokens over this rank's heads
-        (``v_head_dim``, ``cache_width``, ``window``: :func:`attention.attention_prefill`).
+        (``v_head_dim``, ``cache_width``, ``window``, ``chunk``:
+        :func:`attention.attention_prefill`).
 
         A table measures one sequence's chunk after some cached tokens; ``batch`` prompts
         read it at the chunk ``prompt * sqrt(batch)`` with nothing cached, the same FLOPs
@@ -172,22 +173,24 @@ class Pricing:
             return attention.attention_prefill(b, seq, heads, kv_heads, head_dim, self.hw,
                                            act_bytes=self.act_b, kv_bytes=self.kv_b,
                                            cached=cached, v_head_dim=v_head_dim,
-                                           cache_width=cache_width, window=window)  # fmt: skip
+                                           cache_width=cache_width, window=window,
+                                           chunk=chunk)  # fmt: skip
 
         cost = price(batch, prompt)
-        chunk = round(prompt * math.sqrt(batch))
+        one = round(prompt * math.sqrt(batch))  # the one sequence's chunk a table reads
         t = self._measured(
-            "attn_prefill", self.prec.kv, chunk, 0, lambda c, y: price(1, c, y).seconds
+            "attn_prefill", self.prec.kv, one, 0, lambda c, y: price(1, c, y).seconds
         )
         return cost if t is None else replace(cost, seconds=t, measured=True)
 
     def attention_decode(self, batch: int, context: int, heads: int, kv_heads: int,
                          head_dim: int, *, v_head_dim: int = 0, cache_width: int = 0,
-                         window: int = 0) -> KernelCost:  # fmt: skip
+                         window: int = 0, chunk: int = 0) -> KernelCost:  # fmt: skip
         """One new token per sequence attending over ``context`` cached keys
-        (``v_head_dim``, ``cache_width``: :func:`attention.attention_decode`). ``window``: the
-        layer's sliding window, already applied to ``context`` (said for a composition of
-        contexts, :class:`tpsim.core.lowering.mixed.MixedPricing`)."""
+        (``v_head_dim``, ``cache_width``: :func:`attention.attention_decode`). ``window``,
+        ``chunk``: the layer's sliding window or attention chunk, already applied to
+        ``context`` (said for a composition of contexts,
+        :class:`tpsim.core.lowering.mixed.MixedPricing`)."""
 
         def price(b: int, ctx: int) -> KernelCost:
             return attention.attention_decode(b, ctx, heads, kv_heads, head_dim, self.hw,

@@ -251,17 +251,24 @@ class _Megatron(LatentAttention, ExpertBlock):
             rot = tokens * width
             shape = f"[{tokens}, {width}]"
             self.ew(mb, "rotary", layer, 2 * rot * self.act_b, 6.0 * rot, shape, tokens, width)
-        window = m.sliding_window if m.is_sliding_layer(layer) else 0
+        window, chunk = m.local_span(layer)
+        # a chunked layer (Llama 4) is named only where it has one: the others' calls as before
+        local = {"chunk": chunk} if chunk else {}
         if w.phase == "prefill":  # q [b, h, S, hd] over k, v [b, kv, S, hd], causal
             prompt = w.prompt_len
-            cost = self.price.attention_prefill(mb.batch, prompt, h, kv, hd, window=window)
+            cost = self.price.attention_prefill(mb.batch, prompt, h, kv, hd, window=window,
+                                                **local)  # fmt: skip
             shape = f"causal [{mb.batch}, {h}/{kv} heads, {prompt}, {hd}]"
-        else:  # q [b, h, 1, hd] over the cache k, v [b, kv, ctx, hd] (a window: its last keys)
+        else:  # q [b, h, 1, hd] over the cache k, v [b, kv, ctx, hd] (a window: its last keys;
+            # a chunk: the keys of the query's own chunk)
             ctx = m.attended(layer, w.context_len)
-            cost = self.price.attention_decode(mb.batch, ctx, h, kv, hd, window=window)
+            cost = self.price.attention_decode(mb.batch, ctx, h, kv, hd, window=window,
+                                               **local)  # fmt: skip
             shape = f"decode [{mb.batch}, {h}/{kv} heads, ctx {ctx}, {hd}]"
         if window:
             shape += f" window {window}"
+        if chunk:
+            shape += f" chunk {chunk}"
         shape += " (kernel table)" if cost.measured else ""
         self.build.kernel(mb.index, "attn", "attention", layer, cost, shape)  # o: [T, h hd]
         self.row_gemm(mb, "o_proj", layer, h * hd, "attn_out")  # [T, h hd] x [h hd, d] -> sum

@@ -81,15 +81,19 @@ class MixedStep(Workload):
 
 
 def attention_seconds(price: Pricing, step: MixedStep, heads: int, kv_heads: int,
-                      head_dim: int, window: int = 0) -> KernelCost:  # fmt: skip
+                      head_dim: int, window: int = 0, chunk: int = 0) -> KernelCost:  # fmt: skip
     """The attention of one layer of ``step`` on one rank: one decode kernel over every
     decode (its bytes and FLOPs are linear in the contexts, so their mean prices their sum)
     plus one causal kernel per chunk over its prefix (attention.attention_prefill's ``cached``).
     A sliding layer's ``window``: a decode reads at most its last ``window`` keys, a chunk's
-    queries see at most ``window`` keys each."""
+    queries see at most ``window`` keys each. A chunked layer's ``chunk``: a decode at
+    context c reads its own chunk's ``(c - 1) mod chunk + 1`` keys, a chunk's queries their
+    own chunk's keys up to themselves."""
     parts: list[KernelCost] = []
     if step.decodes:
         contexts = [min(c, window) for c in step.decodes] if window else step.decodes
+        if chunk:
+            contexts = [(c - 1) % chunk + 1 if c > 0 else 0 for c in step.decodes]
         mean = round(sum(contexts) / len(contexts))
         decode = Pricing.attention_decode  # the run's own decode price, not an override
         parts.append(decode(price, len(step.decodes), mean, heads, kv_heads, head_dim))
@@ -97,7 +101,7 @@ def attention_seconds(price: Pricing, step: MixedStep, heads: int, kv_heads: int
         parts.append(
             attention.attention_prefill(1, n, heads, kv_heads, head_dim, price.hw,
                                     act_bytes=price.act_b, kv_bytes=price.kv_b, cached=cached,
-                                    window=window)
+                                    window=window, chunk=chunk)
         )  # fmt: skip
     return KernelCost.of_parts(parts)
 
@@ -117,23 +121,24 @@ class MixedPricing(Pricing):
         values = {f.name: getattr(base, f.name) for f in fields(Pricing)}
         return cls(**values, step=step, no_attention=no_attention, model=model)
 
-    def _parts(self, heads: int, kv_heads: int, head_dim: int, window: int) -> KernelCost:
+    def _parts(self, heads: int, kv_heads: int, head_dim: int, window: int,
+               chunk: int = 0) -> KernelCost:  # fmt: skip
         assert self.step is not None
         if self.no_attention:
             return KernelCost(0.0, 0.0, 0, "memory")
         if self.model is not None and self.model.is_mla:  # both forms: lowering.mla
             return mixed_attention(self, self.model, heads, self.step)
-        return attention_seconds(self, self.step, heads, kv_heads, head_dim, window)
+        return attention_seconds(self, self.step, heads, kv_heads, head_dim, window, chunk)
 
     def attention_prefill(self, batch: int, prompt: int, heads: int, kv_heads: int,
                           head_dim: int, *, v_head_dim: int = 0, cache_width: int = 0,
-                          window: int = 0) -> KernelCost:  # fmt: skip
-        return self._parts(heads, kv_heads, head_dim, window)
+                          window: int = 0, chunk: int = 0) -> KernelCost:  # fmt: skip
+        return self._parts(heads, kv_heads, head_dim, window, chunk)
 
     def attention_decode(self, batch: int, context: int, heads: int, kv_heads: int,
                          head_dim: int, *, v_head_dim: int = 0, cache_width: int = 0,
-                         window: int = 0) -> KernelCost:  # fmt: skip
-        return self._parts(heads, kv_heads, head_dim, window)
+                         window: int = 0, chunk: int = 0) -> KernelCost:  # fmt: skip
+        return self._parts(heads, kv_heads, head_dim, window, chunk)
 
 
 def lower_mixed(
