@@ -32,7 +32,12 @@ class BlockLayout:
     ``swa_pool`` blocks (SGLang's ``SWAKVPool``): the sliding layers in a second pool of
     their own, the main pool's blocks holding the full layers; a sequence holds in it at
     most ``swa_keep`` tokens' blocks (its window, the tokens decoded between two frees of
-    those past it, a page), as many as it holds of the main pool below that."""
+    those past it, a page), as many as it holds of the main pool below that.
+
+    ``chunked`` groups (Llama 4's chunked local attention layers, vLLM V1's
+    ``ChunkedLocalAttentionManager``): a sequence keeps only the blocks of its current
+    ``chunk``-token chunk (``get_num_skipped_tokens``: ``num_computed_tokens // chunk *
+    chunk`` tokens skipped, their whole blocks freed), at most :attr:`chunk_blocks`."""
 
     size: int
     full: int = 1
@@ -40,10 +45,18 @@ class BlockLayout:
     window: int = 0
     swa_pool: int = 0
     swa_keep: int = 0
+    chunked: int = 0
+    chunk: int = 0
 
     @property
     def groups(self) -> int:
-        return self.full + self.sliding
+        return self.full + self.sliding + self.chunked
+
+    @property
+    def chunk_blocks(self) -> int:
+        """The most blocks a chunked group keeps for one sequence: a chunk's, one more
+        where chunks do not start on a block boundary."""
+        return -(-self.chunk // self.size) + (1 if self.chunk % self.size else 0)
 
     @property
     def window_blocks(self) -> int:
@@ -58,14 +71,22 @@ class BlockLayout:
     def blocks_for(self, tokens: int) -> int:
         """Blocks that hold ``tokens`` of one sequence."""
         n = -(-tokens // self.size)
-        return self.full * n + (self.sliding * min(n, self.window_blocks) if self.sliding else 0)
+        chunked = self.chunked * min(n, self.chunk_blocks) if self.chunked else 0
+        return (
+            self.full * n
+            + (self.sliding * min(n, self.window_blocks) if self.sliding else 0)
+            + chunked
+        )
 
     def blocks_of(self, tokens: np.ndarray) -> np.ndarray:
         """:meth:`blocks_for` of each of ``tokens``."""
         n = -(-tokens // self.size)
-        if not self.sliding:
-            return self.full * n
-        return self.full * n + self.sliding * np.minimum(n, self.window_blocks)
+        out = self.full * n
+        if self.sliding:
+            out = out + self.sliding * np.minimum(n, self.window_blocks)
+        if self.chunked:
+            out = out + self.chunked * np.minimum(n, self.chunk_blocks)
+        return out
 
     def swa_held(self, blocks: int) -> int:
         """Blocks of the sliding pool a sequence holding ``blocks`` of the main pool keeps
@@ -88,17 +109,30 @@ def hybrid_layout(model: ModelSpec, layers: range, block_size: int) -> tuple[Blo
     """vLLM V1's hybrid KV cache groups (``_get_kv_cache_groups_uniform_page_size``) of
     ``model``, and the layers of ``layers`` (a pipeline stage's) one block of the pool holds.
 
-    The model's full and sliding layers are split into groups of one size: the fewer kind's
-    count, or the larger's when it is under 1.5 times that (each kind then padded to whole
-    groups); a model of one kind is one group. A stage's block holds one layer of each of
-    its groups' layers there, the largest group's count on the stage."""
+    The model's full, sliding and chunked layers (each a KVCacheSpec of its own:
+    FullAttentionSpec, SlidingWindowSpec, ChunkedLocalAttentionSpec) are split into groups of
+    one size: the fewest kind's count, or the most's when it is under 1.5 times that (each
+    kind then padded to whole groups); a model of one kind is one group. A stage's block
+    holds one layer of each of its groups' layers there, the largest group's count on the
+    stage. Llama 4's 12 full and 36 chunked layers: groups of 12, one full and three
+    chunked (vLLM groups chunked layers so by default since VLLM_ALLOW_CHUNKED_LOCAL_ATTN_
+    WITH_HYBRID_KV_CACHE defaults to 1, vllm/envs.py; before, vllm/config/vllm.py turned the
+    hybrid manager off for a model with attention_chunk_size, every layer at length)."""
     sliding = [i for i in range(model.num_layers) if model.is_sliding_layer(i)]
-    kinds = [n for n in (model.num_layers - len(sliding), len(sliding)) if n]
+    chunked = [i for i in range(model.num_layers) if model.is_chunked_layer(i)]
+    counts = (model.num_layers - len(sliding) - len(chunked), len(sliding), len(chunked))
+    kinds = [n for n in counts if n]
     size = min(kinds) if max(kinds) >= 1.5 * min(kinds) else max(kinds)
-    nf, ns = (-(-n // size) for n in (model.num_layers - len(sliding), len(sliding)))
+    nf, ns, nc = (-(-n // size) for n in counts)
     here = sum(1 for i in layers if model.is_sliding_layer(i))
-    per_block = max(-(-(len(layers) - here) // nf) if nf else 0, -(-here // ns) if ns else 0)
-    layout = BlockLayout(block_size, nf, ns, model.sliding_window if ns else 0)
+    there = sum(1 for i in layers if model.is_chunked_layer(i))
+    per_block = max(
+        -(-(len(layers) - here - there) // nf) if nf else 0,
+        -(-here // ns) if ns else 0,
+        -(-there // nc) if nc else 0,
+    )
+    layout = BlockLayout(block_size, nf, ns, model.sliding_window if ns else 0,
+                         chunked=nc, chunk=model.attention_chunk_size if nc else 0)  # fmt: skip
     return layout, per_block
 
 

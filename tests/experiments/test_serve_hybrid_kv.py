@@ -77,3 +77,37 @@ def test_engines_without_the_hybrid_manager_hold_every_layer() -> None:
                    Options(engine="trtllm"), oom_flag=False)  # fmt: skip
     kv = kv_cache(plan, scheduler("trtllm", plan.gpu.hbm_bytes))
     assert kv.layout is None and kv.blocks_layout == BlockLayout(32)
+
+
+def test_llama4_chunked_groups() -> None:
+    """Llama 4 Scout: 12 full and 36 chunked layers (8192-token chunks) make groups of 12,
+    one full and three chunked (vLLM's ChunkedLocalAttentionSpec is a kind of its own); a
+    chunked group keeps at most a chunk's 512 blocks of 16, so a 100K-token sequence holds
+    6250 + 3 x 512 = 7786 blocks of 12 layers, where every layer at length takes 4 x 6250."""
+    scout = get_model("llama-4-scout")
+    layout, per_block = hybrid_layout(scout, range(48), 16)
+    assert (layout, per_block) == (BlockLayout(16, 1, 0, 0, chunked=3, chunk=8192), 12)
+    assert layout.chunk_blocks == 512 and BlockLayout(16, chunked=1, chunk=100).chunk_blocks == 8
+    assert [layout.blocks_for(t) for t in (16, 8192, 8193, 100_000)] == [4, 2048, 2049, 7786]
+    assert layout.blocks_of(np.array([16, 100_000])).tolist() == [4, 7786]
+    # a stage of 24 layers (PP 2): 6 full and 18 chunked, a block holding 6 of them
+    assert hybrid_layout(scout, range(24), 16)[1] == 6
+
+
+def test_llama4_cache_per_engine() -> None:
+    """Maverick at TP 8 in fp8: vLLM's hybrid manager gives the chunked groups blocks of a
+    quarter of the model's layers (four times the blocks of one pool); SGLang and
+    TensorRT-LLM, which tpsim holds at full length on chunked layers, one pool."""
+    caches = {}
+    for engine in ("vllm", "sglang", "trtllm"):
+        opts = Options(engine=engine, dtype="fp8")
+        plan = resolve(
+            "llama-4-maverick", "dgx-h100", Layout(8, ep=8), Workload(1, "decode", 1, 1), opts
+        )
+        caches[engine] = kv_cache(plan, scheduler(engine, plan.gpu.hbm_bytes))
+    vllm = caches["vllm"]
+    assert vllm.layout is not None and vllm.layout.chunked == 3
+    block = vllm.bytes_per_token * 12 / 48 * 16
+    assert abs(vllm.blocks - vllm.bytes_per_gpu // block) <= 1
+    for engine in ("sglang", "trtllm"):
+        assert caches[engine].layout is None or caches[engine].layout.chunked == 0

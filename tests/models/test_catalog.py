@@ -34,7 +34,12 @@ PUBLISHED_PARAMS = {
     "deepseek-v3": 671e9,  # README_WEIGHTS.md: main model 671 B (the MTP module apart)
     "gpt-oss-120b": 116.83e9,  # model card (its biases, 0.04 B, are not counted)
     "gpt-oss-20b": 20.91e9,
+    # Meta's model cards count the vision encoder (about 0.87 B), which tpsim does not
+    "llama-4-scout": 109e9,
+    "llama-4-maverick": 400e9,
 }
+#: Entries whose published count holds a vision encoder tpsim leaves out: within 1.2 %.
+WITH_VISION = ("llama-4-scout", "llama-4-maverick")
 
 
 def test_catalog_holds_exactly_the_listed_models() -> None:
@@ -45,7 +50,8 @@ def test_catalog_holds_exactly_the_listed_models() -> None:
 
 @pytest.mark.parametrize(("name", "expected"), sorted(PUBLISHED_PARAMS.items()))
 def test_catalog_param_counts_match_published(name: str, expected: float) -> None:
-    assert MODELS[name].num_params() == pytest.approx(expected, rel=0.01)
+    rel = 0.012 if name in WITH_VISION else 0.01
+    assert MODELS[name].num_params() == pytest.approx(expected, rel=rel)
 
 
 # -- get_model -------------------------------------------------------------------------------
@@ -68,6 +74,7 @@ def test_get_model_unknown_name_lists_the_catalog() -> None:
         "model='foo': unknown model; catalog: codellama-34b, deepseek-v3, gpt-oss-120b, "
         "gpt-oss-20b, gpt3-175b, llama-2-13b, "
         "llama-2-70b, llama-2-7b, llama-3.1-405b, llama-3.1-70b, llama-3.1-8b, llama-33b, "
+        "llama-4-maverick, llama-4-scout, "
         "mistral-7b, mixtral-8x22b, mixtral-8x7b, qwen2.5-72b, qwen3-235b-a22b, qwen3-30b-a3b, "
         "qwen3-32b or a path to a config.json"
     )

@@ -29,6 +29,10 @@ PUBLISHED = {
     "deepseek-v3": (671, 37),
     "gpt-oss-120b": (117, 5.1),
     "gpt-oss-20b": (20.9, 3.61),
+    # Llama 4's model cards: 17B active of 109B / 400B, the vision encoder (about 0.87 B,
+    # not counted by tpsim) in the totals
+    "llama-4-scout": (109, 17),
+    "llama-4-maverick": (400, 17),
 }
 #: Whose published active count leaves the embedding table out (the row a token reads only).
 NO_EMBEDDING = ("deepseek-v3", "gpt-oss-120b", "gpt-oss-20b")
