@@ -44,9 +44,11 @@ SKIP_KEYS = ("modules_to_not_convert", "ignore", "exclude_modules", "ignored_lay
 #: A skip-list entry that names no linear layer tpsim prices but one it keeps 16-bit
 #: already, or does not load: the LM head and embedding, an MoE router (``mlp.gate``,
 #: ``block_sparse_moe.gate``, Qwen2-MoE's ``shared_expert_gate``, DeepSeek's
-#: ``e_score_correction_bias``, gpt-oss's ``router``), norms, and vision or MTP modules.
+#: ``e_score_correction_bias``, gpt-oss's and Llama 4's ``router``), norms, and vision
+#: (Llama 4's ``vision_model`` and ``multi_modal_projector``) or MTP modules.
 _KEPT_16BIT = re.compile(
-    r"lm_head|embed_tokens|e_score_correction_bias|router|visual|vision|mtp|norm"
+    r"lm_head|embed_tokens|e_score_correction_bias|router|visual|vision|multi_modal_projector"
+    r"|mtp|norm"
     r"|(^|[.*:])(shared_expert_)?gate[$*]*$"
 )
 #: A checkpoint name's pieces of one GEMM: (group, layer, pieces).
@@ -79,8 +81,15 @@ def _module_names(
 
     moe = "block_sparse_moe" if model_type == "mixtral" else "mlp"
     shared = "shared_expert" if model_type == "qwen2_moe" else "shared_experts"
+    # Llama 4 (Llama4ForConditionalGeneration's checkpoint): the language model under
+    # language_model.model, its MLPs and experts under feed_forward (a bare text model's
+    # model.layers names are tails of these)
+    llama4 = model_type == "llama4_text"
+    mlp = "feed_forward" if llama4 else "mlp"  # the dense MLP's and shared experts' parent
+    if llama4:
+        moe, shared = "feed_forward", "shared_expert"
     for i in range(spec.num_layers):
-        p = f"model.layers.{i}"
+        p = f"language_model.model.layers.{i}" if llama4 else f"model.layers.{i}"
         if spec.is_mla:
             qs = ("q_a_proj", "q_b_proj") if spec.q_lora_rank else ("q_proj",)
             for proj in (*qs, "kv_a_proj_with_mqa", "kv_b_proj"):
@@ -91,7 +100,7 @@ def _module_names(
             add(f"{p}.self_attn.qkv_proj", "qkv_proj", i, {"q", "k", "v"})
         add(f"{p}.self_attn.o_proj", "o_proj", i, {"o"})
         if not spec.is_moe_layer(i):
-            for name, (part, pieces) in _proj(f"{p}.mlp", "up_proj", "gate_proj",
+            for name, (part, pieces) in _proj(f"{p}.{mlp}", "up_proj", "gate_proj",
                                               "down_proj").items():  # fmt: skip
                 if spec.gated_mlp or pieces == {"up"} or part == "down":
                     add(name, f"mlp_{part}", i, pieces)
@@ -104,7 +113,7 @@ def _module_names(
             for name, (_, pieces) in _proj(f"{p}.{moe}.experts.{e}", *ws).items():
                 add(name, "experts", i, {f"{which}.{w}" for w in pieces})
         if spec.shared_intermediate_size:
-            for name, (part, pieces) in _proj(f"{p}.mlp.{shared}", "up_proj", "gate_proj",
+            for name, (part, pieces) in _proj(f"{p}.{mlp}.{shared}", "up_proj", "gate_proj",
                                               "down_proj").items():  # fmt: skip
                 add(name, f"shared_{part}", i, pieces)
     return leaves, need

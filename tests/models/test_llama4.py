@@ -186,3 +186,50 @@ def test_run_scout_tp4() -> None:
     out = simulate("llama-4-scout", TOPO, Layout(4), Workload(8, "decode", 512, 20000), Options())
     assert out.summary["latency_s"] > 0
     assert out.summary["memory"]["fits"]
+
+
+def _fp8_rule() -> dict:
+    """Maverick with an fbgemm_fp8 quantization_config following Meta's fp8_mixed rule
+    (meta-llama/llama-models models/llama4/quantization/loader.py convert_to_quantized_model:
+    only the routed experts of MoE layers, not those of the first and last layer; the
+    shared experts, dense MLPs, attention and vision tower bf16), listed by module name as
+    transformers' fbgemm_fp8 modules_to_not_convert does. Built here: the published
+    checkpoint's own list was not found."""
+    cfg = _cfg("llama-4-maverick")
+    skip = ["vision_model", "multi_modal_projector"]
+    for i in range(48):
+        skip.append(f"language_model.model.layers.{i}.self_attn")
+        ffn = f"language_model.model.layers.{i}.feed_forward"
+        skip.append(ffn if i % 2 == 0 else f"{ffn}.shared_expert")
+    skip.append("language_model.model.layers.47.feed_forward.experts")
+    q = {"quant_method": "fbgemm_fp8", "activation_scale_ub": 1200.0}
+    cfg["quantization_config"] = {**q, "modules_to_not_convert": skip}
+    return cfg
+
+
+def test_maverick_fp8_keeps_all_but_the_routed_experts_16bit() -> None:
+    m = spec_from_hf_dict(_fp8_rule(), "x")
+    kept = dict(m.kept_16bit)
+    assert m.dtype == "fp8" and kept["experts"] == (47,)
+    assert kept["qkv_proj"] == kept["o_proj"] == tuple(range(48))
+    assert kept["mlp_up"] == kept["mlp_down"] == tuple(range(0, 48, 2))
+    assert kept["shared_up"] == kept["shared_down"] == tuple(range(1, 48, 2))
+    # 23 layers of 128 routed experts in one byte, the rest (and the 16-bit ones) in two
+    routed = 23 * 128 * 3 * 5120 * 8192
+    assert m.weight_bytes() == 2 * m.num_params() - routed
+    # a layer's experts kept in part is refused
+    cfg = _fp8_rule()
+    cfg["quantization_config"]["modules_to_not_convert"].append(
+        "language_model.model.layers.45.feed_forward.experts.3"
+    )
+    with pytest.raises(ModelError, match=r"modules_to_not_convert=.*experts\.3.*one routed"):
+        spec_from_hf_dict(cfg, "x")
+
+
+def test_serve_maverick_fp8_tp8_ep(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(_fp8_rule()))
+    args = ["serve", "--model", str(tmp_path), "--topology", TOPO, "--tp", "8", "--ep", "8"]
+    args += ["--requests", "6", "--rate", "4", "--prompt-len", "9000", "--output-len", "8"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "Successful requests:                     6" in out
