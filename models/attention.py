@@ -71,6 +71,7 @@ class AttentionShapes:
     chunked_layers: tuple[int, ...]
     attention_sinks: bool
     expert_dtype: str
+    vision_params: int
 
     def _check_attention(self, where: str) -> None:
         for field in ATTENTION_INT_FIELDS:
@@ -285,6 +286,13 @@ class AttentionShapes:
             )
         if self.expert_dtype:
             out.append(f"routed experts stored in {self.expert_dtype}, the rest in {self.dtype}")
+        if self.vision_params:
+            out.append(
+                f"vision encoder: about {self.vision_params / 1e9:.2f} B parameters in the "
+                "checkpoint, not counted in the totals nor in the weights per GPU (a text "
+                "decode never runs it; an engine that loads it holds "
+                f"{2 * self.vision_params / 1e9:.1f} GB more in 16 bits)"
+            )
         if self.is_moe:
             lookup = self.active_params(embedding=False)
             out.append(f"active without the embedding table: {lookup / 1e9:.2f} B")

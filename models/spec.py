@@ -83,6 +83,7 @@ LATER_FIELDS = (
     "weight_block",
     "kept_16bit",
     "kv_cache_dtype",
+    "vision_params",
 )
 
 _BOOL_FIELDS = (
@@ -133,6 +134,9 @@ class ModelSpec(AttentionShapes, ExpertShapes):
     sliding_layers: tuple[int, ...] = ()  # layers with sliding-window attention
     attention_chunk_size: int = 0  # tokens of a chunk of chunked local attention (0: none)
     chunked_layers: tuple[int, ...] = ()  # Llama 4: layers attending within their chunk
+    #: a multimodal checkpoint's vision tower (Llama 4: about 0.87 B), not in num_params
+    #: nor in the weights: a text decode never runs it (in the model's notes)
+    vision_params: int = 0
     attention_sinks: bool = False  # gpt-oss: a learned sink logit per head and layer
     expert_dtype: str = ""  # the routed experts' dtype when it differs ("": dtype)
     #: a block-scaled fp8 checkpoint's weight blocks (output rows, input columns), as its
@@ -193,6 +197,11 @@ class ModelSpec(AttentionShapes, ExpertShapes):
                 "embeddings has no rotary embedding"
             )
         self._check_kept(where)
+        if not _is_int(self.vision_params) or not 0 <= self.vision_params <= MAX_POSITIONS:
+            raise ModelError(
+                f"vision_params={self.vision_params!r} {where}: must be an integer from 0 "
+                f"to {MAX_POSITIONS}"
+            )
         if self.kv_cache_dtype not in ("", "fp8"):
             raise ModelError(
                 f"kv_cache_dtype={self.kv_cache_dtype!r} {where}: unknown; valid: fp8 (or none)"
