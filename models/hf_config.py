@@ -31,7 +31,23 @@ granitemoe  num_local_experts   intermediate_size               none
 glm4_moe    n_routed_experts    moe_intermediate_size           n_shared_experts of the
                                                                 routed width; the first
                                                                 first_k_dense_replace
+llama4      num_local_experts   intermediate_size               one of the routed width;
+                                                                layers off interleave_moe
+                                                                _layer_step, of width
+                                                                intermediate_size_mlp
 ==========  ==================  ==============================  ========================
+
+llama4 (Llama 4 Scout and Maverick, vLLM's llama4.py; the Llama4ForConditionalGeneration
+wrapper is read from its ``text_config``, model_type llama4_text, which is also read bare):
+GQA with ``head_dim``, no biases (``attention_bias`` true refused), a sigmoid router, top
+``num_experts_per_tok``; layer i is MoE when ``(i + 1) % interleave_moe_layer_step == 0``
+(``moe_layers`` must agree). The RoPE layers of ``no_rope_layers`` (default: all but every
+``no_rope_layer_interval``-th, 4) attend within their ``attention_chunk_size`` chunk
+(default 8192; null: none), the NoPE ones over the whole context (``layer_types``, where
+given, must say so). ``use_qk_norm``'s L2 norm has no weights; attention temperature tuning
+and rope scaling change no cost. The wrapper's ``quantization_config`` and ``torch_dtype``
+apply where text_config has none; its vision tower is counted from ``vision_config`` into
+the notes (0.87 B), not the totals.
 
 glm4_moe (GLM-4.5/4.6, vLLM's glm4_moe.py) has q, k, v biases (``attention_bias``), per-head
 q/k RMSNorms (``use_qk_norm``), rotary on ``partial_rotary_factor`` of each head (default

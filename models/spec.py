@@ -30,7 +30,9 @@ their bytes per element are :mod:`tpsim.models.dtypes`'s.
 
 Multi-head latent attention (DeepSeek-V2/V3, ``kv_lora_rank`` > 0) is laid out in
 :mod:`tpsim.models.attention`. ``sliding_layers`` attend over the last ``sliding_window``
-tokens only (gpt-oss) and cache only those; ``attention_sinks`` adds one learned logit per
+tokens only (gpt-oss) and cache only those; ``chunked_layers`` attend within their
+``attention_chunk_size`` chunk (Llama 4: the query at position p over the keys from
+``floor(p / C) C`` to p) and cache one chunk; ``attention_sinks`` adds one learned logit per
 head and layer. ``mtp_layers`` (DeepSeek-V3's multi-token prediction module) is counted
 apart (:meth:`mtp_params`): it is not part of the forward pass of a step, nor loaded without
 speculative decoding.
