@@ -327,14 +327,9 @@ def _opt(r: Reader, name: str) -> ModelSpec:
 
 Family = Callable[[Reader, str], ModelSpec]
 
-#: What Llama 4's reader reads of UNMODELLED_FIELDS (text_config: the wrapper's language model)
-_LLAMA4 = (
-    "num_local_experts",
-    "num_experts_per_tok",
-    "attention_chunk_size",
-    "layer_types",
-    "text_config",
-)
+#: What Llama 4's reader reads of UNMODELLED_FIELDS (and the wrapper its text_config: the
+#: language model, unwrapped by tpsim.models.hf_config before this reader runs)
+_LLAMA4 = ("num_local_experts", "num_experts_per_tok", "attention_chunk_size", "layer_types")
 
 #: The families tpsim models: model_type, its reader and the UNMODELLED_FIELDS it reads.
 FAMILIES: dict[str, tuple[Family, tuple[str, ...]]] = {
@@ -378,7 +373,7 @@ FAMILIES: dict[str, tuple[Family, tuple[str, ...]]] = {
     "llama": (lambda r, name: llama_like(r, name, "llama"), ()),
     # Llama 4: the wrapper (Llama4ForConditionalGeneration) is read from its text_config
     # (tpsim.models.hf_config), the bare language model as it is
-    "llama4": (_llama4, _LLAMA4),
+    "llama4": (_llama4, (*_LLAMA4, "text_config")),
     "llama4_text": (_llama4, _LLAMA4),
     "mistral": (lambda r, name: llama_like(r, name, "mistral"), ("sliding_window",)),
     "mixtral": (_mixtral, ("num_local_experts", "num_experts_per_tok", "sliding_window")),

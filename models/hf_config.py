@@ -137,7 +137,8 @@ UNMODELLED_FIELDS = {
     "moe_num_experts": "mixture-of-experts (DBRX, JetMoE)",
     "moe_top_k": "mixture-of-experts routing (DBRX)",
     "ffn_config": "an FFN configured apart (DBRX: its experts)",
-    "text_config": "a model nested in text_config (multimodal: Llama 4, Gemma 3, Mllama)",
+    # Llama 4's (model_type llama4) is read: its family unwraps it
+    "text_config": "a model nested in text_config (multimodal: Gemma 3, Mllama)",
     # attention that is not softmax attention over a KV cache on every layer: priced as that,
     # a relabelled config's cache and attention time would be off (Qwen3-Next's 48 layers
     # cached where 12 are: 4x)

@@ -241,3 +241,9 @@ def test_serve_maverick_fp8_tp8_ep(tmp_path: Path, capsys: pytest.CaptureFixture
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "Successful requests:                     6" in out
+
+
+def test_bare_text_config_with_a_nested_one_refused() -> None:
+    text = {**_cfg("llama-4-scout")["text_config"], "text_config": {"hidden_size": 1}}
+    with pytest.raises(ModelError, match=r"^text_config=.*text_config tpsim reads: llama4$"):
+        spec_from_hf_dict(text, "x")
