@@ -70,6 +70,7 @@ class AttentionShapes:
     attention_chunk_size: int
     chunked_layers: tuple[int, ...]
     attention_sinks: bool
+    qk_norm_whole: bool
     expert_dtype: str
     vision_params: int
 
@@ -275,6 +276,11 @@ class AttentionShapes:
             out.append(
                 f"partial rotary: {self.rotary_dim} of each q/k head's {self.head_dim} "
                 "dimensions rotated"
+            )
+        if self.qk_norm_whole:
+            out.append(
+                "q/k norms over all heads: under tensor parallelism one all-reduce a layer of "
+                "each token's q and k variances (fp32, 8 bytes a token)"
             )
         if self.n_group:
             out.append(f"grouped routing: {self.n_group} groups, top {self.topk_group}")

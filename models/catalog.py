@@ -255,6 +255,9 @@ HF_IDS: dict[str, str] = {
             "meta-llama/Llama-4-Maverick-17B-128E-Instruct",
         ),
         "gpt-oss-20b": ("openai/gpt-oss-20b",),
+        # M2.1 has M2's architecture and config (SGLang's docs/basic_usage/minimax_m2.md:
+        # "only need to update the model name"; the same deployment commands)
+        "minimax-m2": ("MiniMaxAI/MiniMax-M2", "MiniMaxAI/MiniMax-M2.1"),
         "codellama-34b": (
             "codellama/CodeLlama-34b-hf",
             "codellama/CodeLlama-34b-Instruct-hf",

@@ -243,6 +243,75 @@ def _llama4(r: Reader, name: str) -> ModelSpec:
     return replace(spec, intermediate_size=r.integer("intermediate_size_mlp", 16384))
 
 
+#: MiniMax's ``attn_type_list`` entries (vLLM's minimax_text_01.py, MiniMaxText01DecoderLayer:
+#: ``attention_type`` 0 builds MiniMaxText01LinearAttention, lightning attention; 1 the
+#: softmax MiniMaxText01Attention over a KV cache)
+_FULL_ATTENTION = 1
+
+
+def _minimax_m2(r: Reader, name: str) -> ModelSpec:
+    """MiniMax-M2 (vLLM's minimax_m2.py, SGLang's minimax_m2.py): GQA with ``head_dim``,
+    rotary on ``rotary_dim`` of each head (a ``partial_rotary_factor``, top level or in
+    ``rope_parameters``, wins, as vLLM's MiniMaxM2Attention lets it), every layer MoE:
+    ``num_local_experts`` gated experts of width ``intermediate_size``, top
+    ``num_experts_per_tok``, a sigmoid router with ``e_score_correction_bias``
+    (``use_routing_bias``; fp32, E floats a layer: not counted), no shared expert. Its q and
+    k norms span all heads (``qk_norm_type: per_layer``): vLLM builds them whatever
+    ``use_qk_norm`` says, so false is refused, as is ``per_head``. Every ``attn_type_list``
+    entry must be 1 (softmax attention): lightning attention (0, MiniMax-Text-01/M1) is not
+    modelled. ``num_mtp_modules`` MTP modules of ``mtp_transformer_layers`` layers each are
+    counted apart, as DeepSeek's."""
+    layers = r.integer("num_hidden_layers")
+    kinds = r.cfg.get("attn_type_list")
+    if kinds is not None:
+        if not isinstance(kinds, list) or len(kinds) < layers:
+            raise r.fail("attn_type_list", kinds, f"must be a list of at least {layers} "
+                         "attention types, one per layer")  # fmt: skip
+        for i, kind in enumerate(kinds[:layers]):
+            if kind != _FULL_ATTENTION or isinstance(kind, bool):
+                raise r.fail(f"attn_type_list[{i}]", kind,
+                             "lightning (linear) attention layers (0, MiniMax-Text-01/M1) are "
+                             "not modelled by tpsim; MiniMax-M2's layers are all 1 (softmax "
+                             "attention)")  # fmt: skip
+    if not r.boolean("use_qk_norm", True):
+        raise r.fail("use_qk_norm", False, "vLLM's minimax_m2.py normalises q and k whatever "
+                     "it says (MiniMaxText01RMSNormTP on every layer)")  # fmt: skip
+    norm_type = r.cfg.get("qk_norm_type", "per_layer")
+    if norm_type != "per_layer":
+        raise r.fail("qk_norm_type", norm_type, "only per_layer (one norm over all heads) is "
+                     "what vLLM's minimax_m2.py builds")  # fmt: skip
+    shared = r.integer("shared_intermediate_size", 0, minimum=0)
+    if shared:
+        raise r.fail("shared_intermediate_size", shared, "a shared expert is not built by "
+                     "vLLM's minimax_m2.py (MiniMaxM2MoE has none)")  # fmt: skip
+    experts = r.integer("num_local_experts")
+    d, heads = r.integer("hidden_size"), r.integer("num_attention_heads")
+    head_dim = heads_of(r, d, "num_attention_heads", heads)[1]
+    rope = r.cfg.get("rope_parameters")
+    if r.has("partial_rotary_factor") or (isinstance(rope, dict)
+                                          and "partial_rotary_factor" in rope):  # fmt: skip
+        rotary = _rotary_dim(r, head_dim, 1.0)
+    else:
+        rotary = r.integer("rotary_dim", head_dim)
+        if rotary > head_dim or rotary % 2:
+            raise r.fail("rotary_dim", rotary, f"must be an even number of at most the head's "
+                         f"{head_dim} dims")  # fmt: skip
+        rotary = 0 if rotary == head_dim else rotary
+    modules = r.integer("num_mtp_modules", 0, minimum=0)
+    return llama_like(
+        r,
+        name,
+        "minimax_m2",
+        num_experts=experts,
+        experts_per_token=top_k(r, experts),
+        moe_intermediate_size=r.integer("intermediate_size"),
+        qk_norm=True,
+        qk_norm_whole=True,
+        rotary_dim=rotary,
+        mtp_layers=modules * r.integer("mtp_transformer_layers", 1, minimum=0) if modules else 0,
+    )
+
+
 def _gpt_neox(r: Reader, name: str) -> ModelSpec:
     d = r.integer("hidden_size")
     heads = r.integer("num_attention_heads")
@@ -377,6 +446,9 @@ FAMILIES: dict[str, tuple[Family, tuple[str, ...]]] = {
     "llama4_text": (_llama4, _LLAMA4),
     "mistral": (lambda r, name: llama_like(r, name, "mistral"), ("sliding_window",)),
     "mixtral": (_mixtral, ("num_local_experts", "num_experts_per_tok", "sliding_window")),
+    # MiniMax-M2/M2.1 (MiniMaxM2ForCausalLM); MiniMax-Text-01/M1's lightning attention
+    # (model_type minimax, minimax_m1) is not read
+    "minimax_m2": (_minimax_m2, ("num_local_experts", "num_experts_per_tok", "attn_type_list")),
     "opt": (_opt, ()),
     "qwen2": (lambda r, name: llama_like(r, name, "qwen2"), ()),
     "qwen2_moe": (

@@ -35,7 +35,21 @@ llama4      num_local_experts   intermediate_size               one of the route
                                                                 layers off interleave_moe
                                                                 _layer_step, of width
                                                                 intermediate_size_mlp
+minimax_m2  num_local_experts   intermediate_size               none (shared_intermediate
+                                                                _size must be 0); none
 ==========  ==================  ==============================  ========================
+
+minimax_m2 (MiniMax-M2 and M2.1, vLLM's and SGLang's minimax_m2.py): GQA with ``head_dim``,
+no biases unless ``attention_bias``, rotary on ``rotary_dim`` of each head (a
+``partial_rotary_factor``, top level or in ``rope_parameters``, wins), a sigmoid router with
+``e_score_correction_bias`` (fp32, not counted), top ``num_experts_per_tok``. Its q and k
+RMSNorms span all heads (``qk_norm_type`` per_layer, the only kind vLLM builds; weights
+[h hd] and [kv hd]; ``use_qk_norm`` false is refused, vLLM builds them whatever it says);
+under TP their fp32 variance ([T, 2]) is all-reduced every layer. ``attn_type_list`` must be
+1 (softmax attention) on every layer: 0, MiniMax-Text-01/M1's lightning attention, is
+refused naming its index. ``num_mtp_modules`` x ``mtp_transformer_layers`` MTP layers are
+counted apart as DeepSeek's. Its fp8 ``quantization_config`` (128 x 128 blocks; the router
+and LM head 16-bit) is read as deepseek_v3's.
 
 llama4 (Llama 4 Scout and Maverick, vLLM's llama4.py; the Llama4ForConditionalGeneration
 wrapper is read from its ``text_config``, model_type llama4_text, which is also read bare):
@@ -145,7 +159,8 @@ UNMODELLED_FIELDS = {
     "index_topk": "sparse attention with a lightning indexer (DeepSeek-V3.2)",
     "linear_num_value_heads": "linear-attention (Gated DeltaNet) layers (Qwen3-Next)",
     "full_attention_interval": "linear-attention layers between full ones (Qwen3-Next)",
-    "attn_type_list": "lightning (linear) attention layers (MiniMax)",
+    # MiniMax-M2's (model_type minimax_m2) is read, and must say softmax on every layer
+    "attn_type_list": "lightning (linear) attention layers (MiniMax-Text-01/M1)",
     "attention_chunk_size": "chunked local attention (Llama 4)",
     "mamba_d_state": "Mamba layers (Jamba)",
     "hybrid_override_pattern": "Mamba layers (Nemotron-H)",
@@ -163,6 +178,7 @@ ARCHITECTURE_TYPES = {
     "Llama4ForCausalLM": "llama4_text",
     "Llama4ForConditionalGeneration": "llama4",
     "LlamaForCausalLM": "llama",
+    "MiniMaxM2ForCausalLM": "minimax_m2",
     "MistralForCausalLM": "mistral",
     "MixtralForCausalLM": "mixtral",
     "Qwen2ForCausalLM": "qwen2",

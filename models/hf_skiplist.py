@@ -79,7 +79,8 @@ def _module_names(
         leaves.setdefault(name, []).append((group, layer, frozenset(pieces)))
         need[group, layer] = need.get((group, layer), frozenset()) | frozenset(pieces)
 
-    moe = "block_sparse_moe" if model_type == "mixtral" else "mlp"
+    # Mixtral's and MiniMax-M2's experts: block_sparse_moe.experts.N.w1/w3/w2
+    moe = "block_sparse_moe" if model_type in ("mixtral", "minimax_m2") else "mlp"
     shared = "shared_expert" if model_type == "qwen2_moe" else "shared_experts"
     # Llama 4 (Llama4ForConditionalGeneration's checkpoint): the language model under
     # language_model.model, its MLPs and experts under feed_forward (a bare text model's

@@ -14,7 +14,10 @@ Parameter layout of one layer (d = hidden_size, I = intermediate_size)::
 
 ``mlp_bias`` means "every linear layer outside Wqkv has a bias" (gpt2, gpt3, opt, neox);
 ``qkv_bias`` alone is qwen2's layout (biases on q, k, v only); ``qk_norm`` is qwen3's
-RMSNorm of each query and key head (a weight [head_dim] each, per layer).
+RMSNorm of each query and key head (a weight [head_dim] each, per layer); with
+``qk_norm_whole`` (MiniMax-M2's ``qk_norm_type: per_layer``) one RMSNorm over the whole q
+(all heads, a weight [h hd]) and one over the whole k ([kv hd]), whose variance the TP ranks
+sum with an all-reduce.
 
 Mixture of experts (``num_experts`` E > 0; gated, bias-free MLPs only): every layer not in
 ``dense_layers`` replaces the MLP with::
@@ -77,6 +80,7 @@ LATER_FIELDS = (
     *MOE_INT_FIELDS,
     "dense_layers",
     "qk_norm",
+    "qk_norm_whole",
     *ATTENTION_INT_FIELDS,
     "sliding_layers",
     "chunked_layers",
@@ -95,6 +99,7 @@ _BOOL_FIELDS = (
     "mlp_bias",
     "learned_position_embeddings",
     "qk_norm",
+    "qk_norm_whole",
     "attention_sinks",
 )
 
@@ -120,6 +125,9 @@ class ModelSpec(AttentionShapes, ExpertShapes):
     max_position_embeddings: int = 0  # 0 = unknown
     learned_position_embeddings: bool = False  # gpt2/gpt3/opt: a [max_pos, d] table
     qk_norm: bool = False  # qwen3: an RMSNorm [head_dim] on q and one on k, per layer
+    #: MiniMax-M2: the q and k norms span all heads (weights [h hd] and [kv hd]); under TP
+    #: their variance is all-reduced (vLLM's MiniMaxText01RMSNormTP.forward_qk)
+    qk_norm_whole: bool = False
     num_experts: int = 0  # E routed experts per MoE layer; 0 = dense
     experts_per_token: int = 0  # k: routed experts each token uses (top-k)
     moe_intermediate_size: int = 0  # Im: one routed expert's FFN width
@@ -199,6 +207,8 @@ class ModelSpec(AttentionShapes, ExpertShapes):
                 "embeddings has no rotary embedding"
             )
         self._check_kept(where)
+        if self.qk_norm_whole and not self.qk_norm:
+            raise ModelError(f"qk_norm_whole=True {where}: needs qk_norm (the norms it spans)")
         if not _is_int(self.vision_params) or not 0 <= self.vision_params <= MAX_POSITIONS:
             raise ModelError(
                 f"vision_params={self.vision_params!r} {where}: must be an integer from 0 "
@@ -292,7 +302,14 @@ class ModelSpec(AttentionShapes, ExpertShapes):
         """Two norms per layer (before attention, before the MLP), the q and k norms, and
         MLA's norms of the q and KV latents."""
         latent = (self.q_lora_rank + self.kv_lora_rank) if self.is_mla else 0
-        return 2 * self.final_norm_params() + (2 * self.head_dim if self.qk_norm else 0) + latent
+        return 2 * self.final_norm_params() + self.qk_norm_params() + latent
+
+    def qk_norm_params(self) -> int:
+        """The q and k norms' weights of one layer: [head_dim] each (qwen3), or [h hd] and
+        [kv hd] spanning every head (``qk_norm_whole``, MiniMax-M2); 0 without."""
+        if not self.qk_norm:
+            return 0
+        return self.q_size + self.kv_size if self.qk_norm_whole else 2 * self.head_dim
 
     def params_per_layer(self) -> int:
         """All parameters of one transformer layer."""

@@ -107,7 +107,9 @@ def weight_params_per_gpu(model: ModelSpec, tp: int, experts: ExpertSplit | None
     branches = 3 if model.gated_mlp else 2
     if model.mlp_bias:
         bias += (branches - 1) * inner + d
-    norms = 2 * (2 * d if model.norm == "layernorm" else d) + (2 * hd if model.qk_norm else 0)
+    # the q and k norms: whole per head; MiniMax-M2's span the heads, sharded with them
+    qk = (h + kv) * hd if model.qk_norm_whole else (2 * hd if model.qk_norm else 0)
+    norms = 2 * (2 * d if model.norm == "layernorm" else d) + qk
     if model.is_mla:  # the q and KV latents' norms, replicated
         norms += model.q_lora_rank + model.kv_lora_rank
     if model.attention_sinks:  # one logit per head, split with the heads

@@ -37,6 +37,9 @@ PUBLISHED_PARAMS = {
     # Meta's model cards count the vision encoder (about 0.87 B), which tpsim does not
     "llama-4-scout": 109e9,
     "llama-4-maverick": 400e9,
+    # MiniMax-AI/MiniMax-M2 README: "230 billion total parameters with 10 billion active"
+    # (the MTP modules apart)
+    "minimax-m2": 230e9,
 }
 #: Entries whose published count holds a vision encoder tpsim leaves out: within 1.2 %.
 WITH_VISION = ("llama-4-scout", "llama-4-maverick")
@@ -74,7 +77,7 @@ def test_get_model_unknown_name_lists_the_catalog() -> None:
         "model='foo': unknown model; catalog: codellama-34b, deepseek-v3, gpt-oss-120b, "
         "gpt-oss-20b, gpt3-175b, llama-2-13b, "
         "llama-2-70b, llama-2-7b, llama-3.1-405b, llama-3.1-70b, llama-3.1-8b, llama-33b, "
-        "llama-4-maverick, llama-4-scout, "
+        "llama-4-maverick, llama-4-scout, minimax-m2, "
         "mistral-7b, mixtral-8x22b, mixtral-8x7b, qwen2.5-72b, qwen3-235b-a22b, qwen3-30b-a3b, "
         "qwen3-32b or a path to a config.json"
     )

@@ -40,6 +40,12 @@ from tpsim.core.lowering.step import Slice, batch_slices, passes, step_pricing
 from tpsim.core.program import Program, Programs
 from tpsim.models.spec import ModelSpec
 
+#: Bytes a token adds to MiniMax-M2's q/k-norm all-reduce: its q and its k mean of squares,
+#: fp32 ([T, 2]: vLLM's MiniMaxText01RMSNormTP.forward_qk concatenates q_var and k_var
+#: before tensor_model_parallel_all_reduce; SGLang's rms_sumsq_serial pads the 2T floats
+#: to a multiple of 4, at most 12 bytes more)
+QK_VAR_BYTES = 8
+
 
 class _Megatron(LatentAttention, ExpertBlock):
     """The Megatron TP split of one transformer, per rank, emitted into an OpBuilder."""
@@ -239,11 +245,14 @@ class _Megatron(LatentAttention, ExpertBlock):
             return
         self.column_gemm(mb, "qkv_proj", layer, (h + 2 * kv) * hd, "attn_in")  # [T, (h+2kv)hd]
         tokens = mb.tokens
-        if m.qk_norm:  # RMSNorm of each q and k head: [T (h + kv), hd] read and written
-            rows = tokens * (h + kv)
-            shape = f"[{rows}, {hd}]"
-            self.ew(mb, "qk_norm", layer, 2 * rows * hd * self.act_b + 2 * hd * self.act_b,
-                    4.0 * rows * hd, shape, rows, hd)  # fmt: skip
+        if m.qk_norm_whole and self.tp > 1:
+            self.qk_norm_tp(mb, layer)
+        elif m.qk_norm:  # RMSNorm of each q and k head: [T (h + kv), hd] read and written
+            # (MiniMax-M2's on one rank: of the whole q and the whole k, [T, (h + kv) hd])
+            rows, width = (tokens, (h + kv) * hd) if m.qk_norm_whole else (tokens * (h + kv), hd)
+            weights = (h + kv) * hd if m.qk_norm_whole else 2 * hd
+            self.ew(mb, "qk_norm", layer, 2 * rows * width * self.act_b + weights * self.act_b,
+                    4.0 * rows * width, f"[{rows}, {width}]", rows, width)  # fmt: skip
         if not m.learned_position_embeddings and not self.rotary_in_attention:
             # rotary on q and k, in place: only the rotated dims of each head are read and
             # written (vLLM's rotary_embedding kernel loops over rot_dim / 2 pairs a head)
@@ -272,6 +281,21 @@ class _Megatron(LatentAttention, ExpertBlock):
         shape += " (kernel table)" if cost.measured else ""
         self.build.kernel(mb.index, "attn", "attention", layer, cost, shape)  # o: [T, h hd]
         self.row_gemm(mb, "o_proj", layer, h * hd, "attn_out")  # [T, h hd] x [h hd, d] -> sum
+
+    def qk_norm_tp(self, mb: Slice, layer: int) -> None:
+        """MiniMax-M2's q and k norms over all heads, split over the TP ranks (vLLM's
+        MiniMaxText01RMSNormTP.forward_qk, SGLang's MiniMaxM2QKRMSNorm): each rank's mean
+        of squares of its q and of its k shard, per token, in fp32 ([T, 2]); one all-reduce
+        of those 8 bytes a token sums them over the ranks; then q and k are scaled by their
+        rsqrt and weight shard. Two passes over q and k, the collective between them."""
+        tokens, qk = mb.tokens, (self.h + self.kv) * self.hd
+        shape = f"[{tokens}, {qk}] -> [{tokens}, 2] fp32"
+        self.ew(mb, "qk_norm_var", layer, tokens * qk * self.act_b + 8 * tokens,
+                2.0 * tokens * qk, shape, tokens, qk)  # fmt: skip
+        self.build.collective(mb.index, "all_reduce", "qk_norm", layer, QK_VAR_BYTES * tokens)
+        nbytes = (2 * tokens * qk + qk) * self.act_b + 8 * tokens  # q, k in and out; weights
+        self.ew(mb, "qk_norm", layer, nbytes, 3.0 * tokens * qk, f"[{tokens}, {qk}]", tokens,
+                qk)  # fmt: skip
 
     def mlp_block(self, mb: Slice, layer: int) -> None:
         if not self.fuse:
