@@ -199,11 +199,22 @@ class AttentionShapes:
             return (tokens - 1) % self.attention_chunk_size + 1
         return tokens
 
-    def held(self, layer: int, tokens: int) -> int:
+    def held(self, layer: int, tokens: int, new: int = 0) -> int:
         """Tokens ``layer``'s cache must hold for one sequence of up to ``tokens`` tokens: the
         window on a sliding layer, one chunk on a chunked layer (a chunk's keys are all held
-        by its last query; the chunks before it are not read again), else all of them."""
+        by its last query; the chunks before it are not read again), else all of them.
+
+        ``new``: the last ``new`` of the ``tokens`` are computed in this step (a prefill
+        pass). Their K and V are all written into the cache before the attention reads
+        them, so a chunked layer holds its current chunk's cached tokens plus every new one:
+        ``(tokens - new) mod C + new`` (vLLM V1's ChunkedLocalAttentionSpec
+        .max_memory_usage_bytes: "at most attention_chunk_size computed tokens plus the
+        newly scheduled tokens"; ChunkedLocalAttentionManager frees the chunks before the
+        computed tokens' own, get_num_skipped_tokens, only before the next step). A whole
+        prompt in one pass: all of it, on every layer."""
         if self.is_chunked_layer(layer):
+            if new:
+                return (tokens - new) % self.attention_chunk_size + new
             return min(tokens, self.attention_chunk_size)
         return self.attended(layer, tokens)
 

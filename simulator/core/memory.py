@@ -254,8 +254,11 @@ def memory_per_stage(
         + (routed - kept_routed) * e_b
         + (other + router + kept_linear + kept_routed) * act_b
     )
+    # a prefill pass writes every prompt token's K and V into the cache (a chunked layer's
+    # too: its chunks before the last are freed only after the pass)
+    new = workload.prompt_len if workload.phase == "prefill" else 0
     kv_cache = round(
-        workload.batch * kv_elements_per_rank(model, tp, workload.kv_len, layers) * kv_b
+        workload.batch * kv_elements_per_rank(model, tp, workload.kv_len, layers, new) * kv_b
     )
     mb = -(-workload.batch // micro_batches)
     one = Workload(mb, workload.phase, workload.prompt_len, workload.context_len)
@@ -270,14 +273,18 @@ def memory_per_stage(
     return MemoryUse(weights, kv_cache, activations, total, capacity, total <= capacity)
 
 
-def kv_elements_per_rank(model: ModelSpec, tp: int, tokens: int, layers: range) -> int:
+def kv_elements_per_rank(
+    model: ModelSpec, tp: int, tokens: int, layers: range, new: int = 0
+) -> int:
     """Cache elements one sequence of ``tokens`` tokens holds on one rank in ``layers``:
     K and V of the rank's KV heads per token (MLA: the whole latent ``kv_lora_rank +
     qk_rope_head_dim``, which has no head to split, on every rank), on a sliding layer
     only the last ``sliding_window`` tokens, on a chunked layer at most one
-    ``attention_chunk_size`` chunk (:meth:`~tpsim.models.spec.ModelSpec.held`)."""
+    ``attention_chunk_size`` chunk, or, while ``new`` of them are computed in one pass,
+    the chunk's cached tokens and all the new ones
+    (:meth:`~tpsim.models.spec.ModelSpec.held`)."""
     width = kv_width_per_rank(model, shard(model, tp).kv_heads)
-    return width * sum(model.held(i, tokens) for i in layers)
+    return width * sum(model.held(i, tokens, new) for i in layers)
 
 
 def _largest(fits: Callable[[int], bool], low: int, high: int) -> int:

@@ -153,6 +153,22 @@ def test_kv_held_at_100k() -> None:
     assert m.held(0, 100_000) == 8192 and m.held(0, 5000) == 5000
 
 
+def test_prefill_pass_holds_every_new_token() -> None:
+    """A prefill pass writes each new token's K and V into the cache before attending, and
+    vLLM frees a chunked layer's earlier chunks only before the next step
+    (ChunkedLocalAttentionSpec.max_memory_usage_bytes: a chunk's computed tokens plus the
+    newly scheduled ones): a 32K prompt in one pass holds all 32K tokens on every layer,
+    as full attention does; after 10,000 cached tokens, 2,000 new ones hold 1,808 + 2,000."""
+    m = get_model("llama-4-scout")
+    assert m.held(0, 32_768, 32_768) == 32_768
+    assert m.held(0, 12_000, 2_000) == 1_808 + 2_000
+    assert m.held(3, 12_000, 2_000) == 12_000  # a NoPE layer: all of them
+    hw = Workload(1, "prefill", 32_768, 1)
+    one = kv_elements_per_rank(m, 4, 1, range(48))
+    memory = simulate("llama-4-scout", TOPO, Layout(4), hw, Options()).summary["memory"]
+    assert memory["kv_cache_bytes_per_gpu"] == 32_768 * one * 2  # bf16, all 48 layers
+
+
 @pytest.mark.parametrize(("change", "says"), [
     ({"attention_chunk_size": 0}, r"^attention_chunk_size=0 .*positive"),
     ({"attention_chunk_size": "8k"}, r"^attention_chunk_size='8k' .*integer"),
