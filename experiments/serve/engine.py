@@ -250,7 +250,8 @@ class EngineInstance:
     def _grow_at(self, i: int, tokens: int) -> bool:
         """Blocks for the running request at position ``i`` to hold ``tokens``; False when
         too few are free."""
-        blocks = self.kv.hold(tokens, int(self.running.cols[BLOCKS, i]))
+        cols = self.running.cols
+        blocks = self.kv.hold(tokens, int(cols[BLOCKS, i]), int(cols[COMPUTED, i]))
         if blocks is not None:
             self.running.cols[BLOCKS, i] = blocks
         return blocks is not None
@@ -304,8 +305,15 @@ class EngineInstance:
                 left = np.where((computed < prompt) == (only == "prefills"), left, 0)
             n = np.minimum(left, budget - (np.cumsum(left) - left))
             ok = n > 0
+            if layout.chunked:  # vLLM's remove_skipped_blocks, before allocating: the
+                # chunked groups free the blocks before the computed tokens' chunk
+                freed = np.maximum(cols[BLOCKS] - layout.blocks_of(computed, computed), 0)
+                if total_freed := int(freed.sum()):
+                    cols[BLOCKS] -= freed
+                    self.pool.release([], total_freed)
             held = cols[BLOCKS]
-            need = np.where(ok, layout.blocks_of(computed + n) - held, 0)
+            given = computed if layout.chunked else None
+            need = np.where(ok, layout.blocks_of(computed + n, given) - held, 0)
             np.maximum(need, 0, out=need)
             total = np.cumsum(need)
             m = len(total)

@@ -35,9 +35,12 @@ class BlockLayout:
     those past it, a page), as many as it holds of the main pool below that.
 
     ``chunked`` groups (Llama 4's chunked local attention layers, vLLM V1's
-    ``ChunkedLocalAttentionManager``): a sequence keeps only the blocks of its current
-    ``chunk``-token chunk (``get_num_skipped_tokens``: ``num_computed_tokens // chunk *
-    chunk`` tokens skipped, their whole blocks freed), at most :attr:`chunk_blocks`."""
+    ``ChunkedLocalAttentionManager``): a sequence keeps only the blocks from its computed
+    tokens' chunk on (``get_num_skipped_tokens``: ``num_computed_tokens // chunk * chunk``
+    tokens skipped, their whole blocks freed by ``remove_skipped_blocks`` before each
+    allocation): given the tokens computed, the blocks past the skipped ones (a step's new
+    tokens all held, however many chunks they span); without, the most a decoding sequence
+    keeps, :attr:`chunk_blocks`."""
 
     size: int
     full: int = 1
@@ -68,24 +71,38 @@ class BlockLayout:
         """The most blocks of the sliding pool a sequence keeps."""
         return -(-self.swa_keep // self.size)
 
-    def blocks_for(self, tokens: int) -> int:
-        """Blocks that hold ``tokens`` of one sequence."""
+    def skipped(self, computed: int) -> int:
+        """The whole blocks a chunked group has freed once ``computed`` tokens are computed
+        (vLLM's ChunkedLocalAttentionManager.get_num_skipped_tokens // block_size)."""
+        return computed // self.chunk * self.chunk // self.size
+
+    def blocks_for(self, tokens: int, computed: int | None = None) -> int:
+        """Blocks that hold ``tokens`` of one sequence, ``computed`` of them computed before
+        this step (None: a decoding sequence's most, :attr:`chunk_blocks` a chunked
+        group)."""
         n = -(-tokens // self.size)
-        chunked = self.chunked * min(n, self.chunk_blocks) if self.chunked else 0
+        chunked = 0
+        if self.chunked:
+            kept = min(n, self.chunk_blocks) if computed is None else n - self.skipped(computed)
+            chunked = self.chunked * kept
         return (
             self.full * n
             + (self.sliding * min(n, self.window_blocks) if self.sliding else 0)
             + chunked
         )
 
-    def blocks_of(self, tokens: np.ndarray) -> np.ndarray:
-        """:meth:`blocks_for` of each of ``tokens``."""
+    def blocks_of(self, tokens: np.ndarray, computed: np.ndarray | None = None) -> np.ndarray:
+        """:meth:`blocks_for` of each of ``tokens`` (and ``computed``)."""
         n = -(-tokens // self.size)
         out = self.full * n
         if self.sliding:
             out = out + self.sliding * np.minimum(n, self.window_blocks)
         if self.chunked:
-            out = out + self.chunked * np.minimum(n, self.chunk_blocks)
+            if computed is None:
+                out = out + self.chunked * np.minimum(n, self.chunk_blocks)
+            else:
+                skipped = computed // self.chunk * self.chunk // self.size
+                out = out + self.chunked * (n - skipped)
         return out
 
     def swa_held(self, blocks: int) -> int:
@@ -149,15 +166,15 @@ class RequestBlocks:
         self.size = layout.size
         self.swa_free = layout.swa_pool
 
-    def blocks_for(self, tokens: int) -> int:
-        """Blocks that hold ``tokens``."""
-        return self.layout.blocks_for(tokens)
+    def blocks_for(self, tokens: int, computed: int | None = None) -> int:
+        """Blocks that hold ``tokens`` (``computed`` of them computed before)."""
+        return self.layout.blocks_for(tokens, computed)
 
-    def hold(self, tokens: int, held: int) -> int | None:
+    def hold(self, tokens: int, held: int, computed: int | None = None) -> int | None:
         """The blocks held once ``tokens`` fit, from ``held``, taking what is missing (and
         the sliding pool's, where there is one); None (nothing taken) when too few are free
-        in either."""
-        need = self.blocks_for(tokens) - held
+        in either. ``computed``: the tokens computed before (:meth:`BlockLayout.blocks_for`)."""
+        need = self.blocks_for(tokens, computed) - held
         if need > 0:
             swa = self.layout.swa_held(held + need) - self.layout.swa_held(held)
             if swa > self.swa_free or not self.pool.take(need):
@@ -167,7 +184,7 @@ class RequestBlocks:
 
     def grow(self, r: Request, tokens: int) -> bool:
         """Blocks for ``r`` (not running) to hold ``tokens``; False when too few are free."""
-        blocks = self.hold(tokens, r.blocks)
+        blocks = self.hold(tokens, r.blocks, r.computed)
         if blocks is not None:
             r.blocks = blocks
         return blocks is not None
@@ -207,9 +224,12 @@ class RequestBlocks:
         its next ``tokens`` can be had too (vLLM V1: the cached blocks first, then blocks for
         the tokens after them); False (nothing held) otherwise."""
         hit = len(keys) * self.size
-        if self.blocks_for(hit + tokens) - len(keys) + self.pool.cost_of(keys) > self.pool.free:
+        if (
+            self.blocks_for(hit + tokens, hit) - len(keys) + self.pool.cost_of(keys)
+            > self.pool.free
+        ):
             return False
-        if self.layout.swa_held(self.blocks_for(hit + tokens)) > self.swa_free:
+        if self.layout.swa_held(self.blocks_for(hit + tokens, hit)) > self.swa_free:
             return False
         self.pool.acquire(keys)
         self.swa_free -= self.layout.swa_held(len(keys))

@@ -94,6 +94,36 @@ def test_llama4_chunked_groups() -> None:
     assert hybrid_layout(scout, range(24), 16)[1] == 6
 
 
+def test_llama4_chunked_groups_free_past_chunks() -> None:
+    """vLLM frees a chunked group's blocks before the computed tokens' chunk
+    (remove_skipped_blocks, before each allocation) and allocates every new token of a step:
+    with 9,999 tokens computed and one more, Scout holds 625 full blocks and 3 x (625 - 512)
+    chunked ones, 964 (not 625 + 3 x 512); a step of 8,192 new tokens after 4,096 holds all
+    768 blocks in each group, 3,072."""
+    layout = hybrid_layout(get_model("llama-4-scout"), range(48), 16)[0]
+    assert layout.blocks_for(10_000, 9_999) == 625 + 3 * 113
+    assert layout.blocks_for(12_288, 4_096) == 4 * 768
+    assert layout.blocks_for(8_192, 8_191) == 4 * 512 and layout.blocks_for(8_193, 8_192) == 513 + 3
+    got = layout.blocks_of(np.array([10_000, 12_288]), np.array([9_999, 4_096])).tolist()
+    assert got == [964, 3072]
+
+
+def test_an_engine_instance_frees_past_chunks() -> None:
+    """A 10,000-token Scout prompt in steps of 8,192 tokens: 2,048 blocks after the first
+    (512 in each of four groups); the second step frees the chunked groups' first chunk
+    before taking blocks for its 1,808 tokens, 964 held; the first decode 968."""
+    spec = replace(scheduler("vllm", 80 * 2**30), async_scheduling=False)
+    layout = BlockLayout(16, 1, 0, 0, chunked=3, chunk=8192)
+    e = EngineInstance(spec, 100_000, lambda step: 0.01, lambda i: (10_000, 3, -1, 0),
+                       layout=layout)  # fmt: skip
+    e.admit(0, 0.0)
+    held = []
+    for _ in range(3):
+        e.finish(e.step(0.0) or 0.0)
+        held.append(e.total_blocks - e.free)
+    assert held == [2048, 964, 968]
+
+
 def test_llama4_cache_per_engine() -> None:
     """Maverick at TP 8 in fp8: vLLM's hybrid manager gives the chunked groups blocks of a
     quarter of the model's layers (four times the blocks of one pool); SGLang and
