@@ -210,12 +210,19 @@ class AttentionShapes:
         ``(tokens - new) mod C + new`` (vLLM V1's ChunkedLocalAttentionSpec
         .max_memory_usage_bytes: "at most attention_chunk_size computed tokens plus the
         newly scheduled tokens"; ChunkedLocalAttentionManager frees the chunks before the
-        computed tokens' own, get_num_skipped_tokens, only before the next step). A whole
-        prompt in one pass: all of it, on every layer."""
+        computed tokens' own, get_num_skipped_tokens, only before the next step). A sliding
+        layer likewise holds the window's cached tokens before them, ``min(tokens - new,
+        window - 1) + new`` (SlidingWindowSpec.max_memory_usage_bytes: "we allocate KV cache
+        for the last sliding_window-1 computed tokens plus the newly scheduled tokens";
+        SlidingWindowManager frees the tokens before
+        ``num_computed_tokens - window + 1`` only before the next step). A whole prompt in
+        one pass: all of it, on every layer."""
         if self.is_chunked_layer(layer):
             if new:
                 return (tokens - new) % self.attention_chunk_size + new
             return min(tokens, self.attention_chunk_size)
+        if self.is_sliding_layer(layer) and new:
+            return min(tokens - new, self.sliding_window - 1) + new
         return self.attended(layer, tokens)
 
     def mla_params_per_layer(self) -> int:

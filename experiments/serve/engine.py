@@ -305,14 +305,15 @@ class EngineInstance:
                 left = np.where((computed < prompt) == (only == "prefills"), left, 0)
             n = np.minimum(left, budget - (np.cumsum(left) - left))
             ok = n > 0
-            if layout.chunked:  # vLLM's remove_skipped_blocks, before allocating: the
-                # chunked groups free the blocks before the computed tokens' chunk
+            if layout.chunked or layout.sliding:  # vLLM's remove_skipped_blocks, before
+                # allocating: the chunked groups free the blocks before the computed tokens'
+                # chunk, the sliding ones those before their window
                 freed = np.maximum(cols[BLOCKS] - layout.blocks_of(computed, computed), 0)
                 if total_freed := int(freed.sum()):
                     cols[BLOCKS] -= freed
                     self.pool.release([], total_freed)
             held = cols[BLOCKS]
-            given = computed if layout.chunked else None
+            given = computed if layout.chunked or layout.sliding else None
             need = np.where(ok, layout.blocks_of(computed + n, given) - held, 0)
             np.maximum(need, 0, out=need)
             total = np.cumsum(need)

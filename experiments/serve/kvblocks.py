@@ -25,9 +25,11 @@ class BlockLayout:
     tokens in each of ``full`` groups of layers, and in each of ``sliding`` groups only the
     blocks that hold its last ``window`` tokens (vLLM V1's hybrid KV cache manager: a block
     of the pool holds one group's layers; ``SlidingWindowManager.remove_skipped_blocks``
-    frees the blocks wholly before the window, so a sequence keeps at most
-    ``ceil((window - 1) / size) + 1`` of them). One full group and no sliding one: every
-    layer's cache at the sequence's length.
+    frees the blocks wholly before the window before each allocation, so a decoding
+    sequence keeps at most ``ceil((window - 1) / size) + 1`` of them, and a prefill step's
+    new tokens are all held until the next step, the window's ``window - 1`` cached tokens
+    before them: given the tokens computed, the blocks past :meth:`slid`). One full group
+    and no sliding one: every layer's cache at the sequence's length.
 
     ``swa_pool`` blocks (SGLang's ``SWAKVPool``): the sliding layers in a second pool of
     their own, the main pool's blocks holding the full layers; a sequence holds in it at
@@ -76,27 +78,36 @@ class BlockLayout:
         (vLLM's ChunkedLocalAttentionManager.get_num_skipped_tokens // block_size)."""
         return computed // self.chunk * self.chunk // self.size
 
+    def slid(self, computed: int) -> int:
+        """The whole blocks a sliding group has freed once ``computed`` tokens are computed
+        (vLLM's SlidingWindowManager.get_num_skipped_tokens, ``computed - window + 1``
+        tokens, // block_size)."""
+        return max(computed - self.window + 1, 0) // self.size
+
     def blocks_for(self, tokens: int, computed: int | None = None) -> int:
         """Blocks that hold ``tokens`` of one sequence, ``computed`` of them computed before
         this step (None: a decoding sequence's most, :attr:`chunk_blocks` a chunked
         group)."""
         n = -(-tokens // self.size)
-        chunked = 0
+        chunked = sliding = 0
         if self.chunked:
             kept = min(n, self.chunk_blocks) if computed is None else n - self.skipped(computed)
             chunked = self.chunked * kept
-        return (
-            self.full * n
-            + (self.sliding * min(n, self.window_blocks) if self.sliding else 0)
-            + chunked
-        )
+        if self.sliding:
+            kept = min(n, self.window_blocks) if computed is None else n - self.slid(computed)
+            sliding = self.sliding * kept
+        return self.full * n + sliding + chunked
 
     def blocks_of(self, tokens: np.ndarray, computed: np.ndarray | None = None) -> np.ndarray:
         """:meth:`blocks_for` of each of ``tokens`` (and ``computed``)."""
         n = -(-tokens // self.size)
         out = self.full * n
         if self.sliding:
-            out = out + self.sliding * np.minimum(n, self.window_blocks)
+            if computed is None:
+                out = out + self.sliding * np.minimum(n, self.window_blocks)
+            else:
+                slid = np.maximum(computed - self.window + 1, 0) // self.size
+                out = out + self.sliding * (n - slid)
         if self.chunked:
             if computed is None:
                 out = out + self.chunked * np.minimum(n, self.chunk_blocks)

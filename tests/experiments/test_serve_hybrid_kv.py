@@ -43,14 +43,19 @@ def test_a_sliding_group_keeps_the_window_s_blocks() -> None:
 
 
 def test_an_engine_instance_holds_the_window_only() -> None:
-    """A 1024-token prompt and one output token on a hybrid layout: 73 blocks held (64 a
-    full group's, 9 the sliding group's), not 128 (both groups at full length)."""
+    """A 1024-token prompt and its decodes on a hybrid layout: its prefill step holds all
+    128 blocks (each new token's K and V is written before attention, and vLLM's
+    SlidingWindowManager frees the blocks before the window only before the next
+    allocation); from the next step on, 73 (64 a full group's, 9 the sliding group's), not
+    128 (both groups at full length). tpsim had held the window only from the prefill on."""
     spec = replace(scheduler("vllm", 80 * 2**30), async_scheduling=False)
-    e = EngineInstance(spec, 1000, lambda step: 0.01, lambda i: (1024, 2, -1, 0),
+    e = EngineInstance(spec, 1000, lambda step: 0.01, lambda i: (1024, 3, -1, 0),
                        layout=BlockLayout(16, 1, 1, 128))  # fmt: skip
     e.admit(0, 0.0)
     e.finish(e.step(0.0) or 0.0)
-    assert e.total_blocks - e.free == 73
+    assert e.total_blocks - e.free == 128
+    e.finish(e.step(0.01) or 0.0)
+    assert e.total_blocks - e.free == 65 + 9  # 1025 tokens: a full group's 65 blocks
 
 
 def test_gpt_oss_holds_as_many_sequences_as_vllm() -> None:

@@ -126,6 +126,24 @@ def test_sliding_window_caches_and_attends_over_the_window_only() -> None:
     assert m.kv_bytes_per_token("bf16") == 36 * 2 * 8 * 64 * 2
 
 
+def test_a_prefill_pass_holds_its_new_tokens_on_sliding_layers() -> None:
+    """Each new token's K and V is written into the cache before attention, and vLLM frees
+    a sliding layer's tokens before the window only before the next step (SlidingWindowSpec:
+    the last window - 1 computed tokens plus the newly scheduled ones): a 32K prompt in one
+    pass holds all of it on every layer (gpt-oss-120b at TP 1: 1.21 -> 2.42 GB of cache,
+    tpsim had held the window on the sliding layers); a decode still holds the window."""
+    from tpsim import Layout, Options, Workload, simulate
+
+    m = MODELS["gpt-oss-120b"]
+    assert m.held(0, 32_768, 32_768) == 32_768
+    assert m.held(0, 12_000, 2_000) == 127 + 2_000
+    assert m.held(0, 12_000) == 128 and m.held(1, 12_000, 2_000) == 12_000  # a full layer
+    pass_ = Workload(1, "prefill", 32_768, 1)
+    memory = simulate("gpt-oss-120b", "dgx-h100", Layout(1), pass_, Options()).summary["memory"]
+    per_token = 36 * 2 * 8 * 64 * 2  # every layer, K and V of 8 heads of 64, bf16
+    assert memory["kv_cache_bytes_per_gpu"] == 32_768 * per_token
+
+
 def test_gpt_oss_layer_types_default_alternate_and_are_checked() -> None:
     cfg = _cfg("gpt-oss-20b")
     del cfg["layer_types"]
