@@ -69,6 +69,7 @@ class AttentionShapes:
     sliding_layers: tuple[int, ...]
     attention_chunk_size: int
     chunked_layers: tuple[int, ...]
+    linear_layers: tuple[int, ...]
     attention_sinks: bool
     qk_norm_whole: bool
     expert_dtype: str
@@ -192,7 +193,10 @@ class AttentionShapes:
         """Keys a query at ``tokens`` tokens of context attends over in ``layer``: the
         window on a sliding layer; on a chunked layer the keys of its own chunk, from
         ``floor((tokens - 1) / C) C`` to itself: ``(tokens - 1) mod C + 1`` (transformers'
-        create_chunked_causal_mask, vLLM's ChunkedLocalAttention)."""
+        create_chunked_causal_mask, vLLM's ChunkedLocalAttention); none on a linear-attention
+        layer (its recurrent state stands for them)."""
+        if self.is_linear_layer(layer):
+            return 0
         if self.is_sliding_layer(layer):
             return min(tokens, self.sliding_window)
         if self.is_chunked_layer(layer) and tokens > 0:
@@ -202,7 +206,8 @@ class AttentionShapes:
     def held(self, layer: int, tokens: int, new: int = 0) -> int:
         """Tokens ``layer``'s cache must hold for one sequence of up to ``tokens`` tokens: the
         window on a sliding layer, one chunk on a chunked layer (a chunk's keys are all held
-        by its last query; the chunks before it are not read again), else all of them.
+        by its last query; the chunks before it are not read again), none on a linear layer,
+        else all of them.
 
         ``new``: the last ``new`` of the ``tokens`` are computed in this step (a prefill
         pass). Their K and V are all written into the cache before the attention reads
@@ -216,7 +221,7 @@ class AttentionShapes:
         for the last sliding_window-1 computed tokens plus the newly scheduled tokens";
         SlidingWindowManager frees the tokens before
         ``num_computed_tokens - window + 1`` only before the next step). A whole prompt in
-        one pass: all of it, on every layer."""
+        one pass: all of it, on every attention layer."""
         if self.is_chunked_layer(layer):
             if new:
                 return (tokens - new) % self.attention_chunk_size + new
@@ -257,6 +262,8 @@ class AttentionShapes:
     if TYPE_CHECKING:  # ModelSpec's own
 
         def num_params(self) -> int: ...
+        def is_linear_layer(self, layer: int) -> bool: ...
+        def linear_state_elements(self, tp: int = 1) -> int: ...
         def params_per_layer(self) -> int: ...
         def moe_params_per_layer(self, experts: int | None = None) -> int: ...
         def mlp_params_per_layer(self) -> int: ...
@@ -287,6 +294,13 @@ class AttentionShapes:
                 f"chunked local attention ({self.attention_chunk_size}-token chunks) on "
                 f"{len(self.chunked_layers)} of {self.num_layers} layers, full attention on "
                 "the others"
+            )
+        if self.linear_layers:
+            out.append(
+                f"linear attention (Gated DeltaNet) on {len(self.linear_layers)} of "
+                f"{self.num_layers} layers: no KV cache there, a constant state of "
+                f"{self.linear_state_elements()} elements a sequence and layer (conv and "
+                "recurrent), full attention on the others"
             )
         if self.attention_sinks:
             out.append("attention sinks: one learned logit per head and layer")

@@ -258,6 +258,10 @@ HF_IDS: dict[str, str] = {
         # M2.1 has M2's architecture and config (SGLang's docs/basic_usage/minimax_m2.md:
         # "only need to update the model name"; the same deployment commands)
         "minimax-m2": ("MiniMaxAI/MiniMax-M2", "MiniMaxAI/MiniMax-M2.1"),
+        "qwen3-next-80b-a3b": (
+            "Qwen/Qwen3-Next-80B-A3B-Instruct",
+            "Qwen/Qwen3-Next-80B-A3B-Thinking",
+        ),
         "codellama-34b": (
             "codellama/CodeLlama-34b-hf",
             "codellama/CodeLlama-34b-Instruct-hf",

@@ -312,6 +312,91 @@ def _minimax_m2(r: Reader, name: str) -> ModelSpec:
     )
 
 
+#: Qwen3NextConfig's defaults (transformers' configuration_qwen3_next.py) of the fields its
+#: reader takes when absent: vLLM reads the same config object
+_QWEN3_NEXT_DEFAULTS = {
+    "head_dim": 256,
+    "linear_conv_kernel_dim": 4,
+    "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128,
+    "linear_num_key_heads": 16,
+    "linear_num_value_heads": 32,
+}
+_LINEAR, _FULL = "linear_attention", "full_attention"
+
+
+def _qwen3_next(r: Reader, name: str) -> ModelSpec:
+    """Qwen3-Next (transformers' Qwen3NextConfig and modeling_qwen3_next.py, vLLM's
+    qwen3_next.py and gdn_linear_attn.py): ``layer_types`` (default: every
+    ``full_attention_interval``-th layer, 4, full attention, the others linear) says which
+    layers are Gated DeltaNet linear attention (``linear_num_key_heads`` x
+    ``linear_key_head_dim`` q and k, ``linear_num_value_heads`` x ``linear_value_head_dim``
+    v, a causal conv of ``linear_conv_kernel_dim``) and which gated full attention: GQA with
+    ``head_dim``, q_proj doubled for the sigmoid output gate (``attn_output_gate``, vLLM's
+    default true), per-head q/k RMSNorms, rotary on ``partial_rotary_factor`` (0.25) of
+    each head. Every layer's MLP is qwen2_moe's (``num_experts`` of
+    ``moe_intermediate_size``, top ``num_experts_per_tok``, a shared expert of
+    ``shared_expert_intermediate_size`` whose [d, 1] sigmoid gate is not counted;
+    ``mlp_only_layers`` and ``decoder_sparse_step`` dense). ``num_nextn_predict_layers``
+    (vLLM's qwen3_next_mtp.py: 1 when absent) MTP layers, each a full-attention layer, are
+    counted apart as DeepSeek's. Absent linear and head fields take Qwen3NextConfig's
+    defaults."""
+    r = Reader({**_QWEN3_NEXT_DEFAULTS, **r.cfg}, r.source)
+    if r.boolean("attention_bias", False):
+        raise r.fail("attention_bias", True, "biases on q, k, v and o_proj are not modelled "
+                     "for Qwen3-Next (vLLM's qwen3_next.py builds none)")  # fmt: skip
+    layers = r.integer("num_hidden_layers")
+    kinds = r.cfg.get("layer_types")
+    if kinds is None:
+        interval = r.integer("full_attention_interval", 4)
+        kinds = [_FULL if (i + 1) % interval == 0 else _LINEAR for i in range(layers)]
+    if not isinstance(kinds, list) or len(kinds) < layers:
+        raise r.fail("layer_types", kinds, f"must be a list of at least {layers} layer "
+                     "types, one per layer")  # fmt: skip
+    for i, kind in enumerate(kinds[:layers]):
+        if kind not in (_LINEAR, _FULL):
+            raise r.fail(f"layer_types[{i}]", kind, "must be linear_attention or "
+                         "full_attention (what vLLM's Qwen3NextDecoderLayer builds)")  # fmt: skip
+    linear = tuple(i for i in range(layers) if kinds[i] == _LINEAR)
+    nk, nv = r.integer("linear_num_key_heads"), r.integer("linear_num_value_heads")
+    if nv % nk:
+        raise r.fail("linear_num_value_heads", nv, f"must be a multiple of "
+                     f"linear_num_key_heads={nk} (vLLM groups v heads by key head)")  # fmt: skip
+    conv = r.integer("linear_conv_kernel_dim")
+    if conv < 2:
+        raise r.fail("linear_conv_kernel_dim", conv, "must be at least 2 (the conv state "
+                     "holds its last kernel - 1 inputs)")  # fmt: skip
+    experts = r.integer("num_experts")
+    step = r.integer("decoder_sparse_step", 1)
+    only = r.cfg.get("mlp_only_layers") or []
+    if not isinstance(only, list) or not all(
+        isinstance(i, int) and not isinstance(i, bool) and 0 <= i < layers for i in only
+    ):
+        raise r.fail("mlp_only_layers", only, f"must be a list of layer indices below {layers}")
+    d, heads = r.integer("hidden_size"), r.integer("num_attention_heads")
+    head_dim = heads_of(r, d, "num_attention_heads", heads)[1]
+    return llama_like(
+        r,
+        name,
+        "qwen3_next",
+        num_experts=experts,
+        experts_per_token=top_k(r, experts),
+        moe_intermediate_size=r.integer("moe_intermediate_size"),
+        shared_intermediate_size=r.integer("shared_expert_intermediate_size", 512, minimum=0),
+        dense_layers=tuple(i for i in range(layers) if i in only or (i + 1) % step != 0),
+        qk_norm=True,
+        rotary_dim=_rotary_dim(r, head_dim, 0.25),
+        mtp_layers=r.integer("num_nextn_predict_layers", 1, minimum=0),
+        linear_layers=linear,
+        linear_key_heads=nk if linear else 0,
+        linear_value_heads=nv if linear else 0,
+        linear_key_head_dim=r.integer("linear_key_head_dim") if linear else 0,
+        linear_value_head_dim=r.integer("linear_value_head_dim") if linear else 0,
+        linear_conv_kernel=conv if linear else 0,
+        attn_output_gate=r.boolean("attn_output_gate", True),
+    )
+
+
 def _gpt_neox(r: Reader, name: str) -> ModelSpec:
     d = r.integer("hidden_size")
     heads = r.integer("num_attention_heads")
@@ -456,6 +541,18 @@ FAMILIES: dict[str, tuple[Family, tuple[str, ...]]] = {
         ("num_experts", "num_experts_per_tok", "moe_intermediate_size"),
     ),
     "qwen3": (lambda r, name: llama_like(r, name, "qwen3"), ()),
+    # Qwen3-Next: Gated DeltaNet linear attention on 3 of every 4 layers
+    "qwen3_next": (
+        _qwen3_next,
+        (
+            "num_experts",
+            "num_experts_per_tok",
+            "moe_intermediate_size",
+            "linear_num_value_heads",
+            "full_attention_interval",
+            "layer_types",
+        ),
+    ),
     "qwen3_moe": (
         lambda r, name: _qwen_moe(r, name, "qwen3_moe"),
         ("num_experts", "num_experts_per_tok", "moe_intermediate_size"),

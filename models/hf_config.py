@@ -37,7 +37,22 @@ llama4      num_local_experts   intermediate_size               one of the route
                                                                 intermediate_size_mlp
 minimax_m2  num_local_experts   intermediate_size               none (shared_intermediate
                                                                 _size must be 0); none
+qwen3_next  num_experts         moe_intermediate_size           shared_expert_intermediate
+                                                                _size (512); as qwen2_moe
 ==========  ==================  ==============================  ========================
+
+qwen3_next (Qwen3-Next, vLLM's qwen3_next.py and gdn_linear_attn.py): ``layer_types``
+(default: every ``full_attention_interval``-th layer, 4, ``full_attention``, the others
+``linear_attention``; any other kind refused naming its index) picks each layer's token
+mixer. A linear layer is Gated DeltaNet: ``linear_num_key_heads`` q/k heads of
+``linear_key_head_dim``, ``linear_num_value_heads`` (a multiple of them) v heads of
+``linear_value_head_dim``, a causal conv of ``linear_conv_kernel_dim`` (at least 2), no KV
+cache but a constant state per sequence (:mod:`tpsim.models.linear_attention`). A full
+layer is GQA with ``head_dim`` (absent: 256, Qwen3NextConfig's), q_proj doubled for the
+sigmoid output gate (``attn_output_gate``, default true), per-head q/k RMSNorms and rotary on
+``partial_rotary_factor`` (0.25) of each head; ``attention_bias`` true is refused. Absent
+linear fields take Qwen3NextConfig's defaults. ``num_nextn_predict_layers`` (1 when absent,
+as vLLM's qwen3_next_mtp.py reads it) MTP layers are counted apart as DeepSeek's.
 
 minimax_m2 (MiniMax-M2 and M2.1, vLLM's and SGLang's minimax_m2.py): GQA with ``head_dim``,
 no biases unless ``attention_bias``, rotary on ``rotary_dim`` of each head (a
@@ -71,7 +86,8 @@ weights at TP 8) and ``num_nextn_predict_layers`` MTP layers counted apart as De
 granitemoe (Granite-3.0 MoE) is mixtral's layout without a window; its multipliers change no
 cost and ``attention_bias`` true (biases vLLM does not build) is refused.
 
-qwen2_moe's sigmoid gate on the shared expert ([d, 1] per layer) is not counted; qwen3_moe
+qwen2_moe's (and qwen3_next's) sigmoid gate on the shared expert ([d, 1] per layer) is not
+counted; qwen3_moe
 has qwen3's q/k norms, qwen2_moe qwen2's q, k, v biases. ``norm_topk_prob`` changes no cost.
 
 deepseek_v2/deepseek_v3 (and kimi_k2, Kimi-K2's DeepseekV3ForCausalLM, which vLLM's registry
@@ -157,6 +173,7 @@ UNMODELLED_FIELDS = {
     # a relabelled config's cache and attention time would be off (Qwen3-Next's 48 layers
     # cached where 12 are: 4x)
     "index_topk": "sparse attention with a lightning indexer (DeepSeek-V3.2)",
+    # Qwen3-Next's (model_type qwen3_next) are read
     "linear_num_value_heads": "linear-attention (Gated DeltaNet) layers (Qwen3-Next)",
     "full_attention_interval": "linear-attention layers between full ones (Qwen3-Next)",
     # MiniMax-M2's (model_type minimax_m2) is read, and must say softmax on every layer
@@ -185,6 +202,7 @@ ARCHITECTURE_TYPES = {
     "Qwen2MoeForCausalLM": "qwen2_moe",
     "Qwen3ForCausalLM": "qwen3",
     "Qwen3MoeForCausalLM": "qwen3_moe",
+    "Qwen3NextForCausalLM": "qwen3_next",
 }
 #: Families tpsim knows and does not model yet: model_type and what is missing (none now).
 REFUSED_TYPES: dict[str, str] = {}

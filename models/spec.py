@@ -61,6 +61,7 @@ from tpsim.models.dtypes import DTYPE_BYTES, check_dtype
 from tpsim.models.errors import ModelError
 from tpsim.models.experts import MOE_INT_FIELDS, ExpertShapes
 from tpsim.models.kept import Kept, KeptModules, check_kept
+from tpsim.models.linear_attention import LINEAR_INT_FIELDS, LinearShapes
 
 #: Norm layers and their parameter vectors of size d per norm.
 NORM_VECTORS: dict[str, int] = {"rmsnorm": 1, "layernorm": 2}
@@ -90,6 +91,9 @@ LATER_FIELDS = (
     "kept_16bit",
     "kv_cache_dtype",
     "vision_params",
+    "linear_layers",
+    *LINEAR_INT_FIELDS,
+    "attn_output_gate",
 )
 
 _BOOL_FIELDS = (
@@ -101,11 +105,12 @@ _BOOL_FIELDS = (
     "qk_norm",
     "qk_norm_whole",
     "attention_sinks",
+    "attn_output_gate",
 )
 
 
 @dataclass(frozen=True)
-class ModelSpec(AttentionShapes, ExpertShapes):
+class ModelSpec(AttentionShapes, ExpertShapes, LinearShapes):
     """Architecture of a decoder-only transformer (validated on construction)."""
 
     name: str
@@ -162,6 +167,17 @@ class ModelSpec(AttentionShapes, ExpertShapes):
     #: ``kv_cache_quant_algo``, llm-compressor's ``kv_cache_scheme``), which the engines'
     #: ``auto`` cache follows when it runs as stored; "": none declared
     kv_cache_dtype: str = ""
+    #: Qwen3-Next: the linear-attention (Gated DeltaNet) layers (:mod:`tpsim.models.
+    #: linear_attention`), their key and value heads, head widths and conv kernel
+    linear_layers: tuple[int, ...] = ()
+    linear_key_heads: int = 0
+    linear_value_heads: int = 0
+    linear_key_head_dim: int = 0
+    linear_value_head_dim: int = 0
+    linear_conv_kernel: int = 0
+    #: Qwen3-Next's full layers: q_proj doubled, its second half a sigmoid gate on the
+    #: attention output (vLLM's Qwen3NextAttention, ``attn_output_gate``)
+    attn_output_gate: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -198,6 +214,7 @@ class ModelSpec(AttentionShapes, ExpertShapes):
             raise ModelError(f"norm={self.norm!r} {where}: unknown norm; valid: {valid}")
         self._check_moe(where)
         self._check_attention(where)
+        self._check_linear(where)
         if self.expert_dtype and self.expert_dtype not in DTYPE_BYTES:
             valid = ", ".join(sorted(DTYPE_BYTES))
             raise ModelError(f"expert_dtype={self.expert_dtype!r} {where}: unknown; valid: {valid}")
@@ -250,7 +267,7 @@ class ModelSpec(AttentionShapes, ExpertShapes):
         shared = self.shared_intermediate_size
         return {
             "qkv_proj": (self.mla_params_per_layer() - o if self.is_mla
-                         else d * (self.q_size + 2 * self.kv_size)),
+                         else d * self.qkv_width),
             "o_proj": o,
             "mlp_up": (2 if self.gated_mlp else 1) * d * inner,
             "mlp_down": d * inner,
@@ -275,6 +292,12 @@ class ModelSpec(AttentionShapes, ExpertShapes):
         """Width of the key (and of the value) projection: num_kv_heads * head_dim."""
         return self.num_kv_heads * self.head_dim
 
+    @property
+    def qkv_width(self) -> int:
+        """Outputs of the fused QKV projection: q (twice with ``attn_output_gate``: the
+        gate), k and v."""
+        return self.q_size * (2 if self.attn_output_gate else 1) + 2 * self.kv_size
+
     # -- parameter counts ----------------------------------------------------------------
 
     def attention_params_per_layer(self) -> int:
@@ -286,7 +309,7 @@ class ModelSpec(AttentionShapes, ExpertShapes):
         return self._mha_params() + sinks
 
     def _mha_params(self) -> int:
-        d, qkv = self.hidden_size, self.q_size + 2 * self.kv_size
+        d, qkv = self.hidden_size, self.qkv_width
         wqkv = d * qkv + (qkv if self.qkv_bias else 0)
         wo = self.q_size * d + (d if self.mlp_bias else 0)
         return wqkv + wo
@@ -312,7 +335,8 @@ class ModelSpec(AttentionShapes, ExpertShapes):
         return self.q_size + self.kv_size if self.qk_norm_whole else 2 * self.head_dim
 
     def params_per_layer(self) -> int:
-        """All parameters of one transformer layer."""
+        """All parameters of one transformer layer (a full-attention one where the model has
+        linear layers: :meth:`linear_layer_delta` apart)."""
         return (
             self.attention_params_per_layer()
             + self.mlp_params_per_layer()
@@ -354,12 +378,25 @@ class ModelSpec(AttentionShapes, ExpertShapes):
             return active
         return active - self.embedding_params() + self.embedding_lookup_params()
 
+    def linear_layer_delta(self) -> int:
+        """Parameters a linear-attention layer has beyond a full one: its token mixer
+        (:meth:`linear_params_per_layer`, its gated norm in it) instead of attention and the
+        q/k norms."""
+        if not self.linear_layers:
+            return 0
+        return (
+            self.linear_params_per_layer()
+            - self.attention_params_per_layer()
+            - self.qk_norm_params()
+        )
+
     def _params(self, experts: int | None) -> int:
         total = (
             self.num_layers * self.params_per_layer()
             + self.embedding_params()
             + self.lm_head_params()
             + self.final_norm_params()
+            + len(self.linear_layers) * self.linear_layer_delta()
         )
         if self.num_experts:  # MoE layers: the expert FFN instead of the dense MLP
             moe = self.moe_params_per_layer(experts) - self.mlp_params_per_layer()
@@ -372,11 +409,14 @@ class ModelSpec(AttentionShapes, ExpertShapes):
         Biases, norms and the embedding lookup are excluded. An MoE layer counts what one
         token multiplies: the router, its top-k experts and the shared experts."""
         d = self.hidden_size
-        attention = d * (self.q_size + 2 * self.kv_size) + self.q_size * d
+        attention = d * self.qkv_width + self.q_size * d
         if self.is_mla:
             attention = self.mla_params_per_layer()
         mlp = (3 if self.gated_mlp else 2) * d * self.intermediate_size
         total = self.num_layers * (attention + mlp) + self.vocab_size * d
+        if self.linear_layers:  # in_proj_qkvz, in_proj_ba and out_proj instead
+            linear = sum(self.linear_gemm_params().values())
+            total += len(self.linear_layers) * (linear - attention)
         if self.num_experts:
             moe = self.moe_params_per_layer(self.experts_per_token) - mlp
             total += self.num_moe_layers * moe
@@ -396,6 +436,8 @@ class ModelSpec(AttentionShapes, ExpertShapes):
             + self.final_norm_params()
             + self.num_layers * self.norm_params_per_layer()
             + routers
+            # a linear layer's conv, decay parameters and gated norm, not its q/k norms
+            + len(self.linear_layers) * (self.linear_other_params() - self.qk_norm_params())
         )
 
     def weight_bytes(self, dtype: str | None = None) -> int:
@@ -417,9 +459,10 @@ class ModelSpec(AttentionShapes, ExpertShapes):
 
     def kv_bytes_per_token(self, dtype: str | None = None) -> int:
         """KV cache bytes for one token over all layers (whole model, unsharded; a sliding
-        layer holds the token while it is inside the window)."""
+        layer holds the token while it is inside the window; a linear layer none)."""
         bytes_per = DTYPE_BYTES[check_dtype(self.dtype if dtype is None else dtype)]
-        return round(self.num_layers * self.kv_elements_per_token() * bytes_per)
+        cached = self.num_layers - len(self.linear_layers)
+        return round(cached * self.kv_elements_per_token() * bytes_per)
 
     def flops_per_token(self, context_len: int) -> float:
         """Forward FLOPs for one token attending over ``context_len`` keys.
@@ -432,7 +475,8 @@ class ModelSpec(AttentionShapes, ExpertShapes):
             raise ModelError(f"context_len={context_len!r}: must be a non-negative integer")
         per_key = 2 * self.num_heads * (self.head_dim + self.value_head_dim)
         keys = sum(self.attended(i, context_len) for i in range(self.num_layers))
-        return float(2 * self.matmul_params() + per_key * keys)
+        recurrent = len(self.linear_layers) * self.linear_flops_per_token()
+        return float(2 * self.matmul_params() + per_key * keys + recurrent)
 
     def to_dict(self) -> dict[str, object]:
         """The fields as a dict (the run summary's ``config.model``). The MoE and qk_norm
@@ -442,7 +486,8 @@ class ModelSpec(AttentionShapes, ExpertShapes):
         for field in LATER_FIELDS:
             if out[field] == _DEFAULTS[field]:
                 del out[field]
-        for field in ("dense_layers", "sliding_layers", "chunked_layers", "weight_block"):
+        for field in ("dense_layers", "sliding_layers", "chunked_layers", "weight_block",
+                      "linear_layers"):  # fmt: skip
             if field in out:
                 out[field] = list(getattr(self, field))
         if "kept_16bit" in out:

@@ -70,7 +70,12 @@ def group_params_of_layer(
     :data:`tpsim.models.kept.GROUPS` the layer has; the router apart)."""
     d, hd, split = model.hidden_size, model.head_dim, shard(model, tp, experts)
     h, kv, inner = split.heads, split.kv_heads, split.mlp_width
-    out = {"qkv_proj": d * (h + 2 * kv) * hd, "o_proj": h * hd * d}
+    gate = h if model.attn_output_gate else 0  # Qwen3-Next: q_proj doubled for its gate
+    out = {"qkv_proj": d * (h + gate + 2 * kv) * hd, "o_proj": h * hd * d}
+    if model.is_linear_layer(layer):  # Gated DeltaNet: in_proj_qkvz and in_proj_ba, out_proj
+        gemms = model.linear_gemm_params()
+        out = {"qkv_proj": (gemms["in_proj_qkvz"] + gemms["in_proj_ba"]) // tp,
+               "o_proj": gemms["out_proj"] // tp}  # fmt: skip
     if model.is_mla:
         o = h * model.value_head_dim * d
         out = {"qkv_proj": attention_params_per_rank(model, tp) - o, "o_proj": o}
@@ -120,6 +125,11 @@ def weight_params_per_gpu(model: ModelSpec, tp: int, experts: ExpertSplit | None
     head = 0 if model.tied_embeddings else vocab * d
     final_norm = 2 * d if model.norm == "layernorm" else d
     rest = model.num_layers * (bias + norms) + embed + head + final_norm
+    if model.linear_layers:  # a linear layer's conv, A_log, dt_bias (1/tp) and gated norm
+        # [dv], not the q/k norms
+        own = (model.linear_conv_dim * model.linear_conv_kernel + 2 * model.linear_value_heads
+               ) // tp + model.linear_value_head_dim  # fmt: skip
+        rest += len(model.linear_layers) * (own - qk)
     return linear_params_per_gpu(model, tp, experts) + rest
 
 
@@ -160,6 +170,13 @@ def activation_elements(
     d, hd, split = model.hidden_size, model.head_dim, shard(model, tp, experts)
     h, kv, inner = split.heads, split.kv_heads, split.mlp_width
     attention = 3 * d + (h + 2 * kv) * hd + h * hd
+    if model.attn_output_gate:  # the gate [T, h hd] beside q
+        attention += h * hd
+    if model.linear_layers:  # qkvz|ba [T, 2 key + 2 value + 2 nv], the conv's output, o
+        key, value = model.linear_key_size // tp, model.linear_value_size // tp
+        nv = model.linear_value_heads // tp
+        linear = 3 * d + (2 * key + 2 * value + 2 * nv) + (2 * key + value) + value
+        attention = max(attention, linear)
     if model.is_mla:  # latents [T, Rq + R + r], q [T, h hd], k and v [T, h (hd + v)], out
         v = model.value_head_dim
         attention = 3 * d + model.q_lora_rank + model.kv_latent_dim + h * (2 * hd + 2 * v)
@@ -260,6 +277,9 @@ def memory_per_stage(
     kv_cache = round(
         workload.batch * kv_elements_per_rank(model, tp, workload.kv_len, layers, new) * kv_b
     )
+    # linear-attention layers: each sequence's conv and recurrent state, whatever its length,
+    # in the model's dtype (vLLM's mamba_cache_dtype and mamba_ssm_cache_dtype "auto")
+    kv_cache += workload.batch * state_bytes_per_rank(model, tp, layers, act_b)
     mb = -(-workload.batch // micro_batches)
     one = Workload(mb, workload.phase, workload.prompt_len, workload.context_len)
     activations = round(activation_elements(model, tp, one, experts) * act_b)
@@ -273,6 +293,15 @@ def memory_per_stage(
     return MemoryUse(weights, kv_cache, activations, total, capacity, total <= capacity)
 
 
+def state_bytes_per_rank(model: ModelSpec, tp: int, layers: range, state_b: float) -> int:
+    """Bytes one sequence's linear-attention state takes on one rank in ``layers``: per
+    linear layer the conv state and the recurrent state of the rank's heads
+    (:meth:`~tpsim.models.spec.ModelSpec.linear_state_elements`), at ``state_b`` bytes an
+    element; constant in the sequence's length. 0 without linear layers."""
+    linear = sum(1 for i in layers if model.is_linear_layer(i))
+    return round(linear * model.linear_state_elements(tp) * state_b)
+
+
 def kv_elements_per_rank(
     model: ModelSpec, tp: int, tokens: int, layers: range, new: int = 0
 ) -> int:
@@ -281,8 +310,8 @@ def kv_elements_per_rank(
     qk_rope_head_dim``, which has no head to split, on every rank), on a sliding layer
     only the last ``sliding_window`` tokens, on a chunked layer at most one
     ``attention_chunk_size`` chunk, or, while ``new`` of them are computed in one pass,
-    the chunk's cached tokens and all the new ones
-    (:meth:`~tpsim.models.spec.ModelSpec.held`)."""
+    the cached tokens a sliding or chunked layer keeps and all the new ones, none on a
+    linear-attention layer (:meth:`~tpsim.models.spec.ModelSpec.held`)."""
     width = kv_width_per_rank(model, shard(model, tp).kv_heads)
     return width * sum(model.held(i, tokens, new) for i in layers)
 

@@ -113,6 +113,12 @@ def check_tp(model: ModelSpec, tp: int, gpus: int) -> None:
             map(str, valid_tp_degrees(model.num_heads, model.num_kv_heads, max(gpus, tp)))
         )
         raise ConfigError(f"tp={tp} {problem} of {model.name}; valid: {valid}")
+    nk = model.linear_key_heads
+    if model.linear_layers and nk % tp:  # vLLM's divide() in GatedDeltaNetAttention
+        raise ConfigError(
+            f"tp={tp} does not divide linear_num_key_heads={nk} of {model.name} (vLLM splits "
+            "the linear-attention heads over the TP ranks)"
+        )
 
 
 def check_weight_blocks(spec: ModelSpec, tp: int, moe_tp: int) -> None:

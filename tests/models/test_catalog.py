@@ -40,6 +40,9 @@ PUBLISHED_PARAMS = {
     # MiniMax-AI/MiniMax-M2 README: "230 billion total parameters with 10 billion active"
     # (the MTP modules apart)
     "minimax-m2": 230e9,
+    # Qwen/Qwen3-Next-80B-A3B-Instruct model card: "80B total parameters and 3B activated"
+    # (the MTP layer apart)
+    "qwen3-next-80b-a3b": 80e9,
 }
 #: Entries whose published count holds a vision encoder tpsim leaves out: within 1.2 %.
 WITH_VISION = ("llama-4-scout", "llama-4-maverick")
@@ -79,7 +82,7 @@ def test_get_model_unknown_name_lists_the_catalog() -> None:
         "llama-2-70b, llama-2-7b, llama-3.1-405b, llama-3.1-70b, llama-3.1-8b, llama-33b, "
         "llama-4-maverick, llama-4-scout, minimax-m2, "
         "mistral-7b, mixtral-8x22b, mixtral-8x7b, qwen2.5-72b, qwen3-235b-a22b, qwen3-30b-a3b, "
-        "qwen3-32b or a path to a config.json"
+        "qwen3-32b, qwen3-next-80b-a3b or a path to a config.json"
     )
 
 

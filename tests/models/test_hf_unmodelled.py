@@ -26,11 +26,13 @@ QWEN3_NEXT = {
 }  # fmt: skip
 
 
-def test_qwen3_next_is_refused_as_itself_and_relabelled() -> None:
+def test_qwen3_next_is_read_as_itself_and_refused_relabelled() -> None:
     """Read as qwen2_moe it priced 48 layers of KV cache where 12 have one (4x: 98 KB a
-    token, not 24.6 KB) and Gated DeltaNet as softmax attention."""
-    with pytest.raises(ModelError, match=r"^model_type='qwen3_next'"):
-        spec_from_hf_dict(QWEN3_NEXT, "q")
+    token, not 24.6 KB) and Gated DeltaNet as softmax attention; as itself (model_type
+    qwen3_next) its linear layers are read (tests/models/test_qwen3_next.py)."""
+    spec = spec_from_hf_dict(QWEN3_NEXT, "q")
+    assert len(spec.linear_layers) == 36
+    assert spec.kv_bytes_per_token() == 12 * 2 * 2 * 256 * 2  # 24.6 KB: the 12 full layers
     for family in ("qwen2_moe", "qwen3_moe"):
         with pytest.raises(ModelError, match=r"^linear_num_value_heads=32 .*Gated DeltaNet"):
             spec_from_hf_dict({**QWEN3_NEXT, "model_type": family}, "q")

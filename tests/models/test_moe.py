@@ -35,11 +35,14 @@ PUBLISHED = {
     "llama-4-maverick": (400, 17),
     # MiniMax-AI/MiniMax-M2 README: "230 billion total parameters with 10 billion active"
     "minimax-m2": (230, 10),
+    # Qwen/Qwen3-Next-80B-A3B-Instruct's card: "80B total parameters and 3B activated"
+    "qwen3-next-80b-a3b": (80, 3),
 }
-#: Published active counts rounded to a whole 10 B: within half of it (MiniMax-M2's 10.42 B).
-ROUNDED = {"minimax-m2": 0.05}
+#: Published active counts rounded to a whole 10 B: within half of it (MiniMax-M2's 10.42 B);
+#: Qwen3-Next's "A3B" rounded down to the B (3.56 B without the embedding table).
+ROUNDED = {"minimax-m2": 0.05, "qwen3-next-80b-a3b": 0.2}
 #: Whose published active count leaves the embedding table out (the row a token reads only).
-NO_EMBEDDING = ("deepseek-v3", "gpt-oss-120b", "gpt-oss-20b", "minimax-m2")
+NO_EMBEDDING = ("deepseek-v3", "gpt-oss-120b", "gpt-oss-20b", "minimax-m2", "qwen3-next-80b-a3b")
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))

@@ -137,7 +137,7 @@ class KernelTable:
         # nor latent attention, a sliding window, attention chunks or attention sinks: their
         # attention differs
         fits = fits and not model.is_mla and not model.sliding_layers and not model.attention_sinks
-        fits = fits and not model.chunked_layers
+        fits = fits and not model.chunked_layers and not model.linear_layers
         shape = Shape(model.hidden_size, model.num_heads, model.num_kv_heads,
                       model.intermediate_size, tp)  # fmt: skip
         return replace(self, bound=shape if fits and self.ops else None)

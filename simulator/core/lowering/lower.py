@@ -32,6 +32,7 @@ from tpsim.core.kernels.kernel_table import KernelTable
 from tpsim.core.kernels.pricing import Pricing
 from tpsim.core.lowering import host
 from tpsim.core.lowering.experts import ExpertSplit, expert_split
+from tpsim.core.lowering.gdn import GatedDeltaNet
 from tpsim.core.lowering.mla import LatentAttention
 from tpsim.core.lowering.moe_block import ExpertBlock
 from tpsim.core.lowering.opbuild import OpBuilder
@@ -47,7 +48,7 @@ from tpsim.models.spec import ModelSpec
 QK_VAR_BYTES = 8
 
 
-class _Megatron(LatentAttention, ExpertBlock):
+class _Megatron(LatentAttention, ExpertBlock, GatedDeltaNet):
     """The Megatron TP split of one transformer, per rank, emitted into an OpBuilder."""
 
     def __init__(
@@ -243,7 +244,12 @@ class _Megatron(LatentAttention, ExpertBlock):
             self.latent_attention(mb, layer, mb.tokens, mb.batch, w.phase, w.prompt_len,
                                   w.context_len)  # fmt: skip
             return
-        self.column_gemm(mb, "qkv_proj", layer, (h + 2 * kv) * hd, "attn_in")  # [T, (h+2kv)hd]
+        if m.is_linear_layer(layer):  # Gated DeltaNet (Qwen3-Next): tpsim.core.lowering.gdn
+            self.linear_attention(mb, layer)
+            return
+        # [T, (h+2kv)hd]; with Qwen3-Next's output gate q twice: [T, (2h+2kv)hd]
+        gate = h if m.attn_output_gate else 0
+        self.column_gemm(mb, "qkv_proj", layer, (h + gate + 2 * kv) * hd, "attn_in")
         tokens = mb.tokens
         if m.qk_norm_whole and self.tp > 1:
             self.qk_norm_tp(mb, layer)
@@ -280,6 +286,10 @@ class _Megatron(LatentAttention, ExpertBlock):
             shape += f" chunk {chunk}"
         shape += " (kernel table)" if cost.measured else ""
         self.build.kernel(mb.index, "attn", "attention", layer, cost, shape)  # o: [T, h hd]
+        if gate:  # o * sigmoid(gate): read both [T, h hd], write o (vLLM's Qwen3NextAttention)
+            out = tokens * h * hd
+            self.ew(mb, "attn_gate", layer, 3 * out * self.act_b, 5.0 * out,
+                    f"[{tokens}, {h * hd}]", tokens, h * hd)  # fmt: skip
         self.row_gemm(mb, "o_proj", layer, h * hd, "attn_out")  # [T, h hd] x [h hd, d] -> sum
 
     def qk_norm_tp(self, mb: Slice, layer: int) -> None:
