@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from tpsim.core.config import Options, tp_problem
 from tpsim.core.errors import ConfigError
-from tpsim.core.step_timer import IterationTimer
+from tpsim.core.step_timer import IterationTimer, linear_refusal
 from tpsim.experiments.plan_rate_text import MIN_RATE, table, verdict
 from tpsim.experiments.serve.disagg import Disagg
 from tpsim.experiments.serve.metrics import per_request
@@ -352,6 +352,9 @@ def _evaluate(args: tuple[RateRequest, int, int, int, int, int, int]) -> RateRow
 def plan_rate(req: RateRequest, jobs: int = 0) -> list[RateRow]:
     """Every unit evaluated, ranked: meeting the SLOs first, then the fewest GPUs, the most
     load per GPU; the others by how close they come."""
+    spec = get_model(req.model)
+    if spec.linear_layers:  # every unit's serving run would be refused: say why, once
+        raise ConfigError(linear_refusal(spec))
     cands = units(req)
     if not cands:
         raise ConfigError(f"model={req.model}: no TP group splits it on {req.topology}")

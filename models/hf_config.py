@@ -52,7 +52,9 @@ layer is GQA with ``head_dim`` (absent: 256, Qwen3NextConfig's), q_proj doubled 
 sigmoid output gate (``attn_output_gate``, default true), per-head q/k RMSNorms and rotary on
 ``partial_rotary_factor`` (0.25) of each head; ``attention_bias`` true is refused. Absent
 linear fields take Qwen3NextConfig's defaults. ``num_nextn_predict_layers`` (1 when absent,
-as vLLM's qwen3_next_mtp.py reads it) MTP layers are counted apart as DeepSeek's.
+as vLLM's qwen3_next_mtp.py reads it) MTP layers are counted apart as DeepSeek's. Qwen3.5
+(``qwen3_5``, ``qwen3_5_moe`` and their ``_text`` models: the same layers in a multimodal
+wrapper) is refused naming what is not read.
 
 minimax_m2 (MiniMax-M2 and M2.1, vLLM's and SGLang's minimax_m2.py): GQA with ``head_dim``,
 no biases unless ``attention_bias``, rotary on ``rotary_dim`` of each head (a
@@ -204,8 +206,18 @@ ARCHITECTURE_TYPES = {
     "Qwen3MoeForCausalLM": "qwen3_moe",
     "Qwen3NextForCausalLM": "qwen3_next",
 }
-#: Families tpsim knows and does not model yet: model_type and what is missing (none now).
-REFUSED_TYPES: dict[str, str] = {}
+#: Families tpsim knows and does not model yet: model_type and what is missing.
+_QWEN3_5 = (
+    "Qwen3.5 (Qwen3-Next's Gated DeltaNet and gated full attention layers in a multimodal "
+    "wrapper: text_config, a vision tower, M-RoPE, its SSM state in mamba_ssm_dtype) is not "
+    "read yet; qwen3_next is"
+)
+REFUSED_TYPES: dict[str, str] = {
+    "qwen3_5": _QWEN3_5,
+    "qwen3_5_text": _QWEN3_5,
+    "qwen3_5_moe": _QWEN3_5,
+    "qwen3_5_moe_text": _QWEN3_5,
+}
 
 
 def spec_from_hf_dict(cfg: dict[str, Any], name: str, *, source: str = "config.json") -> ModelSpec:

@@ -148,8 +148,8 @@ def linear_refusal(model: ModelSpec) -> str:
     """Why serving ``model``, which has linear-attention layers, is refused: one line."""
     return (
         f"model={model.name}: serving a model with linear-attention layers is not simulated: "
-        "vLLM keeps a constant state per request and linear layer (MambaSpec) beside the "
-        "KV blocks, which the block pool does not hold (tpsim run and plan price its steps)"
+        "vLLM keeps a state per request and linear layer (MambaSpec) beside the KV blocks, "
+        "which the block pool does not hold; tpsim run and a plan without --rate price it"
     )
 
 

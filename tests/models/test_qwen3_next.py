@@ -209,6 +209,12 @@ def test_cli_run_and_serve_refused(capsys: pytest.CaptureFixture) -> None:
     assert main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "linear-attention" in err[0] and "MambaSpec" in err[0]
+    # the planner under traffic says the same once, not that no unit fits in memory
+    args = ["plan", "--model", "qwen3-next-80b-a3b", "--topology", TOPO, "--rate", "2",
+            "--requests", "20"]  # fmt: skip
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "MambaSpec" in err[0] and "fits" not in err[0]
 
 
 @pytest.mark.parametrize(("change", "says"), [
@@ -261,3 +267,12 @@ def test_tp_must_divide_the_linear_key_heads(tmp_path, capsys) -> None:  # type:
     assert main(["run", "--model", str(path), "--topology", TOPO, "--tp", "8"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "linear_num_key_heads=4" in err[0]
+
+
+@pytest.mark.parametrize("model_type", ["qwen3_5_moe", "qwen3_5_moe_text", "qwen3_5"])
+def test_qwen3_5_refused_naming_what_is_missing(model_type: str) -> None:
+    """Qwen3.5 wraps the same layers in a multimodal config whose SSM state dtype
+    (mamba_ssm_dtype) and vision tower tpsim does not read: refused, not read as Qwen3-Next."""
+    cfg = {**_cfg(), "model_type": model_type, "mamba_ssm_dtype": "float32"}
+    with pytest.raises(ModelError, match=rf"^model_type='{model_type}' .*Qwen3.5 .*not read"):
+        spec_from_hf_dict(cfg, "x")
