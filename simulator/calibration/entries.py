@@ -14,9 +14,11 @@ measurements and kernel tables. Read by :mod:`tpsim.calibration.loader` and
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Mapping
 from decimal import Decimal
+from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -83,7 +85,18 @@ def tables(name: str = "") -> Path:
 
 
 def read(name: str) -> dict[str, Any]:
-    """The parsed data file ``name`` (e.g. ``"nccl.yaml"``) shipped with the package."""
+    """The parsed data file ``name`` (e.g. ``"nccl.yaml"``) shipped with the package: a copy
+    of its own, which the caller may change (an engine profile's overrides are merged into
+    it in place)."""
+    return copy.deepcopy(_parsed(name))
+
+
+@cache
+def _parsed(name: str) -> dict[str, Any]:
+    """A shipped data file parsed once per process (the package's files are not edited
+    under tpsim): every engine profile and every candidate of ``tpsim calibrate`` starts
+    from all of them, and parsing them (pure-Python YAML, about 0.3 s for the set) had
+    been most of the time it took to read a profile."""
     text = resources.files("tpsim.calibration").joinpath("data", name).read_text("utf-8")
     data = yaml.safe_load(text)
     if not isinstance(data, dict):

@@ -9,6 +9,7 @@ is what a run uses, the profile's or its first-principles variant (``--ideal``).
 
 from __future__ import annotations
 
+import copy
 import functools
 import os
 from collections.abc import Callable, Mapping
@@ -139,6 +140,19 @@ def about(name_or_path: str) -> str:
     return str(data.get("about", "")).strip() if isinstance(data, dict) else ""
 
 
+def _parsed(text: str) -> Any:
+    """A profile's text parsed (bounded, unique keys): a copy of its own, the parse kept for
+    the texts read last. A profile is read several times a run (its ``extends`` chain, each
+    data file it overrides, the scheduler check), and ``tpsim calibrate`` reads each shipped
+    base again under every candidate it writes."""
+    return copy.deepcopy(_parsed_once(text))
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed_once(text: str) -> Any:
+    return yaml_load(text, UniqueKeyLoader, max_nodes=100_000)
+
+
 def _overrides(
     name_or_path: str, depth: int = 0, seen: tuple[str, ...] = ()
 ) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
@@ -152,7 +166,7 @@ def _overrides(
         raise CalibrationError(f"engine={show(name_or_path)}: extends itself ({loop})")
     text, where = _profile_text(name_or_path)
     try:
-        data = yaml_load(text, UniqueKeyLoader, max_nodes=100_000)
+        data = _parsed(text)
     except (ReadRefused, ValueError) as e:  # aliases past the bound, a 5000-digit number
         raise CalibrationError(f"{where}: {shorten(str(e))}") from None
     except yaml.YAMLError as e:
