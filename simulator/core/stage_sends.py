@@ -25,6 +25,9 @@ class StageSends:
         self.plan = plan
         #: (stages, per host) -> the placed ranks' links and the router of their sends
         self._placed: dict[tuple[int, int], tuple[Fabric, Router]] = {}
+        #: (tokens, stages, per host) -> the boundaries' times: a pure function of them,
+        #: asked for at every serving step (most steps repeat a batch's token count)
+        self._memo: dict[tuple[int, int, int], tuple[float, ...]] = {}
 
     def seconds(self, tokens: int, pp: int, gpus_per_node: int = 0) -> tuple[float, ...]:
         """What a step of ``tokens`` tokens adds at each boundary of ``pp`` stages of this
@@ -38,6 +41,13 @@ class StageSends:
         time per boundary, none with one stage."""
         if pp < 2:
             return ()
+        key = (tokens, pp, gpus_per_node)
+        done = self._memo.get(key)
+        if done is None:
+            done = self._memo[key] = self._seconds(tokens, pp, gpus_per_node)
+        return done
+
+    def _seconds(self, tokens: int, pp: int, gpus_per_node: int) -> tuple[float, ...]:
         plan, tp = self.plan, self.plan.layout.tp
         placed = self._placed.get((pp, gpus_per_node))
         if placed is None:  # built once: seconds() is called for every serving step
