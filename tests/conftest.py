@@ -26,9 +26,33 @@ pytest.register_assert_rewrite("hostile_corpus")
 SLOW_FIXTURES = frozenset({"demo_run", "tpsim_wheel", "tpsim_tree", "kill_reference"})
 
 
+class _GroupIds:
+    """--dist loadgroup schedules a test by the group its id ends with (``id@group``), which
+    pytest-xdist's worker appends from the ``xdist_group`` markers by setting the item's
+    ``_nodeid``. pytest 9 keeps the id in ``_id`` (a NodeId) instead, so with pytest-xdist
+    3.8 the append does nothing: every worker that drew a test of a session fixture built
+    the fixture itself (the demo twice, 25-55 s each). Where the id has no group after
+    pytest-xdist's hook, this appends it as that hook means to."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        for item in items:
+            mark = item.get_closest_marker("xdist_group")
+            if mark is None or "@" in item.nodeid.rpartition("]")[2]:
+                continue
+            grouped = f"{item.nodeid}@{mark.args[0] if mark.args else mark.kwargs['name']}"
+            node_id = getattr(item, "_id", None)
+            if node_id is not None and hasattr(node_id, "parse"):
+                item._id = type(node_id).parse(grouped)  # type: ignore[attr-defined]
+            else:
+                item._nodeid = grouped  # type: ignore[attr-defined]
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Benchmarks time themselves: they run in this one process, never beside other tests
     on the pytest-xdist workers (``-n auto`` of pyproject's addopts)."""
+    if getattr(config.option, "loadgroup", False):  # a pytest-xdist worker under loadgroup
+        config.pluginmanager.register(_GroupIds(), "tpsim-xdist-group-ids")
     if "benchmark" in (config.getoption("markexpr") or "") and hasattr(
         config.option, "numprocesses"
     ):
@@ -41,8 +65,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         used = sorted(SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())))
         if used:
             item.add_marker(pytest.mark.slow)
-            # one worker builds the session fixture once for all its tests (--dist loadgroup)
-            item.add_marker(pytest.mark.xdist_group(used[0]))
+            # one worker builds the session fixture once for all its tests (--dist loadgroup);
+            # the unpacked tree is the wheel's, so its tests join the wheel's group
+            group = "tpsim_wheel" if used[0] == "tpsim_tree" else used[0]
+            item.add_marker(pytest.mark.xdist_group(group))
     # benchmarks (whole studies and the full validation run: minutes each) stay out of the
     # suite unless asked for by marker (pytest -m benchmark), so plain pytest fits CI's budget
     if "benchmark" not in (config.getoption("markexpr") or ""):
