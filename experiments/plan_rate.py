@@ -27,11 +27,13 @@ from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
+from tpsim.calibration.scheduler import scheduler
 from tpsim.core.config import Options, tp_problem
 from tpsim.core.errors import ConfigError
-from tpsim.core.step_timer import IterationTimer, linear_refusal
+from tpsim.core.step_timer import IterationTimer
 from tpsim.experiments.plan_rate_text import MIN_RATE, table, verdict
 from tpsim.experiments.serve.disagg import Disagg
+from tpsim.experiments.serve.kvcache import linear_refusal
 from tpsim.experiments.serve.metrics import per_request
 from tpsim.experiments.serve.run import ServeResult, ServeSetup, serve
 from tpsim.experiments.serve.workload import arrival_times, parse_lengths, streams, synthetic
@@ -353,8 +355,10 @@ def plan_rate(req: RateRequest, jobs: int = 0) -> list[RateRow]:
     """Every unit evaluated, ranked: meeting the SLOs first, then the fewest GPUs, the most
     load per GPU; the others by how close they come."""
     spec = get_model(req.model)
-    if spec.linear_layers:  # every unit's serving run would be refused: say why, once
-        raise ConfigError(linear_refusal(spec))
+    sched = scheduler(req.engine, 0.0)
+    if spec.linear_layers and sched.sliding_window_kv != "hybrid":
+        # every unit's serving run would be refused: say why, once
+        raise ConfigError(linear_refusal(spec, sched.engine))
     cands = units(req)
     if not cands:
         raise ConfigError(f"model={req.model}: no TP group splits it on {req.topology}")

@@ -19,6 +19,11 @@ if TYPE_CHECKING:
     from tpsim.models.spec import ModelSpec
 
 
+#: The blocks a sequence holds in each linear-attention group: one (vLLM V1's MambaManager
+#: without prefix caching, which vLLM turns off for Qwen3-Next: :func:`hybrid_layout`)
+STATE_BLOCKS = 1
+
+
 @dataclass(frozen=True)
 class BlockLayout:
     """How a sequence holds the pool's blocks, ``size`` tokens each: one block a ``size``
@@ -42,7 +47,12 @@ class BlockLayout:
     tokens skipped, their whole blocks freed by ``remove_skipped_blocks`` before each
     allocation): given the tokens computed, the blocks past the skipped ones (a step's new
     tokens all held, however many chunks they span); without, the most a decoding sequence
-    keeps, :attr:`chunk_blocks`."""
+    keeps, :attr:`chunk_blocks`.
+
+    ``linear`` groups (Qwen3-Next's Gated DeltaNet layers, vLLM V1's ``MambaSpec`` and
+    ``MambaManager``): a sequence holds one block in each, its layers' conv and recurrent
+    state, whatever its length (without prefix caching of the state, the MambaSpec's
+    block_size is max_model_len: ``cdiv(tokens, max_model_len)``, one block)."""
 
     size: int
     full: int = 1
@@ -52,10 +62,11 @@ class BlockLayout:
     swa_keep: int = 0
     chunked: int = 0
     chunk: int = 0
+    linear: int = 0
 
     @property
     def groups(self) -> int:
-        return self.full + self.sliding + self.chunked
+        return self.full + self.sliding + self.chunked + self.linear
 
     @property
     def chunk_blocks(self) -> int:
@@ -96,7 +107,7 @@ class BlockLayout:
         if self.sliding:
             kept = min(n, self.window_blocks) if computed is None else n - self.slid(computed)
             sliding = self.sliding * kept
-        return self.full * n + sliding + chunked
+        return self.full * n + sliding + chunked + self.linear * STATE_BLOCKS
 
     def blocks_of(self, tokens: np.ndarray, computed: np.ndarray | None = None) -> np.ndarray:
         """:meth:`blocks_for` of each of ``tokens`` (and ``computed``)."""
@@ -114,7 +125,7 @@ class BlockLayout:
             else:
                 skipped = computed // self.chunk * self.chunk // self.size
                 out = out + self.chunked * (n - skipped)
-        return out
+        return out + self.linear * STATE_BLOCKS
 
     def swa_held(self, blocks: int) -> int:
         """Blocks of the sliding pool a sequence holding ``blocks`` of the main pool keeps
@@ -137,30 +148,37 @@ def hybrid_layout(model: ModelSpec, layers: range, block_size: int) -> tuple[Blo
     """vLLM V1's hybrid KV cache groups (``_get_kv_cache_groups_uniform_page_size``) of
     ``model``, and the layers of ``layers`` (a pipeline stage's) one block of the pool holds.
 
-    The model's full, sliding and chunked layers (each a KVCacheSpec of its own:
-    FullAttentionSpec, SlidingWindowSpec, ChunkedLocalAttentionSpec) are split into groups of
-    one size: the fewest kind's count, or the most's when it is under 1.5 times that (each
-    kind then padded to whole groups); a model of one kind is one group. A stage's block
-    holds one layer of each of its groups' layers there, the largest group's count on the
-    stage. Llama 4's 12 full and 36 chunked layers: groups of 12, one full and three
-    chunked (vLLM groups chunked layers so by default since VLLM_ALLOW_CHUNKED_LOCAL_ATTN_
-    WITH_HYBRID_KV_CACHE defaults to 1, vllm/envs.py; before, vllm/config/vllm.py turned the
-    hybrid manager off for a model with attention_chunk_size, every layer at length)."""
+    The model's full, sliding, chunked and linear-attention layers (each a KVCacheSpec of
+    its own: FullAttentionSpec, SlidingWindowSpec, ChunkedLocalAttentionSpec, MambaSpec) are
+    split into groups of one size: the fewest kind's count, or the most's when it is under
+    1.5 times that (each kind then padded to whole groups); a model of one kind is one
+    group. A stage's block holds one layer of each of its groups' layers there, the largest
+    group's count on the stage. Llama 4's 12 full and 36 chunked layers: groups of 12, one
+    full and three chunked (vLLM groups chunked layers so by default since
+    VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE defaults to 1, vllm/envs.py; before,
+    vllm/config/vllm.py turned the hybrid manager off for a model with attention_chunk_size,
+    every layer at length). Qwen3-Next's 12 full and 36 linear layers: one full group and
+    three linear ones of 12."""
     sliding = [i for i in range(model.num_layers) if model.is_sliding_layer(i)]
     chunked = [i for i in range(model.num_layers) if model.is_chunked_layer(i)]
-    counts = (model.num_layers - len(sliding) - len(chunked), len(sliding), len(chunked))
+    linear = [i for i in range(model.num_layers) if model.is_linear_layer(i)]
+    full = model.num_layers - len(sliding) - len(chunked) - len(linear)
+    counts = (full, len(sliding), len(chunked), len(linear))
     kinds = [n for n in counts if n]
     size = min(kinds) if max(kinds) >= 1.5 * min(kinds) else max(kinds)
-    nf, ns, nc = (-(-n // size) for n in counts)
+    nf, ns, nc, nl = (-(-n // size) for n in counts)
     here = sum(1 for i in layers if model.is_sliding_layer(i))
     there = sum(1 for i in layers if model.is_chunked_layer(i))
+    state = sum(1 for i in layers if model.is_linear_layer(i))
     per_block = max(
-        -(-(len(layers) - here - there) // nf) if nf else 0,
+        -(-(len(layers) - here - there - state) // nf) if nf else 0,
         -(-here // ns) if ns else 0,
         -(-there // nc) if nc else 0,
+        -(-state // nl) if nl else 0,
     )
     layout = BlockLayout(block_size, nf, ns, model.sliding_window if ns else 0,
-                         chunked=nc, chunk=model.attention_chunk_size if nc else 0)  # fmt: skip
+                         chunked=nc, chunk=model.attention_chunk_size if nc else 0,
+                         linear=nl)  # fmt: skip
     return layout, per_block
 
 
@@ -265,4 +283,4 @@ def own_group(r: Request) -> int:
     return -2 - r.id
 
 
-__all__ = ["BlockLayout", "RequestBlocks", "hybrid_layout", "own_group"]
+__all__ = ["STATE_BLOCKS", "BlockLayout", "RequestBlocks", "hybrid_layout", "own_group"]

@@ -78,7 +78,9 @@ def kv_blocks(
     return kv_cache(timer.plan, spec, pp, hybrid=hybrid)
 
 
-def kv_cache(plan: RunPlan, spec: SchedulerSpec, pp: int = 1, *, hybrid: bool = True) -> KVCache:
+def kv_cache(
+    plan: RunPlan, spec: SchedulerSpec, pp: int = 1, *, hybrid: bool = True, states: bool = True
+) -> KVCache:
     """The blocks of one instance's KV cache, as its engine sizes it (``pp`` pipeline
     stages: each GPU holds its stage's layers, and the stage with the fewest blocks bounds
     the tokens the pipeline holds).
@@ -93,13 +95,18 @@ def kv_cache(plan: RunPlan, spec: SchedulerSpec, pp: int = 1, *, hybrid: bool = 
     (:func:`~tpsim.experiments.serve.kvblocks.hybrid_layout`). ``sliding_window_kv: pool``
     (SGLang's ``SWAKVPool``; ``hybrid`` False: one pool of every layer, for comparison): a
     model of full and sliding layers splits the room between a pool of the full layers and
-    one of the sliding layers (:func:`swa_pools`).
+    one of the sliding layers (:func:`swa_pools`). A model with linear-attention layers:
+    vLLM's hybrid manager's state blocks (:func:`state_block_size`); on an engine without
+    it refused (:func:`linear_refusal`), unless ``states`` is False (the planner's batch
+    bound without traffic, as before: the full layers' KV blocks only).
     """
     model, tp, gpu, options = plan.model, plan.layout.tp, plan.gpu, plan.options
     t = spec.max_num_batched_tokens
     kv_b = dtype_bytes(plan.precision.kv)
     runtime = plan.calib.memory.runtime_bytes
     pools = hybrid and spec.sliding_window_kv == "pool" and _mixed(model)
+    if states and model.linear_layers and not (hybrid and spec.sliding_window_kv == "hybrid"):
+        raise ConfigError(linear_refusal(model, spec.engine, hybrid))
     hybrid = hybrid and spec.sliding_window_kv == "hybrid"
     best: KVCache | None = None
     weights, whole = 0, True  # whole: a block fits in each stage's memory at utilisation 1
@@ -118,9 +125,12 @@ def kv_cache(plan: RunPlan, spec: SchedulerSpec, pp: int = 1, *, hybrid: bool = 
         # latent on each), and what a block of the pool holds
         per_token = kv_elements_per_rank(model, tp, 1, layers) * kv_b
         layout, block = None, per_token * spec.block_size
+        size = spec.block_size
         if hybrid:
-            layout, held = hybrid_layout(model, layers, spec.block_size)
-            block = per_token / len(layers) * held * spec.block_size
+            if model.linear_layers:
+                size = state_block_size(plan, spec)
+            layout, held = hybrid_layout(model, layers, size)
+            block = _layer_token_bytes(plan) * held * size
         blocks = int(room // block) if room > 0 else 0
         sliding, window = 0.0, 0
         if pools:
@@ -130,7 +140,7 @@ def kv_cache(plan: RunPlan, spec: SchedulerSpec, pp: int = 1, *, hybrid: bool = 
             window = model.sliding_window - 1  # SGLang's get_attention_sliding_window_size
         whole = whole and gpu.hbm_bytes - runtime - used >= block
         if best is None or blocks < best.blocks:
-            best = KVCache(blocks, spec.block_size, per_token, round(room), layout,
+            best = KVCache(blocks, size, per_token, round(room), layout,
                            sliding, window)  # fmt: skip
             weights = mem.weights_bytes_per_gpu
     assert best is not None
@@ -154,6 +164,50 @@ def kv_cache(plan: RunPlan, spec: SchedulerSpec, pp: int = 1, *, hybrid: bool = 
             f"({weights / 2**30:.1f} GiB of weights per GPU); {more}"
         )
     return best
+
+
+def linear_refusal(model: ModelSpec, engine: str, hybrid: bool = True) -> str:
+    """Why serving ``model``, which has linear-attention layers, on ``engine`` is refused
+    (``hybrid`` False: with a KV transfer connector): one line."""
+    if not hybrid:
+        return (
+            f"model={model.name}: disaggregated serving of a model with linear-attention "
+            "layers is not simulated: vLLM turns its hybrid KV cache manager off under a KV "
+            "connector, and the linear layers' states (MambaSpec) need it"
+        )
+    return (
+        f"engine={engine}: serving {model.name}, a model with linear-attention layers, is "
+        "simulated for vLLM V1's hybrid KV cache manager only (a state block per request "
+        "and linear group beside the KV blocks); how this engine holds the states is not "
+        "modelled"
+    )
+
+
+def _layer_token_bytes(plan: RunPlan) -> float:
+    """The cache one token adds on one GPU in one full-attention layer (vLLM's
+    ``FullAttentionSpec(block_size=1, ...).page_size_bytes``: K and V of the rank's KV
+    heads, at least one)."""
+    model = plan.model
+    full = next(i for i in range(model.num_layers) if not model.is_linear_layer(i))
+    one = kv_elements_per_rank(model, plan.layout.tp, 1, range(full, full + 1))
+    return one * dtype_bytes(plan.precision.kv)
+
+
+def state_block_size(plan: RunPlan, spec: SchedulerSpec) -> int:
+    """The tokens of a block of a model with linear-attention layers, as vLLM V1 picks it
+    (vllm/model_executor/models/config.py, HybridAttentionMambaModelConfig.
+    verify_and_update_config, without prefix caching): the fewest tokens, a multiple of the
+    attention kernel's block alignment (16: FlashAttention's; not MLA, not a head size of
+    256 on Blackwell, which take 64/128 or 32), whose attention page (the tokens x one
+    layer's K and V per token) holds one layer's state page (``MambaSpec.page_size_bytes``:
+    the conv and recurrent state of the rank's heads, in the model's dtype: mamba_cache_dtype
+    and mamba_ssm_cache_dtype "auto"), or the engine's block size where larger; the state
+    page is then padded to the attention page (``mamba_page_size_padded``)."""
+    model = plan.model
+    align = 32 if plan.gpu.arch == "blackwell" and model.head_dim == 256 else 16
+    state = model.linear_state_elements(plan.layout.tp) * dtype_bytes(plan.precision.act)
+    token = _layer_token_bytes(plan)
+    return max(spec.block_size, align * -(-state // round(align * token)))
 
 
 def _mixed(model: ModelSpec) -> bool:
@@ -183,4 +237,4 @@ def swa_pools(
     return full // size, BlockLayout(size, swa_pool=swa // size, swa_keep=keep)
 
 
-__all__ = ["KVCache", "kv_blocks", "kv_cache", "swa_pools"]
+__all__ = ["KVCache", "kv_blocks", "kv_cache", "linear_refusal", "state_block_size", "swa_pools"]

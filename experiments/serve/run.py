@@ -138,6 +138,16 @@ class _LazyLengths:
         return self.p[i], self.o[i]
 
 
+def linear_spec(spec: SchedulerSpec, block_size: int) -> SchedulerSpec:
+    """vLLM's scheduler for a model with linear-attention layers: its cache's blocks of
+    ``block_size`` tokens (HybridAttentionMambaModelConfig raises the attention block size
+    to hold a state page) and prefix caching off (MambaModelConfig.verify_and_update_config
+    turns it off for a model without ``supports_mamba_prefix_caching``, which
+    Qwen3NextForCausalLM does not declare: vllm/model_executor/models/config.py,
+    qwen3_next.py)."""
+    return replace(spec, block_size=block_size, prefix_caching=False)
+
+
 def scheduler_spec(setup: ServeSetup, gpu_bytes: float) -> SchedulerSpec:
     """The engine's scheduler, with the setup's overrides and its options' asynchronous
     scheduling where they set it (the same option prices the steps' host work:
@@ -256,6 +266,8 @@ def serve(
     simulated_before = it.simulated
     spec = scheduler_spec(setup, it.plan.gpu.hbm_bytes)
     kv = kv_blocks(it, spec, setup.pp, connector=d is not None)
+    if kv.layout and kv.layout.linear:  # vLLM's HybridAttentionMambaModelConfig
+        spec = linear_spec(spec, kv.block_size)
     engine = it.plan.calib.engine
     _check_deepep_batch(it.plan, spec.max_num_seqs)
     split = engine.pipeline_split_tokens is not None  # one instance splits its own batches

@@ -37,7 +37,6 @@ from tpsim.core import metrics
 from tpsim.core.comm.group import Comms, run_programs
 from tpsim.core.config import Layout, Options, Workload
 from tpsim.core.engine.jitter import HostJitter
-from tpsim.core.errors import ConfigError
 from tpsim.core.kernels.pricing import Pricing
 from tpsim.core.lowering import host
 from tpsim.core.lowering.mixed import MixedStep, attention_seconds, lower_mixed
@@ -144,15 +143,6 @@ def _first_layers(spec: ModelSpec, n: int) -> ModelSpec:
     )
 
 
-def linear_refusal(model: ModelSpec) -> str:
-    """Why serving ``model``, which has linear-attention layers, is refused: one line."""
-    return (
-        f"model={model.name}: serving a model with linear-attention layers is not simulated: "
-        "vLLM keeps a state per request and linear layer (MambaSpec) beside the KV blocks, "
-        "which the block pool does not hold; tpsim run and a plan without --rate price it"
-    )
-
-
 class IterationTimer:
     """Seconds of one iteration of a ``tp``-way group of ``model`` on ``topology``."""
 
@@ -179,8 +169,6 @@ class IterationTimer:
             nodes=nodes,
             oom_flag=False,
         )
-        if self.plan.model.linear_layers:
-            raise ConfigError(linear_refusal(self.plan.model))
         self.exact = exact
         self.simulated = 0  # engine runs so far (the cache's misses)
         self._base: dict[tuple[int, int, bool], float] = {}
