@@ -205,9 +205,9 @@ def state_block_size(plan: RunPlan, spec: SchedulerSpec) -> int:
     page is then padded to the attention page (``mamba_page_size_padded``)."""
     model = plan.model
     align = 32 if plan.gpu.arch == "blackwell" and model.head_dim == 256 else 16
-    state = model.linear_state_elements(plan.layout.tp) * dtype_bytes(plan.precision.act)
-    token = _layer_token_bytes(plan)
-    return max(spec.block_size, align * -(-state // round(align * token)))
+    state = round(model.linear_state_elements(plan.layout.tp) * dtype_bytes(plan.precision.act))
+    token = round(_layer_token_bytes(plan))
+    return max(spec.block_size, align * -(-state // (align * token)))
 
 
 def _mixed(model: ModelSpec) -> bool:
