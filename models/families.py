@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tpsim.models.family_base import llama_like, rotary_dims
+from tpsim.models.family_base import llama_like, qwen_dense_layers, rotary_dims
 from tpsim.models.family_hybrid import llama4, minimax_m2, qwen3_next
 from tpsim.models.family_latent import deepseek, gpt_oss
 from tpsim.models.hf_reader import Reader, heads_of, linear_dtype, top_k, weight_block
@@ -55,14 +55,7 @@ def _qwen_moe(r: Reader, name: str, model_type: str) -> ModelSpec:
     """qwen2_moe and qwen3_moe: layer i has experts unless it is in mlp_only_layers or
     (i + 1) is no multiple of decoder_sparse_step."""
     experts = r.integer("num_experts")
-    layers = r.integer("num_hidden_layers")
-    step = r.integer("decoder_sparse_step", 1)
-    only = r.cfg.get("mlp_only_layers") or []
-    if not isinstance(only, list) or not all(
-        isinstance(i, int) and not isinstance(i, bool) and 0 <= i < layers for i in only
-    ):
-        raise r.fail("mlp_only_layers", only, f"must be a list of layer indices below {layers}")
-    dense = tuple(i for i in range(layers) if i in only or (i + 1) % step != 0)
+    dense = qwen_dense_layers(r, r.integer("num_hidden_layers"))
     shared = 0
     if model_type == "qwen2_moe":
         shared = r.integer("shared_expert_intermediate_size", 0, minimum=0)

@@ -67,4 +67,17 @@ def rotary_dims(
     return 0 if int(dims) == head_dim else int(dims)
 
 
-__all__ = ["llama_like", "rotary_dims"]
+def qwen_dense_layers(r: Reader, layers: int) -> tuple[int, ...]:
+    """The layers of a Qwen MoE config (qwen2_moe, qwen3_moe, qwen3_next) with a dense MLP:
+    those in ``mlp_only_layers`` and those whose ``i + 1`` is no multiple of
+    ``decoder_sparse_step``."""
+    step = r.integer("decoder_sparse_step", 1)
+    only = r.cfg.get("mlp_only_layers") or []
+    if not isinstance(only, list) or not all(
+        isinstance(i, int) and not isinstance(i, bool) and 0 <= i < layers for i in only
+    ):
+        raise r.fail("mlp_only_layers", only, f"must be a list of layer indices below {layers}")
+    return tuple(i for i in range(layers) if i in only or (i + 1) % step != 0)
+
+
+__all__ = ["llama_like", "qwen_dense_layers", "rotary_dims"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tpsim.models.family_base import llama_like, rotary_dims
+from tpsim.models.family_base import llama_like, qwen_dense_layers, rotary_dims
 from tpsim.models.hf_reader import Reader, heads_of, top_k
 from tpsim.models.spec import ModelSpec
 
@@ -210,12 +210,7 @@ def qwen3_next(r: Reader, name: str) -> ModelSpec:
         raise r.fail("linear_conv_kernel_dim", conv, "must be at least 2 (the conv state "
                      "holds its last kernel - 1 inputs)")  # fmt: skip
     experts = r.integer("num_experts")
-    step = r.integer("decoder_sparse_step", 1)
-    only = r.cfg.get("mlp_only_layers") or []
-    if not isinstance(only, list) or not all(
-        isinstance(i, int) and not isinstance(i, bool) and 0 <= i < layers for i in only
-    ):
-        raise r.fail("mlp_only_layers", only, f"must be a list of layer indices below {layers}")
+    dense = qwen_dense_layers(r, layers)
     d, heads = r.integer("hidden_size"), r.integer("num_attention_heads")
     head_dim = heads_of(r, d, "num_attention_heads", heads)[1]
     return llama_like(
@@ -226,7 +221,7 @@ def qwen3_next(r: Reader, name: str) -> ModelSpec:
         experts_per_token=top_k(r, experts),
         moe_intermediate_size=r.integer("moe_intermediate_size"),
         shared_intermediate_size=r.integer("shared_expert_intermediate_size", 512, minimum=0),
-        dense_layers=tuple(i for i in range(layers) if i in only or (i + 1) % step != 0),
+        dense_layers=dense,
         qk_norm=True,
         rotary_dim=rotary_dims(r, head_dim, 0.25),
         mtp_layers=r.integer("num_nextn_predict_layers", 1, minimum=0),
