@@ -130,8 +130,8 @@ def _lanes(records: list[Record], through: int | None = None) -> tuple[float, fl
 
 
 def _first_layers(spec: ModelSpec, n: int) -> ModelSpec:
-    """``spec`` cut to its first ``n`` layers (their sliding, chunked and dense layers and the GEMMs
-    they keep 16-bit kept)."""
+    """``spec`` cut to its first ``n`` layers (their sliding, chunked, linear and dense layers
+    and the GEMMs they keep 16-bit kept)."""
     return replace(
         spec,
         num_layers=n,
@@ -193,6 +193,9 @@ class IterationTimer:
         self._sliding = sum(1 for i in range(spec.num_layers) if spec.is_sliding_layer(i))
         #: layers of chunked local attention (Llama 4's RoPE layers)
         self._chunked = len(spec.chunked_layers)
+        #: linear-attention layers (Qwen3-Next's Gated DeltaNet): no softmax attention, their
+        #: recurrence is in the lowered step (tpsim.core.lowering.gdn)
+        self._linear = len(spec.linear_layers)
         # the prices lower_mixed's steps use, each kernel's kept (attention_s prices with it)
         self._pricing = self._prices[spec.num_layers] = step_pricing(
             spec, tp, self.plan.options, self.plan.hardware, self.plan.table, memo=True
@@ -263,7 +266,7 @@ class IterationTimer:
             return mixed_attention(self._pricing, spec, h, step).seconds * spec.num_layers
         sliding, chunked = self._sliding, self._chunked
         total = attention_seconds(self._pricing, step, h, kv, hd).seconds * (
-            spec.num_layers - sliding - chunked
+            spec.num_layers - sliding - chunked - self._linear
         )
         if chunked:
             chunk = spec.attention_chunk_size
