@@ -25,6 +25,14 @@ than a factor e, or held at a physical bound, goes back to the base and the scre
 again without it, so that a parameter it shadowed takes its place (a bound is reported only
 when none is left). Uncertainties come from the Jacobian at the optimum; leave-one-out
 errors from one Gauss-Newton step without each point, then a simulation of that point.
+
+With ``--hidden-host most``, a host time (per step, per layer) the fit kept at the base is
+then taken at the most the points allow (:data:`HIDDEN_HOST`): the largest value that moves
+no point by more than :data:`AT_MOST_MOVE`, when one below its upper bound does; it is
+written into the profile, and a prediction that rests on it is an upper bound, which
+``--predict`` says. Not the default: long eager prefills leave room for far more Python per
+layer than any engine spends (x 12 the estimate in the guide's example), so a short
+prompt's prediction would rest on a bound that says little.
 """
 
 from __future__ import annotations
@@ -67,6 +75,19 @@ STEP = 0.01
 #: poorly determined, and above which (a factor e) it is not taken as determined at all.
 POORLY = 0.3
 UNDETERMINED = 1.0
+#: Host work the points cannot determine: the host time per step and per layer hide under
+#: the GPU's at GPU-bound points (the host launches ahead), so such points say only how much
+#: host time they leave room for. With ``--hidden-host most`` the fit takes each at the most
+#: they allow (in this order, the second with the first taken): the slowest host the
+#: measurements admit, which decides the steps of more GPUs (TP 1, weight-bound, fitted;
+#: TP 4, host-bound, predicted).
+HIDDEN_HOST = ("step_host_scale", "layer_host_us")
+#: ... the most that moves no point's prediction by more than this (below the spread of
+#: repeated measurements of one point: TGI's mean and median steps differ by 1-2%).
+AT_MOST_MOVE = 0.01
+#: Bisection steps for that bound, in log(value + shift): its range halved this many times
+#: (about 0.3% of the value over a factor of 30).
+AT_MOST_STEPS = 10
 
 
 @dataclass(frozen=True)
@@ -81,10 +102,17 @@ class Fitted:
     upper: float
     reason: str = ""  # why it was not fitted ("" when it was)
     at_bound: bool = False  # held at a bound the data push against
+    #: not fitted, but taken at the most the points allow (host work they cannot see)
+    at_most: bool = False
 
     @property
     def fitted(self) -> bool:
         return not self.reason
+
+    @property
+    def written(self) -> bool:
+        """Whether the written profile overrides it (fitted, or taken at the most)."""
+        return self.fitted or self.at_most
 
     def sigma_text(self) -> str:
         """The uncertainty as the profile's source says it: relative for a scale."""
@@ -123,11 +151,15 @@ def calibrate(
     name: str = "calibrated",
     jobs: int = 1,
     folder: Path | None = None,
+    hidden_host: str = "base",
 ) -> Calibrated:
     """Fit the knobs of engine profile ``base`` to the measurements in ``csv_path`` (the
     points simulated in ``jobs`` processes); the result holds the report and the profile
     (named ``name``) to write in ``folder`` (its ``extends:`` a path relative to it when the
-    base is a file; absolute without a folder)."""
+    base is a file; absolute without a folder). ``hidden_host`` ``"most"`` takes a host time
+    the points cannot determine at the most they allow (``"base"``: kept at the base)."""
+    if hidden_host not in ("base", "most"):
+        raise ConfigError(f"hidden_host: {hidden_host!r} is not base or most")
     points = read_points(csv_path)
     source = str(csv_path)
     if len(points) < 2:
@@ -138,7 +170,7 @@ def calibrate(
         tempfile.TemporaryDirectory(prefix="tpsim-calibrate-") as tmp,
         Simulator(points, base, Path(tmp), source, jobs) as sim,
     ):
-        result = _Fit(sim).run()
+        result = _Fit(sim, hidden_host == "most").run()
     digest = hashlib.sha256(csv_path.read_bytes()).hexdigest()[:12]
     columns = extra_columns(csv_path)
     extra = (
@@ -160,8 +192,9 @@ def calibrate(
 class _Fit:
     """One fit: the knobs' bounds in log space, the screen, the solve, the summary."""
 
-    def __init__(self, sim: Simulator) -> None:
+    def __init__(self, sim: Simulator, most_host: bool = False) -> None:
         self.sim, calib, points = sim, sim.calib, sim.points
+        self.most_host = most_host
         self.measured = np.array([p.measured_s for p in points])
         self.lower = np.array([k.lower(calib, points) for k in KNOBS])
         self.upper = np.array([k.upper(calib, points) for k in KNOBS])
@@ -293,7 +326,11 @@ class _Fit:
         kept = [k for k, i in enumerate(active) if KNOBS[i].name not in reasons]
         sigma_u = dict(zip(kept, _sigma(sol, kept), strict=True))
         pressing = sol.pressing(self.u_lo[active], self.u_hi[active])
-        warnings = [f"{k}: {why}; kept at the base value" for k, why in reasons.items()]
+        at_most = self.at_most(values, reasons) if self.most_host else {}
+        warnings = [
+            f"{k}: {why}; " + (at_most[k][1] if k in at_most else "kept at the base value")
+            for k, why in reasons.items()
+        ]
         parameters = []
         for i, knob in enumerate(KNOBS):
             k = active.index(i) if i in active else -1
@@ -301,7 +338,7 @@ class _Fit:
             held = k in kept and bool(pressing[k])
             f = Fitted(knob, float(self.base[i]), values[i], (values[i] + knob.shift) * s_u,
                        float(self.lower[i]), float(self.upper[i]), reasons.get(knob.name, ""),
-                       held)  # fmt: skip
+                       held, knob.name in at_most)  # fmt: skip
             if s_u > POORLY:
                 warnings.append(f"{knob.name}: poorly determined by these points{f.sigma_text()}")
             if held:
@@ -315,11 +352,56 @@ class _Fit:
         loo = []
         for n, u in enumerate(sol.leave_one_out(self.u_lo[active], self.u_hi[active])):
             v = self.values(u, active)
-            v = [float(self.base[i]) if KNOBS[i].name in reasons else v[i] for i in range(len(v))]
+            v = [values[i] if KNOBS[i].name in reasons else v[i] for i in range(len(v))]
             loo.append(float(sim.predict(v, only=[n])[0]))
         predicted = [float(x) for x in sim.predict(values)]
         return Calibrated(sim.source, sim.base, list(sim.points), parameters, warnings,
                           predicted, loo, iterations, sim.simulations, sol.converged)  # fmt: skip
+
+    def at_most(self, values: list[float], reasons: dict[str, str]) -> dict[str, tuple[float, str]]:
+        """Take each host time of :data:`HIDDEN_HOST` kept at the base (``reasons``) at the
+        most the points allow, in ``values`` (in place); returns each so taken, with its
+        value and what the warnings say of it."""
+        out = {}
+        for name in HIDDEN_HOST:
+            i = next(k for k, knob in enumerate(KNOBS) if knob.name == name)
+            if name not in reasons:
+                continue
+            x = self.most(values, i)
+            if x is None or x <= values[i]:
+                continue
+            knob = KNOBS[i]
+            what = f"{x:g} {knob.unit}" if knob.unit == "us" else f"x {x:g}"
+            values[i] = x
+            out[name] = (x, (
+                f"taken at the most these points allow, {what} (past it a point moves by "
+                f"more than {AT_MOST_MOVE:.0%}): the host work hides under the GPU's here, "
+                "so predictions that rest on it are upper bounds"))  # fmt: skip
+        return out
+
+    def most(self, values: Sequence[float], i: int) -> float | None:
+        """The largest value of knob ``i`` (the others at ``values``) that moves no point's
+        prediction by more than :data:`AT_MOST_MOVE` (rounded down: 0.01 us, or 4
+        significant digits); None when its upper bound moves none so much (the points do
+        not bound it)."""
+        ref = self.sim.predict(values)
+
+        def moves(u: float) -> bool:
+            v = list(values)
+            v[i] = float(np.clip(math.exp(u) - self.shift[i], self.lower[i], self.upper[i]))
+            return bool(np.max(np.abs(self.sim.predict(v) / ref - 1)) > AT_MOST_MOVE)
+
+        lo, hi = math.log(values[i] + self.shift[i]), float(self.u_hi[i])
+        if hi <= lo or not moves(hi):
+            return None
+        for _ in range(AT_MOST_STEPS):
+            mid = (lo + hi) / 2
+            lo, hi = (lo, mid) if moves(mid) else (mid, hi)
+        x = math.exp(lo) - self.shift[i]
+        if KNOBS[i].unit == "us":
+            return math.floor(x * 100) / 100
+        digits = 3 - math.floor(math.log10(x))
+        return math.floor(x * 10**digits) / 10**digits
 
 
 def _sigma(sol: lsq.Solution, kept: Sequence[int]) -> np.ndarray:
@@ -385,7 +467,7 @@ def _profile(
     where = f"{Path(result.source).name} (sha256 {digest}), {len(result.points)} points"
     entries = []
     for f in result.parameters:
-        if not f.fitted:
+        if not f.written:
             continue
         what = f"{f.value:g} {f.knob.unit}" if f.knob.unit == "us" else f"x {f.value:g}"
         if f.knob.name == "step_host_scale":
@@ -393,6 +475,9 @@ def _profile(
         elif f.knob.name == "kernel_floor_scale":
             what = f"the per-kernel fixed times of {result.base} x {f.value:g}"
         source = f"fitted by tpsim calibrate to {where}: {what}{f.sigma_text()}"
+        if f.at_most:
+            source = (f"the most {where} allow (by tpsim calibrate; past it a point moves by "
+                      f"more than {AT_MOST_MOVE:.0%}): {what}, an upper bound")  # fmt: skip
         entries.append((f.knob, f.value, source))
     fit, loo = (float(np.mean(np.abs(result.errors(w)))) for w in ("fitted", "loo"))
     about = (

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from tpsim import calibration
 from tpsim.core.errors import ConfigError
-from tpsim.experiments.calibrate.fit import Calibrated
+from tpsim.experiments.calibrate.fit import HIDDEN_HOST, Calibrated
 from tpsim.experiments.calibrate.knobs import Knob, profile_yaml
 from tpsim.experiments.calibrate.measurements import MeasuredPoint
 from tpsim.experiments.calibrate.simulate import fits, step_time
@@ -66,9 +66,13 @@ class Prediction:
 FACTOR = 4
 
 
-def _moved(knob: Knob, value: float) -> tuple[float, str]:
+def _moved(knob: Knob, value: float, at_most: bool = False) -> tuple[float, str]:
     """The knob's value moved once, and how: an efficiency halved (a larger one can pass the
-    peak), a time or a scale x :data:`FACTOR`, a zero time set to the knob's typical size."""
+    peak), a time or a scale x :data:`FACTOR`, a zero time set to the knob's typical size;
+    a host time taken at the most the points allow divided by :data:`FACTOR` (the host may
+    be that much faster; it cannot be slower)."""
+    if at_most:
+        return value / FACTOR, f"/ {FACTOR}"
     if knob.name.endswith("efficiency_scale"):
         return value / 2, "halved"
     if value <= 0:
@@ -94,7 +98,7 @@ def predict(
     moved: list[tuple[Knob, str, str, list[float], float]] = []
     with tempfile.TemporaryDirectory(prefix="tpsim-predict-") as tmp:
         for f in kept:
-            value, how = _moved(f.knob, f.knob.base(calib))
+            value, how = _moved(f.knob, f.knob.base(calib), f.at_most)
             path = Path(tmp) / f"{f.knob.name}.yaml"
             text = profile_yaml(f"{result.base}-{f.knob.name}", f"{f.knob.name} {how}",
                                 str(profile), calib, [(f.knob, value, "sensitivity")])  # fmt: skip
@@ -103,7 +107,12 @@ def predict(
                       for p, t in zip(result.points, result.predicted_s, strict=True)]  # fmt: skip
             fitted = math.exp(sum(map(math.log, ratios)) / len(ratios)) - 1
             ts = [_time(p, str(path), source) for p in held]
-            moved.append((f.knob, f.reason, how, ts, fitted))
+            why = (
+                "taken at the most the fitted points allow"
+                if f.at_most
+                else f"kept at the base value: {f.reason}"
+            )
+            moved.append((f.knob, why, how, ts, fitted))
     out = []
     for i, (point, t) in enumerate(zip(held, times, strict=True)):
         rests = tuple(
@@ -143,14 +152,19 @@ def predicted_text(preds: list[Prediction], source: str, warnings: Sequence[str]
             lines.append(f"{'':>8}does not fit in its GPUs' memory: the engine cannot have run "
                          "it as stated (the fit leaves such points out)")  # fmt: skip
         for r in p.rests_on:
-            lines.append(f"{'':>8}rests on {r.knob.name} (kept at the base value: "
-                         f"{r.kept_because}): {r.moved}, it moves this point "
-                         f"{r.change:+.0%}, the fitted ones {r.fitted_change:+.0%}")  # fmt: skip
+            lines.append(f"{'':>8}rests on {r.knob.name} ({r.kept_because}): {r.moved}, it "
+                         f"moves this point {r.change:+.0%}, the fitted ones "
+                         f"{r.fitted_change:+.0%}")  # fmt: skip
     unsupported = sum(1 for p in preds if p.rests_on)
     if unsupported:
         lines.append(f"{unsupported} of {len(preds)} predictions rest on a parameter these "
                      "measurements did not determine: measure a point that depends on it "
                      "(the reasons say which)")  # fmt: skip
+    if any(r.knob.name in HIDDEN_HOST and r.kept_because.startswith("kept")
+           for p in preds for r in p.rests_on):  # fmt: skip
+        lines.append("--hidden-host most takes the host time these points cannot see at "
+                     "the most they allow: an upper bound for the predictions that rest "
+                     "on it")  # fmt: skip
     return "\n".join(lines)
 
 

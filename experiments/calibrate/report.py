@@ -40,6 +40,8 @@ def report_text(c: Calibrated, out: Path | None = None) -> str:
     ]
     for f in c.parameters:
         bounds = f"{f.lower:.3g} to {f.upper:.3g}" if f.fitted else "not identifiable: kept"
+        if f.at_most:
+            bounds = "not identifiable: the most the points allow"
         if f.at_bound:
             bounds += " (at a bound)"
         lines.append(
@@ -95,6 +97,7 @@ def report_dict(c: Calibrated, out: Path | None = None) -> dict[str, Any]:
                 "upper": f.upper,
                 "fitted": f.fitted,
                 "held_at_bound": f.at_bound,
+                "at_most": f.at_most,
                 "reason": f.reason or None,
             }
             for f in c.parameters

@@ -275,23 +275,17 @@ VALIDATIONS: tuple[Validation, ...] = (
                "compared", run.serving("both", "tpot", saturated=True),
                expected_fail=_SATURATED_MISS, ceiling=0.50),
     Validation("holdout-lmdeploy", (LMDEPLOY,), 0.15,
-               "tpsim calibrate fitted on Llama-2 7B and 13B at TP 1 (fastertransformer), "
-               "predicting Llama-2-70B at TP 4: held-out geomean error", run.holdout("lmdeploy")),
+               "tpsim calibrate --hidden-host most fitted on Llama-2 7B and 13B at TP 1 "
+               "(fastertransformer), predicting Llama-2-70B at TP 4: held-out geomean error",
+               run.holdout("lmdeploy")),
     Validation("holdout-vllm-2023", (E2E,), 0.15,
-               "tpsim calibrate fitted on Llama 33B at TP 2 (vllm-v0), predicting Llama 70B at "
-               "TP 4: held-out geomean error", run.holdout("vllm-2023")),
+               "tpsim calibrate --hidden-host most fitted on Llama 33B at TP 2 (vllm-v0), "
+               "predicting Llama 70B at TP 4: held-out geomean error", run.holdout("vllm-2023")),
     Validation("holdout-tgi", (E2E,), 0.15,
-               "tpsim calibrate fitted on TGI's TP 1 rows (tgi-v1 before its fit), predicting "
-               "TP 2 and 4: held-out geomean error", run.holdout("tgi"),
-               expected_fail="TGI's steps beyond TP 1 are host-bound (Python per layer, about "
-               "0.55 ms): at TP 1 the 34B model's weight read (26-46 ms) hides that host time "
-               "(50 or 393 us per layer move TP 1 by about 1%, TP 4 by 1.7-2.4x), so no TP 1 "
-               "point depends on it and the fit cannot see it. The base prices both TP 1 points 5% "
-               "slow; the first knob in screening order, the kernel floors, absorbs that (x 0.5), "
-               "and floors weigh more at TP 4: the fit takes the base's 63% to 76% (issues "
-               "#13, #26). tpsim calibrate --predict says so: 3 of the 4 predictions rest on "
-               "the host time the fit kept (H100 TP 4: Python per layer x 4 moves it +72%, the "
-               "fitted points 0%), where none of LMDeploy's 24 nor vLLM's 2 does"),
+               "tpsim calibrate --hidden-host most fitted on TGI's TP 1 rows (tgi-v1 before its "
+               "fit), predicting TP 2 and 4: held-out geomean error (the host time per layer, "
+               "which TP 1 hides under the weight read, taken at the most the TP 1 points allow)",
+               run.holdout("tgi")),
     Validation("vidur-kernels-shipped", VIDUR, 0.15,
                f"analytic kernels, shipped calibration: {_KERNEL}", run.kernel_families("today"),
                quick=True,

@@ -142,6 +142,14 @@ def add_study_parsers(sub: Any) -> None:
         help="CSV of points the fit does not see (same columns): predicted with the fitted "
         "profile, each naming the parameters it rests on that the fit left undetermined",
     )
+    ca.add_argument(
+        "--hidden-host",
+        choices=("base", "most"),
+        default="base",
+        help="a host time per step or per layer the points cannot determine (hidden under "
+        "the GPU's): kept at the base profile's estimate (base), or taken at the most the "
+        "points allow (most: predictions that rest on it are upper bounds)",
+    )
 
 
 def check_folder(path: Path, flag: str) -> None:
@@ -350,7 +358,9 @@ def _calibrate(a: argparse.Namespace) -> int:
         argparse.Namespace(model=[m for m, _ in named], topology=[t for _, t in named]),
     )
     _check_profile_out(out, a.engine, a.overwrite)
-    result = calibrate(a.measurements, a.engine, out.stem, a.jobs or default_jobs(), out.parent)
+    result = calibrate(
+        a.measurements, a.engine, out.stem, a.jobs or default_jobs(), out.parent, a.hidden_host
+    )
     preds = _predictions(result, out, held, str(a.predict)) if held else []
     try:
         write_text(out, result.profile)

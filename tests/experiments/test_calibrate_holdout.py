@@ -46,9 +46,12 @@ def test_held_out_predictions(tmp_path: Path, only: tuple[str, ...]) -> None:
     assert set(err) == set(only)
     if "vllm-2023" in err:  # fitted on 33B at TP 2, predicting 70B at TP 4
         assert err["vllm-2023"] < 0.15
-        # TP 1 hides TGI's host time behind the weight read: the fit cannot see it, and the
-        # host-bound TP 2 and 4 come out far too fast (the registry's expected miss)
-        assert err["tgi"] > 0.5
+        # TP 1 hides TGI's host time behind the weight read: the fit takes it at the most the
+        # TP 1 points allow, and the host-bound TP 2 and 4 follow (at the base's 50 us per
+        # layer they came out 40-65% fast)
+        assert err["tgi"] < 0.15
+        assert any(line.startswith("  layer_host_us") and "the most the points allow" in line
+                   for line in lines)  # fmt: skip
         assert (tmp_path / "tgi-v1-unfitted.yaml").is_file()
     else:  # fitted on 7B and 13B at TP 1, predicting 70B at TP 4
         assert err["lmdeploy"] < 0.15
@@ -61,10 +64,11 @@ def test_held_out_predictions(tmp_path: Path, only: tuple[str, ...]) -> None:
 
 
 def test_tgi_tp_1_cannot_see_the_host_time_that_sets_tp_4(tmp_path: Path) -> None:
-    """Why the TGI hold-out is an expected miss, checked rather than said: TGI's Python per
-    layer at the hold-out's base (50 us) and at the value TGI's TP 2 rows give it (393 us,
-    tgi-v1.yaml) moves the TP 1 steps by about 1% (the 34B weight read hides it, so the fit
-    at TP 1 cannot tell them apart) and the TP 4 steps by 1.7x (A100) and 2.4x (H100)."""
+    """Why the TGI hold-out needs the host time at the most TP 1 allows, checked rather than
+    said: TGI's Python per layer at the hold-out's base (50 us) and at the value TGI's TP 2
+    rows give it (393 us, tgi-v1.yaml) moves the TP 1 steps by about 1% (the 34B weight read
+    hides it, so the fit at TP 1 cannot tell them apart) and the TP 4 steps by 1.7x (A100)
+    and 2.4x (H100)."""
     from tpsim import Options, Workload, simulate
     from tpsim.experiments.validation.calibrate_holdout import TGI_UNFITTED
 
