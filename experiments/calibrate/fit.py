@@ -27,9 +27,8 @@ when none is left). Uncertainties come from the Jacobian at the optimum; leave-o
 errors from one Gauss-Newton step without each point, then a simulation of that point.
 
 With ``--hidden-host most``, a host time (per step, per layer) the fit kept at the base is
-then taken at the most the points allow (:data:`HIDDEN_HOST`): the largest value that moves
-no point by more than :data:`AT_MOST_MOVE`, when one below its upper bound does; it is
-written into the profile, and a prediction that rests on it is an upper bound, which
+then taken at the most the points allow (:mod:`tpsim.experiments.calibrate.hidden_host`);
+it is written into the profile, and a prediction that rests on it is an upper bound, which
 ``--predict`` says. Not the default: long eager prefills leave room for far more Python per
 layer than any engine spends (x 12 the estimate in the guide's example), so a short
 prompt's prediction would rest on a bound that says little.
@@ -51,6 +50,7 @@ from tpsim.core.errors import ConfigError
 from tpsim.core.lowering.host import step_mode
 from tpsim.experiments.calibrate import lsq
 from tpsim.experiments.calibrate.checks import checked
+from tpsim.experiments.calibrate.hidden_host import AT_MOST_MOVE, take_at_most
 from tpsim.experiments.calibrate.knobs import KNOBS, Knob, profile_yaml
 from tpsim.experiments.calibrate.measurements import (
     COLUMNS,
@@ -75,19 +75,6 @@ STEP = 0.01
 #: poorly determined, and above which (a factor e) it is not taken as determined at all.
 POORLY = 0.3
 UNDETERMINED = 1.0
-#: Host work the points cannot determine: the host time per step and per layer hide under
-#: the GPU's at GPU-bound points (the host launches ahead), so such points say only how much
-#: host time they leave room for. With ``--hidden-host most`` the fit takes each at the most
-#: they allow (in this order, the second with the first taken): the slowest host the
-#: measurements admit, which decides the steps of more GPUs (TP 1, weight-bound, fitted;
-#: TP 4, host-bound, predicted).
-HIDDEN_HOST = ("step_host_scale", "layer_host_us")
-#: ... the most that moves no point's prediction by more than this (below the spread of
-#: repeated measurements of one point: TGI's mean and median steps differ by 1-2%).
-AT_MOST_MOVE = 0.01
-#: Bisection steps for that bound, in log(value + shift): its range halved this many times
-#: (about 0.3% of the value over a factor of 30).
-AT_MOST_STEPS = 10
 
 
 @dataclass(frozen=True)
@@ -326,7 +313,11 @@ class _Fit:
         kept = [k for k, i in enumerate(active) if KNOBS[i].name not in reasons]
         sigma_u = dict(zip(kept, _sigma(sol, kept), strict=True))
         pressing = sol.pressing(self.u_lo[active], self.u_hi[active])
-        at_most = self.at_most(values, reasons) if self.most_host else {}
+        at_most = (
+            take_at_most(self.sim, values, reasons, (self.lower, self.upper), self.shift)
+            if self.most_host
+            else {}
+        )
         warnings = [
             f"{k}: {why}; " + (at_most[k][1] if k in at_most else "kept at the base value")
             for k, why in reasons.items()
@@ -357,51 +348,6 @@ class _Fit:
         predicted = [float(x) for x in sim.predict(values)]
         return Calibrated(sim.source, sim.base, list(sim.points), parameters, warnings,
                           predicted, loo, iterations, sim.simulations, sol.converged)  # fmt: skip
-
-    def at_most(self, values: list[float], reasons: dict[str, str]) -> dict[str, tuple[float, str]]:
-        """Take each host time of :data:`HIDDEN_HOST` kept at the base (``reasons``) at the
-        most the points allow, in ``values`` (in place); returns each so taken, with its
-        value and what the warnings say of it."""
-        out = {}
-        for name in HIDDEN_HOST:
-            i = next(k for k, knob in enumerate(KNOBS) if knob.name == name)
-            if name not in reasons:
-                continue
-            x = self.most(values, i)
-            if x is None or x <= values[i]:
-                continue
-            knob = KNOBS[i]
-            what = f"{x:g} {knob.unit}" if knob.unit == "us" else f"x {x:g}"
-            values[i] = x
-            out[name] = (x, (
-                f"taken at the most these points allow, {what} (past it a point moves by "
-                f"more than {AT_MOST_MOVE:.0%}): the host work hides under the GPU's here, "
-                "so predictions that rest on it are upper bounds"))  # fmt: skip
-        return out
-
-    def most(self, values: Sequence[float], i: int) -> float | None:
-        """The largest value of knob ``i`` (the others at ``values``) that moves no point's
-        prediction by more than :data:`AT_MOST_MOVE` (rounded down: 0.01 us, or 4
-        significant digits); None when its upper bound moves none so much (the points do
-        not bound it)."""
-        ref = self.sim.predict(values)
-
-        def moves(u: float) -> bool:
-            v = list(values)
-            v[i] = float(np.clip(math.exp(u) - self.shift[i], self.lower[i], self.upper[i]))
-            return bool(np.max(np.abs(self.sim.predict(v) / ref - 1)) > AT_MOST_MOVE)
-
-        lo, hi = math.log(values[i] + self.shift[i]), float(self.u_hi[i])
-        if hi <= lo or not moves(hi):
-            return None
-        for _ in range(AT_MOST_STEPS):
-            mid = (lo + hi) / 2
-            lo, hi = (lo, mid) if moves(mid) else (mid, hi)
-        x = math.exp(lo) - self.shift[i]
-        if KNOBS[i].unit == "us":
-            return math.floor(x * 100) / 100
-        digits = 3 - math.floor(math.log10(x))
-        return math.floor(x * 10**digits) / 10**digits
 
 
 def _sigma(sol: lsq.Solution, kept: Sequence[int]) -> np.ndarray:

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from tpsim import calibration
 from tpsim.core.errors import ConfigError
-from tpsim.experiments.calibrate.fit import HIDDEN_HOST, Calibrated
+from tpsim.experiments.calibrate.fit import Calibrated
+from tpsim.experiments.calibrate.hidden_host import HIDDEN_HOST
 from tpsim.experiments.calibrate.knobs import Knob, profile_yaml
 from tpsim.experiments.calibrate.measurements import MeasuredPoint
 from tpsim.experiments.calibrate.simulate import fits, step_time
