@@ -422,14 +422,17 @@ def _profile(
             what = f"the per-kernel fixed times of {result.base} x {f.value:g}"
         source = f"fitted by tpsim calibrate to {where}: {what}{f.sigma_text()}"
         if f.at_most:
-            source = (f"the most {where} allow (by tpsim calibrate; past it a point moves by "
-                      f"more than {AT_MOST_MOVE:.0%}): {what}, an upper bound")  # fmt: skip
+            source = (f"an upper bound (tpsim calibrate --hidden-host most) from {where}: "
+                      f"{what}, the most they allow (past it a point moves by more than "
+                      f"{AT_MOST_MOVE:.0%})")  # fmt: skip
         entries.append((f.knob, f.value, source))
     fit, loo = (float(np.mean(np.abs(result.errors(w)))) for w in ("fitted", "loo"))
+    fitted = ", ".join(f.knob.name for f in result.parameters if f.fitted)
+    most = ", ".join(f.knob.name for f in result.parameters if f.at_most)
     about = (
-        f"{result.base} fitted by tpsim calibrate to {where}: "
-        f"{', '.join(k.name for k, _, _ in entries)}; mean error {fit:.1%} in sample, "
-        f"{loo:.1%} leaving each point out"
+        f"{result.base} fitted by tpsim calibrate to {where}: {fitted}"
+        f"{f'; at the most the points allow: {most}' if most else ''}; mean error {fit:.1%} "
+        f"in sample, {loo:.1%} leaving each point out"
     )
     return profile_yaml(name, about, result.base, calib, entries, folder)
 
