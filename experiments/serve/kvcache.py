@@ -136,8 +136,8 @@ def kv_cache(
         if pools:
             per_layer = kv_elements_per_rank(model, tp, 1, range(1)) * kv_b
             blocks, layout = swa_pools(model, spec, per_layer, room)
-            sliding = per_layer * sum(1 for i in layers if model.is_sliding_layer(i))
-            window = model.sliding_window - 1  # SGLang's get_attention_sliding_window_size
+            sliding = per_layer * sum(1 for i in layers if i in _local_layers(model))
+            window = _swa_window(model)
         whole = whole and gpu.hbm_bytes - runtime - used >= block
         if best is None or blocks < best.blocks:
             best = KVCache(blocks, size, per_token, round(room), layout,
@@ -210,10 +210,26 @@ def state_block_size(plan: RunPlan, spec: SchedulerSpec) -> int:
     return max(spec.block_size, align * -(-state // (align * token)))
 
 
+def _local_layers(model: ModelSpec) -> frozenset[int]:
+    """The layers SGLang keeps in its sliding-window pool (model_config.py
+    get_hybrid_layer_ids: ``swa_attention_layer_ids``): the sliding layers (gpt-oss), or
+    Llama 4's chunked ones (``(i + 1) % 4 != 0``, its RoPE layers)."""
+    return frozenset(model.sliding_layers) | frozenset(model.chunked_layers)
+
+
+def _swa_window(model: ModelSpec) -> int:
+    """The tokens a sequence keeps on those layers (model_runner.py sliding_window_size):
+    the model's ``get_attention_sliding_window_size`` where it has one (gpt-oss: its
+    window - 1), else ``attention_chunk_size`` (Llama 4: a sliding window of a chunk covers
+    every key a chunked query reads)."""
+    return model.sliding_window - 1 if model.sliding_layers else model.attention_chunk_size
+
+
 def _mixed(model: ModelSpec) -> bool:
-    """Whether ``model`` has both full and sliding-window layers (SGLang's hybrid SWA
-    architectures in the catalog: gpt-oss; a model of one kind keeps one pool)."""
-    return 0 < len(model.sliding_layers) < model.num_layers
+    """Whether ``model`` has both full and sliding-window (or chunked) layers: SGLang's
+    hybrid SWA architectures in the catalog, gpt-oss and Llama 4 (is_hybrid_swa_model); a
+    model of one kind keeps one pool."""
+    return 0 < len(_local_layers(model)) < model.num_layers
 
 
 def swa_pools(
@@ -225,15 +241,16 @@ def swa_pools(
     ``room // (layer_bytes x (full + ratio x sliding))`` tokens and the sliding pool that
     times the ratio, each in whole pages (``block_size``); the layer counts are the
     model's, on a pipeline stage too, as SGLang counts them. A sequence keeps in the
-    sliding pool its last ``sliding_window`` tokens, the ``swa_eviction_interval`` decoded
-    between two frees of those before it, and a page. The full pool's blocks and the
-    layout."""
+    sliding pool its last ``sliding_window`` tokens (Llama 4: ``attention_chunk_size``), the
+    ``swa_eviction_interval`` decoded between two frees of those before it, and a page. The
+    full pool's blocks and the layout."""
     size, ratio = spec.block_size, spec.swa_full_tokens_ratio
-    sliding = len(model.sliding_layers)
+    sliding = len(_local_layers(model))
     cell = layer_bytes * (model.num_layers - sliding) + ratio * layer_bytes * sliding
     full = int(room // cell) // size * size if room > 0 else 0
     swa = int(full * ratio) // size * size
-    keep = model.sliding_window + spec.swa_eviction_interval + size
+    window = model.sliding_window if model.sliding_layers else model.attention_chunk_size
+    keep = window + spec.swa_eviction_interval + size
     return full // size, BlockLayout(size, swa_pool=swa // size, swa_keep=keep)
 
 

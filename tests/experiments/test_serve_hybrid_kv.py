@@ -131,8 +131,9 @@ def test_an_engine_instance_frees_past_chunks() -> None:
 
 def test_llama4_cache_per_engine() -> None:
     """Maverick at TP 8 in fp8: vLLM's hybrid manager gives the chunked groups blocks of a
-    quarter of the model's layers (four times the blocks of one pool); SGLang and
-    TensorRT-LLM, which tpsim holds at full length on chunked layers, one pool."""
+    quarter of the model's layers (four times the blocks of one pool); SGLang holds the
+    chunked layers in its sliding-window pool (test_serve_swa_pool.py); TensorRT-LLM, which
+    tpsim holds at full length on chunked layers, one pool."""
     caches = {}
     for engine in ("vllm", "sglang", "trtllm"):
         opts = Options(engine=engine, dtype="fp8")
@@ -144,5 +145,7 @@ def test_llama4_cache_per_engine() -> None:
     assert vllm.layout is not None and vllm.layout.chunked == 3
     block = vllm.bytes_per_token * 12 / 48 * 16
     assert abs(vllm.blocks - vllm.bytes_per_gpu // block) <= 1
-    for engine in ("sglang", "trtllm"):
-        assert caches[engine].layout is None or caches[engine].layout.chunked == 0
+    trt = caches["trtllm"]
+    assert trt.layout is None or trt.layout.chunked == 0
+    sglang = caches["sglang"].layout
+    assert sglang is not None and sglang.chunked == 0 and sglang.swa_pool > 0

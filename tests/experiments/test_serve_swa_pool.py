@@ -57,6 +57,27 @@ def test_gpt_oss_pools_are_sglang_s() -> None:
     assert kv.blocks * 324 // 360 in (whole.blocks - 1, whole.blocks)  # 1.11x the tokens
 
 
+def test_llama_4_s_chunked_layers_are_in_the_sliding_pool() -> None:
+    """Llama 4 Scout at TP 4: SGLang's is_hybrid_swa_model lists Llama4ForConditionalGeneration
+    and get_hybrid_layer_ids puts its chunked layers ((i + 1) % 4 != 0: 36 of 48) in the
+    sliding pool, a sequence keeping there its last attention_chunk_size tokens (the
+    model runner's sliding_window_size falls back to it): the full pool holds 48 / (12 +
+    0.8 x 36) = 1.18x the tokens one pool of every layer would, and a transfer sends the
+    chunked layers' last 8,192 tokens."""
+    scout = get_model("llama-4-scout")
+    assert (len(scout.chunked_layers), scout.attention_chunk_size) == (36, 8192)
+    plan = resolve("llama-4-scout", "dgx-h100", Layout(4), Workload(1, "decode", 1, 1),
+                   Options(engine="sglang"), oom_flag=False)  # fmt: skip
+    spec = scheduler("sglang", plan.gpu.hbm_bytes)
+    kv, whole = kv_cache(plan, spec), kv_cache(plan, spec, hybrid=False)
+    layer = kv.bytes_per_token / 48
+    assert kv.blocks == int(kv.bytes_per_gpu // (layer * (12 + 0.8 * 36)))
+    assert kv.layout == BlockLayout(1, swa_pool=int(kv.blocks * 0.8), swa_keep=8192 + 128 + 1)
+    assert whole.layout is None and 1.17 < kv.blocks / whole.blocks < 1.18
+    assert kv.sent_bytes(20_000) == 20_000 * 12 * layer + 8192 * 36 * layer
+    assert kv.sent_bytes(5_000) == 5_000 * kv.bytes_per_token  # within one window: all
+
+
 def test_a_model_without_sliding_layers_is_unchanged() -> None:
     """Llama-3.1-8B under SGLang: one pool of every layer, as before."""
     plan, spec = _sglang("llama-3.1-8b")
