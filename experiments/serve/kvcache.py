@@ -249,8 +249,7 @@ def swa_pools(
     cell = layer_bytes * (model.num_layers - sliding) + ratio * layer_bytes * sliding
     full = int(room // cell) // size * size if room > 0 else 0
     swa = int(full * ratio) // size * size
-    window = model.sliding_window if model.sliding_layers else model.attention_chunk_size
-    keep = window + spec.swa_eviction_interval + size
+    keep = _swa_window(model) + spec.swa_eviction_interval + size
     return full // size, BlockLayout(size, swa_pool=swa // size, swa_keep=keep)
 
 

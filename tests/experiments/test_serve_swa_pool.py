@@ -44,14 +44,15 @@ def test_gpt_oss_pools_are_sglang_s() -> None:
     bytes = 2048 B, and 18 of its 36 layers are sliding (window 128). SGLang's
     HybridSWAPoolConfigurator gives the full pool room // (2048 x 18 + 0.8 x 2048 x 18)
     = room x 5 // 331776 tokens, the sliding pool 0.8 of them, a sequence keeping there
-    128 + 128 + 1 = 257 tokens; every layer at full length would hold room // 73728."""
+    127 + 128 + 1 = 256 tokens (its runner's sliding_window_size is 128 - 1); every layer
+    at full length would hold room // 73728."""
     oss = get_model("gpt-oss-120b")
     assert (len(oss.sliding_layers), oss.num_layers, oss.sliding_window) == (18, 36, 128)
     plan, spec = _sglang("gpt-oss-120b")
     kv, whole = kv_cache(plan, spec), kv_cache(plan, spec, hybrid=False)
     room = kv.bytes_per_gpu
     assert kv.blocks == room * 5 // 331776
-    assert kv.layout == BlockLayout(1, swa_pool=kv.blocks * 4 // 5, swa_keep=257)
+    assert kv.layout == BlockLayout(1, swa_pool=kv.blocks * 4 // 5, swa_keep=256)
     assert kv.tokens == kv.blocks  # SGLang reports the full pool's tokens
     assert whole.blocks == room // 73728 and whole.layout is None
     assert kv.blocks * 324 // 360 in (whole.blocks - 1, whole.blocks)  # 1.11x the tokens
@@ -155,7 +156,7 @@ def test_disaggregated_sglang_keeps_both_pools_and_sends_the_window() -> None:
     assert r.prefill_kv is not None and r.kv.layout is not None
     assert r.kv.blocks == r.prefill_kv.blocks == pools.blocks == pools.bytes_per_gpu * 5 // 331776
     assert r.kv.layout == r.prefill_kv.layout == BlockLayout(1, swa_pool=pools.blocks * 4 // 5,
-                                                             swa_keep=257)  # fmt: skip
+                                                             swa_keep=256)  # fmt: skip
     assert (whole.tokens, r.kv.tokens) == (73114, 81238)  # one pool, as the workers had it
     assert r.transfer_bytes == (2000 * 18 * 2048 + 127 * 18 * 2048,) * 2
     assert r.transfer_bytes[0] < 2000 * r.kv.bytes_per_token == 2000 * 36 * 2048
