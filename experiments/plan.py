@@ -192,7 +192,11 @@ def engine_sequences(req: PlanRequest, tp: int, pp: int, ep: int = 1, adp: int =
     plan_, spec = _engine(req, tp, pp, ep, adp)
     if spec.policy == "static":
         return BATCH_LIMIT
-    return kv_cache(plan_, spec, pp, states=False).sequences(req.context_len)
+    try:
+        kv = kv_cache(plan_, spec, pp, states=False)
+    except ConfigError:  # no room for one sequence's cache (or SGLang's sliding pool's share)
+        return 0
+    return kv.sequences(req.context_len)
 
 
 def engine_batch_cap(req: PlanRequest, tp: int, pp: int, ep: int = 1, adp: int = 1) -> int:

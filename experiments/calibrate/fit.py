@@ -423,8 +423,9 @@ def _profile(
         source = f"fitted by tpsim calibrate to {where}: {what}{f.sigma_text()}"
         if f.at_most:
             source = (f"an upper bound (tpsim calibrate --hidden-host most) from {where}: "
-                      f"{what}, the most they allow (past it a point moves by more than "
-                      f"{AT_MOST_MOVE:.0%})")  # fmt: skip
+                      f"{what}, the most they allow (past it, with the host times taken "
+                      f"before it, a point moves by more than {AT_MOST_MOVE:.0%} from the "
+                      "fit)")  # fmt: skip
         entries.append((f.knob, f.value, source))
     fit, loo = (float(np.mean(np.abs(result.errors(w)))) for w in ("fitted", "loo"))
     fitted = ", ".join(f.knob.name for f in result.parameters if f.fitted)

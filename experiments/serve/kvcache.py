@@ -144,12 +144,16 @@ def kv_cache(
                            sliding, window)  # fmt: skip
             weights = mem.weights_bytes_per_gpu
     assert best is not None
-    swa = best.layout.swa_pool if best.layout else 0
+    # a pipeline of engines that keep a batch in flight per stage splits the pools between
+    # its virtual engines (serve's run does; FasterTransformer's one engine does not)
+    virtual = pp if pp > 1 and plan.calib.engine.pipeline_split_tokens is None else 1
+    swa = (best.layout.swa_pool if best.layout else 0) // virtual
     if best.blocks >= 1 and swa and best.layout and swa < best.layout.keep_blocks:
+        share = f", each of the {virtual} virtual engines' share," if virtual > 1 else ""
         raise ConfigError(  # SGLang refuses a sliding pool short of one request's window
             f"gpu_memory_utilization={spec.gpu_memory_utilization:g}: {model.name}'s "
-            f"sliding-window pool holds {swa * spec.block_size} tokens, fewer than one "
-            f"sequence keeps there ({best.layout.swa_keep}); raise it, or raise --tp"
+            f"sliding-window pool{share} holds {swa * spec.block_size} tokens, fewer than "
+            f"one sequence keeps there ({best.layout.swa_keep}); raise it, or raise --tp"
         )
     if best.blocks < 1:
         more = "raise --tp" + (" or --pp" if pp > 1 else "")

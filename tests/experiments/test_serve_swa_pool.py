@@ -79,6 +79,26 @@ def test_llama_4_s_chunked_layers_are_in_the_sliding_pool() -> None:
     assert kv.sent_bytes(5_000) == 5_000 * kv.bytes_per_token  # within one window: all
 
 
+def test_a_pipeline_s_virtual_engines_each_need_a_window_in_the_sliding_pool() -> None:
+    """SGLang at PP 2 runs two virtual engines, each with half of each pool: Scout's 8,321
+    tokens a sequence keeps in the sliding pool must fit in a half (serve's run splits the
+    pools after kv_cache sized them; it had checked the whole pool, then refused every
+    request as longer than the cache)."""
+    import pytest
+    from tpsim.core.errors import ConfigError
+
+    plan = resolve("llama-4-scout", "dgx-h100", Layout(2, pp=2), Workload(1, "decode", 1, 1),
+                   Options(engine="sglang"), oom_flag=False)  # fmt: skip
+    spec = scheduler("sglang", plan.gpu.hbm_bytes)
+    kv = kv_cache(plan, spec, 2)  # at the default share, a half holds several windows
+    assert kv.layout is not None and kv.layout.swa_pool // 2 >= 4 * kv.layout.keep_blocks
+    low = replace(spec, gpu_memory_utilization=0.7036)
+    pools = kv_cache(plan, replace(low, gpu_memory_utilization=0.72), 2).layout
+    assert pools is not None and pools.keep_blocks <= pools.swa_pool // 2  # just fits
+    with pytest.raises(ConfigError, match="each of the 2 virtual engines' share"):
+        kv_cache(plan, low, 2)  # the whole pool holds a window, a half does not
+
+
 def test_a_model_without_sliding_layers_is_unchanged() -> None:
     """Llama-3.1-8B under SGLang: one pool of every layer, as before."""
     plan, spec = _sglang("llama-3.1-8b")
