@@ -136,7 +136,7 @@ def kv_cache(
         if pools:
             per_layer = kv_elements_per_rank(model, tp, 1, range(1)) * kv_b
             blocks, layout = swa_pools(model, spec, per_layer, room)
-            sliding = per_layer * sum(1 for i in layers if i in _local_layers(model))
+            sliding = per_layer * len(_local_layers(model).intersection(layers))
             window = _swa_window(model)
         whole = whole and gpu.hbm_bytes - runtime - used >= block
         if best is None or blocks < best.blocks:
